@@ -1,0 +1,1 @@
+"""The ``caravel`` operator command line (Typer). A thin layer over the library's functions."""

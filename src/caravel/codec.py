@@ -1,0 +1,86 @@
+"""Canonical JSON for job payloads.
+
+Idempotency compares payloads exactly as stored, so the same job value must always produce the
+same text: keys sorted, no insignificant whitespace, non-ASCII kept as UTF-8, and no NaN or
+infinity (they have no JSON spelling and would not round-trip). Decoding goes through the
+pydantic adapter of the type registered for the wire name, and nothing else: no name read from
+the database is ever imported or evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
+
+from caravel.errors import ValidationError
+from caravel.validation import MAX_JSON_DEPTH
+
+__all__ = ["PayloadDecodeError", "decode_payload", "encode_payload", "json_depth"]
+
+
+class PayloadDecodeError(Exception):
+    """A stored payload could not be read as its registered type (internal; the worker turns it
+    into the ``InvalidPayload`` failure category)."""
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of a JSON-compatible value: scalars are 0, ``[]`` and ``{}`` are 1.
+
+    Iterative, so a hostile, deeply nested value cannot exhaust the interpreter's stack.
+    """
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> str:
+    """The canonical JSON text for ``job``, after checking depth, encoding and size."""
+    try:
+        plain = adapter.dump_python(job, mode="json")
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        raise ValidationError("payload", "must serialize to JSON") from None
+    if json_depth(plain) > MAX_JSON_DEPTH:
+        raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")
+    try:
+        text = json.dumps(
+            plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except ValueError:
+        raise ValidationError("payload", "must not contain NaN or infinite numbers") from None
+    except (TypeError, RecursionError):
+        raise ValidationError("payload", "must serialize to JSON") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "payload", "must be valid Unicode text (no lone surrogates)"
+        ) from None
+    if size > max_bytes:
+        raise ValidationError("payload", f"must be at most {max_bytes} bytes of UTF-8 JSON")
+    return text
+
+
+def decode_payload(adapter: TypeAdapter[Any], text: str) -> Any:
+    """The job value stored as ``text``; raises :class:`PayloadDecodeError` when it cannot be
+    read as the registered type."""
+    try:
+        return adapter.validate_json(text)
+    except (ValueError, TypeError, RecursionError):
+        raise PayloadDecodeError from None

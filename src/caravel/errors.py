@@ -1,0 +1,114 @@
+"""Every error Caravel raises, in one tree.
+
+::
+
+    CaravelError
+    ├── ValidationError            bad input or configuration; names the field and the rule
+    │   ├── OptionsError           a QueueOptions / worker setting is out of range
+    │   └── RegistrationError      a job type or wire name registered twice, or a bad handler
+    ├── UnknownJobTypeError        enqueue of a value whose type is not registered
+    ├── IdempotencyConflictError   same queue, tenant and key, different job type or payload
+    ├── LeaseLostError             a complete/fail by a worker that no longer holds the lease
+    ├── SchemaNotReadyError        the database is not migrated to the library's head revision
+    └── StoreError                 the database failed (connection lost, read-only, ...)
+
+Messages never contain payloads, tenant ids, idempotency keys or exception texts from handlers:
+they name the field, the rule and, where useful, the command to run. Driver exceptions are
+translated at the store seam with ``raise ... from exc`` so the cause stays available to a debugger
+without reaching a log line written by the library.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+__all__ = [
+    "CaravelError",
+    "IdempotencyConflictError",
+    "LeaseLostError",
+    "OptionsError",
+    "RegistrationError",
+    "SchemaNotReadyError",
+    "StoreError",
+    "UnknownJobTypeError",
+    "ValidationError",
+]
+
+
+class CaravelError(Exception):
+    """Root of every error raised by Caravel."""
+
+
+class ValidationError(CaravelError, ValueError):
+    """An argument broke a rule. Nothing was written.
+
+    ``field`` names the argument (for example ``"tenant_id"``) and ``rule`` says what it must be.
+    The offending value is never part of the message.
+    """
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field = field
+        self.rule = rule
+        super().__init__(f"{field}: {rule}")
+
+
+class OptionsError(ValidationError):
+    """A configuration value is outside its allowed range. Raised once, at construction."""
+
+
+class RegistrationError(ValidationError):
+    """A job registration was rejected: duplicate wire name, duplicate type, or bad handler."""
+
+
+class UnknownJobTypeError(CaravelError, TypeError):
+    """Enqueue or staging was given a value whose type has no registration."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        super().__init__(
+            f"job: type {type_name} is not registered; register it with JobRegistry.register"
+        )
+
+
+class IdempotencyConflictError(CaravelError):
+    """The idempotency key is already used in this queue and tenant by different content.
+
+    An HTTP API usually answers this with 409 Conflict. ``job_id`` is the existing job, which
+    was not changed.
+    """
+
+    def __init__(self, job_id: UUID) -> None:
+        self.job_id = job_id
+        super().__init__(
+            "idempotency_key: already used in this queue and tenant with a different "
+            "job type or payload"
+        )
+
+
+class LeaseLostError(CaravelError):
+    """The caller's lease is no longer current: it expired and another claim superseded it, or
+    the job already finished. The write changed nothing."""
+
+    def __init__(self, job_id: UUID) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id}: lease is no longer held by this worker")
+
+
+class SchemaNotReadyError(CaravelError):
+    """The queue tables are missing or not at the library's migration head."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            f"the queue schema is not ready ({detail}); run `caravel db upgrade --url URL` "
+            "to apply the queue migrations"
+        )
+
+
+class StoreError(CaravelError):
+    """The database failed while Caravel was using it. The original driver error is the
+    ``__cause__``; the message names only the operation."""
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        super().__init__(f"database error during {operation}")

@@ -1,0 +1,151 @@
+"""The values that cross the public API: how to dispatch a job, what enqueue returns, a job's
+status, and the lease a worker holds while it runs one."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from caravel.clock import from_ms
+from caravel.validation import (
+    check_identifier,
+    check_max_attempts,
+    check_not_before,
+    check_queue_name,
+)
+
+__all__ = [
+    "ClaimedJob",
+    "DispatchOptions",
+    "EnqueueResult",
+    "FailureCategory",
+    "JobState",
+    "JobStatus",
+    "Lease",
+]
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life. Stored as these exact strings."""
+
+    READY = "ready"
+    """Waiting to run; due now or at its due time (``due_at``)."""
+    RUNNING = "running"
+    """Claimed by a worker under a lease. Claimable again once the lease expires."""
+    COMPLETED = "completed"
+    """The handler succeeded and the lease holder acknowledged it."""
+    DEAD_LETTER = "dead_letter"
+    """Every attempt failed or its last lease expired; it waits for a deliberate replay."""
+
+
+class FailureCategory(enum.StrEnum):
+    """Why an attempt failed. Only these short words are stored, never exception messages."""
+
+    HANDLER_FAILED = "HandlerFailed"
+    INVALID_PAYLOAD = "InvalidPayload"
+    UNKNOWN_JOB_TYPE = "UnknownJobType"
+    LEASE_EXPIRED = "LeaseExpired"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DispatchOptions:
+    """Where and how a job is dispatched. Checked when constructed.
+
+    Attributes:
+        queue: 1 to 64 characters of ``[a-z0-9._-]``.
+        tenant_id: the verified caller's tenant; nonblank, at most 128 characters, no control
+            characters. Take it from the signed-in user, never from a request body.
+        idempotency_key: same rules as ``tenant_id``; with it, a retried submission returns the
+            original job. ``None`` means every enqueue creates a new job.
+        not_before: an aware datetime; the job never runs earlier (stored to the millisecond,
+            rounded up). ``None`` means due now.
+        max_attempts: this job's attempt budget (1 to 100); ``None`` takes the queue default.
+    """
+
+    queue: str
+    tenant_id: str
+    idempotency_key: str | None = None
+    not_before: datetime | None = None
+    max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue)
+        check_identifier(self.tenant_id, "tenant_id")
+        if self.idempotency_key is not None:
+            check_identifier(self.idempotency_key, "idempotency_key")
+        if self.not_before is not None:
+            check_not_before(self.not_before)
+        if self.max_attempts is not None:
+            check_max_attempts(self.max_attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """The outcome of an enqueue that committed.
+
+    ``already_enqueued`` is true when the idempotency key matched an existing job with the same
+    type and payload; ``job_id`` is then that job's id, and nothing changed.
+    """
+
+    job_id: UUID
+    already_enqueued: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobStatus:
+    """A job as its tenant may see it. Never carries the payload."""
+
+    job_id: UUID
+    queue: str
+    tenant_id: str
+    job_type: str
+    state: JobState
+    attempt: int
+    max_attempts: int
+    due_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_expires_at: datetime | None
+    last_failure: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Proof of one claim. ``token`` is the fencing token: it changes on every claim of the job,
+    and every write after the claim must present it."""
+
+    job_id: UUID
+    token: int
+    expires_at_ms: int
+    claimed_at_ms: int
+    attempt: int
+    max_attempts: int
+
+    @property
+    def expires_at(self) -> datetime:
+        return from_ms(self.expires_at_ms)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimedJob:
+    """A job a worker now holds: its stored fields and the lease."""
+
+    lease: Lease
+    queue: str
+    tenant_id: str
+    job_type: str
+    payload: str
+    due_at_ms: int
+    trace_context: str | None
+
+    @property
+    def job_id(self) -> UUID:
+        return self.lease.job_id
+
+    @property
+    def attempt(self) -> int:
+        return self.lease.attempt

@@ -1,0 +1,112 @@
+"""Apply and inspect the queue's migrations: plain functions, with a thin command line over them
+(``caravel db ...``).
+
+The library never creates or alters tables while it runs; these functions are the deliberate
+step an operator or a deployment takes. Caravel keeps its history in its own version table,
+``caravel_alembic_version``, so an application's Alembic history can live in the same database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.resources import files
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from caravel.errors import SchemaNotReadyError, StoreError
+from caravel.store.schema import VERSION_TABLE, include_object, metadata
+from caravel.store.urls import sync_url
+
+__all__ = ["SchemaReport", "check", "current", "downgrade", "head", "upgrade"]
+
+
+def _config(url: str | sa.URL) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(files("caravel") / "migrations"))
+    config.attributes["url"] = sync_url(url)
+    return config
+
+
+def head() -> str:
+    """The newest revision shipped with this version of the library."""
+    revision = ScriptDirectory.from_config(_config("sqlite://")).get_current_head()
+    assert revision is not None  # the package always ships at least one revision
+    return revision
+
+
+def upgrade(url: str | sa.URL, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` (default: the newest)."""
+    try:
+        command.upgrade(_config(url), revision)
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError("upgrade") from exc
+
+
+def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
+    """Revert migrations down to ``revision`` (default: one step; ``"base"`` removes all)."""
+    try:
+        command.downgrade(_config(url), revision)
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError("downgrade") from exc
+
+
+def current(url: str | sa.URL) -> str | None:
+    """The applied revision, or ``None`` when the queue was never migrated."""
+    engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError("current") from exc
+    finally:
+        engine.dispose()
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaReport:
+    """What :func:`check` found."""
+
+    current: str | None
+    head: str
+    differences: tuple[str, ...]
+
+
+def check(url: str | sa.URL) -> SchemaReport:
+    """Confirm the database is at the newest revision and matches the table definitions.
+
+    Raises :class:`~caravel.errors.SchemaNotReadyError` when it is not, naming the revision found
+    and the differences; returns the report when everything matches.
+    """
+    newest = head()
+    engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn,
+                opts={
+                    "version_table": VERSION_TABLE,
+                    "compare_type": True,
+                    "include_object": include_object,
+                },
+            )
+            found = context.get_current_revision()
+            diffs = (
+                () if found is None else tuple(str(d) for d in compare_metadata(context, metadata))
+            )
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError("check") from exc
+    finally:
+        engine.dispose()
+    if found is None:
+        raise SchemaNotReadyError("no queue migration has been applied")
+    if found != newest:
+        raise SchemaNotReadyError(f"at revision {found}, the newest is {newest}")
+    if diffs:
+        raise SchemaNotReadyError(f"the tables differ from the model: {'; '.join(diffs)}")
+    return SchemaReport(current=found, head=newest, differences=diffs)

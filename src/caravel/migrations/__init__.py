@@ -1,0 +1,1 @@
+"""Caravel's own Alembic migration history (version table ``caravel_alembic_version``)."""

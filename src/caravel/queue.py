@@ -1,0 +1,237 @@
+"""The application's entry point: enqueue jobs, read their status, replay dead letters, and (for
+workers and integrations) claim, acknowledge and renew leases.
+
+:class:`DatabaseQueue` is an internal API for your application and its workers. Take tenant ids
+from the verified caller, and don't expose these methods directly to clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from caravel.clock import Clock, SystemClock, duration_ms, from_ms, to_ms_ceil
+from caravel.codec import encode_payload
+from caravel.errors import LeaseLostError, SchemaNotReadyError, ValidationError
+from caravel.ids import uuid7
+from caravel.jobs import ClaimedJob, DispatchOptions, EnqueueResult, JobStatus, Lease
+from caravel.migrate import head
+from caravel.options import QueueOptions
+from caravel.registry import JobRegistry
+from caravel.store import open_store
+from caravel.store.api import FailedAttempt, NewJob, Store
+from caravel.validation import check_identifier, check_queue_name
+
+__all__ = ["DatabaseQueue", "FailureOutcome"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureOutcome:
+    """What a recorded failure did: the job retries at ``retry_at``, or, when ``retry_at`` is
+    ``None``, it used its last attempt and is now a dead letter."""
+
+    retry_at: datetime | None
+
+    @property
+    def dead_lettered(self) -> bool:
+        return self.retry_at is None
+
+
+def _job_id(value: UUID | str) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise ValidationError("job_id", "must be a UUID") from None
+
+
+class DatabaseQueue:
+    """A durable queue in a PostgreSQL or SQLite database.
+
+    ``target`` is a database URL (``postgresql://...``, ``sqlite:///queue.db``) or an already
+    opened :class:`~caravel.store.api.Store`. The queue never creates its tables: apply the
+    migrations first (``caravel db upgrade``). Use it as an async context manager, or call
+    :meth:`close`, to release its connections.
+    """
+
+    def __init__(
+        self,
+        target: str | sa.URL | Store,
+        registry: JobRegistry,
+        *,
+        options: QueueOptions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(registry, JobRegistry):
+            raise ValidationError("registry", "must be a JobRegistry")
+        self.store: Store = open_store(target) if isinstance(target, str | sa.URL) else target
+        self.registry = registry
+        self.options = options if options is not None else QueueOptions()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._lease_ms = duration_ms(self.options.lease_duration)
+        self._lifetime_ms = duration_ms(self.options.max_lease_lifetime)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the database connections."""
+        await self.store.close()
+
+    async def check_schema(self) -> None:
+        """Raise :class:`~caravel.errors.SchemaNotReadyError` unless the database is at the
+        library's newest migration."""
+        found = await self.store.schema_revision()
+        newest = head()
+        if found is None:
+            raise SchemaNotReadyError("no queue migration has been applied")
+        if found != newest:
+            raise SchemaNotReadyError(f"at revision {found}, the newest is {newest}")
+
+    # ----- enqueue -------------------------------------------------------------------------
+
+    def _prepare(self, job: object, dispatch: DispatchOptions, now: int) -> NewJob:
+        if not isinstance(dispatch, DispatchOptions):
+            raise ValidationError("dispatch", "must be a DispatchOptions")
+        entry = self.registry.for_job(job)
+        payload = encode_payload(entry.adapter, job, self.options.max_payload_bytes)
+        due = now if dispatch.not_before is None else to_ms_ceil(dispatch.not_before)
+        return NewJob(
+            id=uuid7(now),
+            queue=dispatch.queue,
+            job_type=entry.wire_name,
+            tenant_id=dispatch.tenant_id,
+            idempotency_key=dispatch.idempotency_key,
+            payload=payload,
+            max_attempts=dispatch.max_attempts or self.options.max_attempts,
+            due_at=due,
+            created_at=now,
+        )
+
+    async def enqueue(self, job: object, dispatch: DispatchOptions) -> EnqueueResult:
+        """Save one job, durably, and return its id once the row is committed.
+
+        With an idempotency key, repeating the same queue, tenant, key, job type and payload
+        returns the original job (``already_enqueued=True``), even after it finished, and changes
+        nothing. The same key with different content raises
+        :class:`~caravel.errors.IdempotencyConflictError`.
+        """
+        (result,) = await self.enqueue_many([(job, dispatch)])
+        return result
+
+    async def enqueue_many(
+        self, items: Iterable[tuple[object, DispatchOptions]]
+    ) -> list[EnqueueResult]:
+        """Save many jobs in one transaction; results come back in the order given.
+
+        Every job is validated before anything is written. Idempotency keys are honoured per
+        job, including between jobs of the same call. A conflict rolls back the whole call.
+        """
+        now = self.clock.now_ms()
+        new_jobs = [self._prepare(job, dispatch, now) for job, dispatch in items]
+        outcomes = await self.store.job_insert_many(new_jobs)
+        return [EnqueueResult(o.job_id, already_enqueued=not o.inserted) for o in outcomes]
+
+    # ----- status and replay ---------------------------------------------------------------
+
+    async def get_status(self, job_id: UUID | str, queue: str, tenant_id: str) -> JobStatus | None:
+        """The job's status, or ``None`` when no job has this id in this queue for this exact
+        tenant (matching is case-sensitive)."""
+        return await self.store.job_get(
+            _job_id(job_id), check_queue_name(queue), check_identifier(tenant_id, "tenant_id")
+        )
+
+    async def replay(self, job_id: UUID | str, queue: str, tenant_id: str) -> bool:
+        """Make a dead-lettered job run again: same id and payload, attempts reset to zero, due
+        now. Returns ``False`` (and changes nothing) for any job that is not a dead letter of
+        this queue and tenant. Replay repeats side effects; treat it as an administrative
+        action."""
+        return await self.store.job_replay(
+            _job_id(job_id),
+            check_queue_name(queue),
+            check_identifier(tenant_id, "tenant_id"),
+            self.clock.now_ms(),
+        )
+
+    # ----- leases (workers and integrations) -----------------------------------------------
+
+    async def claim_many(self, queue: str, limit: int) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due jobs of ``queue``. Each claim counts as an attempt."""
+        check_queue_name(queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValidationError("limit", "must be a positive integer")
+        while True:
+            batch = await self.store.job_claim_many(
+                queue, limit, self.clock.now_ms(), self._lease_ms
+            )
+            # Jobs dead-lettered on the way (their last lease expired) use up the limit without
+            # giving work; look again so a caller never sees "nothing due" while jobs wait.
+            if batch.claimed or batch.dead_lettered == 0:
+                return batch.claimed
+
+    async def claim(self, queue: str) -> ClaimedJob | None:
+        """Lease the next due job of ``queue``, or return ``None`` when none is due."""
+        claimed = await self.claim_many(queue, 1)
+        return claimed[0] if claimed else None
+
+    async def complete(self, lease: Lease) -> None:
+        """Record success. Raises :class:`~caravel.errors.LeaseLostError`, changing nothing,
+        when the lease is no longer current."""
+        done = await self.store.job_complete_many([lease], self.clock.now_ms())
+        if lease.job_id not in done:
+            raise LeaseLostError(lease.job_id)
+
+    def failure_for(self, lease: Lease, category: str, now: int) -> FailedAttempt:
+        """The failed attempt to record: a retry after the backoff for this attempt, or a dead
+        letter when the attempt was the last."""
+        if lease.attempt >= lease.max_attempts:
+            return FailedAttempt(lease, category, retry_at=None)
+        backoff = duration_ms(self.options.retry_backoff(lease.attempt))
+        return FailedAttempt(lease, category, retry_at=now + backoff)
+
+    async def fail(self, lease: Lease, category: str) -> FailureOutcome:
+        """Record a failed attempt under a short category (never an exception message).
+
+        Raises :class:`~caravel.errors.LeaseLostError`, changing nothing, when the lease is no
+        longer current.
+        """
+        now = self.clock.now_ms()
+        failure = self.failure_for(lease, category, now)
+        done = await self.store.job_fail_many([failure], now)
+        if lease.job_id not in done:
+            raise LeaseLostError(lease.job_id)
+        return FailureOutcome(None if failure.retry_at is None else from_ms(failure.retry_at))
+
+    async def renew(self, lease: Lease) -> Lease | None:
+        """Extend a current, unexpired lease by the lease duration (never past the maximum
+        lease lifetime, counted from the claim). Returns the new lease to keep, or ``None`` when
+        renewal was rejected: the lease expired, was superseded, the job finished, or the
+        lifetime is used up. A renewal is not an attempt."""
+        now = self.clock.now_ms()
+        expires = min(now + self._lease_ms, self.lifetime_end_ms(lease))
+        if expires <= now:
+            return None
+        return await self.store.job_renew_lease(lease, now, expires)
+
+    def lifetime_end_ms(self, lease: Lease) -> int:
+        """When the claim behind ``lease`` reaches the maximum lease lifetime."""
+        return lease.claimed_at_ms + self._lifetime_ms
+
+    def lease_deadline_ms(self, lease: Lease) -> int:
+        """The latest moment the holder of ``lease`` may keep working on it."""
+        return min(lease.expires_at_ms, self.lifetime_end_ms(lease))

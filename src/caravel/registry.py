@@ -1,0 +1,136 @@
+"""Job types, their persisted wire names and their handlers.
+
+A wire name (for example ``reports.generate.v1``) is the contract stored with every job. The
+registry maps it both ways: a payload type to its wire name for enqueue, and a wire name to its
+payload type and handler for the worker. Only registered types can be enqueued, and a stored job
+is decoded only through the type registered under its wire name, so nothing read from the
+database ever selects code to import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, TypeAdapter
+
+from caravel.context import JobContext
+from caravel.errors import RegistrationError, UnknownJobTypeError
+from caravel.validation import check_wire_name
+
+__all__ = ["Handler", "JobRegistry", "JobType"]
+
+JobT = TypeVar("JobT")
+
+AsyncHandler = Callable[[Any, JobContext[Any]], Awaitable[None]]
+SyncHandler = Callable[[Any, JobContext[Any]], None]
+Handler = AsyncHandler | SyncHandler
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+
+
+def _is_payload_type(candidate: object) -> bool:
+    if not isinstance(candidate, type):
+        return False
+    return dataclasses.is_dataclass(candidate) or issubclass(candidate, BaseModel)
+
+
+def _is_async_callable(handler: object) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class JobType:
+    """One registration: a wire name, its payload type and its handler."""
+
+    wire_name: str
+    payload_type: type[Any]
+    handler: Handler
+    is_async: bool
+    adapter: TypeAdapter[Any]
+
+
+class JobRegistry:
+    """The job types an application may enqueue and a worker may run.
+
+    Register each payload type once, under one wire name::
+
+        registry = JobRegistry()
+
+        @registry.handles("reports.generate.v1", GenerateReport)
+        async def generate_report(job: GenerateReport, ctx: JobContext) -> None:
+            ...
+
+    A handler is ``async def handler(job, ctx) -> None``; a plain function is accepted too and
+    runs in a worker thread. Returning normally means success; raising means the attempt failed.
+    """
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, JobType] = {}
+        self._by_type: dict[type[Any], JobType] = {}
+
+    def register(self, wire_name: str, payload_type: type[JobT], handler: Handler) -> None:
+        """Register ``payload_type`` under ``wire_name`` with its handler.
+
+        Raises :class:`~caravel.errors.RegistrationError` for an invalid or already used wire
+        name, a type registered before, a type that is neither a dataclass nor a pydantic model,
+        or a handler that is not callable.
+        """
+        check_wire_name(wire_name)
+        if not _is_payload_type(payload_type):
+            raise RegistrationError(
+                "payload_type", "must be a dataclass or a pydantic BaseModel subclass"
+            )
+        if not callable(handler):
+            raise RegistrationError("handler", "must be callable as handler(job, ctx)")
+        if wire_name in self._by_name:
+            raise RegistrationError("wire_name", "is already registered")
+        if payload_type in self._by_type:
+            raise RegistrationError("payload_type", "is already registered under another name")
+        entry = JobType(
+            wire_name=wire_name,
+            payload_type=payload_type,
+            handler=handler,
+            is_async=_is_async_callable(handler),
+            adapter=TypeAdapter(payload_type),
+        )
+        self._by_name[wire_name] = entry
+        self._by_type[payload_type] = entry
+
+    def handles(self, wire_name: str, payload_type: type[JobT]) -> Callable[[HandlerT], HandlerT]:
+        """Decorator form of :meth:`register`; returns the handler unchanged."""
+
+        def decorate(handler: HandlerT) -> HandlerT:
+            self.register(wire_name, payload_type, handler)
+            return handler
+
+        return decorate
+
+    def for_job(self, job: object) -> JobType:
+        """The registration for ``job``'s exact type, or :class:`UnknownJobTypeError`."""
+        entry = self._by_type.get(type(job))
+        if entry is None:
+            raise UnknownJobTypeError(type(job).__qualname__)
+        return entry
+
+    @overload
+    def get(self, wire_name: str) -> JobType | None: ...
+    @overload
+    def get(self, wire_name: str, default: JobType) -> JobType: ...
+    def get(self, wire_name: str, default: JobType | None = None) -> JobType | None:
+        """The registration for a stored wire name, or ``default``."""
+        return self._by_name.get(wire_name, default)
+
+    def __contains__(self, wire_name: object) -> bool:
+        return wire_name in self._by_name
+
+    def __iter__(self) -> Iterator[JobType]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)

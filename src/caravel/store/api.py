@@ -1,0 +1,162 @@
+"""The database seam: the one interface through which Caravel reads and writes the queue.
+
+Operations are named noun first (``job_insert_many``, ``job_claim_many``...), take typed
+parameters and return typed rows. Nothing above this seam builds SQL. Each dialect module
+implements it and declares what it can do through capability flags
+(``supports_listen_notify``), so callers never ask which database they are on.
+
+All times are whole milliseconds since the epoch, supplied by the caller's clock: the store never
+reads the database server's clock, so an injected test clock controls every lease and retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from uuid import UUID
+
+from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+
+__all__ = [
+    "ClaimBatch",
+    "FailedAttempt",
+    "InsertOutcome",
+    "JobFilter",
+    "NewJob",
+    "QueueCounts",
+    "Store",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated, serialized job ready to insert."""
+
+    id: UUID
+    queue: str
+    job_type: str
+    tenant_id: str
+    idempotency_key: str | None
+    payload: str
+    max_attempts: int
+    due_at: int
+    created_at: int
+    trace_context: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InsertOutcome:
+    """For one :class:`NewJob`: the id it now has, and whether this call created it (false when
+    its idempotency key matched an existing job with the same type and payload)."""
+
+    job_id: UUID
+    inserted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim statement did: the jobs now leased to the caller, and how many jobs it
+    moved to dead letter instead because their last lease expired with no attempts left."""
+
+    claimed: list[ClaimedJob]
+    dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """A failed attempt to record: retry at ``retry_at`` or, when ``None``, dead-letter."""
+
+    lease: Lease
+    category: str
+    retry_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Jobs per state in one queue at one moment."""
+
+    queue: str
+    ready: int
+    delayed: int
+    running: int
+    expired: int
+    dead_letter: int
+    completed: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing returns (all given fields must match)."""
+
+    queue: str | None = None
+    tenant_id: str | None = None
+    state: JobState | None = None
+    job_type: str | None = None
+    limit: int = 50
+
+
+class Store(Protocol):
+    """Every queue operation on one database."""
+
+    supports_listen_notify: bool
+
+    async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+        """Insert jobs in one transaction. A job whose (queue, tenant, key) already exists is not
+        inserted: with the same job type and payload its outcome names the existing job; with
+        different content the whole transaction rolls back and
+        :class:`~caravel.errors.IdempotencyConflictError` is raised."""
+        ...
+
+    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
+        """Lease up to ``limit`` jobs of ``queue`` that are due or whose lease expired.
+
+        Each claimed job's attempt goes up by one and its lease token changes. A job whose lease
+        expired with its attempts used up is dead-lettered (``LeaseExpired``) instead.
+        """
+        ...
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        """Mark jobs completed; returns the ids whose lease was still current. Others are
+        untouched."""
+        ...
+
+    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+        """Record failed attempts; returns the ids whose lease was still current."""
+        ...
+
+    async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
+        """Extend an unexpired, current lease to ``expires_at``; ``None`` when rejected."""
+        ...
+
+    async def job_get(self, job_id: UUID, queue: str, tenant_id: str) -> JobStatus | None:
+        """A job's status when id, queue and tenant all match exactly."""
+        ...
+
+    async def job_get_payload(self, job_id: UUID, queue: str, tenant_id: str) -> str | None:
+        """A job's stored payload text when id, queue and tenant all match exactly."""
+        ...
+
+    async def job_replay(self, job_id: UUID, queue: str, tenant_id: str, now: int) -> bool:
+        """Make a dead-lettered job ready again with its attempts reset."""
+        ...
+
+    async def job_list(self, where: JobFilter) -> list[JobStatus]:
+        """Recent jobs, newest first, without payloads."""
+        ...
+
+    async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
+        """Per-queue counts, read without changing anything."""
+        ...
+
+    async def schema_revision(self) -> str | None:
+        """The applied migration revision, or ``None`` when the queue was never migrated."""
+        ...
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        """Queue names as enqueues announce them, where the database can push them."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,79 @@
+"""The queue's tables, as SQLAlchemy Core metadata: the one schema source.
+
+The Alembic migrations shipped with the package create exactly this; a test runs autogenerate
+against a migrated database on every dialect and expects no difference.
+
+Times are whole milliseconds since the Unix epoch (UTC) in BIGINT columns. That keeps comparisons
+exact and identical on every database, and matches the rule that queue times are stored to the
+millisecond, rounded up.
+
+``available_at`` is the one column the claim query reads: for a ready job it is the due time, for
+a running job it is the lease expiry (a crashed worker's job becomes claimable again at that
+moment), and for a finished job it is NULL. A partial index over the non-NULL rows keeps the claim
+cheap however much finished history the table retains.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["JOBS_TABLE", "VERSION_TABLE", "include_object", "jobs", "metadata"]
+
+JOBS_TABLE = "caravel_jobs"
+VERSION_TABLE = "caravel_alembic_version"
+
+metadata = sa.MetaData()
+
+jobs = sa.Table(
+    JOBS_TABLE,
+    metadata,
+    sa.Column("id", sa.Uuid(), nullable=False),
+    sa.Column("queue", sa.String(64), nullable=False),
+    sa.Column("job_type", sa.String(128), nullable=False),
+    sa.Column("tenant_id", sa.String(128), nullable=False),
+    sa.Column("idempotency_key", sa.String(128), nullable=True),
+    sa.Column("payload", sa.Text(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempt", sa.Integer(), nullable=False),
+    sa.Column("max_attempts", sa.Integer(), nullable=False),
+    sa.Column("due_at", sa.BigInteger(), nullable=False),
+    sa.Column("available_at", sa.BigInteger(), nullable=True),
+    sa.Column("lease_token", sa.BigInteger(), nullable=False),
+    sa.Column("lease_expires_at", sa.BigInteger(), nullable=True),
+    sa.Column("started_at", sa.BigInteger(), nullable=True),
+    sa.Column("finished_at", sa.BigInteger(), nullable=True),
+    sa.Column("created_at", sa.BigInteger(), nullable=False),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.Column("last_failure", sa.String(32), nullable=True),
+    sa.Column("trace_context", sa.String(512), nullable=True),
+    sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
+    sa.CheckConstraint(
+        "state IN ('ready', 'running', 'completed', 'dead_letter')",
+        name="ck_caravel_jobs_state",
+    ),
+    sa.CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="ck_caravel_jobs_attempt"),
+    sa.CheckConstraint(
+        "max_attempts >= 1 AND max_attempts <= 100", name="ck_caravel_jobs_max_attempts"
+    ),
+    sa.UniqueConstraint(
+        "queue", "tenant_id", "idempotency_key", name="uq_caravel_jobs_idempotency"
+    ),
+    sa.Index(
+        "ix_caravel_jobs_claim",
+        "queue",
+        "available_at",
+        postgresql_where=sa.text("available_at IS NOT NULL"),
+        sqlite_where=sa.text("available_at IS NOT NULL"),
+    ),
+)
+
+
+def include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    """Alembic filter: only Caravel's own tables and their indexes and constraints, so an
+    application's tables in the same database are never compared or touched."""
+    if type_ == "table":
+        return name in metadata.tables
+    table = getattr(obj, "table", None)
+    return table is None or getattr(table, "name", None) in metadata.tables

@@ -1,0 +1,474 @@
+"""The store's operations as portable SQLAlchemy Core, shared by every dialect.
+
+Dialect modules subclass :class:`SqlStore` and supply only what differs: the INSERT construct with
+``ON CONFLICT``, how claim candidates are locked, how a transaction begins, how schema errors are
+recognised, and any push wake-ups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from caravel.clock import from_ms
+from caravel.errors import IdempotencyConflictError, SchemaNotReadyError, StoreError
+from caravel.jobs import ClaimedJob, FailureCategory, JobState, JobStatus, Lease
+from caravel.store.api import (
+    ClaimBatch,
+    FailedAttempt,
+    InsertOutcome,
+    JobFilter,
+    NewJob,
+    QueueCounts,
+)
+from caravel.store.schema import VERSION_TABLE, jobs
+
+__all__ = ["SqlStore"]
+
+_RUNNING = JobState.RUNNING.value
+_READY = JobState.READY.value
+_DEAD = JobState.DEAD_LETTER.value
+_COMPLETED = JobState.COMPLETED.value
+
+_STATUS_COLUMNS = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.job_type,
+    jobs.c.state,
+    jobs.c.attempt,
+    jobs.c.max_attempts,
+    jobs.c.due_at,
+    jobs.c.created_at,
+    jobs.c.updated_at,
+    jobs.c.started_at,
+    jobs.c.finished_at,
+    jobs.c.lease_expires_at,
+    jobs.c.last_failure,
+)
+
+_CLAIM_RETURNING = (
+    jobs.c.id,
+    jobs.c.state,
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.job_type,
+    jobs.c.payload,
+    jobs.c.attempt,
+    jobs.c.max_attempts,
+    jobs.c.lease_token,
+    jobs.c.lease_expires_at,
+    jobs.c.started_at,
+    jobs.c.due_at,
+    jobs.c.trace_context,
+)
+
+
+def _optional_time(ms: int | None) -> Any:
+    return None if ms is None else from_ms(ms)
+
+
+def _status(row: Any) -> JobStatus:
+    return JobStatus(
+        job_id=row.id,
+        queue=row.queue,
+        tenant_id=row.tenant_id,
+        job_type=row.job_type,
+        state=JobState(row.state),
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        due_at=from_ms(row.due_at),
+        created_at=from_ms(row.created_at),
+        updated_at=from_ms(row.updated_at),
+        started_at=_optional_time(row.started_at),
+        finished_at=_optional_time(row.finished_at),
+        lease_expires_at=_optional_time(row.lease_expires_at),
+        last_failure=row.last_failure,
+    )
+
+
+def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
+    return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
+
+
+class SqlStore:
+    """Queue operations over one SQLAlchemy async engine."""
+
+    supports_listen_notify = False
+    #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
+    insert_chunk = 500
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    # ----- dialect hooks -------------------------------------------------------------------
+
+    def _insert(self) -> Any:
+        """The dialect's INSERT construct (it must offer ``on_conflict_do_nothing``)."""
+        raise NotImplementedError
+
+    def _lock_claim_candidates(self, candidates: sa.Select[Any]) -> sa.Select[Any]:
+        """Lock the rows a claim picks, where the database needs it."""
+        return candidates
+
+    def _is_schema_missing(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def _transaction(self, *, readonly: bool) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.begin() as conn:
+            yield conn
+
+    # ----- plumbing ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _translated(self, operation: str) -> AsyncIterator[None]:
+        try:
+            yield
+        except sa.exc.SQLAlchemyError as exc:
+            if self._is_schema_missing(exc):
+                raise SchemaNotReadyError(f"{operation} found no queue table") from exc
+            raise StoreError(operation) from exc
+        except OSError as exc:
+            raise StoreError(operation) from exc
+
+    @asynccontextmanager
+    async def _write(self, operation: str) -> AsyncIterator[AsyncConnection]:
+        async with self._translated(operation), self._transaction(readonly=False) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _read(self, operation: str) -> AsyncIterator[AsyncConnection]:
+        async with self._translated(operation), self._transaction(readonly=True) as conn:
+            yield conn
+
+    # ----- enqueue -------------------------------------------------------------------------
+
+    async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+        if not new_jobs:
+            return []
+        async with self._write("job_insert") as conn:
+            inserted: set[UUID] = set()
+            for start in range(0, len(new_jobs), self.insert_chunk):
+                chunk = new_jobs[start : start + self.insert_chunk]
+                stmt = (
+                    self._insert()
+                    .values([self._row_values(job) for job in chunk])
+                    .on_conflict_do_nothing(
+                        index_elements=[jobs.c.queue, jobs.c.tenant_id, jobs.c.idempotency_key]
+                    )
+                    .returning(jobs.c.id)
+                )
+                inserted.update((await conn.execute(stmt)).scalars())
+            existing = await self._existing_by_key(
+                conn, [job for job in new_jobs if job.id not in inserted]
+            )
+            outcomes: list[InsertOutcome] = []
+            for job in new_jobs:
+                if job.id in inserted:
+                    outcomes.append(InsertOutcome(job.id, inserted=True))
+                    continue
+                row = existing[(job.queue, job.tenant_id, job.idempotency_key)]
+                if row.job_type != job.job_type or row.payload != job.payload:
+                    raise IdempotencyConflictError(row.id)  # rolls the whole batch back
+                outcomes.append(InsertOutcome(row.id, inserted=False))
+            await self._after_insert(conn, new_jobs, inserted)
+        return outcomes
+
+    async def _after_insert(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
+    ) -> None:
+        """Runs inside the insert transaction (PostgreSQL announces new work here)."""
+
+    @staticmethod
+    def _row_values(job: NewJob) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "queue": job.queue,
+            "job_type": job.job_type,
+            "tenant_id": job.tenant_id,
+            "idempotency_key": job.idempotency_key,
+            "payload": job.payload,
+            "state": _READY,
+            "attempt": 0,
+            "max_attempts": job.max_attempts,
+            "due_at": job.due_at,
+            "available_at": job.due_at,
+            "lease_token": 0,
+            "created_at": job.created_at,
+            "updated_at": job.created_at,
+            "trace_context": job.trace_context,
+        }
+
+    async def _existing_by_key(
+        self, conn: AsyncConnection, duplicates: Sequence[NewJob]
+    ) -> dict[tuple[str, str, str | None], Any]:
+        keys = {(job.queue, job.tenant_id, job.idempotency_key) for job in duplicates}
+        if not keys:
+            return {}
+        found: dict[tuple[str, str, str | None], Any] = {}
+        ordered = sorted(keys, key=lambda k: (k[0], k[1], k[2] or ""))
+        for start in range(0, len(ordered), self.insert_chunk):
+            stmt = sa.select(
+                jobs.c.id,
+                jobs.c.queue,
+                jobs.c.tenant_id,
+                jobs.c.idempotency_key,
+                jobs.c.job_type,
+                jobs.c.payload,
+            ).where(
+                sa.tuple_(jobs.c.queue, jobs.c.tenant_id, jobs.c.idempotency_key).in_(
+                    ordered[start : start + self.insert_chunk]
+                )
+            )
+            for row in await conn.execute(stmt):
+                found[(row.queue, row.tenant_id, row.idempotency_key)] = row
+        return found
+
+    # ----- claim and acknowledge -----------------------------------------------------------
+
+    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
+        expires = now + lease_ms
+        candidates = self._lock_claim_candidates(
+            sa.select(jobs.c.id)
+            .where(jobs.c.queue == queue, jobs.c.available_at <= now)
+            .order_by(jobs.c.available_at)
+            .limit(limit)
+        ).cte("candidates")
+        exhausted = sa.and_(jobs.c.state == _RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
+
+        def pick(if_exhausted: Any, otherwise: Any) -> sa.Case[Any]:
+            return sa.case((exhausted, if_exhausted), else_=otherwise)
+
+        stmt = (
+            sa.update(jobs)
+            .where(jobs.c.id.in_(sa.select(candidates.c.id)))
+            .values(
+                state=pick(_DEAD, _RUNNING),
+                attempt=pick(jobs.c.attempt, jobs.c.attempt + 1),
+                lease_token=jobs.c.lease_token + 1,
+                lease_expires_at=pick(sa.null(), expires),
+                available_at=pick(sa.null(), expires),
+                started_at=pick(jobs.c.started_at, now),
+                finished_at=pick(now, sa.null()),
+                last_failure=pick(FailureCategory.LEASE_EXPIRED.value, jobs.c.last_failure),
+                updated_at=now,
+            )
+            .returning(*_CLAIM_RETURNING)
+        )
+        async with self._write("job_claim") as conn:
+            rows = (await conn.execute(stmt)).all()
+        claimed: list[ClaimedJob] = []
+        dead = 0
+        for row in rows:
+            if row.state != _RUNNING:
+                dead += 1
+                continue
+            lease = Lease(
+                job_id=row.id,
+                token=row.lease_token,
+                expires_at_ms=row.lease_expires_at,
+                claimed_at_ms=row.started_at,
+                attempt=row.attempt,
+                max_attempts=row.max_attempts,
+            )
+            claimed.append(
+                ClaimedJob(
+                    lease=lease,
+                    queue=row.queue,
+                    tenant_id=row.tenant_id,
+                    job_type=row.job_type,
+                    payload=row.payload,
+                    due_at_ms=row.due_at,
+                    trace_context=row.trace_context,
+                )
+            )
+        claimed.sort(key=lambda job: (job.due_at_ms, job.lease.job_id))
+        return ClaimBatch(claimed=claimed, dead_lettered=dead)
+
+    @staticmethod
+    def _held(leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
+        return sa.and_(
+            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(
+                [(lease.job_id, lease.token) for lease in leases]
+            ),
+            jobs.c.state == _RUNNING,
+        )
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        if not leases:
+            return set()
+        stmt = (
+            sa.update(jobs)
+            .where(self._held(leases))
+            .values(
+                state=_COMPLETED,
+                available_at=None,
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
+            )
+            .returning(jobs.c.id)
+        )
+        async with self._write("job_complete") as conn:
+            return set((await conn.execute(stmt)).scalars())
+
+    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+        if not failures:
+            return set()
+        done: set[UUID] = set()
+        async with self._write("job_fail") as conn:
+            for failure in failures:
+                retry_at = failure.retry_at
+                stmt = (
+                    sa.update(jobs)
+                    .where(self._held([failure.lease]))
+                    .values(
+                        state=_READY if retry_at is not None else _DEAD,
+                        due_at=retry_at if retry_at is not None else jobs.c.due_at,
+                        available_at=retry_at,
+                        lease_expires_at=None,
+                        finished_at=None if retry_at is not None else now,
+                        last_failure=failure.category,
+                        updated_at=now,
+                    )
+                    .returning(jobs.c.id)
+                )
+                done.update((await conn.execute(stmt)).scalars())
+        return done
+
+    async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
+        stmt = (
+            sa.update(jobs)
+            .where(self._held([lease]), jobs.c.lease_expires_at > now)
+            .values(lease_expires_at=expires_at, available_at=expires_at, updated_at=now)
+            .returning(jobs.c.lease_expires_at)
+        )
+        async with self._write("job_renew_lease") as conn:
+            renewed = (await conn.execute(stmt)).scalar_one_or_none()
+        if renewed is None:
+            return None
+        return Lease(
+            job_id=lease.job_id,
+            token=lease.token,
+            expires_at_ms=renewed,
+            claimed_at_ms=lease.claimed_at_ms,
+            attempt=lease.attempt,
+            max_attempts=lease.max_attempts,
+        )
+
+    # ----- status and replay ---------------------------------------------------------------
+
+    @staticmethod
+    def _owned(job_id: UUID, queue: str, tenant_id: str) -> sa.ColumnElement[bool]:
+        return sa.and_(jobs.c.id == job_id, jobs.c.queue == queue, jobs.c.tenant_id == tenant_id)
+
+    async def job_get(self, job_id: UUID, queue: str, tenant_id: str) -> JobStatus | None:
+        stmt = sa.select(*_STATUS_COLUMNS).where(self._owned(job_id, queue, tenant_id))
+        async with self._read("job_get") as conn:
+            row = (await conn.execute(stmt)).one_or_none()
+        return None if row is None else _status(row)
+
+    async def job_get_payload(self, job_id: UUID, queue: str, tenant_id: str) -> str | None:
+        stmt = sa.select(jobs.c.payload).where(self._owned(job_id, queue, tenant_id))
+        async with self._read("job_get_payload") as conn:
+            payload: str | None = (await conn.execute(stmt)).scalar_one_or_none()
+        return payload
+
+    async def job_replay(self, job_id: UUID, queue: str, tenant_id: str, now: int) -> bool:
+        stmt = (
+            sa.update(jobs)
+            .where(self._owned(job_id, queue, tenant_id), jobs.c.state == _DEAD)
+            .values(
+                state=_READY,
+                attempt=0,
+                due_at=now,
+                available_at=now,
+                lease_expires_at=None,
+                started_at=None,
+                finished_at=None,
+                last_failure=None,
+                updated_at=now,
+            )
+            .returning(jobs.c.id)
+        )
+        async with self._write("job_replay") as conn:
+            return (await conn.execute(stmt)).scalar_one_or_none() is not None
+
+    async def job_list(self, where: JobFilter) -> list[JobStatus]:
+        conditions: list[sa.ColumnElement[bool]] = []
+        if where.queue is not None:
+            conditions.append(jobs.c.queue == where.queue)
+        if where.tenant_id is not None:
+            conditions.append(jobs.c.tenant_id == where.tenant_id)
+        if where.state is not None:
+            conditions.append(jobs.c.state == where.state.value)
+        if where.job_type is not None:
+            conditions.append(jobs.c.job_type == where.job_type)
+        stmt = (
+            sa.select(*_STATUS_COLUMNS)
+            .where(*conditions)
+            .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+            .limit(where.limit)
+        )
+        async with self._read("job_list") as conn:
+            return [_status(row) for row in await conn.execute(stmt)]
+
+    async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
+        ready = jobs.c.state == _READY
+        running = jobs.c.state == _RUNNING
+        stmt = (
+            sa.select(
+                jobs.c.queue,
+                _count(sa.and_(ready, jobs.c.due_at <= now)).label("ready"),
+                _count(sa.and_(ready, jobs.c.due_at > now)).label("delayed"),
+                _count(sa.and_(running, jobs.c.lease_expires_at > now)).label("running"),
+                _count(sa.and_(running, jobs.c.lease_expires_at <= now)).label("expired"),
+                _count(jobs.c.state == _DEAD).label("dead_letter"),
+                _count(jobs.c.state == _COMPLETED).label("completed"),
+            )
+            .group_by(jobs.c.queue)
+            .order_by(jobs.c.queue)
+        )
+        if queue is not None:
+            stmt = stmt.where(jobs.c.queue == queue)
+        async with self._read("queue_counts") as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            QueueCounts(
+                queue=row.queue,
+                ready=int(row.ready),
+                delayed=int(row.delayed),
+                running=int(row.running),
+                expired=int(row.expired),
+                dead_letter=int(row.dead_letter),
+                completed=int(row.completed),
+            )
+            for row in rows
+        ]
+
+    async def schema_revision(self) -> str | None:
+        version = sa.table(VERSION_TABLE, sa.column("version_num", sa.String()))
+        try:
+            async with self._read("schema_revision") as conn:
+                revision: str | None = (
+                    await conn.execute(sa.select(version.c.version_num))
+                ).scalar_one_or_none()
+        except SchemaNotReadyError:
+            return None
+        return revision
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        return None
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+#: Builds a store for an engine; each dialect module exposes one.
+StoreFactory = Callable[[AsyncEngine], SqlStore]

@@ -1,0 +1,85 @@
+"""SQLite: one writer at a time. Every write transaction starts with ``BEGIN IMMEDIATE`` so it takes
+the write lock up front (no deadlock between two readers upgrading), the file runs in WAL mode so
+readers never block the writer, and a busy timeout makes competing processes wait instead of
+failing. Within one process an asyncio lock keeps our own connections from queueing on SQLite's
+lock at all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from caravel.store.schema import jobs
+from caravel.store.sql import SqlStore
+from caravel.store.urls import async_url
+
+__all__ = ["SqliteStore", "create_engine", "read_only_url"]
+
+BUSY_TIMEOUT_MS = 30_000
+_READONLY_OPTION = "caravel_readonly"
+
+
+def read_only_url(url: str | sa.URL) -> sa.URL:
+    """The URL that opens the same file with ``mode=ro``: SQLite itself refuses every write."""
+    parsed = async_url(url)
+    path = parsed.database or ""
+    return parsed.set(database=f"file:{path}?mode=ro&uri=true")
+
+
+def create_engine(url: str | sa.URL, *, read_only: bool = False) -> AsyncEngine:
+    """An async engine for a SQLite file, set up for WAL, busy waits and ``BEGIN IMMEDIATE``."""
+    target = read_only_url(url) if read_only else async_url(url)
+    engine = create_async_engine(target, pool_size=5, max_overflow=5)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event, below, issue BEGIN itself.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = FULL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        if read_only or conn.get_execution_options().get(_READONLY_OPTION):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class SqliteStore(SqlStore):
+    insert_chunk = 200
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self._writer = asyncio.Lock()
+
+    def _insert(self) -> Any:
+        return sqlite.insert(jobs)
+
+    def _is_schema_missing(self, exc: BaseException) -> bool:
+        text = str(getattr(exc, "orig", exc))
+        return "no such table" in text or "no such column" in text
+
+    @asynccontextmanager
+    async def _transaction(self, *, readonly: bool) -> AsyncIterator[AsyncConnection]:
+        if readonly:
+            async with self.engine.connect() as conn:
+                await conn.execution_options(**{_READONLY_OPTION: True})
+                async with conn.begin():
+                    yield conn
+            return
+        async with self._writer, self.engine.begin() as conn:
+            yield conn

@@ -1,0 +1,52 @@
+"""Database URLs: what a user writes, and what SQLAlchemy needs for each driver.
+
+Users write ``postgresql://...`` or ``sqlite:///path/to/queue.db`` (any explicit driver suffix is
+accepted too). The library talks to PostgreSQL through psycopg 3 and to SQLite through aiosqlite
+(async) or the standard ``sqlite3`` module (migrations).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from caravel.errors import ValidationError
+
+__all__ = ["Backend", "async_url", "backend_of", "sync_url"]
+
+Backend = Literal["postgresql", "sqlite"]
+
+
+def _parse(url: str | URL) -> URL:
+    if isinstance(url, URL):
+        return url
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise ValidationError("url", "must be a database URL such as sqlite:///queue.db") from None
+
+
+def backend_of(url: str | URL) -> Backend:
+    """Which database a URL names; anything but PostgreSQL and SQLite is rejected."""
+    name = _parse(url).get_backend_name()
+    if name in ("postgresql", "postgres"):
+        return "postgresql"
+    if name == "sqlite":
+        return "sqlite"
+    raise ValidationError("url", "must name a postgresql:// or sqlite:// database")
+
+
+def async_url(url: str | URL) -> URL:
+    """The URL with the async driver Caravel uses for its backend."""
+    parsed = _parse(url)
+    driver = "postgresql+psycopg" if backend_of(parsed) == "postgresql" else "sqlite+aiosqlite"
+    return parsed.set(drivername=driver)
+
+
+def sync_url(url: str | URL) -> URL:
+    """The URL with the synchronous driver (used by migrations)."""
+    parsed = _parse(url)
+    driver = "postgresql+psycopg" if backend_of(parsed) == "postgresql" else "sqlite+pysqlite"
+    return parsed.set(drivername=driver)

@@ -1,0 +1,91 @@
+"""The rules every queue name, wire name, tenant id, idempotency key and due time must follow.
+
+Each check raises :class:`~caravel.errors.ValidationError` naming the field and the rule, and never
+echoes the value (it may be private).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from caravel.errors import ValidationError
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_KEY_LENGTH",
+    "MAX_QUEUE_NAME_LENGTH",
+    "MAX_WIRE_NAME_LENGTH",
+    "check_identifier",
+    "check_max_attempts",
+    "check_not_before",
+    "check_queue_name",
+    "check_wire_name",
+]
+
+MAX_QUEUE_NAME_LENGTH = 64
+MAX_WIRE_NAME_LENGTH = 128
+MAX_KEY_LENGTH = 128
+MAX_JSON_DEPTH = 32
+
+_NAME = re.compile(r"[a-z0-9._-]+")
+# C0 and C1 control characters, plus DEL.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _check_name(field: str, value: object, limit: int) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(field, "must be a string")
+    if not value or len(value) > limit or _NAME.fullmatch(value) is None:
+        raise ValidationError(
+            field,
+            f"must be 1 to {limit} characters of lowercase letters, digits, '.', '-' or '_'",
+        )
+    return value
+
+
+def check_queue_name(value: object, field: str = "queue") -> str:
+    """A queue name: 1 to 64 characters of ``[a-z0-9._-]``."""
+    return _check_name(field, value, MAX_QUEUE_NAME_LENGTH)
+
+
+def check_wire_name(value: object, field: str = "wire_name") -> str:
+    """A job type's persisted wire name: 1 to 128 characters of ``[a-z0-9._-]``."""
+    return _check_name(field, value, MAX_WIRE_NAME_LENGTH)
+
+
+def check_identifier(value: object, field: str) -> str:
+    """A tenant id or idempotency key: nonblank, at most 128 characters, no control characters.
+
+    The value is kept exactly as given (no trimming, no case folding): lookups are exact.
+    """
+    if not isinstance(value, str):
+        raise ValidationError(field, "must be a string")
+    if not value.strip():
+        raise ValidationError(field, "must not be blank")
+    if len(value) > MAX_KEY_LENGTH:
+        raise ValidationError(field, f"must be at most {MAX_KEY_LENGTH} characters")
+    if _CONTROL.search(value) is not None:
+        raise ValidationError(field, "must not contain control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
+def check_not_before(value: object, field: str = "not_before") -> datetime:
+    """A due time: an aware :class:`~datetime.datetime`. Naive datetimes are rejected because
+    their zone is a guess."""
+    if not isinstance(value, datetime):
+        raise ValidationError(field, "must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(field, "must be timezone-aware (naive datetimes are rejected)")
+    return value
+
+
+def check_max_attempts(value: object, field: str = "max_attempts") -> int:
+    """A per-job attempt budget: an integer from 1 to 100."""
+    if isinstance(value, bool) or not isinstance(value, int) or not (1 <= value <= 100):
+        raise ValidationError(field, "must be an integer from 1 to 100")
+    return value
