@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from caravel.errors import OptionsError
 
-__all__ = ["QueueOptions"]
+__all__ = ["QueueOptions", "WorkerOptions"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -104,3 +104,58 @@ class QueueOptions:
             return self.max_retry_delay
         backoff: timedelta = self.retry_delay * (2**exponent)
         return min(backoff, self.max_retry_delay)
+
+
+MAX_CONCURRENCY = 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerOptions:
+    """How a continuous worker runs.
+
+    Attributes:
+        concurrency: handlers running at once in this process (1 to 1024, default 1: the
+            sequential worker). Synchronous handlers get one thread each.
+        poll_interval: the longest wait between looks at the queue while idle (10 ms to 60 s,
+            default 1 s). On PostgreSQL an enqueue wakes idle workers at once and polling is only
+            the fallback; on SQLite the worker starts at ``min_poll_interval`` after finding work
+            and backs off to this while idle.
+        min_poll_interval: the shortest idle wait (1 ms to ``poll_interval``, default 50 ms).
+        shutdown_grace: after a stop request, how long in-flight handlers may run to completion
+            and be acknowledged before they are cancelled (0 to 1 hour, default 30 s).
+    """
+
+    concurrency: int = 1
+    poll_interval: timedelta = timedelta(seconds=1)
+    min_poll_interval: timedelta = timedelta(milliseconds=50)
+    shutdown_grace: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise OptionsError("concurrency", "must be an integer from 1 to 1024")
+        if not (1 <= self.concurrency <= MAX_CONCURRENCY):
+            raise OptionsError("concurrency", "must be from 1 to 1024")
+        for name in ("poll_interval", "min_poll_interval", "shutdown_grace"):
+            if not isinstance(getattr(self, name), timedelta):
+                raise OptionsError(name, "must be a datetime.timedelta")
+        _require_range(
+            "poll_interval",
+            self.poll_interval,
+            timedelta(milliseconds=10),
+            timedelta(seconds=60),
+            "must be from 10 milliseconds to 60 seconds",
+        )
+        _require_range(
+            "min_poll_interval",
+            self.min_poll_interval,
+            timedelta(milliseconds=1),
+            self.poll_interval,
+            "must be from 1 millisecond to poll_interval",
+        )
+        _require_range(
+            "shutdown_grace",
+            self.shutdown_grace,
+            timedelta(0),
+            timedelta(hours=1),
+            "must be from 0 to 1 hour",
+        )

@@ -27,6 +27,7 @@ from caravel.registry import JobRegistry
 from caravel.store import open_store
 from caravel.store.api import FailedAttempt, NewJob, Store
 from caravel.validation import check_identifier, check_queue_name
+from caravel.wakeup import WakeupHub
 
 __all__ = ["DatabaseQueue", "FailureOutcome"]
 
@@ -75,6 +76,7 @@ class DatabaseQueue:
         self.registry = registry
         self.options = options if options is not None else QueueOptions()
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self.wakeups = WakeupHub()
         self._lease_ms = duration_ms(self.options.lease_duration)
         self._lifetime_ms = duration_ms(self.options.max_lease_lifetime)
 
@@ -145,6 +147,9 @@ class DatabaseQueue:
         now = self.clock.now_ms()
         new_jobs = [self._prepare(job, dispatch, now) for job, dispatch in items]
         outcomes = await self.store.job_insert_many(new_jobs)
+        self.wakeups.notify(
+            {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}
+        )
         return [EnqueueResult(o.job_id, already_enqueued=not o.inserted) for o in outcomes]
 
     # ----- status and replay ---------------------------------------------------------------

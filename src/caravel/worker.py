@@ -1,19 +1,31 @@
 """The worker: claim jobs, run their handlers, record outcomes.
 
-``run_once`` takes one step and is what tests and custom schedulers drive. The continuous
-``run`` loop is built from the same pieces.
+``run_once`` takes one step and is what tests and custom schedulers drive. ``run`` is the
+continuous service built from the same pieces: one fetcher per queue claims as many jobs as there
+are free handler slots, each job runs in its own task under its lease, and an acknowledger writes
+outcomes in batches.
+
+Stopping: :meth:`QueueWorker.stop` (the command line calls it on SIGTERM or SIGINT) stops
+claiming, lets in-flight handlers finish and be acknowledged for ``shutdown_grace``, then cancels
+the rest without acknowledging them; their jobs run again once their leases expire. A second stop
+request cancels at once. A database failure while claiming, acknowledging or renewing stops the
+worker too, and ``run`` raises it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
+from caravel.acknowledger import Acknowledger
 from caravel.errors import LeaseLostError, ValidationError
 from caravel.execution import JobRunner, Outcome, ScopeFactory
 from caravel.jobs import ClaimedJob
+from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
 from caravel.validation import check_queue_name
 
@@ -27,23 +39,31 @@ class QueueWorker:
 
     ``scope`` is an optional factory of async context managers; the worker opens a fresh one
     around each job, and the handler reaches its value as ``ctx.scope`` (a database session, a
-    unit of work, ...). Synchronous handlers run in a pool of ``threads`` threads.
+    unit of work, ...). Synchronous handlers run in a thread pool with one thread per concurrent
+    handler.
     """
 
     def __init__(
         self,
         queue: DatabaseQueue,
         *,
+        options: WorkerOptions | None = None,
         scope: ScopeFactory | None = None,
-        threads: int = 4,
     ) -> None:
         if not isinstance(queue, DatabaseQueue):
             raise ValidationError("queue", "must be a DatabaseQueue")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValidationError("threads", "must be a positive integer")
         self.queue = queue
-        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="caravel-job")
+        self.options = options if options is not None else WorkerOptions()
+        self._threads = ThreadPoolExecutor(
+            max_workers=self.options.concurrency, thread_name_prefix="caravel-job"
+        )
         self._runner = JobRunner(queue, scope=scope, threads=self._threads)
+        self._acker = Acknowledger(queue)
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._slot_freed = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._cancel_now = asyncio.Event()
+        self._fault: BaseException | None = None
         self.lost_acknowledgements = 0
 
     async def __aenter__(self) -> Self:
@@ -55,11 +75,19 @@ class QueueWorker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        await self.close()
 
-    def close(self) -> None:
-        """Release the handler threads (without waiting for abandoned synchronous handlers)."""
+    async def close(self) -> None:
+        """Release the handler threads (abandoned synchronous handlers are not waited for)."""
+        await self._acker.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running right now."""
+        return len(self._in_flight)
+
+    # ----- one step ------------------------------------------------------------------------
 
     async def run_once(self, queue: str) -> bool:
         """Claim at most one job of ``queue``, run it and record its outcome.
@@ -72,12 +100,10 @@ class QueueWorker:
         if claimed is None:
             return False
         outcome = await self._runner.run(claimed)
-        await self.acknowledge(claimed, outcome)
+        await self._record(claimed, outcome, batched=False)
         return True
 
-    async def acknowledge(self, claimed: ClaimedJob, outcome: Outcome) -> None:
-        """Persist one outcome. An abandoned job is left alone; a stale lease is counted and
-        logged, never raised."""
+    async def _record(self, claimed: ClaimedJob, outcome: Outcome, *, batched: bool) -> None:
         fields = {
             "job_id": str(claimed.job_id),
             "queue": claimed.queue,
@@ -90,21 +116,162 @@ class QueueWorker:
                 extra={**fields, "reason": outcome.abandoned.value},
             )
             return
-        try:
-            if outcome.failure is None:
-                await self.queue.complete(outcome.lease)
-                logger.debug("job completed", extra=fields)
-                return
-            result = await self.queue.fail(outcome.lease, outcome.failure.value)
-        except LeaseLostError:
+        if batched:
+            held = await self._acker.submit(claimed, outcome)
+        else:
+            held = True
+            try:
+                if outcome.failure is None:
+                    await self.queue.complete(outcome.lease)
+                else:
+                    await self.queue.fail(outcome.lease, outcome.failure.value)
+            except LeaseLostError:
+                held = False
+        if not held:
             self.lost_acknowledgements += 1
             logger.warning("job acknowledgement rejected: lease lost", extra=fields)
-            return
-        logger.info(
-            "job failed",
-            extra={
-                **fields,
-                "category": outcome.failure.value,
-                "dead_lettered": result.dead_lettered,
-            },
-        )
+        elif outcome.failure is not None:
+            last = claimed.attempt >= claimed.lease.max_attempts
+            logger.info(
+                "job failed",
+                extra={**fields, "category": outcome.failure.value, "dead_lettered": last},
+            )
+        else:
+            logger.debug("job completed", extra=fields)
+
+    # ----- continuous ----------------------------------------------------------------------
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Ask :meth:`run` to stop. The first request drains gracefully; a second one (or
+        ``immediate=True``) cancels in-flight handlers at once."""
+        if self._stop_requested.is_set() or immediate:
+            self._cancel_now.set()
+        self._stop_requested.set()
+
+    async def run(self, queues: str | Sequence[str]) -> None:
+        """Process ``queues`` until :meth:`stop` is called or the database fails.
+
+        Checks first that the schema is migrated (raising
+        :class:`~caravel.errors.SchemaNotReadyError` otherwise). Returns normally after a stop;
+        raises the error that stopped it otherwise.
+        """
+        names = [queues] if isinstance(queues, str) else list(queues)
+        if not names:
+            raise ValidationError("queues", "must name at least one queue")
+        for name in names:
+            check_queue_name(name, "queues")
+        await self.queue.check_schema()
+        hub = self.queue.wakeups
+        services = [
+            asyncio.create_task(self._fetch_loop(name), name=f"caravel-fetch-{name}")
+            for name in names
+        ]
+        feed = self.queue.store.wakeups(names)
+        if feed is not None:
+            services.append(asyncio.create_task(self._listen(feed), name="caravel-listen"))
+        for name in names:
+            hub.event(name)
+        try:
+            await self._stop_requested.wait()
+        finally:
+            for task in services:
+                task.cancel()
+            await asyncio.gather(*services, return_exceptions=True)
+            await self._drain()
+        if self._fault is not None:
+            raise self._fault
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._fault is None:
+            self._fault = exc
+            logger.error(
+                "worker stopping: %s",
+                type(exc).__name__,
+                extra={
+                    "error_type": type(exc).__name__,
+                    "operation": getattr(exc, "operation", None),
+                },
+            )
+        self._cancel_now.set()
+        self._stop_requested.set()
+
+    async def _drain(self) -> None:
+        if self._in_flight and not self._cancel_now.is_set():
+            grace = self.options.shutdown_grace.total_seconds()
+            pending: asyncio.Future[Any] = asyncio.gather(*self._in_flight, return_exceptions=True)
+            cancelled: asyncio.Future[Any] = asyncio.ensure_future(self._cancel_now.wait())
+            try:
+                await asyncio.wait(
+                    {pending, cancelled}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                cancelled.cancel()
+        for task in list(self._in_flight):
+            task.cancel()
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+        if self._fault is None:
+            await self._acker.close()
+        else:
+            await self._acker.abort()
+
+    async def _fetch_loop(self, queue: str) -> None:
+        opts = self.options
+        hub = self.queue.wakeups
+        push = self.queue.store.supports_listen_notify
+        idle = opts.min_poll_interval.total_seconds()
+        longest = opts.poll_interval.total_seconds()
+        event = hub.event(queue)
+        try:
+            while not self._stop_requested.is_set():
+                free = opts.concurrency - len(self._in_flight)
+                if free <= 0:
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
+                    continue
+                event.clear()
+                claimed = await self.queue.claim_many(queue, free)
+                if claimed:
+                    idle = opts.min_poll_interval.total_seconds()
+                    for job in claimed:
+                        self._start(job)
+                    continue
+                await hub.wait(queue, longest if push else idle)
+                if not push:
+                    idle = min(idle * 2, longest)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(exc)
+
+    def _start(self, claimed: ClaimedJob) -> None:
+        task = asyncio.create_task(self._job(claimed), name=f"caravel-job-{claimed.job_id}")
+        self._in_flight.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._slot_freed.set()
+
+    async def _job(self, claimed: ClaimedJob) -> None:
+        try:
+            outcome = await self._runner.run(claimed)
+            await self._record(claimed, outcome, batched=True)
+        except asyncio.CancelledError:
+            logger.warning(
+                "job abandoned without acknowledgement",
+                extra={
+                    "job_id": str(claimed.job_id),
+                    "queue": claimed.queue,
+                    "job_type": claimed.job_type,
+                    "attempt": claimed.attempt,
+                    "reason": "shutdown",
+                },
+            )
+        except Exception as exc:
+            self._failed(exc)
+
+    async def _listen(self, feed: AsyncIterator[str]) -> None:
+        hub = self.queue.wakeups
+        async for queue in feed:
+            hub.notify((queue,))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from caravel.cli import db
+from caravel.cli.worker import worker
 
 app = typer.Typer(
     name="caravel",
@@ -13,6 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(db.app, name="db")
+app.command()(worker)
 
 
 def main() -> None:

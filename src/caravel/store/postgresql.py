@@ -3,19 +3,26 @@ wait on each other, and duplicate submissions are settled by ``ON CONFLICT DO NO
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from uuid import UUID
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from caravel.store.api import NewJob
 from caravel.store.schema import jobs
 from caravel.store.sql import SqlStore
 from caravel.store.urls import async_url
 
 __all__ = ["PostgresStore", "create_engine"]
+
+logger = logging.getLogger("caravel.store")
 
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 
@@ -27,8 +34,13 @@ def create_engine(url: str | sa.URL, *, pool_size: int = 5) -> AsyncEngine:
     )
 
 
+#: The channel enqueues announce new work on; the payload is the queue name.
+CHANNEL = "caravel_jobs"
+LISTEN_RETRY_SECONDS = 1.0
+
+
 class PostgresStore(SqlStore):
-    supports_listen_notify = False
+    supports_listen_notify = True
     insert_chunk = 1000
 
     def __init__(self, engine: AsyncEngine, *, read_only: bool = False) -> None:
@@ -44,6 +56,42 @@ class PostgresStore(SqlStore):
     def _is_schema_missing(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
+
+    async def _after_insert(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
+    ) -> None:
+        # One NOTIFY per queue per transaction, with a constant payload per queue so PostgreSQL
+        # folds duplicates. Delayed jobs are left to the workers' polling.
+        due_now = sorted(
+            {job.queue for job in new_jobs if job.id in inserted and job.due_at <= job.created_at}
+        )
+        if due_now:
+            await conn.execute(
+                sa.select(sa.func.pg_notify(CHANNEL, sa.column("q"))).select_from(
+                    sa.func.unnest(sa.literal(due_now, postgresql.ARRAY(sa.String()))).alias("q")
+                )
+            )
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
+        return self._listen(frozenset(queues))
+
+    async def _listen(self, queues: frozenset[str]) -> AsyncIterator[str]:
+        """Queue names from NOTIFY, over a dedicated connection outside the pool. A lost
+        connection is re-opened after a pause; polling covers the gap."""
+        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    async for note in conn.notifies():
+                        if note.payload in queues:
+                            yield note.payload
+            except psycopg.Error as exc:
+                logger.warning(
+                    "wake-up listener lost its connection; polling until it is back",
+                    extra={"error_type": type(exc).__name__},
+                )
+            await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
     @asynccontextmanager
     async def _transaction(self, *, readonly: bool) -> AsyncIterator[AsyncConnection]:

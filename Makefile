@@ -1,0 +1,35 @@
+# Everything a newcomer needs: `make demo` runs Caravel end to end on SQLite; `make test` runs
+# lint, types and the whole suite against SQLite and PostgreSQL. Both create .venv themselves.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint typecheck pytest clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m caravel_samples.quickstart
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests samples
+	$(BIN)/ruff format --check src tests samples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

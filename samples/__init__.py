@@ -1,0 +1,1 @@
+"""Runnable samples for Caravel, installed with the project as ``caravel_samples``."""

@@ -1,0 +1,56 @@
+"""Shared fixtures. ``db_url`` runs a test once per database: a fresh SQLite file and a clean,
+migrated PostgreSQL database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from caravel.store.schema import metadata
+from tests.databases import SqliteTemplate, pg_database, truncate_pg
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate:
+    return SqliteTemplate(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture(scope="session")
+def pg_session_url() -> Iterator[str]:
+    with pg_database(migrated=True) as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty queue database of the parametrized backend."""
+    if backend == "sqlite":
+        template: SqliteTemplate = request.getfixturevalue("sqlite_template")
+        return template.copy_to(tmp_path / "queue.db")
+    url: str = request.getfixturevalue("pg_session_url")
+    truncate_pg(url, tuple(metadata.tables))
+    return url
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """The migrated PostgreSQL test database, emptied."""
+    url: str = request.getfixturevalue("pg_session_url")
+    truncate_pg(url, tuple(metadata.tables))
+    return url
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+

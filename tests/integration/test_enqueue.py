@@ -1,0 +1,99 @@
+"""Enqueue and idempotency, on every database."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from caravel import IdempotencyConflictError, JobState, UnknownJobTypeError
+from caravel.testing import ManualClock
+from tests.support import Add, Report, dispatch, open_queue
+
+
+async def test_enqueue_returns_id_and_stores_ready_job(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        result = await queue.enqueue(Add(1), dispatch("k1"))
+        assert result.already_enqueued is False
+        status = await queue.get_status(result.job_id, "default", "tenant-a")
+        assert status is not None
+        assert status.state is JobState.READY
+        assert status.attempt == 0
+        assert status.max_attempts == 3
+        assert status.job_type == "tests.add.v1"
+
+
+async def test_same_key_same_payload_returns_original_even_after_completion(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, clock=clock) as queue:
+        first = await queue.enqueue(Add(1), dispatch("k1"))
+        claimed = await queue.claim("default")
+        assert claimed is not None
+        await queue.complete(claimed.lease)
+        await clock.advance(timedelta(hours=1))
+        again = await queue.enqueue(Add(1), dispatch("k1", not_before=datetime(2040, 1, 1, tzinfo=UTC)))
+        assert again.job_id == first.job_id
+        assert again.already_enqueued is True
+        status = await queue.get_status(first.job_id, "default", "tenant-a")
+        assert status is not None
+        assert status.state is JobState.COMPLETED
+        assert status.attempt == 1
+        assert status.due_at.year == 2030  # the duplicate did not move the due time
+
+
+@pytest.mark.parametrize(
+    "second",
+    [Add(2), Add(1, note="x"), Report(report_id="r")],
+    ids=["other-value", "other-field", "other-type"],
+)
+async def test_same_key_different_content_conflicts_and_writes_nothing(
+    db_url: str, second: object
+) -> None:
+    async with open_queue(db_url) as queue:
+        first = await queue.enqueue(Add(1), dispatch("k1"))
+        with pytest.raises(IdempotencyConflictError) as caught:
+            await queue.enqueue(second, dispatch("k1"))
+        assert caught.value.job_id == first.job_id
+        jobs = await queue.store.job_list(filter_all())
+        assert [j.job_id for j in jobs] == [first.job_id]
+
+
+async def test_keys_are_scoped_by_queue_and_tenant(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        a = await queue.enqueue(Add(1), dispatch("k"))
+        b = await queue.enqueue(Add(1), dispatch("k", queue="other"))
+        c = await queue.enqueue(Add(1), dispatch("k", tenant="tenant-b"))
+        d = await queue.enqueue(Add(1), dispatch("k", tenant="Tenant-A"))
+        assert len({a.job_id, b.job_id, c.job_id, d.job_id}) == 4
+
+
+async def test_without_key_every_enqueue_is_new(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        a = await queue.enqueue(Add(1), dispatch())
+        b = await queue.enqueue(Add(1), dispatch())
+        assert a.job_id != b.job_id
+        assert not a.already_enqueued and not b.already_enqueued
+
+
+async def test_unregistered_type_is_rejected(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        with pytest.raises(UnknownJobTypeError):
+            await queue.enqueue({"amount": 1}, dispatch("k"))
+        assert await queue.store.job_list(filter_all()) == []
+
+
+async def test_fifty_concurrent_enqueues_with_one_key_make_one_job(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        results = await asyncio.gather(
+            *(queue.enqueue(Add(7), dispatch("race")) for _ in range(50))
+        )
+        assert len({r.job_id for r in results}) == 1
+        assert sum(1 for r in results if not r.already_enqueued) == 1
+        assert len(await queue.store.job_list(filter_all())) == 1
+
+
+def filter_all():  # type: ignore[no-untyped-def]
+    from caravel.store.api import JobFilter
+
+    return JobFilter(limit=1000)
