@@ -29,16 +29,19 @@ def _ledger(event: str, ctx: JobContext[object]) -> None:
 
 @dataclass(frozen=True)
 class Nap:
-    """Sleeps ``seconds`` (cooperatively), recording start and end."""
+    """Sleeps ``seconds`` (cooperatively), recording start and end. With
+    ``first_attempt_only`` later attempts finish at once."""
 
     seconds: float
     label: str = ""
+    first_attempt_only: bool = False
 
 
 @registry.handles("tests.nap.v1", Nap)
 async def nap(job: Nap, ctx: JobContext[object]) -> None:
     _ledger("start", ctx)
-    await asyncio.sleep(job.seconds)
+    if ctx.attempt == 1 or not job.first_attempt_only:
+        await asyncio.sleep(job.seconds)
     _ledger("end", ctx)
 
 

@@ -24,13 +24,19 @@ __all__ = ["PostgresStore", "create_engine"]
 
 logger = logging.getLogger("caravel.store")
 
+#: Shown in pg_stat_activity for every connection the queue opens.
+APPLICATION_NAME = "caravel"
+
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 
 
 def create_engine(url: str | sa.URL, *, pool_size: int = 5) -> AsyncEngine:
     """An async engine for a PostgreSQL URL, through psycopg 3."""
     return create_async_engine(
-        async_url(url), pool_size=pool_size, max_overflow=10, pool_pre_ping=False
+        async_url(url),
+        pool_size=pool_size,
+        max_overflow=10,
+        connect_args={"application_name": APPLICATION_NAME},
     )
 
 
@@ -81,7 +87,9 @@ class PostgresStore(SqlStore):
         dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    dsn, autocommit=True, application_name=APPLICATION_NAME
+                ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     async for note in conn.notifies():
                         if note.payload in queues:

@@ -26,16 +26,26 @@ BUSY_TIMEOUT_MS = 30_000
 _READONLY_OPTION = "caravel_readonly"
 
 
-def read_only_url(url: str | sa.URL) -> sa.URL:
-    """The URL that opens the same file with ``mode=ro``: SQLite itself refuses every write."""
+def _file_url(url: str | sa.URL, mode: str) -> sa.URL:
     parsed = async_url(url)
     path = parsed.database or ""
-    return parsed.set(database=f"file:{path}?mode=ro&uri=true")
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return parsed
+    return parsed.set(database=f"file:{path}", query={**parsed.query, "mode": mode, "uri": "true"})
+
+
+def read_only_url(url: str | sa.URL) -> sa.URL:
+    """The URL that opens the same file with ``mode=ro``: SQLite itself refuses every write."""
+    return _file_url(url, "ro")
 
 
 def create_engine(url: str | sa.URL, *, read_only: bool = False) -> AsyncEngine:
-    """An async engine for a SQLite file, set up for WAL, busy waits and ``BEGIN IMMEDIATE``."""
-    target = read_only_url(url) if read_only else async_url(url)
+    """An async engine for a SQLite file, set up for WAL, busy waits and ``BEGIN IMMEDIATE``.
+
+    The file is opened with ``mode=rw`` (or ``mode=ro``): the queue never creates a database, so
+    a wrong or removed path fails loudly instead of silently starting an empty one.
+    """
+    target = _file_url(url, "ro" if read_only else "rw")
     engine = create_async_engine(target, pool_size=5, max_overflow=5)
 
     @event.listens_for(engine.sync_engine, "connect")
