@@ -3,7 +3,7 @@ migrated PostgreSQL database."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,4 +53,3 @@ def pg_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-

@@ -52,8 +52,9 @@ def make_registry(recorder: Recorder | None = None) -> JobRegistry:
     return registry
 
 
-def dispatch(key: str | None = None, *, queue: str = "default", tenant: str = "tenant-a",
-             **extra: object) -> DispatchOptions:
+def dispatch(
+    key: str | None = None, *, queue: str = "default", tenant: str = "tenant-a", **extra: object
+) -> DispatchOptions:
     return DispatchOptions(queue=queue, tenant_id=tenant, idempotency_key=key, **extra)  # type: ignore[arg-type]
 
 
@@ -69,8 +70,9 @@ async def open_queue(
     **options: object,
 ) -> AsyncIterator[DatabaseQueue]:
     opts = QueueOptions(**{"lease_duration": LEASE, **options})  # type: ignore[arg-type]
-    queue = DatabaseQueue(url, registry or make_registry(), options=opts,
-                          clock=clock or ManualClock())
+    queue = DatabaseQueue(
+        url, registry or make_registry(), options=opts, clock=clock or ManualClock()
+    )
     try:
         yield queue
     finally:

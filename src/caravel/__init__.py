@@ -25,7 +25,8 @@ from caravel.jobs import (
     JobStatus,
     Lease,
 )
-from caravel.options import QueueOptions
+from caravel.options import QueueOptions, WorkerOptions
+from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
 from caravel.queue import DatabaseQueue, FailureOutcome
 from caravel.registry import JobRegistry
 from caravel.worker import QueueWorker
@@ -50,13 +51,19 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "OptionsError",
+    "Outbox",
+    "OutboxEnvelope",
+    "OutboxRelay",
     "QueueOptions",
     "QueueWorker",
     "RegistrationError",
     "SchemaNotReadyError",
+    "StagedIntent",
     "StoreError",
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",
+    "WorkerOptions",
     "__version__",
+    "add_outbox",
 ]

@@ -10,6 +10,7 @@ the database is ever imported or evaluated.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -50,11 +51,48 @@ def json_depth(value: object) -> int:
     return deepest
 
 
-def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> str:
-    """The canonical JSON text for ``job``, after checking depth, encoding and size."""
+def _check_values(value: object) -> None:
+    """Reject what JSON mode would silently rewrite: non-finite floats (pydantic turns them into
+    ``null``) and strings, including mapping keys, that are not valid Unicode (lone surrogates
+    become replacement characters). Iterative, and stops descending past the depth limit."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValidationError("payload", "must not contain NaN or infinite numbers")
+        elif isinstance(item, str):
+            _require_unicode(item)
+        elif depth >= MAX_JSON_DEPTH:
+            if isinstance(item, dict | list | tuple | set | frozenset):
+                raise ValidationError(
+                    "payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep"
+                )
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend((child, depth + 1) for child in item)
+
+
+def _require_unicode(text: str) -> None:
     try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "payload", "must be valid Unicode text (no lone surrogates)"
+        ) from None
+
+
+def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> str:
+    """The canonical JSON text for ``job``, after checking values, depth, encoding and size."""
+    try:
+        _check_values(adapter.dump_python(job, mode="python"))
         plain = adapter.dump_python(job, mode="json")
-    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
         raise ValidationError("payload", "must serialize to JSON") from None
     if json_depth(plain) > MAX_JSON_DEPTH:
         raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")

@@ -98,12 +98,12 @@ class QueueOptions:
 
     def retry_backoff(self, attempt: int) -> timedelta:
         """The delay before the next attempt after attempt number ``attempt`` (1-based) failed:
-        ``retry_delay * 2 ** (attempt - 1)``, capped at ``max_retry_delay``."""
+        ``retry_delay * 2 ** (attempt - 1)``, capped at ``max_retry_delay``. Computed in whole
+        microseconds with Python integers, so no attempt number can overflow it."""
         exponent = max(0, attempt - 1)
-        if exponent >= 40:  # far past any cap; avoids building a huge timedelta
-            return self.max_retry_delay
-        backoff: timedelta = self.retry_delay * (2**exponent)
-        return min(backoff, self.max_retry_delay)
+        micro = timedelta(microseconds=1)
+        base, cap = self.retry_delay // micro, self.max_retry_delay // micro
+        return timedelta(microseconds=min(base << min(exponent, 128), cap))
 
 
 MAX_CONCURRENCY = 1024

@@ -7,7 +7,7 @@ from the verified caller, and don't expose these methods directly to clients.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -16,10 +16,9 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from caravel.clock import Clock, SystemClock, duration_ms, from_ms, to_ms_ceil
-from caravel.codec import encode_payload
+from caravel.clock import Clock, SystemClock, duration_ms, from_ms
+from caravel.envelope import prepare
 from caravel.errors import LeaseLostError, SchemaNotReadyError, ValidationError
-from caravel.ids import uuid7
 from caravel.jobs import ClaimedJob, DispatchOptions, EnqueueResult, JobStatus, Lease
 from caravel.migrate import head
 from caravel.options import QueueOptions
@@ -107,24 +106,6 @@ class DatabaseQueue:
 
     # ----- enqueue -------------------------------------------------------------------------
 
-    def _prepare(self, job: object, dispatch: DispatchOptions, now: int) -> NewJob:
-        if not isinstance(dispatch, DispatchOptions):
-            raise ValidationError("dispatch", "must be a DispatchOptions")
-        entry = self.registry.for_job(job)
-        payload = encode_payload(entry.adapter, job, self.options.max_payload_bytes)
-        due = now if dispatch.not_before is None else to_ms_ceil(dispatch.not_before)
-        return NewJob(
-            id=uuid7(now),
-            queue=dispatch.queue,
-            job_type=entry.wire_name,
-            tenant_id=dispatch.tenant_id,
-            idempotency_key=dispatch.idempotency_key,
-            payload=payload,
-            max_attempts=dispatch.max_attempts or self.options.max_attempts,
-            due_at=due,
-            created_at=now,
-        )
-
     async def enqueue(self, job: object, dispatch: DispatchOptions) -> EnqueueResult:
         """Save one job, durably, and return its id once the row is committed.
 
@@ -145,7 +126,14 @@ class DatabaseQueue:
         job, including between jobs of the same call. A conflict rolls back the whole call.
         """
         now = self.clock.now_ms()
-        new_jobs = [self._prepare(job, dispatch, now) for job, dispatch in items]
+        prepared = [
+            prepare(self.registry, self.options, job, dispatch, now) for job, dispatch in items
+        ]
+        return await self.insert_prepared(prepared)
+
+    async def insert_prepared(self, new_jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """Insert already validated and serialized jobs (enqueue and the outbox relay share
+        this path) and wake workers in this process."""
         outcomes = await self.store.job_insert_many(new_jobs)
         self.wakeups.notify(
             {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}

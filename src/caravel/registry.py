@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, TypeAdapter
 
 from caravel.context import JobContext
-from caravel.errors import RegistrationError, UnknownJobTypeError
+from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
 from caravel.validation import check_wire_name
 
 __all__ = ["Handler", "JobRegistry", "JobType"]
@@ -81,7 +81,10 @@ class JobRegistry:
         name, a type registered before, a type that is neither a dataclass nor a pydantic model,
         or a handler that is not callable.
         """
-        check_wire_name(wire_name)
+        try:
+            check_wire_name(wire_name)
+        except ValidationError as exc:
+            raise RegistrationError(exc.field, exc.rule) from None
         if not _is_payload_type(payload_type):
             raise RegistrationError(
                 "payload_type", "must be a dataclass or a pydantic BaseModel subclass"

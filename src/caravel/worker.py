@@ -24,6 +24,7 @@ from typing import Any, Self
 from caravel.acknowledger import Acknowledger
 from caravel.errors import LeaseLostError, ValidationError
 from caravel.execution import JobRunner, Outcome, ScopeFactory
+from caravel.failpoints import failpoint
 from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
@@ -99,8 +100,11 @@ class QueueWorker:
         claimed = await self.queue.claim(queue)
         if claimed is None:
             return False
+        failpoint("after_claim")
         outcome = await self._runner.run(claimed)
+        failpoint("after_handler_before_ack")
         await self._record(claimed, outcome, batched=False)
+        failpoint("after_ack")
         return True
 
     async def _record(self, claimed: ClaimedJob, outcome: Outcome, *, batched: bool) -> None:
@@ -232,6 +236,7 @@ class QueueWorker:
                 event.clear()
                 claimed = await self.queue.claim_many(queue, free)
                 if claimed:
+                    failpoint("after_claim")
                     idle = opts.min_poll_interval.total_seconds()
                     for job in claimed:
                         self._start(job)
@@ -256,7 +261,9 @@ class QueueWorker:
     async def _job(self, claimed: ClaimedJob) -> None:
         try:
             outcome = await self._runner.run(claimed)
+            failpoint("after_handler_before_ack")
             await self._record(claimed, outcome, batched=True)
+            failpoint("after_ack")
         except asyncio.CancelledError:
             logger.warning(
                 "job abandoned without acknowledgement",

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from caravel import IdempotencyConflictError, JobState, UnknownJobTypeError
+from caravel.store.api import JobFilter
 from caravel.testing import ManualClock
 from tests.support import Add, Report, dispatch, open_queue
 
@@ -32,7 +33,9 @@ async def test_same_key_same_payload_returns_original_even_after_completion(db_u
         assert claimed is not None
         await queue.complete(claimed.lease)
         await clock.advance(timedelta(hours=1))
-        again = await queue.enqueue(Add(1), dispatch("k1", not_before=datetime(2040, 1, 1, tzinfo=UTC)))
+        again = await queue.enqueue(
+            Add(1), dispatch("k1", not_before=datetime(2040, 1, 1, tzinfo=UTC))
+        )
         assert again.job_id == first.job_id
         assert again.already_enqueued is True
         status = await queue.get_status(first.job_id, "default", "tenant-a")
@@ -73,7 +76,8 @@ async def test_without_key_every_enqueue_is_new(db_url: str) -> None:
         a = await queue.enqueue(Add(1), dispatch())
         b = await queue.enqueue(Add(1), dispatch())
         assert a.job_id != b.job_id
-        assert not a.already_enqueued and not b.already_enqueued
+        assert not a.already_enqueued
+        assert not b.already_enqueued
 
 
 async def test_unregistered_type_is_rejected(db_url: str) -> None:
@@ -93,7 +97,5 @@ async def test_fifty_concurrent_enqueues_with_one_key_make_one_job(db_url: str) 
         assert len(await queue.store.job_list(filter_all())) == 1
 
 
-def filter_all():  # type: ignore[no-untyped-def]
-    from caravel.store.api import JobFilter
-
+def filter_all() -> JobFilter:
     return JobFilter(limit=1000)

@@ -156,25 +156,32 @@ class SqlStore:
             inserted: set[UUID] = set()
             for start in range(0, len(new_jobs), self.insert_chunk):
                 chunk = new_jobs[start : start + self.insert_chunk]
+                # No conflict target: a duplicate idempotency key and a duplicate id (a relay
+                # sending the same outbox intent twice) are both settled by the database.
                 stmt = (
                     self._insert()
                     .values([self._row_values(job) for job in chunk])
-                    .on_conflict_do_nothing(
-                        index_elements=[jobs.c.queue, jobs.c.tenant_id, jobs.c.idempotency_key]
-                    )
+                    .on_conflict_do_nothing()
                     .returning(jobs.c.id)
                 )
                 inserted.update((await conn.execute(stmt)).scalars())
-            existing = await self._existing_by_key(
-                conn, [job for job in new_jobs if job.id not in inserted]
-            )
+            duplicates = [job for job in new_jobs if job.id not in inserted]
+            by_key, by_id = await self._existing(conn, duplicates)
             outcomes: list[InsertOutcome] = []
             for job in new_jobs:
                 if job.id in inserted:
                     outcomes.append(InsertOutcome(job.id, inserted=True))
                     continue
-                row = existing[(job.queue, job.tenant_id, job.idempotency_key)]
-                if row.job_type != job.job_type or row.payload != job.payload:
+                key = (job.queue, job.tenant_id, job.idempotency_key)
+                row = by_key.get(key) if job.idempotency_key is not None else None
+                row = row if row is not None else by_id[job.id]
+                same = (row.queue, row.tenant_id, row.job_type, row.payload) == (
+                    job.queue,
+                    job.tenant_id,
+                    job.job_type,
+                    job.payload,
+                )
+                if not same:
                     raise IdempotencyConflictError(row.id)  # rolls the whole batch back
                 outcomes.append(InsertOutcome(row.id, inserted=False))
             await self._after_insert(conn, new_jobs, inserted)
@@ -205,30 +212,38 @@ class SqlStore:
             "trace_context": job.trace_context,
         }
 
-    async def _existing_by_key(
+    async def _existing(
         self, conn: AsyncConnection, duplicates: Sequence[NewJob]
-    ) -> dict[tuple[str, str, str | None], Any]:
-        keys = {(job.queue, job.tenant_id, job.idempotency_key) for job in duplicates}
-        if not keys:
-            return {}
-        found: dict[tuple[str, str, str | None], Any] = {}
-        ordered = sorted(keys, key=lambda k: (k[0], k[1], k[2] or ""))
-        for start in range(0, len(ordered), self.insert_chunk):
-            stmt = sa.select(
-                jobs.c.id,
-                jobs.c.queue,
-                jobs.c.tenant_id,
-                jobs.c.idempotency_key,
-                jobs.c.job_type,
-                jobs.c.payload,
-            ).where(
-                sa.tuple_(jobs.c.queue, jobs.c.tenant_id, jobs.c.idempotency_key).in_(
-                    ordered[start : start + self.insert_chunk]
-                )
+    ) -> tuple[dict[tuple[str, str, str | None], Any], dict[UUID, Any]]:
+        """The rows that kept ``duplicates`` from being inserted: by idempotency key where the
+        job has one, and by id (for a job inserted before under the same id)."""
+        columns = (
+            jobs.c.id,
+            jobs.c.queue,
+            jobs.c.tenant_id,
+            jobs.c.idempotency_key,
+            jobs.c.job_type,
+            jobs.c.payload,
+        )
+        keys = sorted(
+            {(j.queue, j.tenant_id, j.idempotency_key) for j in duplicates if j.idempotency_key},
+            key=lambda k: (k[0], k[1], k[2] or ""),
+        )
+        ids = sorted({j.id for j in duplicates})
+        by_key: dict[tuple[str, str, str | None], Any] = {}
+        by_id: dict[UUID, Any] = {}
+        step = self.insert_chunk
+        for start in range(0, len(keys), step):
+            condition = sa.tuple_(jobs.c.queue, jobs.c.tenant_id, jobs.c.idempotency_key).in_(
+                keys[start : start + step]
             )
-            for row in await conn.execute(stmt):
-                found[(row.queue, row.tenant_id, row.idempotency_key)] = row
-        return found
+            for row in await conn.execute(sa.select(*columns).where(condition)):
+                by_key[(row.queue, row.tenant_id, row.idempotency_key)] = row
+        for start in range(0, len(ids), step):
+            condition = jobs.c.id.in_(ids[start : start + step])
+            for row in await conn.execute(sa.select(*columns).where(condition)):
+                by_id[row.id] = row
+        return by_key, by_id
 
     # ----- claim and acknowledge -----------------------------------------------------------
 

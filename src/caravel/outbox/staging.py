@@ -1,0 +1,136 @@
+"""Staging job intents in the application's own session.
+
+``stage`` validates a job exactly as enqueue does and adds an envelope to the session. It neither
+commits nor touches the queue database: one commit of the application's transaction saves its
+business rows and the envelope together, and a rollback drops both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, overload
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from caravel.clock import Clock, SystemClock
+from caravel.envelope import prepare
+from caravel.errors import IdempotencyConflictError, ValidationError
+from caravel.jobs import DispatchOptions
+from caravel.options import QueueOptions
+from caravel.outbox.table import OutboxEnvelope
+from caravel.registry import JobRegistry
+
+__all__ = ["Outbox", "StagedIntent"]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedIntent:
+    """A staging receipt. ``outbox_id`` identifies the envelope; it is not a promise that the
+    queue job exists yet. ``already_staged`` is true when the same queue, tenant, key and payload
+    had been staged before (even if it was dispatched since)."""
+
+    outbox_id: UUID
+    already_staged: bool
+
+
+class Outbox:
+    """Stages jobs into an application's session.
+
+    ``envelope`` is the class :func:`~caravel.outbox.add_outbox` returned for your metadata.
+    Use the same registry and options as your queue, so staged jobs are checked as enqueued ones
+    are.
+    """
+
+    def __init__(
+        self,
+        registry: JobRegistry,
+        envelope: type[OutboxEnvelope],
+        *,
+        options: QueueOptions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not (isinstance(envelope, type) and issubclass(envelope, OutboxEnvelope)):
+            raise ValidationError("envelope", "must be the class add_outbox returned")
+        self.registry = registry
+        self.envelope = envelope
+        self.options = options if options is not None else QueueOptions()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+
+    @overload
+    def stage(
+        self, session: AsyncSession, job: object, dispatch: DispatchOptions
+    ) -> Coroutine[Any, Any, StagedIntent]: ...
+    @overload
+    def stage(self, session: Session, job: object, dispatch: DispatchOptions) -> StagedIntent: ...
+    def stage(
+        self, session: AsyncSession | Session, job: object, dispatch: DispatchOptions
+    ) -> StagedIntent | Coroutine[Any, Any, StagedIntent]:
+        """Validate ``job`` and add its envelope to ``session`` without committing.
+
+        With an :class:`~sqlalchemy.ext.asyncio.AsyncSession`, await the result; with a plain
+        :class:`~sqlalchemy.orm.Session` it returns at once. The same queue, tenant, key, job type
+        and payload returns the existing intent; different content raises
+        :class:`~caravel.errors.IdempotencyConflictError`. A unique index settles two
+        transactions staging one key at once: the loser's commit fails, and retrying the whole
+        unit of work in a fresh session returns the winner's intent.
+        """
+        envelope = self._envelope(job, dispatch)
+        if isinstance(session, AsyncSession):
+            return self._stage_async(session, envelope)
+        if isinstance(session, Session):
+            return self._stage_sync(session, envelope)
+        raise ValidationError("session", "must be a SQLAlchemy Session or AsyncSession")
+
+    def _envelope(self, job: object, dispatch: DispatchOptions) -> OutboxEnvelope:
+        now = self.clock.now_ms()
+        row = prepare(self.registry, self.options, job, dispatch, now)
+        return self.envelope(
+            id=row.id,
+            queue=row.queue,
+            tenant_id=row.tenant_id,
+            idempotency_key=row.idempotency_key,
+            job_type=row.job_type,
+            payload=row.payload,
+            due_at=None if dispatch.not_before is None else row.due_at,
+            max_attempts=dispatch.max_attempts,
+            staged_at=now,
+            trace_context=row.trace_context,
+        )
+
+    def _existing_query(self, envelope: OutboxEnvelope) -> sa.Select[Any]:
+        model = self.envelope
+        return sa.select(model).where(
+            sa.inspect(model).c.queue == envelope.queue,
+            sa.inspect(model).c.tenant_id == envelope.tenant_id,
+            sa.inspect(model).c.idempotency_key == envelope.idempotency_key,
+        )
+
+    @staticmethod
+    def _resolve(existing: OutboxEnvelope, envelope: OutboxEnvelope) -> StagedIntent:
+        if (existing.job_type, existing.payload) != (envelope.job_type, envelope.payload):
+            raise IdempotencyConflictError(existing.id)
+        return StagedIntent(existing.id, already_staged=True)
+
+    def _stage_sync(self, session: Session, envelope: OutboxEnvelope) -> StagedIntent:
+        if envelope.idempotency_key is not None:
+            existing: OutboxEnvelope | None = session.scalars(
+                self._existing_query(envelope)
+            ).first()
+            if existing is not None:
+                return self._resolve(existing, envelope)
+        session.add(envelope)
+        return StagedIntent(envelope.id, already_staged=False)
+
+    async def _stage_async(self, session: AsyncSession, envelope: OutboxEnvelope) -> StagedIntent:
+        if envelope.idempotency_key is not None:
+            existing: OutboxEnvelope | None = (
+                await session.scalars(self._existing_query(envelope))
+            ).first()
+            if existing is not None:
+                return self._resolve(existing, envelope)
+        session.add(envelope)
+        return StagedIntent(envelope.id, already_staged=False)

@@ -1,0 +1,218 @@
+"""``caravel db ...`` as an operator runs it: the installed console script, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from caravel import migrate
+from tests.databases import create_pg_database, drop_pg_database, sqlite_url
+
+BIN_DIR = Path(sys.executable).parent
+UPGRADE_HINT = "caravel db upgrade"
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def flat_stderr(self) -> str:
+        """stderr with the console's line wrapping undone."""
+        return " ".join(self.stderr.split())
+
+
+@pytest.fixture(scope="module")
+def caravel_script() -> str:
+    """The ``caravel`` script installed next to this interpreter (the venv's own)."""
+    found = shutil.which("caravel", path=str(BIN_DIR))
+    assert found is not None, f"no caravel console script in {BIN_DIR}; pip install -e ."
+    assert os.path.samefile(Path(found).parent, BIN_DIR)
+    return found
+
+
+@pytest.fixture
+def cli(caravel_script: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    def run(*args: str, env: dict[str, str] | None = None) -> Run:
+        environment = {k: v for k, v in os.environ.items() if k != "CARAVEL_DATABASE_URL"}
+        environment.update({"NO_COLOR": "1", "TERM": "dumb"})
+        environment.update(env or {})
+        done = subprocess.run(
+            [caravel_script, *args],
+            capture_output=True,
+            text=True,
+            env=environment,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        return Run(done.returncode, done.stdout, done.stderr)
+
+    return run
+
+
+@pytest.fixture
+def empty_file(tmp_path: Path) -> str:
+    path = tmp_path / "queue.db"
+    path.touch()
+    return sqlite_url(path)
+
+
+@pytest.fixture
+def pg_empty_url() -> Iterator[str]:
+    url = create_pg_database("caravel_cli")
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+def _tables(url: str) -> set[str]:
+    parsed = make_url(url)
+    driver = (
+        "postgresql+psycopg" if parsed.get_backend_name() == "postgresql" else "sqlite+pysqlite"
+    )
+    engine = sa.create_engine(parsed.set(drivername=driver), poolclass=sa.pool.NullPool)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+# ----- SQLite ------------------------------------------------------------------------------
+
+
+def test_upgrade_then_check_exits_zero(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    upgraded = cli("db", "upgrade", "--url", empty_file)
+    assert upgraded.code == 0, upgraded.stderr
+    assert migrate.head() in upgraded.stdout
+    assert "caravel_jobs" in _tables(empty_file)
+
+    checked = cli("db", "check", "--url", empty_file)
+    assert checked.code == 0, checked.stderr
+    assert "up to date" in checked.stdout
+    assert checked.stderr == ""
+
+
+def test_check_on_an_empty_file_exits_one_and_says_to_upgrade(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    checked = cli("db", "check", "--url", empty_file)
+    assert checked.code == 1
+    assert UPGRADE_HINT in checked.flat_stderr
+    assert "Traceback" not in checked.stderr
+    assert checked.stdout == ""
+    assert _tables(empty_file) == set()  # check created nothing
+
+
+def test_check_json_on_an_empty_file(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    checked = cli("db", "check", "--json", "--url", empty_file)
+    assert checked.code == 1
+    report = json.loads(checked.stdout)
+    assert report["ok"] is False
+    assert UPGRADE_HINT in report["error"]
+
+
+def test_check_json_after_upgrade(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    assert cli("db", "upgrade", "--url", empty_file).code == 0
+    checked = cli("db", "check", "--json", "--url", empty_file)
+    assert checked.code == 0
+    assert json.loads(checked.stdout) == {
+        "ok": True,
+        "current": migrate.head(),
+        "head": migrate.head(),
+    }
+
+
+def test_current_json_prints_the_revision(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    before = cli("db", "current", "--json", "--url", empty_file)
+    assert before.code == 0, before.stderr
+    assert json.loads(before.stdout) == {"current": None, "head": migrate.head()}
+
+    assert cli("db", "upgrade", "--url", empty_file).code == 0
+
+    after = cli("db", "current", "--json", "--url", empty_file)
+    assert after.code == 0, after.stderr
+    assert json.loads(after.stdout) == {"current": migrate.head(), "head": migrate.head()}
+
+    plain = cli("db", "current", "--url", empty_file)
+    assert plain.stdout.strip() == migrate.head()
+
+
+def test_database_url_from_the_environment(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    env = {"CARAVEL_DATABASE_URL": empty_file}
+
+    checked = cli("db", "check", env=env)
+    assert checked.code == 1
+    assert UPGRADE_HINT in checked.flat_stderr
+
+    assert cli("db", "upgrade", env=env).code == 0
+    assert "caravel_jobs" in _tables(empty_file)
+    assert cli("db", "check", env=env).code == 0
+    current = cli("db", "current", "--json", env=env)
+    assert json.loads(current.stdout)["current"] == migrate.head()
+
+
+def test_url_option_wins_over_the_environment(cli, tmp_path: Path, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    other = sqlite_url(tmp_path / "other.db")
+    assert cli("db", "upgrade", "--url", other).code == 0
+
+    checked = cli("db", "check", "--url", other, env={"CARAVEL_DATABASE_URL": empty_file})
+    assert checked.code == 0, checked.stderr
+    assert _tables(empty_file) == set()
+
+
+def test_downgrade_to_base_then_check_exits_one(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+    assert cli("db", "upgrade", "--url", empty_file).code == 0
+
+    downgraded = cli("db", "downgrade", "--url", empty_file, "base")
+    assert downgraded.code == 0, downgraded.stderr
+    assert "base" in downgraded.stdout
+    assert "caravel_jobs" not in _tables(empty_file)
+
+    checked = cli("db", "check", "--url", empty_file)
+    assert checked.code == 1
+    assert UPGRADE_HINT in checked.flat_stderr
+
+
+def test_missing_url_is_a_usage_error(cli) -> None:  # type: ignore[no-untyped-def]
+    checked = cli("db", "check")
+    assert checked.code == 2
+    assert "--url" in checked.stderr
+    assert "Traceback" not in checked.stderr
+
+
+# ----- PostgreSQL --------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_postgresql_upgrade_check_current_downgrade(cli, pg_empty_url: str) -> None:  # type: ignore[no-untyped-def]
+    before = cli("db", "check", "--url", pg_empty_url)
+    assert before.code == 1
+    assert UPGRADE_HINT in before.flat_stderr
+
+    upgraded = cli("db", "upgrade", "--url", pg_empty_url)
+    assert upgraded.code == 0, upgraded.stderr
+    assert {"caravel_jobs", "caravel_alembic_version"} <= _tables(pg_empty_url)
+
+    checked = cli("db", "check", "--url", pg_empty_url)
+    assert checked.code == 0, checked.stderr
+
+    current = cli("db", "current", "--json", "--url", pg_empty_url)
+    assert json.loads(current.stdout) == {"current": migrate.head(), "head": migrate.head()}
+
+    assert cli("db", "downgrade", "--url", pg_empty_url, "base").code == 0
+    assert "caravel_jobs" not in _tables(pg_empty_url)
+    after = cli("db", "check", env={"CARAVEL_DATABASE_URL": pg_empty_url})
+    assert after.code == 1
+    assert UPGRADE_HINT in after.flat_stderr
