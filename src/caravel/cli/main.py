@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from caravel.cli import db
+from caravel.cli import db, jobs, outbox
+from caravel.cli.status import status
 from caravel.cli.worker import worker
 
 app = typer.Typer(
@@ -14,6 +15,9 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(db.app, name="db")
+app.add_typer(outbox.app, name="outbox")
+app.add_typer(jobs.app, name="jobs")
+app.command()(status)
 app.command()(worker)
 
 

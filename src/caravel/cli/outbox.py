@@ -1,0 +1,93 @@
+"""``caravel outbox``: run the relay that delivers outbox intents to the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from caravel.cli.apps import load_registry
+from caravel.cli.logs import configure_logging
+from caravel.cli.options import DatabaseUrl
+from caravel.errors import CaravelError
+from caravel.outbox.relay import OutboxRelay
+from caravel.outbox.table import OUTBOX_TABLE
+from caravel.queue import DatabaseQueue
+from caravel.registry import JobRegistry
+
+app = typer.Typer(help="Deliver transactional-outbox intents to the queue.", no_args_is_help=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+@app.command()
+def relay(
+    url: DatabaseUrl,
+    app_url: Annotated[
+        str,
+        typer.Option(
+            "--app-url",
+            envvar="CARAVEL_APP_DATABASE_URL",
+            show_envvar=True,
+            help="The application database holding the outbox table.",
+        ),
+    ],
+    registry_path: Annotated[
+        str,
+        typer.Option("--app", help="Your job registry as module:attribute."),
+    ],
+    table: Annotated[str, typer.Option(help="Outbox table name.")] = OUTBOX_TABLE,
+    batch_size: Annotated[int, typer.Option(help="Intents per pass (1-1000).")] = 100,
+    poll_interval: Annotated[
+        float, typer.Option(help="Seconds between passes that found nothing more.")
+    ] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Relay committed outbox intents into the queue until SIGTERM or SIGINT.
+
+    Exit code 0 after a normal shutdown; 1 when either database fails, so a supervisor restarts
+    it (undispatched intents are sent again, and resolve to the same jobs).
+    """
+    configure_logging(verbose)
+    try:
+        registry = load_registry(registry_path)
+        asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
+    except CaravelError as exc:
+        err.print(f"caravel outbox relay: stopped: {exc}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+
+
+async def _serve(
+    url: str,
+    app_url: str,
+    registry: JobRegistry,
+    table: str,
+    batch_size: int,
+    poll_interval: float,
+    once: bool,
+) -> None:
+    async with DatabaseQueue(url, registry) as queue:
+        await queue.check_schema()
+        relay = OutboxRelay(
+            app_url,
+            queue,
+            table_name=table,
+            batch_size=batch_size,
+            poll_interval=timedelta(seconds=poll_interval),
+        )
+        try:
+            if once:
+                sent = await relay.run_once()
+                err.print(f"caravel outbox relay: dispatched {sent}", markup=False)
+                return
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, relay.stop)
+            err.print("caravel outbox relay: running; SIGTERM or Ctrl+C stops", markup=False)
+            await relay.run()
+        finally:
+            await relay.close()

@@ -1,0 +1,53 @@
+"""``caravel status``: per-queue counts, read without changing anything."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from caravel.cli.options import DatabaseUrl, Json
+from caravel.cli.render import console, counts_json, counts_table
+from caravel.clock import SystemClock
+from caravel.errors import CaravelError
+from caravel.store import open_store
+from caravel.store.api import QueueCounts
+from caravel.validation import check_queue_name
+
+out = console()
+err = console(stderr=True)
+
+
+async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
+    """Counts per queue through a read-only connection: SQLite opened with ``mode=ro``,
+    PostgreSQL in ``READ ONLY`` transactions. The database refuses any write."""
+    store = open_store(url, read_only=True)
+    try:
+        return await store.queue_counts(queue, SystemClock().now_ms())
+    finally:
+        await store.close()
+
+
+def status(
+    url: DatabaseUrl,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
+    as_json: Json = False,
+) -> None:
+    """Show ready, delayed, running, expired-lease, dead-letter and completed counts per queue.
+
+    Opens the database read-only and never changes anything.
+    """
+    try:
+        if queue is not None:
+            check_queue_name(queue)
+        counts = asyncio.run(read_counts(url, queue))
+    except CaravelError as exc:
+        err.print(f"caravel status: {exc}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if as_json:
+        out.print(counts_json(counts), markup=False, highlight=False, soft_wrap=True)
+    elif not counts:
+        out.print("no jobs", markup=False)
+    else:
+        out.print(counts_table(counts))
