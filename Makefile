@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m caravel_samples.quickstart
+	PYTHON=$(BIN)/python scripts/demo.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests samples

@@ -33,7 +33,8 @@ async def main(directory: Path) -> None:
         dispatch = DispatchOptions(queue="reports", tenant_id="demo", idempotency_key="report-1")
         accepted = await queue.enqueue(GenerateReport("r-1"), dispatch)
         again = await queue.enqueue(GenerateReport("r-1"), dispatch)
-        print(f"enqueued {accepted.job_id}; retry returned the same job: {again.job_id == accepted.job_id}")
+        same = again.job_id == accepted.job_id
+        print(f"enqueued {accepted.job_id}; the retry returned the same job: {same}")
         async with QueueWorker(queue) as worker:
             claimed = await worker.run_once("reports")
         status = await queue.get_status(accepted.job_id, "reports", "demo")

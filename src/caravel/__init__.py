@@ -29,6 +29,7 @@ from caravel.options import QueueOptions, WorkerOptions
 from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
 from caravel.queue import DatabaseQueue, FailureOutcome
 from caravel.registry import JobRegistry
+from caravel.store.api import QueueCounts
 from caravel.worker import QueueWorker
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "Outbox",
     "OutboxEnvelope",
     "OutboxRelay",
+    "QueueCounts",
     "QueueOptions",
     "QueueWorker",
     "RegistrationError",

@@ -107,20 +107,24 @@ class JobRunner:
                     max_attempts=lease.max_attempts,
                     scope=scope_value,
                 )
-                return await self._supervise(entry, job, context, lease)
+                # A handler's exception propagates through the scope, so a scope that commits
+                # on a clean exit (a session, a unit of work) rolls back a failed attempt.
+                lease = await self._supervise(entry, job, context, lease)
         except _Cancelled as cancelled:
             return Outcome(lease, abandoned=cancelled.reason)
-        except Exception as exc:  # the application's scope failed to open or close
-            logger.warning(
-                "job scope failed",
+        except Exception as exc:  # the handler failed, or the scope failed to open or close
+            logger.info(
+                "job handler failed",
                 extra={
                     "job_id": str(claimed.job_id),
                     "queue": claimed.queue,
                     "job_type": claimed.job_type,
+                    "attempt": lease.attempt,
                     "error_type": type(exc).__name__,
                 },
             )
             return Outcome(lease, failure=FailureCategory.HANDLER_FAILED)
+        return Outcome(lease)
 
     async def _invoke(self, entry: JobType, job: object, context: JobContext[Any]) -> None:
         if entry.is_async:
@@ -131,7 +135,10 @@ class JobRunner:
 
     async def _supervise(
         self, entry: JobType, job: object, context: JobContext[Any], lease: Lease
-    ) -> Outcome:
+    ) -> Lease:
+        """Run the handler under its lease. Returns the current lease when the handler returned;
+        raises the handler's exception when it failed, :class:`_Cancelled` when the lease could
+        not be held."""
         task = asyncio.ensure_future(self._invoke(entry, job, context))
         try:
             lease = await self._watch(task, lease)
@@ -140,21 +147,8 @@ class JobRunner:
                 context.cancelled.set()
                 task.cancel()
                 task.add_done_callback(_discard_result)
-        try:
-            task.result()
-        except Exception as exc:
-            logger.info(
-                "job handler failed",
-                extra={
-                    "job_id": str(context.job_id),
-                    "queue": context.queue,
-                    "job_type": context.job_type,
-                    "attempt": context.attempt,
-                    "error_type": type(exc).__name__,
-                },
-            )
-            return Outcome(lease, failure=FailureCategory.HANDLER_FAILED)
-        return Outcome(lease)
+        task.result()
+        return lease
 
     async def _watch(self, task: asyncio.Future[None], lease: Lease) -> Lease:
         """Wait for the handler while keeping its lease: renew on schedule, and raise

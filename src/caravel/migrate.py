@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.resources import files
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
@@ -55,9 +56,27 @@ def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
         raise StoreError("downgrade") from exc
 
 
+def _inspection_engine(url: str | sa.URL) -> sa.Engine:
+    """An engine that looks without creating anything: a SQLite file is opened read-only, and
+    a missing file is reported rather than created."""
+    target = sync_url(url)
+    if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):
+        path = Path(target.database or "")
+        if not path.exists():
+            raise SchemaNotReadyError(f"there is no database file at {path}")
+        target = target.set(
+            database=f"file:{path}", query={**target.query, "mode": "ro", "uri": "true"}
+        )
+    return sa.create_engine(target, poolclass=sa.pool.NullPool)
+
+
 def current(url: str | sa.URL) -> str | None:
-    """The applied revision, or ``None`` when the queue was never migrated."""
-    engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
+    """The applied revision, or ``None`` when the queue was never migrated (or a SQLite file
+    does not exist yet). Changes nothing."""
+    try:
+        engine = _inspection_engine(url)
+    except SchemaNotReadyError:
+        return None
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
@@ -84,7 +103,7 @@ def check(url: str | sa.URL) -> SchemaReport:
     and the differences; returns the report when everything matches.
     """
     newest = head()
-    engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
+    engine = _inspection_engine(url)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(

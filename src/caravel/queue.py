@@ -19,13 +19,20 @@ import sqlalchemy as sa
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
 from caravel.envelope import prepare
 from caravel.errors import LeaseLostError, SchemaNotReadyError, ValidationError
-from caravel.jobs import ClaimedJob, DispatchOptions, EnqueueResult, JobStatus, Lease
+from caravel.jobs import (
+    ClaimedJob,
+    DispatchOptions,
+    EnqueueResult,
+    JobState,
+    JobStatus,
+    Lease,
+)
 from caravel.migrate import head
 from caravel.options import QueueOptions
 from caravel.registry import JobRegistry
 from caravel.store import open_store
-from caravel.store.api import FailedAttempt, NewJob, Store
-from caravel.validation import check_identifier, check_queue_name
+from caravel.store.api import FailedAttempt, JobFilter, NewJob, QueueCounts, Store
+from caravel.validation import check_identifier, check_queue_name, check_wire_name
 from caravel.wakeup import WakeupHub
 
 __all__ = ["DatabaseQueue", "FailureOutcome"]
@@ -56,7 +63,9 @@ class DatabaseQueue:
     """A durable queue in a PostgreSQL or SQLite database.
 
     ``target`` is a database URL (``postgresql://...``, ``sqlite:///queue.db``) or an already
-    opened :class:`~caravel.store.api.Store`. The queue never creates its tables: apply the
+    opened :class:`~caravel.store.api.Store`. With ``read_only=True`` the database itself refuses
+    writes (SQLite opened with ``mode=ro``, PostgreSQL transactions ``READ ONLY``): use it for
+    dashboards and status commands. The queue never creates its tables: apply the
     migrations first (``caravel db upgrade``). Use it as an async context manager, or call
     :meth:`close`, to release its connections.
     """
@@ -68,10 +77,13 @@ class DatabaseQueue:
         *,
         options: QueueOptions | None = None,
         clock: Clock | None = None,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(registry, JobRegistry):
             raise ValidationError("registry", "must be a JobRegistry")
-        self.store: Store = open_store(target) if isinstance(target, str | sa.URL) else target
+        self.store: Store = (
+            open_store(target, read_only=read_only) if isinstance(target, str | sa.URL) else target
+        )
         self.registry = registry
         self.options = options if options is not None else QueueOptions()
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -149,6 +161,13 @@ class DatabaseQueue:
             _job_id(job_id), check_queue_name(queue), check_identifier(tenant_id, "tenant_id")
         )
 
+    async def get_payload(self, job_id: UUID | str, queue: str, tenant_id: str) -> str | None:
+        """The job's stored payload (canonical JSON text), with the same exact matching as
+        :meth:`get_status`. Payloads may be private: show them only to those allowed."""
+        return await self.store.job_get_payload(
+            _job_id(job_id), check_queue_name(queue), check_identifier(tenant_id, "tenant_id")
+        )
+
     async def replay(self, job_id: UUID | str, queue: str, tenant_id: str) -> bool:
         """Make a dead-lettered job run again: same id and payload, attempts reset to zero, due
         now. Returns ``False`` (and changes nothing) for any job that is not a dead letter of
@@ -159,6 +178,37 @@ class DatabaseQueue:
             check_queue_name(queue),
             check_identifier(tenant_id, "tenant_id"),
             self.clock.now_ms(),
+        )
+
+    async def queue_counts(self, queue: str | None = None) -> list[QueueCounts]:
+        """Per-queue counts: ready (due now), delayed, running with a live lease, running with an
+        expired lease, dead letters and completed. ``queue`` limits it to one queue."""
+        if queue is not None:
+            check_queue_name(queue)
+        return await self.store.queue_counts(queue, self.clock.now_ms())
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        tenant_id: str | None = None,
+        state: JobState | None = None,
+        job_type: str | None = None,
+        limit: int = 50,
+    ) -> list[JobStatus]:
+        """Recent jobs, newest first, without payloads. Every given filter must match."""
+        if queue is not None:
+            check_queue_name(queue)
+        if tenant_id is not None:
+            check_identifier(tenant_id, "tenant_id")
+        if job_type is not None:
+            check_wire_name(job_type, "job_type")
+        if state is not None and not isinstance(state, JobState):
+            raise ValidationError("state", "must be a JobState")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= 10_000):
+            raise ValidationError("limit", "must be an integer from 1 to 10000")
+        return await self.store.job_list(
+            JobFilter(queue=queue, tenant_id=tenant_id, state=state, job_type=job_type, limit=limit)
         )
 
     # ----- leases (workers and integrations) -----------------------------------------------

@@ -31,6 +31,7 @@ PUBLIC_NAMES = [
     "Outbox",
     "OutboxEnvelope",
     "OutboxRelay",
+    "QueueCounts",
     "QueueOptions",
     "QueueWorker",
     "RegistrationError",

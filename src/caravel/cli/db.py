@@ -6,15 +6,15 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from caravel import migrate
 from caravel.cli.options import DatabaseUrl, Json
+from caravel.cli.render import console
 from caravel.errors import CaravelError
 
 app = typer.Typer(help="Apply and inspect the queue's database migrations.", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
+out = console()
+err = console(stderr=True)
 
 
 def _fail(exc: CaravelError) -> typer.Exit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 import typer
@@ -17,15 +17,10 @@ from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import JobState
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
-from caravel.store import open_store
-from caravel.store.api import JobFilter
-from caravel.validation import check_identifier, check_queue_name, check_wire_name
 
 app = typer.Typer(help="List, inspect and replay jobs.", no_args_is_help=True)
 out = console()
 err = console(stderr=True)
-
-MAX_LIST = 10_000
 
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", help="The job's queue.")]
 TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="The job's exact tenant id.")]
@@ -45,22 +40,20 @@ def _job_id(value: str) -> UUID:
 
 def _filter(
     queue: str | None, tenant: str | None, state: str | None, job_type: str | None, limit: int
-) -> JobFilter:
-    if queue is not None:
-        check_queue_name(queue)
-    if tenant is not None:
-        check_identifier(tenant, "tenant")
-    if job_type is not None:
-        check_wire_name(job_type, "type")
+) -> dict[str, Any]:
     try:
         parsed = None if state is None else JobState(state)
     except ValueError:
         raise ValidationError(
             "state", "must be one of " + ", ".join(s.value for s in JobState)
         ) from None
-    if not (1 <= limit <= MAX_LIST):
-        raise ValidationError("limit", f"must be from 1 to {MAX_LIST}")
-    return JobFilter(queue=queue, tenant_id=tenant, state=parsed, job_type=job_type, limit=limit)
+    return {
+        "queue": queue,
+        "tenant_id": tenant,
+        "state": parsed,
+        "job_type": job_type,
+        "limit": limit,
+    }
 
 
 @app.command("list")
@@ -78,11 +71,9 @@ def list_jobs(
     """List jobs, newest first, without payloads. Read-only."""
 
     async def go() -> list[dict[str, object]]:
-        store = open_store(url, read_only=True)
-        try:
-            found = await store.job_list(_filter(queue, tenant, state, job_type, limit))
-        finally:
-            await store.close()
+        where = _filter(queue, tenant, state, job_type, limit)
+        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+            found = await reader.list_jobs(**where)
         if not as_json:
             out.print(statuses_table(found))
         return [status_json(s) for s in found]
@@ -107,18 +98,13 @@ def show(
     job."""
 
     async def go() -> dict[str, object] | None:
-        store = open_store(url, read_only=True)
-        try:
-            ident = _job_id(job_id)
-            check_queue_name(queue)
-            check_identifier(tenant, "tenant")
-            found = await store.job_get(ident, queue, tenant)
+        ident = _job_id(job_id)
+        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+            found = await reader.get_status(ident, queue, tenant)
             if found is None:
                 return None
-            text = await store.job_get_payload(ident, queue, tenant) if payload else None
-            return status_json(found, text)
-        finally:
-            await store.close()
+            text = await reader.get_payload(ident, queue, tenant) if payload else None
+        return status_json(found, text)
 
     try:
         shown = asyncio.run(go())
@@ -178,11 +164,9 @@ def replay_dead(
     """
 
     async def targets() -> list[tuple[UUID, str, str]]:
-        store = open_store(url, read_only=True)
-        try:
-            found = await store.job_list(_filter(queue, tenant, "dead_letter", job_type, limit))
-        finally:
-            await store.close()
+        where = _filter(queue, tenant, "dead_letter", job_type, limit)
+        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+            found = await reader.list_jobs(**where)
         return [(s.job_id, s.queue, s.tenant_id) for s in found]
 
     async def run(selected: list[tuple[UUID, str, str]]) -> int:

@@ -8,11 +8,11 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from caravel.cli.apps import load_registry
 from caravel.cli.logs import configure_logging
 from caravel.cli.options import DatabaseUrl
+from caravel.cli.render import console
 from caravel.errors import CaravelError
 from caravel.outbox.relay import OutboxRelay
 from caravel.outbox.table import OUTBOX_TABLE
@@ -20,7 +20,7 @@ from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
 
 app = typer.Typer(help="Deliver transactional-outbox intents to the queue.", no_args_is_help=True)
-err = Console(stderr=True, soft_wrap=True)
+err = console(stderr=True)
 
 
 @app.command()

@@ -9,9 +9,9 @@ import typer
 
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, counts_json, counts_table
-from caravel.clock import SystemClock
 from caravel.errors import CaravelError
-from caravel.store import open_store
+from caravel.queue import DatabaseQueue
+from caravel.registry import JobRegistry
 from caravel.store.api import QueueCounts
 from caravel.validation import check_queue_name
 
@@ -22,11 +22,8 @@ err = console(stderr=True)
 async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
     """Counts per queue through a read-only connection: SQLite opened with ``mode=ro``,
     PostgreSQL in ``READ ONLY`` transactions. The database refuses any write."""
-    store = open_store(url, read_only=True)
-    try:
-        return await store.queue_counts(queue, SystemClock().now_ms())
-    finally:
-        await store.close()
+    async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+        return await reader.queue_counts(queue)
 
 
 def status(

@@ -8,17 +8,17 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from caravel.cli.apps import load_registry
 from caravel.cli.logs import configure_logging
 from caravel.cli.options import DatabaseUrl
+from caravel.cli.render import console
 from caravel.errors import CaravelError
 from caravel.options import QueueOptions, WorkerOptions
 from caravel.queue import DatabaseQueue
 from caravel.worker import QueueWorker
 
-err = Console(stderr=True, soft_wrap=True)
+err = console(stderr=True)
 
 
 def _seconds(value: float | None) -> timedelta | None:

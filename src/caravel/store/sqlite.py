@@ -7,6 +7,7 @@ lock at all."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -78,6 +79,14 @@ class SqliteStore(SqlStore):
 
     def _insert(self) -> Any:
         return sqlite.insert(jobs)
+
+    async def schema_revision(self) -> str | None:
+        # A missing file is an unmigrated queue, not a broken connection: say so.
+        path = self.engine.url.database or ""
+        path = path.removeprefix("file:")
+        if path and path != ":memory:" and not await asyncio.to_thread(os.path.exists, path):
+            return None
+        return await super().schema_revision()
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
         text = str(getattr(exc, "orig", exc))

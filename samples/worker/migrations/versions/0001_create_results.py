@@ -1,0 +1,31 @@
+"""Create the results table.
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "results",
+        sa.Column("job_id", sa.Uuid(), nullable=False),
+        sa.Column("tenant_id", sa.String(128), nullable=False),
+        sa.Column("quantity", sa.Integer(), nullable=False),
+        sa.Column("recorded_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("job_id"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("results")
