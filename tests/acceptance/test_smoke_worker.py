@@ -4,6 +4,7 @@ unmigrated folder, read-only status)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path

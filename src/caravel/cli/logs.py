@@ -9,6 +9,7 @@ __all__ = ["configure_logging"]
 
 FIELDS = (
     "job_id",
+    "outbox_id",
     "queue",
     "job_type",
     "attempt",
