@@ -40,6 +40,25 @@ def create_engine(url: str | sa.URL, *, pool_size: int = 5) -> AsyncEngine:
     )
 
 
+_INSERT_UNNEST = sa.text(
+    """
+    INSERT INTO caravel_jobs (
+        id, queue, job_type, tenant_id, idempotency_key, payload, state, attempt,
+        max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context
+    )
+    SELECT id, queue, job_type, tenant_id, key, payload, 'ready', 0,
+           max_attempts, due, due, 0, created, created, trace
+    FROM unnest(
+        CAST(:ids AS uuid[]), CAST(:queues AS text[]), CAST(:job_types AS text[]),
+        CAST(:tenants AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
+        CAST(:max_attempts AS integer[]), CAST(:due AS bigint[]), CAST(:created AS bigint[]),
+        CAST(:traces AS text[])
+    ) AS new (id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+    """
+).columns(sa.column("id", sa.Uuid()))
+
 #: The channel enqueues announce new work on; the payload is the queue name.
 CHANNEL = "caravel_jobs"
 LISTEN_RETRY_SECONDS = 1.0
@@ -62,6 +81,26 @@ class PostgresStore(SqlStore):
     def _is_schema_missing(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
+
+    async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+        # One statement with one array per column, whatever the batch size: the query text
+        # stays short and cached, and the server unnests the arrays into rows.
+        result = await conn.execute(
+            _INSERT_UNNEST,
+            {
+                "ids": [j.id for j in new_jobs],
+                "queues": [j.queue for j in new_jobs],
+                "job_types": [j.job_type for j in new_jobs],
+                "tenants": [j.tenant_id for j in new_jobs],
+                "keys": [j.idempotency_key for j in new_jobs],
+                "payloads": [j.payload for j in new_jobs],
+                "max_attempts": [j.max_attempts for j in new_jobs],
+                "due": [j.due_at for j in new_jobs],
+                "created": [j.created_at for j in new_jobs],
+                "traces": [j.trace_context for j in new_jobs],
+            },
+        )
+        return set(result.scalars())
 
     async def _after_insert(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]

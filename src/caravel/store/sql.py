@@ -153,18 +153,7 @@ class SqlStore:
         if not new_jobs:
             return []
         async with self._write("job_insert") as conn:
-            inserted: set[UUID] = set()
-            for start in range(0, len(new_jobs), self.insert_chunk):
-                chunk = new_jobs[start : start + self.insert_chunk]
-                # No conflict target: a duplicate idempotency key and a duplicate id (a relay
-                # sending the same outbox intent twice) are both settled by the database.
-                stmt = (
-                    self._insert()
-                    .values([self._row_values(job) for job in chunk])
-                    .on_conflict_do_nothing()
-                    .returning(jobs.c.id)
-                )
-                inserted.update((await conn.execute(stmt)).scalars())
+            inserted = await self._insert_rows(conn, new_jobs)
             duplicates = [job for job in new_jobs if job.id not in inserted]
             by_key, by_id = await self._existing(conn, duplicates)
             outcomes: list[InsertOutcome] = []
@@ -186,6 +175,16 @@ class SqlStore:
                 outcomes.append(InsertOutcome(row.id, inserted=False))
             await self._after_insert(conn, new_jobs, inserted)
         return outcomes
+
+    async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+        """Insert what is new; return the ids inserted. No conflict target: a duplicate
+        idempotency key and a duplicate id (a relay sending the same outbox intent twice) are
+        both settled by the database, and the row is skipped."""
+        # One cached statement over many parameter sets: SQLAlchemy batches it into multi-row
+        # INSERTs ("insertmanyvalues") without recompiling for each batch size.
+        stmt = self._insert().on_conflict_do_nothing().returning(jobs.c.id)
+        rows = [self._row_values(job) for job in new_jobs]
+        return set((await conn.execute(stmt, rows)).scalars())
 
     async def _after_insert(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
