@@ -220,16 +220,24 @@ class QueueWorker:
             await self._acker.abort()
 
     async def _fetch_loop(self, queue: str) -> None:
+        """Claim jobs for ``queue`` while there are free handler slots.
+
+        A claim asks for every free slot at once. After a full batch the fetcher goes again as
+        soon as a quarter of the slots are free (so a busy worker claims in large batches
+        instead of one job per finished handler); after a short batch the queue is drained for
+        now and it waits for a wake-up or the poll interval.
+        """
         opts = self.options
         hub = self.queue.wakeups
         push = self.queue.store.supports_listen_notify
         idle = opts.min_poll_interval.total_seconds()
         longest = opts.poll_interval.total_seconds()
+        refill = max(1, opts.concurrency // 4)
         event = hub.event(queue)
         try:
             while not self._stop_requested.is_set():
                 free = opts.concurrency - len(self._in_flight)
-                if free <= 0:
+                if free < refill:
                     self._slot_freed.clear()
                     await self._slot_freed.wait()
                     continue
@@ -240,7 +248,8 @@ class QueueWorker:
                     idle = opts.min_poll_interval.total_seconds()
                     for job in claimed:
                         self._start(job)
-                    continue
+                    if len(claimed) == free:
+                        continue  # a full batch: there may be more right behind it
                 await hub.wait(queue, longest if push else idle)
                 if not push:
                     idle = min(idle * 2, longest)

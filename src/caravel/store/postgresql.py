@@ -13,8 +13,10 @@ from uuid import UUID
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from caravel.jobs import Lease
 from caravel.store.api import NewJob
 from caravel.store.schema import jobs
 from caravel.store.sql import SqlStore
@@ -140,9 +142,33 @@ class PostgresStore(SqlStore):
                 )
             await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
+    def _held(self, leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
+        # Two arrays instead of one placeholder pair per lease: the statement text stays the
+        # same for every batch size, so it is prepared and cached once.
+        pairs = sa.select(
+            sa.func.unnest(
+                sa.cast(sa.literal([lease.job_id for lease in leases]), ARRAY(sa.Uuid())),
+                sa.cast(sa.literal([lease.token for lease in leases]), ARRAY(sa.BigInteger())),
+            )
+            .table_valued("id", "token")
+            .render_derived()
+        )
+        return sa.and_(
+            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
+            jobs.c.state == "running",
+        )
+
     @asynccontextmanager
-    async def _transaction(self, *, readonly: bool) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(
+        self, *, readonly: bool, durable: bool = True
+    ) -> AsyncIterator[AsyncConnection]:
         async with self.engine.begin() as conn:
             if self._read_only:
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            elif not durable:
+                # Acknowledgements only. The commit returns before it reaches disk; if the
+                # database server itself crashes in that window, the acknowledgement is lost and
+                # the job runs again after its lease expires (at-least-once allows that). Claims
+                # and enqueues stay fully durable.
+                await conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             yield conn

@@ -120,7 +120,11 @@ class SqlStore:
         raise NotImplementedError
 
     @asynccontextmanager
-    async def _transaction(self, *, readonly: bool) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(
+        self, *, readonly: bool, durable: bool = True
+    ) -> AsyncIterator[AsyncConnection]:
+        """A transaction. ``durable=False`` lets a dialect skip waiting for the commit to reach
+        disk (acknowledgements only: losing one means the job runs again)."""
         async with self.engine.begin() as conn:
             yield conn
 
@@ -138,8 +142,13 @@ class SqlStore:
             raise StoreError(operation) from exc
 
     @asynccontextmanager
-    async def _write(self, operation: str) -> AsyncIterator[AsyncConnection]:
-        async with self._translated(operation), self._transaction(readonly=False) as conn:
+    async def _write(
+        self, operation: str, *, durable: bool = True
+    ) -> AsyncIterator[AsyncConnection]:
+        async with (
+            self._translated(operation),
+            self._transaction(readonly=False, durable=durable) as conn,
+        ):
             yield conn
 
     @asynccontextmanager
@@ -305,8 +314,8 @@ class SqlStore:
         claimed.sort(key=lambda job: (job.due_at_ms, job.lease.job_id))
         return ClaimBatch(claimed=claimed, dead_lettered=dead)
 
-    @staticmethod
-    def _held(leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
+    def _held(self, leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
+        """Rows still held by these leases: same id, same token, still running."""
         return sa.and_(
             sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(
                 [(lease.job_id, lease.token) for lease in leases]
@@ -329,14 +338,14 @@ class SqlStore:
             )
             .returning(jobs.c.id)
         )
-        async with self._write("job_complete") as conn:
+        async with self._write("job_complete", durable=False) as conn:
             return set((await conn.execute(stmt)).scalars())
 
     async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
         if not failures:
             return set()
         done: set[UUID] = set()
-        async with self._write("job_fail") as conn:
+        async with self._write("job_fail", durable=False) as conn:
             for failure in failures:
                 retry_at = failure.retry_at
                 stmt = (

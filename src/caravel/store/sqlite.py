@@ -93,7 +93,9 @@ class SqliteStore(SqlStore):
         return "no such table" in text or "no such column" in text
 
     @asynccontextmanager
-    async def _transaction(self, *, readonly: bool) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(
+        self, *, readonly: bool, durable: bool = True
+    ) -> AsyncIterator[AsyncConnection]:
         if readonly:
             async with self.engine.connect() as conn:
                 await conn.execution_options(**{_READONLY_OPTION: True})
