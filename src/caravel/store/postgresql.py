@@ -77,8 +77,13 @@ class PostgresStore(SqlStore):
     def _insert(self) -> Any:
         return postgresql.insert(jobs)
 
-    def _lock_claim_candidates(self, candidates: sa.Select[Any]) -> sa.Select[Any]:
-        return candidates.with_for_update(skip_locked=True)
+    def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
+        # Lock the picked rows, skipping any another worker holds, and hand their ids over as
+        # one array: "id = ANY(array)" is answered from the primary key, whatever the table's
+        # size, where a join against the picked set may be planned as a scan of the table.
+        picked = candidates.with_for_update(skip_locked=True).subquery("picked")
+        ids = sa.select(sa.func.array_agg(picked.c.id)).scalar_subquery()
+        return jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.Uuid())))
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None)
@@ -142,21 +147,23 @@ class PostgresStore(SqlStore):
                 )
             await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
-    def _held(self, leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
-        # Two arrays instead of one placeholder pair per lease: the statement text stays the
-        # same for every batch size, so it is prepared and cached once.
-        pairs = sa.select(
-            sa.func.unnest(
-                sa.cast(sa.literal([lease.job_id for lease in leases]), ARRAY(sa.Uuid())),
-                sa.cast(sa.literal([lease.token for lease in leases]), ARRAY(sa.BigInteger())),
-            )
-            .table_valued("id", "token")
-            .render_derived()
-        )
+    def _held_clause(self) -> sa.ColumnElement[bool]:
+        # Two arrays instead of one placeholder pair per lease: the statement text is the same
+        # for every batch size, so the server prepares it once.
+        ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
+        tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
+        pairs = sa.select(sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived())
         return sa.and_(
+            jobs.c.id == sa.any_(ids),
             sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
             jobs.c.state == "running",
         )
+
+    def _held_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {
+            "b_ids": [lease.job_id for lease in leases],
+            "b_tokens": [lease.token for lease in leases],
+        }
 
     @asynccontextmanager
     async def _transaction(

@@ -112,9 +112,10 @@ class SqlStore:
         """The dialect's INSERT construct (it must offer ``on_conflict_do_nothing``)."""
         raise NotImplementedError
 
-    def _lock_claim_candidates(self, candidates: sa.Select[Any]) -> sa.Select[Any]:
-        """Lock the rows a claim picks, where the database needs it."""
-        return candidates
+    def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
+        """The rows a claim updates: those ``candidates`` picks (locking them where the
+        database needs it)."""
+        return jobs.c.id.in_(candidates.scalar_subquery())
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
         raise NotImplementedError
@@ -255,22 +256,28 @@ class SqlStore:
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
-    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
-        expires = now + lease_ms
-        candidates = self._lock_claim_candidates(
+    def _claim_statement(self) -> sa.Update:
+        """Built once per store and reused with new parameters, so every claim skips building
+        and hashing the statement."""
+        cached: sa.Update | None = getattr(self, "_claim_cached", None)
+        if cached is not None:
+            return cached
+        now = sa.bindparam("b_now", type_=sa.BigInteger())
+        expires = sa.bindparam("b_expires", type_=sa.BigInteger())
+        candidates = (
             sa.select(jobs.c.id)
-            .where(jobs.c.queue == queue, jobs.c.available_at <= now)
+            .where(jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now)
             .order_by(jobs.c.available_at)
-            .limit(limit)
-        ).cte("candidates")
+            .limit(sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True))
+        )
         exhausted = sa.and_(jobs.c.state == _RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
         def pick(if_exhausted: Any, otherwise: Any) -> sa.Case[Any]:
             return sa.case((exhausted, if_exhausted), else_=otherwise)
 
-        stmt = (
+        cached = (
             sa.update(jobs)
-            .where(jobs.c.id.in_(sa.select(candidates.c.id)))
+            .where(self._claim_target(candidates))
             .values(
                 state=pick(_DEAD, _RUNNING),
                 attempt=pick(jobs.c.attempt, jobs.c.attempt + 1),
@@ -284,8 +291,14 @@ class SqlStore:
             )
             .returning(*_CLAIM_RETURNING)
         )
+        self._claim_cached = cached
+        return cached
+
+    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
+        stmt = self._claim_statement()
+        params = {"b_queue": queue, "b_limit": limit, "b_now": now, "b_expires": now + lease_ms}
         async with self._write("job_claim") as conn:
-            rows = (await conn.execute(stmt)).all()
+            rows = (await conn.execute(stmt, params)).all()
         claimed: list[ClaimedJob] = []
         dead = 0
         for row in rows:
@@ -311,35 +324,56 @@ class SqlStore:
                     trace_context=row.trace_context,
                 )
             )
-        claimed.sort(key=lambda job: (job.due_at_ms, job.lease.job_id))
+        claimed.sort(key=lambda job: job.due_at_ms)
         return ClaimBatch(claimed=claimed, dead_lettered=dead)
 
-    def _held(self, leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
-        """Rows still held by these leases: same id, same token, still running."""
+    def _held_clause(self) -> sa.ColumnElement[bool]:
+        """Rows still held by the leases bound as ``b_ids``/``b_pairs``: same id, same token,
+        still running. The ``id IN`` part lets the database answer from the primary key."""
+        pairs = sa.bindparam(
+            "b_pairs", expanding=True, type_=sa.TupleType(sa.Uuid(), sa.BigInteger())
+        )
         return sa.and_(
-            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(
-                [(lease.job_id, lease.token) for lease in leases]
-            ),
+            jobs.c.id.in_(sa.bindparam("b_ids", expanding=True, type_=sa.Uuid())),
+            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
             jobs.c.state == _RUNNING,
         )
+
+    def _held_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {
+            "b_ids": [lease.job_id for lease in leases],
+            "b_pairs": [(lease.job_id, lease.token) for lease in leases],
+        }
+
+    def _statement(self, name: str, build: Callable[[], Any]) -> Any:
+        """Statements built once per store and reused with new parameters."""
+        cache: dict[str, Any] = self.__dict__.setdefault("_statements", {})
+        found = cache.get(name)
+        if found is None:
+            found = cache[name] = build()
+        return found
 
     async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
         if not leases:
             return set()
-        stmt = (
-            sa.update(jobs)
-            .where(self._held(leases))
-            .values(
-                state=_COMPLETED,
-                available_at=None,
-                lease_expires_at=None,
-                finished_at=now,
-                updated_at=now,
-            )
-            .returning(jobs.c.id)
+        stmt = self._statement(
+            "complete",
+            lambda: (
+                sa.update(jobs)
+                .where(self._held_clause())
+                .values(
+                    state=_COMPLETED,
+                    available_at=None,
+                    lease_expires_at=None,
+                    finished_at=sa.bindparam("b_now"),
+                    updated_at=sa.bindparam("b_now"),
+                )
+                .returning(jobs.c.id)
+            ),
         )
+        params = {**self._held_params(leases), "b_now": now}
         async with self._write("job_complete", durable=False) as conn:
-            return set((await conn.execute(stmt)).scalars())
+            return set((await conn.execute(stmt, params)).scalars())
 
     async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
         if not failures:
@@ -350,7 +384,7 @@ class SqlStore:
                 retry_at = failure.retry_at
                 stmt = (
                     sa.update(jobs)
-                    .where(self._held([failure.lease]))
+                    .where(self._held_clause())
                     .values(
                         state=_READY if retry_at is not None else _DEAD,
                         due_at=retry_at if retry_at is not None else jobs.c.due_at,
@@ -362,18 +396,19 @@ class SqlStore:
                     )
                     .returning(jobs.c.id)
                 )
-                done.update((await conn.execute(stmt)).scalars())
+                held = self._held_params([failure.lease])
+                done.update((await conn.execute(stmt, held)).scalars())
         return done
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         stmt = (
             sa.update(jobs)
-            .where(self._held([lease]), jobs.c.lease_expires_at > now)
+            .where(self._held_clause(), jobs.c.lease_expires_at > now)
             .values(lease_expires_at=expires_at, available_at=expires_at, updated_at=now)
             .returning(jobs.c.lease_expires_at)
         )
         async with self._write("job_renew_lease") as conn:
-            renewed = (await conn.execute(stmt)).scalar_one_or_none()
+            renewed = (await conn.execute(stmt, self._held_params([lease]))).scalar_one_or_none()
         if renewed is None:
             return None
         return Lease(
