@@ -18,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_worker_sample_smoke_script_passes() -> None:
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "smoke-worker.sh")],
-        env={
-            "PYTHON": sys.executable,
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(Path.home()),
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        },
+        env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=900,
