@@ -24,3 +24,7 @@ app.command()(worker)
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

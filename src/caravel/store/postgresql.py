@@ -61,9 +61,34 @@ _INSERT_UNNEST = sa.text(
     """
 ).columns(sa.column("id", sa.Uuid()))
 
+#: Batches up to this size are inserted with plain VALUES rows; larger ones through arrays.
+SMALL_INSERT = 8
+
 #: The channel enqueues announce new work on; the payload is the queue name.
 CHANNEL = "caravel_jobs"
 LISTEN_RETRY_SECONDS = 1.0
+_NOTIFY = sa.text(f"SELECT pg_notify('{CHANNEL}', :queue)")
+
+
+def _insert_one_statement() -> sa.Select[Any]:
+    """INSERT one job (bound as ``b_<column>``) and NOTIFY its queue when it is due now."""
+    columns = [
+        c
+        for c in jobs.c
+        if c.name not in ("lease_expires_at", "started_at", "finished_at", "last_failure")
+    ]
+    inserted = (
+        postgresql.insert(jobs)
+        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in columns})
+        .on_conflict_do_nothing()
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.due_at, jobs.c.created_at)
+        .cte("inserted")
+    )
+    due_now = inserted.c.due_at <= inserted.c.created_at
+    return sa.select(
+        inserted.c.id,
+        sa.case((due_now, sa.func.pg_notify(CHANNEL, inserted.c.queue)), else_=None),
+    )
 
 
 class PostgresStore(SqlStore):
@@ -90,6 +115,14 @@ class PostgresStore(SqlStore):
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
     async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+        if len(new_jobs) == 1:
+            # The common one-job enqueue: a cached statement that inserts the row and sends
+            # the wake-up in one round trip, so an enqueue costs that plus the commit.
+            stmt = self._statement("insert_one", _insert_one_statement)
+            values = {f"b_{k}": v for k, v in self._row_values(new_jobs[0]).items()}
+            return set((await conn.execute(stmt, values)).scalars())
+        if len(new_jobs) <= SMALL_INSERT:
+            return await super()._insert_rows(conn, new_jobs)
         # One statement with one array per column, whatever the batch size: the query text
         # stays short and cached, and the server unnests the arrays into rows.
         result = await conn.execute(
@@ -113,16 +146,15 @@ class PostgresStore(SqlStore):
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
     ) -> None:
         # One NOTIFY per queue per transaction, with a constant payload per queue so PostgreSQL
-        # folds duplicates. Delayed jobs are left to the workers' polling.
+        # folds duplicates. Delayed jobs are left to the workers' polling. Small inserts sent
+        # theirs from the INSERT statement itself.
+        if len(new_jobs) == 1:
+            return
         due_now = sorted(
             {job.queue for job in new_jobs if job.id in inserted and job.due_at <= job.created_at}
         )
-        if due_now:
-            await conn.execute(
-                sa.select(sa.func.pg_notify(CHANNEL, sa.column("q"))).select_from(
-                    sa.func.unnest(sa.literal(due_now, postgresql.ARRAY(sa.String()))).alias("q")
-                )
-            )
+        for queue in due_now:
+            await conn.execute(_NOTIFY, {"queue": queue})
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
         return self._listen(frozenset(queues))

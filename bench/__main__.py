@@ -1,0 +1,122 @@
+"""``python -m bench``: run the benchmark suite, print a table, write JSON.
+
+    python -m bench                         # everything, PostgreSQL and SQLite, 3 runs each
+    python -m bench --only drain latency --backends postgresql --runs 1
+    python -m bench --quick                 # smaller sizes, for a first look
+
+Each figure is the median of ``--runs`` runs, each on a fresh database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import runs
+from bench.databases import database, pg_setting
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ALL = ("enqueue", "bulk", "drain", "steady", "latency", "history", "memory", "sql", "commit")
+
+
+def _median(results: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key, value in results[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            merged[key] = statistics.median(r[key] for r in results)
+        else:
+            merged[key] = value
+    merged["runs"] = len(results)
+    return merged
+
+
+def _measure(backend: str, runs_: int, fn: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    results = []
+    for _ in range(runs_):
+        with database(backend) as url:
+            results.append(fn(url))
+    return _median(results)
+
+
+def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, Any]]]:
+    n = args.jobs
+    conc = args.concurrency
+
+    def history(url: str) -> dict[str, Any]:
+        runs.seed_history(url, args.history)
+        return asyncio.run(runs.drain(url, n, conc))
+
+    return {
+        "enqueue": lambda url: asyncio.run(runs.enqueue_single(url, args.single)),
+        "bulk": lambda url: asyncio.run(runs.enqueue_bulk(url, n)),
+        "drain": lambda url: asyncio.run(runs.drain(url, n, conc)),
+        "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
+        "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),
+        "history": history,
+        "memory": lambda url: runs.memory(url, args.memory_jobs, conc),
+        "sql": lambda url: runs.sql_limit(url, n, args.batch),
+        "commit": lambda url: runs.sqlite_commit_limit(url),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--backends", nargs="+", default=["postgresql", "sqlite"])
+    parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain/bulk run")
+    parser.add_argument("--single", type=int, default=2_000, help="jobs for one-call enqueue")
+    parser.add_argument("--concurrency", type=int, default=200, help="worker concurrency")
+    parser.add_argument("--batch", type=int, default=100, help="plain-SQL batch size")
+    parser.add_argument("--seconds", type=float, default=10.0, help="steady-state duration")
+    parser.add_argument("--latency-jobs", type=int, default=300)
+    parser.add_argument("--history", type=int, default=1_000_000, help="retained rows")
+    parser.add_argument("--memory-jobs", type=int, default=500_000)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.jobs, args.single = 1, 5_000, 500
+        args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
+
+    report: dict[str, Any] = {
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "settings": {k: v for k, v in vars(args).items() if k not in ("backends", "only")},
+        "postgresql": {
+            "server_version": pg_setting("server_version"),
+            "synchronous_commit": pg_setting("synchronous_commit"),
+            "fsync": pg_setting("fsync"),
+        },
+        "results": {},
+    }
+    for backend in args.backends:
+        scenarios = _scenarios(args)
+        for name in args.only:
+            if name == "commit" and backend != "sqlite":
+                continue
+            print(f"{backend:10} {name:8} ...", flush=True)
+            figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
+            report["results"].setdefault(backend, {})[name] = figures
+            shown = ", ".join(
+                f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()
+            )
+            print(f"{backend:10} {name:8} {shown}", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

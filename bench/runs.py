@@ -1,0 +1,430 @@
+"""One function per measurement. Each takes a migrated, empty queue database URL and returns a
+dictionary of figures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.apps import Noop, Stamp, registry
+from bench.databases import postgres_dsn
+from caravel import (
+    DatabaseQueue,
+    DispatchOptions,
+    JobContext,
+    JobRegistry,
+    QueueWorker,
+    WorkerOptions,
+)
+from caravel.store.urls import backend_of
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "bench"
+
+
+def _dispatch(key: str | None = None) -> DispatchOptions:
+    return DispatchOptions(queue=QUEUE, tenant_id="bench", idempotency_key=key)
+
+
+async def _fill(queue: DatabaseQueue, n: int, batch: int = 1000) -> None:
+    for start in range(0, n, batch):
+        await queue.enqueue_many(
+            [(Noop(i), _dispatch()) for i in range(start, min(n, start + batch))]
+        )
+
+
+# ----- enqueue --------------------------------------------------------------------------------
+
+
+async def enqueue_single(url: str, n: int) -> dict[str, Any]:
+    """One ``enqueue`` call per job, each its own durable, idempotent transaction."""
+    async with DatabaseQueue(url, registry) as queue:
+        await queue.enqueue(Noop(-1), _dispatch("warm-up"))
+        started = time.perf_counter()
+        for i in range(n):
+            await queue.enqueue(Noop(i), _dispatch(f"key-{i}"))
+        elapsed = time.perf_counter() - started
+    return {"jobs": n, "seconds": elapsed, "jobs_per_second": n / elapsed}
+
+
+async def enqueue_bulk(url: str, n: int, batch: int = 1000) -> dict[str, Any]:
+    """``enqueue_many`` in batches, every job with its own idempotency key."""
+    async with DatabaseQueue(url, registry) as queue:
+        await queue.enqueue(Noop(-1), _dispatch("warm-up"))
+        started = time.perf_counter()
+        for start in range(0, n, batch):
+            await queue.enqueue_many(
+                [(Noop(i), _dispatch(f"key-{i}")) for i in range(start, min(n, start + batch))]
+            )
+        elapsed = time.perf_counter() - started
+    return {"jobs": n, "batch": batch, "seconds": elapsed, "jobs_per_second": n / elapsed}
+
+
+# ----- drain ----------------------------------------------------------------------------------
+
+
+class _Counter:
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.seen = 0
+        self.done = asyncio.Event()
+
+    def hit(self) -> None:
+        self.seen += 1
+        if self.seen >= self.target:
+            self.done.set()
+
+
+async def drain(url: str, n: int, concurrency: int) -> dict[str, Any]:
+    """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
+    worker with the given concurrency."""
+    counter = _Counter(n)
+    counting = JobRegistry()
+
+    @counting.handles("bench.noop.v1", Noop)
+    async def count(job: Noop, ctx: JobContext[None]) -> None:
+        counter.hit()
+
+    async with DatabaseQueue(url, counting) as queue:
+        await _fill(queue, n)
+        worker = QueueWorker(queue, options=WorkerOptions(concurrency=concurrency))
+        started = time.perf_counter()
+        running = asyncio.create_task(worker.run(QUEUE))
+        await counter.done.wait()
+        worker.stop()
+        await running  # includes writing the last acknowledgements
+        elapsed = time.perf_counter() - started
+        await worker.close()
+        counts = await queue.queue_counts(QUEUE)
+    completed = counts[0].completed if counts else 0
+    return {
+        "jobs": n,
+        "concurrency": concurrency,
+        "seconds": elapsed,
+        "jobs_per_second": n / elapsed,
+        "completed": completed,
+    }
+
+
+async def steady(url: str, seconds: float, producers: int, concurrency: int) -> dict[str, Any]:
+    """Producers calling ``enqueue`` one job at a time while one worker runs, for a fixed
+    time: throughput and the backlog left at the end."""
+    async with DatabaseQueue(url, registry) as queue:
+        worker = QueueWorker(queue, options=WorkerOptions(concurrency=concurrency))
+        running = asyncio.create_task(worker.run(QUEUE))
+        produced = 0
+        deadline = time.perf_counter() + seconds
+
+        async def produce(offset: int) -> None:
+            nonlocal produced
+            i = 0
+            while time.perf_counter() < deadline:
+                await queue.enqueue(Noop(offset + i), _dispatch())
+                produced += 1
+                i += 1
+
+        before = time.perf_counter()
+        await asyncio.gather(*(produce(p * 10_000_000) for p in range(producers)))
+        elapsed = time.perf_counter() - before
+        counts = (await queue.queue_counts(QUEUE))[0]
+        worker.stop()
+        await running
+        await worker.close()
+    return {
+        "seconds": elapsed,
+        "producers": producers,
+        "concurrency": concurrency,
+        "enqueued_per_second": produced / elapsed,
+        "completed_per_second": counts.completed / elapsed,
+        "backlog_at_end": counts.ready + counts.running,
+    }
+
+
+# ----- wake-up latency ------------------------------------------------------------------------
+
+
+def latency(url: str, n: int, gap: float) -> dict[str, Any]:
+    """An idle worker in its own process; jobs enqueued one at a time ``gap`` seconds apart;
+    time from just before the enqueue call to the handler's start."""
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "caravel.cli.main",
+            "worker",
+            "--url",
+            url,
+            "--app",
+            "bench.apps:registry",
+            "--queue",
+            QUEUE,
+            "--poll-interval",
+            "1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    starts: dict[str, float] = {}
+    seen = threading.Condition()
+
+    def read() -> None:
+        assert worker.stdout is not None
+        for line in worker.stdout:
+            job_id, at = line.split()
+            with seen:
+                starts[job_id] = float(at)
+                seen.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert worker.stderr is not None
+    worker.stderr.readline()  # "processing ..." once the worker is up
+
+    async def produce() -> list[float]:
+        samples: list[float] = []
+        async with DatabaseQueue(url, registry) as queue:
+            for i in range(n + 10):
+                before = time.time()
+                result = await queue.enqueue(Stamp(i), _dispatch())
+                job_id = str(result.job_id)
+                with seen:
+                    seen.wait_for(lambda j=job_id: j in starts, timeout=10)
+                if i >= 10 and job_id in starts:  # the first ten warm up connections
+                    samples.append((starts[job_id] - before) * 1000)
+                await asyncio.sleep(gap)
+        return samples
+
+    try:
+        samples = asyncio.run(produce())
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    samples.sort()
+
+    def pct(p: float) -> float:
+        return samples[min(len(samples) - 1, int(len(samples) * p))]
+
+    return {
+        "jobs": len(samples),
+        "gap_ms": gap * 1000,
+        "p50_ms": pct(0.50),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+    }
+
+
+# ----- retained history -----------------------------------------------------------------------
+
+
+def seed_history(url: str, rows: int) -> None:
+    """Insert ``rows`` completed jobs of another queue straight through SQL."""
+    if backend_of(url) == "postgresql":
+        with psycopg.connect(postgres_dsn(url), autocommit=True) as conn:
+            conn.execute(
+                """
+                INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, idempotency_key,
+                    payload, state, attempt, max_attempts, due_at, lease_token, started_at,
+                    finished_at, created_at, updated_at)
+                SELECT gen_random_uuid(), 'history', 'bench.noop.v1', 'bench', 'h-' || g,
+                    '{"n":' || g || '}', 'completed', 1, 3, 1, 1, 1, 2, 1, 2
+                FROM generate_series(1, %s) AS g
+                """,
+                (rows,),
+            )
+            conn.execute("VACUUM ANALYZE caravel_jobs")
+        return
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            """
+            WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ?)
+            INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, idempotency_key, payload,
+                state, attempt, max_attempts, due_at, lease_token, started_at, finished_at,
+                created_at, updated_at)
+            SELECT lower(hex(randomblob(16))), 'history', 'bench.noop.v1', 'bench', 'h-' || x,
+                '{"n":' || x || '}', 'completed', 1, 3, 1, 1, 1, 2, 1, 2
+            FROM g
+            """,
+            (rows,),
+        )
+        conn.execute("ANALYZE")
+
+
+# ----- memory ---------------------------------------------------------------------------------
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def memory(url: str, n: int, concurrency: int, window: int = 50_000) -> dict[str, Any]:
+    """One worker process draining ``n`` jobs fed in batches: resident memory over the run, and
+    its growth between the first and the last ``window`` jobs."""
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "caravel.cli.main",
+            "worker",
+            "--url",
+            url,
+            "--app",
+            "bench.apps:registry",
+            "--queue",
+            QUEUE,
+            "--concurrency",
+            str(concurrency),
+            "--poll-interval",
+            "0.05",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stderr is not None
+    worker.stderr.readline()
+    samples: list[tuple[int, int]] = []  # (jobs completed, RSS KiB)
+
+    async def feed() -> None:
+        async with DatabaseQueue(url, registry) as queue:
+            fed = 0
+            while True:
+                counts = await queue.queue_counts(QUEUE)
+                done = counts[0].completed if counts else 0
+                backlog = (counts[0].ready + counts[0].running) if counts else 0
+                samples.append((done, _rss_kib(worker.pid)))
+                if done >= n:
+                    return
+                if fed < n and backlog < 20_000:
+                    step = min(10_000, n - fed)
+                    await _fill(queue, step)
+                    fed += step
+                await asyncio.sleep(0.2)
+
+    started = time.perf_counter()
+    try:
+        asyncio.run(feed())
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    elapsed = time.perf_counter() - started
+    first = [rss for done, rss in samples if 0 < done <= window] or [samples[0][1]]
+    last = [rss for done, rss in samples if done >= n - window] or [samples[-1][1]]
+    first_mib, last_mib = statistics.median(first) / 1024, statistics.median(last) / 1024
+    return {
+        "jobs": n,
+        "seconds": elapsed,
+        "peak_rss_mib": max(rss for _, rss in samples) / 1024,
+        "rss_first_window_mib": first_mib,
+        "rss_last_window_mib": last_mib,
+        "growth_percent": (last_mib - first_mib) / first_mib * 100,
+    }
+
+
+# ----- the plain-SQL limit --------------------------------------------------------------------
+
+_PG_INSERT = """
+INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, payload, state, attempt,
+    max_attempts, due_at, available_at, lease_token, created_at, updated_at)
+SELECT gen_random_uuid(), 'sql', 'bench.noop.v1', 'bench', '{"n":1}', 'ready', 0, 3,
+    1, 1, 0, 1, 1 FROM generate_series(1, %s)
+"""
+_PG_CLAIM = """
+UPDATE caravel_jobs SET state = 'running', attempt = attempt + 1, lease_token = lease_token + 1,
+    lease_expires_at = 9e15, available_at = 9e15, started_at = 2, updated_at = 2
+WHERE id = ANY(ARRAY(SELECT id FROM caravel_jobs WHERE queue = 'sql' AND available_at <= 2
+    ORDER BY available_at LIMIT %s FOR UPDATE SKIP LOCKED))
+RETURNING id, lease_token, payload
+"""
+_PG_COMPLETE = """
+UPDATE caravel_jobs SET state = 'completed', available_at = NULL, lease_expires_at = NULL,
+    finished_at = 3, updated_at = 3
+WHERE id = ANY(%s) AND state = 'running'
+"""
+
+
+def sql_limit(url: str, n: int, batch: int) -> dict[str, Any]:
+    """The same per-job SQL work (insert, claim, complete) done by a plain driver loop in
+    batches of ``batch``: the ceiling a Python worker over this schema could approach."""
+    started = time.perf_counter()
+    if backend_of(url) == "postgresql":
+        with psycopg.connect(postgres_dsn(url)) as conn:
+            for _ in range(0, n, batch):
+                conn.execute(_PG_INSERT, (batch,))
+                conn.commit()
+                rows = conn.execute(_PG_CLAIM, (batch,)).fetchall()
+                conn.commit()
+                conn.execute(_PG_COMPLETE, ([r[0] for r in rows],))
+                conn.commit()
+    else:
+        path = url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        for _ in range(0, n, batch):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, payload, state, "
+                "attempt, max_attempts, due_at, available_at, lease_token, created_at, "
+                "updated_at) VALUES (lower(hex(randomblob(16))), 'sql', 'bench.noop.v1', "
+                "'bench', '{\"n\":1}', 'ready', 0, 3, 1, 1, 0, 1, 1)",
+                [()] * batch,
+            )
+            conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "UPDATE caravel_jobs SET state='running', attempt=attempt+1, "
+                    "lease_token=lease_token+1, available_at=9e15 WHERE id IN (SELECT id FROM "
+                    "caravel_jobs WHERE queue='sql' AND available_at <= 2 ORDER BY available_at "
+                    "LIMIT ?) RETURNING id, payload",
+                    (batch,),
+                ).fetchall()
+            ]
+            conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "UPDATE caravel_jobs SET state='completed', available_at=NULL WHERE id = ? "
+                "AND state='running'",
+                [(i,) for i in ids],
+            )
+            conn.execute("COMMIT")
+        conn.close()
+    elapsed = time.perf_counter() - started
+    return {"jobs": n, "batch": batch, "seconds": elapsed, "jobs_per_second": n / elapsed}
+
+
+def sqlite_commit_limit(url: str, n: int = 2000) -> dict[str, Any]:
+    """SQLite's own durable commit rate on this disk: one single-row insert per commit."""
+    path = url.removeprefix("sqlite:///")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS commit_probe (x INTEGER)")
+    started = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO commit_probe VALUES (?)", (i,))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return {"commits": n, "commits_per_second": n / elapsed}
