@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 from uuid import UUID
 
-__all__ = ["JobCancelledError", "JobContext"]
+__all__ = ["CancellationSignal", "JobCancelledError", "JobContext"]
 
 ScopeT = TypeVar("ScopeT")
 
@@ -16,6 +16,40 @@ class JobCancelledError(Exception):
     """Raised by :meth:`JobContext.raise_if_cancelled` inside a synchronous handler whose job was
     cancelled (lease lost or expired, lease lifetime reached, or worker shutdown). The worker does
     not acknowledge a cancelled job."""
+
+
+class CancellationSignal:
+    """Set once when the job is cancelled; safe to check from any thread.
+
+    It behaves like a :class:`threading.Event` for the parts a handler needs (``is_set``,
+    ``wait``), but costs almost nothing until someone waits on it.
+    """
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the job is cancelled or ``timeout`` seconds pass;
+        returns whether it was cancelled. For synchronous handlers only."""
+        if self._set:
+            return True
+        if self._event is None:
+            self._event = threading.Event()
+            if self._set:  # set between the check above and the event's creation
+                self._event.set()
+        return self._event.wait(timeout)
 
 
 @dataclass(kw_only=True, slots=True, eq=False)
@@ -28,7 +62,8 @@ class JobContext(Generic[ScopeT]):
     application supplied to the worker (``None`` without one).
 
     Async handlers are cancelled like any asyncio task. Synchronous handlers run in a thread and
-    should check :attr:`cancelled` (or call :meth:`raise_if_cancelled`) between steps.
+    should check :attr:`is_cancelled` (or call :meth:`raise_if_cancelled`, or block on
+    ``cancelled.wait(timeout)``) between steps.
     """
 
     job_id: UUID
@@ -38,7 +73,7 @@ class JobContext(Generic[ScopeT]):
     attempt: int
     max_attempts: int
     scope: ScopeT
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: CancellationSignal = field(default_factory=CancellationSignal)
 
     @property
     def is_cancelled(self) -> bool:

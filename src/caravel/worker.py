@@ -35,6 +35,23 @@ __all__ = ["QueueWorker"]
 logger = logging.getLogger("caravel.worker")
 
 
+def _log(level: int, message: str, claimed: ClaimedJob, **fields: object) -> None:
+    """One structured log line about a job: its id, queue, type and attempt, never its payload
+    or a handler's exception text. Builds nothing when the level is off."""
+    if logger.isEnabledFor(level):
+        logger.log(
+            level,
+            message,
+            extra={
+                "job_id": str(claimed.job_id),
+                "queue": claimed.queue,
+                "job_type": claimed.job_type,
+                "attempt": claimed.attempt,
+                **fields,
+            },
+        )
+
+
 class QueueWorker:
     """Runs handlers for jobs claimed from a :class:`~caravel.queue.DatabaseQueue`.
 
@@ -81,6 +98,7 @@ class QueueWorker:
     async def close(self) -> None:
         """Release the handler threads (abandoned synchronous handlers are not waited for)."""
         await self._acker.close()
+        await self._runner.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     @property
@@ -108,16 +126,12 @@ class QueueWorker:
         return True
 
     async def _record(self, claimed: ClaimedJob, outcome: Outcome, *, batched: bool) -> None:
-        fields = {
-            "job_id": str(claimed.job_id),
-            "queue": claimed.queue,
-            "job_type": claimed.job_type,
-            "attempt": claimed.attempt,
-        }
         if outcome.abandoned is not None:
-            logger.warning(
+            _log(
+                logging.WARNING,
                 "job abandoned without acknowledgement",
-                extra={**fields, "reason": outcome.abandoned.value},
+                claimed,
+                reason=outcome.abandoned.value,
             )
             return
         if batched:
@@ -133,15 +147,18 @@ class QueueWorker:
                 held = False
         if not held:
             self.lost_acknowledgements += 1
-            logger.warning("job acknowledgement rejected: lease lost", extra=fields)
+            _log(logging.WARNING, "job acknowledgement rejected: lease lost", claimed)
         elif outcome.failure is not None:
             last = claimed.attempt >= claimed.lease.max_attempts
-            logger.info(
+            _log(
+                logging.INFO,
                 "job failed",
-                extra={**fields, "category": outcome.failure.value, "dead_lettered": last},
+                claimed,
+                category=outcome.failure.value,
+                dead_lettered=last,
             )
         else:
-            logger.debug("job completed", extra=fields)
+            _log(logging.DEBUG, "job completed", claimed)
 
     # ----- continuous ----------------------------------------------------------------------
 
@@ -274,15 +291,8 @@ class QueueWorker:
             await self._record(claimed, outcome, batched=True)
             failpoint("after_ack")
         except asyncio.CancelledError:
-            logger.warning(
-                "job abandoned without acknowledgement",
-                extra={
-                    "job_id": str(claimed.job_id),
-                    "queue": claimed.queue,
-                    "job_type": claimed.job_type,
-                    "attempt": claimed.attempt,
-                    "reason": "shutdown",
-                },
+            _log(
+                logging.WARNING, "job abandoned without acknowledgement", claimed, reason="shutdown"
             )
         except Exception as exc:
             self._failed(exc)

@@ -1,0 +1,176 @@
+"""One watchdog for the leases of every job a worker is running.
+
+Each running job registers its lease here. A single loop sleeps until the earliest moment any
+lease needs attention (its deadline, or its next renewal when renewal is on), so a job costs a heap
+entry instead of a timer of its own. At that moment the loop:
+
+* renews the lease (``lease_renewal_interval``), never as an attempt;
+* or cancels the job's task, marking why: the lease ran out, a renewal was rejected (the job was
+  taken over or finished), or the claim reached ``max_lease_lifetime``;
+* or, when a renewal fails because the database failed, cancels the job's task with that error
+  attached, so the job raises it and the worker stops.
+
+Timing uses the queue's clock, so a test's :class:`~caravel.testing.ManualClock` drives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+from caravel.clock import duration_ms
+from caravel.context import JobContext
+from caravel.jobs import Lease
+from caravel.queue import DatabaseQueue
+
+__all__ = ["Abandoned", "LeaseWatch", "Watched"]
+
+
+class Abandoned(enum.StrEnum):
+    """Why a job's attempt ended without an acknowledgement."""
+
+    LEASE_EXPIRED = "lease_expired"
+    LEASE_LOST = "lease_lost"
+    LIFETIME_REACHED = "lifetime_reached"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(eq=False, slots=True)
+class Watched:
+    """One running job's lease, as the watchdog sees it."""
+
+    task: asyncio.Task[object]
+    lease: Lease
+    context: JobContext[object]
+    renew_at: int | None
+    active: bool = True
+    reason: Abandoned | None = None
+    error: BaseException | None = field(default=None)
+
+
+class LeaseWatch:
+    """The watchdog; :meth:`watch` registers the current task's lease, :meth:`release` ends it."""
+
+    def __init__(self, queue: DatabaseQueue) -> None:
+        self._queue = queue
+        renewal = queue.options.lease_renewal_interval
+        self._renew_every = None if renewal is None else duration_ms(renewal)
+        self._heap: list[tuple[int, int, Watched]] = []
+        self._order = itertools.count()
+        self._active = 0
+        self._target: int | None = None
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.Task[None] | None = None
+
+    def watch(self, lease: Lease, context: JobContext[object]) -> Watched:
+        task = asyncio.current_task()
+        assert task is not None, "watch() runs inside the job's task"
+        now = self._queue.clock.now_ms()
+        renew_at = None if self._renew_every is None else now + self._renew_every
+        entry = Watched(task=task, lease=lease, context=context, renew_at=renew_at)
+        self._active += 1
+        self._schedule(entry)
+        if self._loop is None or self._loop.done():
+            self._wake = asyncio.Event()
+            self._loop = asyncio.create_task(self._run(), name="caravel-lease-watch")
+        return entry
+
+    def release(self, entry: Watched) -> None:
+        """The job is done with its lease; the watchdog forgets it (no more cancellation)."""
+        if entry.active:
+            entry.active = False
+            self._active -= 1
+        # Finished entries are dropped lazily; rebuild when they far outnumber live ones.
+        if len(self._heap) > 64 and len(self._heap) > 4 * self._active:
+            self._heap = [item for item in self._heap if item[2].active]
+            heapq.heapify(self._heap)
+
+    async def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+
+    def _next_event(self, entry: Watched) -> int:
+        deadline = self._queue.lease_deadline_ms(entry.lease)
+        return deadline if entry.renew_at is None else min(deadline, entry.renew_at)
+
+    def _schedule(self, entry: Watched) -> None:
+        at = self._next_event(entry)
+        heapq.heappush(self._heap, (at, next(self._order), entry))
+        if self._wake is not None and (self._target is None or at < self._target):
+            self._wake.set()
+
+    def _abandon(self, entry: Watched, reason: Abandoned) -> None:
+        if not entry.active:
+            return
+        entry.reason = reason
+        self.release(entry)
+        entry.context.cancelled.set()
+        entry.task.cancel()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        clock = self._queue.clock
+        while True:
+            while self._heap and not self._heap[0][2].active:
+                heapq.heappop(self._heap)
+            now = clock.now_ms()
+            if not self._heap or self._heap[0][0] > now:
+                self._target = self._heap[0][0] if self._heap else None
+                self._wake.clear()
+                await self._sleep(None if self._target is None else self._target - now)
+                continue
+            _, _, entry = heapq.heappop(self._heap)
+            await self._attend(entry, now)
+
+    async def _sleep(self, milliseconds: int | None) -> None:
+        assert self._wake is not None
+        woken = asyncio.ensure_future(self._wake.wait())
+        if milliseconds is None:
+            await woken
+            return
+        timer = asyncio.ensure_future(self._queue.clock.sleep(milliseconds / 1000))
+        try:
+            await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            timer.cancel()
+
+    async def _attend(self, entry: Watched, now: int) -> None:
+        queue = self._queue
+        renewing = self._renew_every is not None
+        lifetime_over = now >= queue.lifetime_end_ms(entry.lease)
+        if now >= queue.lease_deadline_ms(entry.lease):
+            reached = renewing and lifetime_over
+            self._abandon(entry, Abandoned.LIFETIME_REACHED if reached else Abandoned.LEASE_EXPIRED)
+            return
+        if entry.renew_at is None or now < entry.renew_at:
+            self._schedule(entry)
+            return
+        if lifetime_over:
+            self._abandon(entry, Abandoned.LIFETIME_REACHED)
+            return
+        try:
+            renewed = await queue.renew(entry.lease)
+        except Exception as exc:  # the database failed: the job raises it, the worker stops
+            if entry.active:
+                entry.error = exc
+                self.release(entry)
+                entry.context.cancelled.set()
+                entry.task.cancel()
+            return
+        if not entry.active:
+            return
+        if renewed is None:
+            self._abandon(entry, Abandoned.LEASE_LOST)
+            return
+        entry.lease = renewed
+        assert self._renew_every is not None
+        entry.renew_at = queue.clock.now_ms() + self._renew_every
+        self._schedule(entry)
