@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from caravel import telemetry
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import JobContext
 from caravel.jobs import ClaimedJob, FailureCategory, Lease
@@ -46,6 +48,7 @@ class Outcome:
     lease: Lease
     failure: FailureCategory | None = None
     abandoned: Abandoned | None = None
+    seconds: float = 0.0
 
     @property
     def succeeded(self) -> bool:
@@ -74,14 +77,25 @@ class JobRunner:
 
     async def run(self, claimed: ClaimedJob) -> Outcome:
         """Run one claimed job to an :class:`Outcome`. Raises only for infrastructure failures
-        (a renewal the database could not answer) and for cancellation of the caller."""
+        (a renewal the database could not answer) and for cancellation of the caller.
+
+        The run is one consumer span that continues the trace of the enqueue that created the
+        job; a failure is described on it by exception type and category only."""
+        started = time.perf_counter()
+        async with telemetry.job_span(claimed, self._queue.clock.now_ms()) as span:
+            outcome = await self._run(claimed, span)
+        return replace(outcome, seconds=time.perf_counter() - started)
+
+    async def _run(self, claimed: ClaimedJob, span: telemetry.Span) -> Outcome:
         lease = claimed.lease
         entry = self._queue.registry.get(claimed.job_type)
         if entry is None:
+            telemetry.mark_failure(span, "UnknownJobType", FailureCategory.UNKNOWN_JOB_TYPE)
             return Outcome(lease, failure=FailureCategory.UNKNOWN_JOB_TYPE)
         try:
             job = decode_payload(entry.adapter, claimed.payload)
         except PayloadDecodeError:
+            telemetry.mark_failure(span, "PayloadDecodeError", FailureCategory.INVALID_PAYLOAD)
             return Outcome(lease, failure=FailureCategory.INVALID_PAYLOAD)
         context: JobContext[Any] = JobContext(
             job_id=claimed.job_id,
@@ -123,6 +137,7 @@ class JobRunner:
                     "error_type": type(exc).__name__,
                 },
             )
+            telemetry.mark_failure(span, type(exc).__name__, FailureCategory.HANDLER_FAILED)
             return Outcome(watched.lease, failure=FailureCategory.HANDLER_FAILED)
         finally:
             self._watch.release(watched)

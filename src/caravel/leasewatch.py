@@ -26,6 +26,7 @@ from caravel.clock import duration_ms
 from caravel.context import JobContext
 from caravel.jobs import Lease
 from caravel.queue import DatabaseQueue
+from caravel.telemetry import record_renewal
 
 __all__ = ["Abandoned", "LeaseWatch", "Watched"]
 
@@ -171,6 +172,7 @@ class LeaseWatch:
             self._abandon(entry, Abandoned.LEASE_LOST)
             return
         entry.lease = renewed
+        record_renewal(entry.context.queue)
         assert self._renew_every is not None
         entry.renew_at = queue.clock.now_ms() + self._renew_every
         self._schedule(entry)

@@ -32,6 +32,7 @@ from caravel.options import QueueOptions
 from caravel.registry import JobRegistry
 from caravel.store import open_store
 from caravel.store.api import FailedAttempt, JobFilter, NewJob, QueueCounts, Store
+from caravel.telemetry import InstrumentedStore
 from caravel.validation import check_identifier, check_queue_name, check_wire_name
 from caravel.wakeup import WakeupHub
 
@@ -81,8 +82,12 @@ class DatabaseQueue:
     ) -> None:
         if not isinstance(registry, JobRegistry):
             raise ValidationError("registry", "must be a JobRegistry")
-        self.store: Store = (
+        store: Store = (
             open_store(target, read_only=read_only) if isinstance(target, str | sa.URL) else target
+        )
+        # Every store operation is traced and measured at this one seam.
+        self.store: Store = (
+            store if isinstance(store, InstrumentedStore) else InstrumentedStore(store)
         )
         self.registry = registry
         self.options = options if options is not None else QueueOptions()

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Self
 
+from caravel import telemetry
 from caravel.acknowledger import Acknowledger
 from caravel.errors import LeaseLostError, ValidationError
 from caravel.execution import JobRunner, Outcome, ScopeFactory
@@ -127,12 +128,11 @@ class QueueWorker:
 
     async def _record(self, claimed: ClaimedJob, outcome: Outcome, *, batched: bool) -> None:
         if outcome.abandoned is not None:
-            _log(
-                logging.WARNING,
-                "job abandoned without acknowledgement",
-                claimed,
-                reason=outcome.abandoned.value,
+            reason = outcome.abandoned.value
+            telemetry.record_outcome(
+                claimed, seconds=outcome.seconds, category=None, dead=False, abandoned=reason
             )
+            _log(logging.WARNING, "job abandoned without acknowledgement", claimed, reason=reason)
             return
         if batched:
             held = await self._acker.submit(claimed, outcome)
@@ -145,18 +145,20 @@ class QueueWorker:
                     await self.queue.fail(outcome.lease, outcome.failure.value)
             except LeaseLostError:
                 held = False
+        last = claimed.attempt >= claimed.lease.max_attempts
+        category = None if outcome.failure is None else outcome.failure.value
+        telemetry.record_outcome(
+            claimed,
+            seconds=outcome.seconds,
+            category=category,
+            dead=category is not None and last,
+            abandoned=None if held else "ack_rejected",
+        )
         if not held:
             self.lost_acknowledgements += 1
             _log(logging.WARNING, "job acknowledgement rejected: lease lost", claimed)
-        elif outcome.failure is not None:
-            last = claimed.attempt >= claimed.lease.max_attempts
-            _log(
-                logging.INFO,
-                "job failed",
-                claimed,
-                category=outcome.failure.value,
-                dead_lettered=last,
-            )
+        elif category is not None:
+            _log(logging.INFO, "job failed", claimed, category=category, dead_lettered=last)
         else:
             _log(logging.DEBUG, "job completed", claimed)
 

@@ -104,8 +104,9 @@ async def status_of(
 
 
 def engine_of(queue: DatabaseQueue) -> AsyncEngine:
-    assert isinstance(queue.store, SqlStore)
-    return queue.store.engine
+    store = getattr(queue.store, "inner", queue.store)  # unwrap the telemetry layer
+    assert isinstance(store, SqlStore)
+    return store.engine
 
 
 async def noop(job: object, ctx: JobContext[Any]) -> None:

@@ -745,12 +745,13 @@ async def test_queue_counts_reports_each_state(db_url: str) -> None:
                 expired=1,
                 dead_letter=1,
                 completed=1,
+                oldest_ready_due_ms=now,  # the two ready jobs became due just now
             )
         ]
         everything = await queue.store.queue_counts(None, now)
         assert [c.queue for c in everything] == ["default", "other"]
         assert everything[0] == counts[0]
-        assert everything[1] == QueueCounts("other", 1, 0, 0, 0, 0, 0)
+        assert everything[1] == QueueCounts("other", 1, 0, 0, 0, 0, 0, oldest_ready_due_ms=now)
         assert await queue.store.queue_counts("empty", now) == []
 
         # Counting changed nothing: the expired job is still running on its old lease.

@@ -83,6 +83,8 @@ class QueueCounts:
     expired: int
     dead_letter: int
     completed: int
+    oldest_ready_due_ms: int | None = None
+    """When the oldest job that is due now became due (ms since the epoch), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class Store(Protocol):
     """Every queue operation on one database."""
 
     supports_listen_notify: bool
+    #: The OpenTelemetry ``db.system.name`` of the database ("postgresql", "sqlite").
+    db_system: str
 
     async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         """Insert jobs in one transaction. A job whose (queue, tenant, key) already exists is not

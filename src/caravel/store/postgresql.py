@@ -93,6 +93,7 @@ def _insert_one_statement() -> sa.Select[Any]:
 
 class PostgresStore(SqlStore):
     supports_listen_notify = True
+    db_system = "postgresql"
     insert_chunk = 1000
 
     def __init__(self, engine: AsyncEngine, *, read_only: bool = False) -> None:

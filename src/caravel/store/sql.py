@@ -100,6 +100,7 @@ class SqlStore:
     """Queue operations over one SQLAlchemy async engine."""
 
     supports_listen_notify = False
+    db_system = "sql"
     #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
     insert_chunk = 500
 
@@ -489,6 +490,9 @@ class SqlStore:
                 _count(sa.and_(running, jobs.c.lease_expires_at <= now)).label("expired"),
                 _count(jobs.c.state == _DEAD).label("dead_letter"),
                 _count(jobs.c.state == _COMPLETED).label("completed"),
+                sa.func.min(sa.case((sa.and_(ready, jobs.c.due_at <= now), jobs.c.due_at))).label(
+                    "oldest"
+                ),
             )
             .group_by(jobs.c.queue)
             .order_by(jobs.c.queue)
@@ -506,6 +510,7 @@ class SqlStore:
                 expired=int(row.expired),
                 dead_letter=int(row.dead_letter),
                 completed=int(row.completed),
+                oldest_ready_due_ms=None if row.oldest is None else int(row.oldest),
             )
             for row in rows
         ]

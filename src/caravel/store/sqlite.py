@@ -71,6 +71,7 @@ def create_engine(url: str | sa.URL, *, read_only: bool = False) -> AsyncEngine:
 
 
 class SqliteStore(SqlStore):
+    db_system = "sqlite"
     insert_chunk = 200
 
     def __init__(self, engine: AsyncEngine) -> None:
