@@ -123,12 +123,16 @@ class WorkerOptions:
         min_poll_interval: the shortest idle wait (1 ms to ``poll_interval``, default 50 ms).
         shutdown_grace: after a stop request, how long in-flight handlers may run to completion
             and be acknowledged before they are cancelled (0 to 1 hour, default 30 s).
+        queue_metrics_interval: when set (1 second to 1 hour), this worker reads the queue
+            counts at that interval and publishes them as the ``caravel.queue.*`` gauges. Turn it
+            on in one process per deployment, not in every worker. ``None`` (default) is off.
     """
 
     concurrency: int = 1
     poll_interval: timedelta = timedelta(seconds=1)
     min_poll_interval: timedelta = timedelta(milliseconds=50)
     shutdown_grace: timedelta = timedelta(seconds=30)
+    queue_metrics_interval: timedelta | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):

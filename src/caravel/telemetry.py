@@ -14,7 +14,7 @@ type name and Caravel's failure category only.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from uuid import UUID
@@ -370,13 +370,12 @@ def _with_trace(job: NewJob, carrier: str) -> NewJob:
 class QueueGauges:
     """Observable gauges for queue depth per state and the age of the oldest ready job.
 
-    The gauges report the last snapshot that :meth:`refresh` read; one collector per
-    deployment (the worker option ``collect_queue_metrics``) is enough, so the database is not
-    queried by every process.
+    The gauges report the last snapshot given to :meth:`update`. One collector per deployment
+    (a worker with ``WorkerOptions(queue_metrics_interval=...)``) is enough, so the database is
+    not queried by every process. Use :func:`queue_gauges` for the process-wide instance.
     """
 
-    def __init__(self, read: Callable[[], Iterable[QueueCounts]]) -> None:
-        self._read = read
+    def __init__(self) -> None:
         self.snapshot: list[QueueCounts] = []
         self.oldest_ready_age: dict[str, float] = {}
         meter.create_observable_gauge(
@@ -393,6 +392,15 @@ class QueueGauges:
             description="How long the oldest due job of each queue has waited",
         )
 
+    def update(self, counts: Iterable[QueueCounts], now_ms: int) -> None:
+        self.snapshot = list(counts)
+        self.oldest_ready_age = {
+            c.queue: (
+                0.0 if c.oldest_ready_due_ms is None else (now_ms - c.oldest_ready_due_ms) / 1000
+            )
+            for c in self.snapshot
+        }
+
     def _depth(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         for counts in self.snapshot:
             for state in ("ready", "delayed", "running", "expired", "dead_letter", "completed"):
@@ -404,3 +412,41 @@ class QueueGauges:
     def _age(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         for queue, age in self.oldest_ready_age.items():
             yield metrics.Observation(age, {"messaging.destination.name": queue})
+
+
+_gauges: QueueGauges | None = None
+
+
+def queue_gauges() -> QueueGauges:
+    """The process-wide queue gauges (created, and registered with the meter, on first use)."""
+    global _gauges
+    if _gauges is None:
+        _gauges = QueueGauges()
+    return _gauges
+
+
+class OutboxGauge:
+    """``caravel.outbox.pending``: intents not yet dispatched, as the relay last counted them."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}
+        meter.create_observable_gauge(
+            "caravel.outbox.pending",
+            callbacks=[self._observe],
+            unit="{intent}",
+            description="Outbox intents not yet dispatched, per outbox table",
+        )
+
+    def _observe(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        for table, count in self.pending.items():
+            yield metrics.Observation(count, {"caravel.outbox.table": table})
+
+
+_outbox_gauge: OutboxGauge | None = None
+
+
+def record_outbox_pending(table: str, count: int) -> None:
+    global _outbox_gauge
+    if _outbox_gauge is None:
+        _outbox_gauge = OutboxGauge()
+    _outbox_gauge.pending[table] = count

@@ -23,7 +23,7 @@ from typing import Any, Self
 
 from caravel import telemetry
 from caravel.acknowledger import Acknowledger
-from caravel.errors import LeaseLostError, ValidationError
+from caravel.errors import CaravelError, LeaseLostError, ValidationError
 from caravel.execution import JobRunner, Outcome, ScopeFactory
 from caravel.failpoints import failpoint
 from caravel.jobs import ClaimedJob
@@ -189,6 +189,10 @@ class QueueWorker:
             asyncio.create_task(self._fetch_loop(name), name=f"caravel-fetch-{name}")
             for name in names
         ]
+        if self.options.queue_metrics_interval is not None:
+            services.append(
+                asyncio.create_task(self._collect_queue_metrics(), name="caravel-gauges")
+            )
         feed = self.queue.store.wakeups(names)
         if feed is not None:
             services.append(asyncio.create_task(self._listen(feed), name="caravel-listen"))
@@ -298,6 +302,19 @@ class QueueWorker:
             )
         except Exception as exc:
             self._failed(exc)
+
+    async def _collect_queue_metrics(self) -> None:
+        """Publish queue depth and the oldest ready job's age as gauges (opt-in)."""
+        assert self.options.queue_metrics_interval is not None
+        every = self.options.queue_metrics_interval.total_seconds()
+        gauges = telemetry.queue_gauges()
+        while True:
+            try:
+                counts = await self.queue.queue_counts()
+                gauges.update(counts, self.queue.clock.now_ms())
+            except CaravelError:
+                logger.warning("queue metrics could not be read; trying again")
+            await asyncio.sleep(every)
 
     async def _listen(self, feed: AsyncIterator[str]) -> None:
         hub = self.queue.wakeups

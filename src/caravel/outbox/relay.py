@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from caravel import telemetry
 from caravel.clock import duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.errors import IdempotencyConflictError, OptionsError, StoreError
@@ -99,6 +100,7 @@ class OutboxRelay:
         self.poll_interval = poll_interval
         self.table = envelope_table(add_outbox(sa.MetaData(), name=table_name))
         self._stop = asyncio.Event()
+        self._last_pass_full = False
         self.dispatched = 0
         self.stuck = 0
 
@@ -116,9 +118,9 @@ class OutboxRelay:
         :class:`~caravel.errors.StoreError`) and stop the relay; a supervised restart picks up
         the undispatched rows."""
         while not self._stop.is_set():
-            sent = await self.run_once()
-            if sent >= self.batch_size:
-                continue
+            await self.run_once()
+            if self._last_pass_full:
+                continue  # a full batch (delivered or not): more may be waiting right behind
             try:
                 async with asyncio.timeout(self.poll_interval.total_seconds()):
                     await self._stop.wait()
@@ -143,9 +145,13 @@ class OutboxRelay:
             .order_by(t.c.staged_at, t.c.id)
             .limit(self.batch_size)
         )
+        waiting = sa.select(sa.func.count()).select_from(t).where(t.c.dispatched_at.is_(None))
         async with self._app("outbox_read") as conn:
             rows = (await conn.execute(pending)).all()
+            backlog = int((await conn.execute(waiting)).scalar_one())
+        self._last_pass_full = len(rows) >= self.batch_size
         if not rows:
+            telemetry.record_outbox_pending(t.name, backlog)
             return 0
         ready: list[tuple[Any, NewJob]] = []
         stuck: list[_Stuck] = []
@@ -155,9 +161,16 @@ class OutboxRelay:
                 stuck.append(_Stuck(row.id, row.queue, row.job_type, reason, row.relay_attempts))
                 continue
             ready.append((row, self._job_for(row, now)))
-        delivered = await self._enqueue(ready, stuck)
-        failpoint("relay_after_enqueue")
-        await self._record(delivered, stuck)
+        with telemetry.relay_span(len(rows)):
+            delivered = await self._enqueue(ready, stuck)
+            failpoint("relay_after_enqueue")
+            await self._record(delivered, stuck)
+        by_id = {row.id: row for row in rows}
+        for envelope_id, _ in delivered:
+            telemetry.record_dispatched(by_id[envelope_id].queue, by_id[envelope_id].job_type)
+        for item in stuck:
+            telemetry.record_undeliverable(item.queue, item.reason)
+        telemetry.record_outbox_pending(t.name, backlog - len(delivered))
         self.dispatched += len(delivered)
         return len(delivered)
 

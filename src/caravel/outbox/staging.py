@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from caravel import telemetry
 from caravel.clock import Clock, SystemClock
 from caravel.envelope import prepare
 from caravel.errors import IdempotencyConflictError, ValidationError
@@ -98,7 +99,8 @@ class Outbox:
             due_at=None if dispatch.not_before is None else row.due_at,
             max_attempts=dispatch.max_attempts,
             staged_at=now,
-            trace_context=row.trace_context,
+            # The request's trace continues into the job the relay creates from this intent.
+            trace_context=telemetry.carrier_for_current_context(),
         )
 
     def _existing_query(self, envelope: OutboxEnvelope) -> sa.Select[Any]:
@@ -123,6 +125,7 @@ class Outbox:
             if existing is not None:
                 return self._resolve(existing, envelope)
         session.add(envelope)
+        telemetry.record_staged(envelope.queue, envelope.job_type)
         return StagedIntent(envelope.id, already_staged=False)
 
     async def _stage_async(self, session: AsyncSession, envelope: OutboxEnvelope) -> StagedIntent:
@@ -133,4 +136,5 @@ class Outbox:
             if existing is not None:
                 return self._resolve(existing, envelope)
         session.add(envelope)
+        telemetry.record_staged(envelope.queue, envelope.job_type)
         return StagedIntent(envelope.id, already_staged=False)
