@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain/bulk run")
     parser.add_argument("--single", type=int, default=2_000, help="jobs for one-call enqueue")
-    parser.add_argument("--concurrency", type=int, default=200, help="worker concurrency")
+    parser.add_argument("--concurrency", type=int, default=1000, help="worker concurrency")
     parser.add_argument("--batch", type=int, default=100, help="plain-SQL batch size")
     parser.add_argument("--seconds", type=float, default=10.0, help="steady-state duration")
     parser.add_argument("--latency-jobs", type=int, default=300)
