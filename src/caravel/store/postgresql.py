@@ -29,6 +29,20 @@ logger = logging.getLogger("caravel.store")
 #: Shown in pg_stat_activity for every connection the queue opens.
 APPLICATION_NAME = "caravel"
 
+#: Every connection detects a dead peer in bounded time: TCP keepalives probe an idle link
+#: (about 25 s), ``tcp_user_timeout`` fails a write nobody acknowledges within 20 s, and no queue
+#: statement may run longer than 30 s. A link that silently drops packets therefore surfaces as
+#: a database error (and the worker stops) instead of a hang.
+CONNECT_ARGS: dict[str, Any] = {
+    "application_name": APPLICATION_NAME,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,
+    "options": "-c statement_timeout=30000",
+}
+
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 
 
@@ -38,7 +52,7 @@ def create_engine(url: str | sa.URL, *, pool_size: int = 5) -> AsyncEngine:
         async_url(url),
         pool_size=pool_size,
         max_overflow=10,
-        connect_args={"application_name": APPLICATION_NAME},
+        connect_args=CONNECT_ARGS,
     )
 
 
@@ -167,7 +181,7 @@ class PostgresStore(SqlStore):
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    dsn, autocommit=True, application_name=APPLICATION_NAME
+                    dsn, autocommit=True, **CONNECT_ARGS
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     async for note in conn.notifies():
