@@ -24,6 +24,7 @@ from caravel.jobs import (
     JobState,
     JobStatus,
     Lease,
+    WorkerInfo,
 )
 from caravel.options import QueueOptions, WorkerOptions
 from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
@@ -65,6 +66,7 @@ __all__ = [
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",
+    "WorkerInfo",
     "WorkerOptions",
     "__version__",
     "add_outbox",

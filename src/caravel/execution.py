@@ -15,6 +15,7 @@ A renewal that fails because the database failed cancels the handler and raises 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -148,4 +149,6 @@ class JobRunner:
             await entry.handler(job, context)  # type: ignore[misc]
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._threads, entry.handler, job, context)
+        # Copy the context variables (the current span among them) into the handler's thread.
+        call = contextvars.copy_context().run
+        await loop.run_in_executor(self._threads, call, entry.handler, job, context)

@@ -24,6 +24,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "Lease",
+    "WorkerInfo",
 ]
 
 
@@ -149,3 +150,19 @@ class ClaimedJob:
     @property
     def attempt(self) -> int:
         return self.lease.attempt
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerInfo:
+    """A worker process from the registry. ``state`` is ``running``, ``stopped`` (shut down
+    normally) or ``lost`` (no heartbeat for longer than the reader's ``lost_after``)."""
+
+    worker_id: UUID
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: datetime
+    heartbeat_at: datetime
+    in_flight: int
+    state: str

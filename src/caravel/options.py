@@ -123,6 +123,8 @@ class WorkerOptions:
         min_poll_interval: the shortest idle wait (1 ms to ``poll_interval``, default 50 ms).
         shutdown_grace: after a stop request, how long in-flight handlers may run to completion
             and be acknowledged before they are cancelled (0 to 1 hour, default 30 s).
+        heartbeat_interval: how often the worker records that it is alive in the worker
+            registry (``caravel workers``, the dashboard); 1 second to 5 minutes, default 10 s.
         queue_metrics_interval: when set (1 second to 1 hour), this worker reads the queue
             counts at that interval and publishes them as the ``caravel.queue.*`` gauges. Turn it
             on in one process per deployment, not in every worker. ``None`` (default) is off.
@@ -133,6 +135,7 @@ class WorkerOptions:
     min_poll_interval: timedelta = timedelta(milliseconds=50)
     shutdown_grace: timedelta = timedelta(seconds=30)
     queue_metrics_interval: timedelta | None = None
+    heartbeat_interval: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -163,3 +166,22 @@ class WorkerOptions:
             timedelta(hours=1),
             "must be from 0 to 1 hour",
         )
+        if not isinstance(self.heartbeat_interval, timedelta):
+            raise OptionsError("heartbeat_interval", "must be a datetime.timedelta")
+        _require_range(
+            "heartbeat_interval",
+            self.heartbeat_interval,
+            timedelta(seconds=1),
+            timedelta(minutes=5),
+            "must be from 1 second to 5 minutes",
+        )
+        if self.queue_metrics_interval is not None:
+            if not isinstance(self.queue_metrics_interval, timedelta):
+                raise OptionsError("queue_metrics_interval", "must be a datetime.timedelta or None")
+            _require_range(
+                "queue_metrics_interval",
+                self.queue_metrics_interval,
+                timedelta(seconds=1),
+                timedelta(hours=1),
+                "must be from 1 second to 1 hour",
+            )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Self
 from uuid import UUID
@@ -26,6 +26,7 @@ from caravel.jobs import (
     JobState,
     JobStatus,
     Lease,
+    WorkerInfo,
 )
 from caravel.migrate import head
 from caravel.options import QueueOptions
@@ -215,6 +216,38 @@ class DatabaseQueue:
         return await self.store.job_list(
             JobFilter(queue=queue, tenant_id=tenant_id, state=state, job_type=job_type, limit=limit)
         )
+
+    async def list_workers(
+        self,
+        *,
+        lost_after: timedelta = timedelta(seconds=60),
+        window: timedelta = timedelta(hours=24),
+    ) -> list[WorkerInfo]:
+        """Worker processes seen within ``window``, newest first. One whose heartbeat is older
+        than ``lost_after`` without a normal shutdown is reported as ``lost``."""
+        now = self.clock.now_ms()
+        lost_ms = duration_ms(lost_after)
+        records = await self.store.worker_list(now - duration_ms(window))
+        return [
+            WorkerInfo(
+                worker_id=r.id,
+                host=r.host,
+                pid=r.pid,
+                queues=r.queues,
+                concurrency=r.concurrency,
+                started_at=from_ms(r.started_at),
+                heartbeat_at=from_ms(r.heartbeat_at),
+                in_flight=r.in_flight if r.stopped_at is None else 0,
+                state=(
+                    "stopped"
+                    if r.stopped_at is not None
+                    else "lost"
+                    if now - r.heartbeat_at > lost_ms
+                    else "running"
+                ),
+            )
+            for r in records
+        ]
 
     # ----- leases (workers and integrations) -----------------------------------------------
 

@@ -32,6 +32,7 @@ from caravel.store.api import (
     NewJob,
     QueueCounts,
     Store,
+    WorkerRecord,
 )
 
 __all__ = [
@@ -140,9 +141,7 @@ def enqueue_span(jobs: Sequence[NewJob]) -> Iterator[Span]:
     with tracer.start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER) as span:
         if span.is_recording():
             span.set_attributes({**_base(queue), "messaging.operation.type": "send"})
-            if len(jobs) == 1:
-                span.set_attribute("messaging.message.id", str(jobs[0].id))
-            else:
+            if len(jobs) != 1:
                 span.set_attribute("messaging.batch.message_count", len(jobs))
         yield span
 
@@ -271,12 +270,15 @@ class InstrumentedStore:
             yield span
 
     async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[InsertOutcome]:
-        with enqueue_span(jobs):
+        with enqueue_span(jobs) as span:
             carrier = carrier_for_current_context()
             if carrier is not None:
                 jobs = [_with_trace(job, carrier) for job in jobs]
             async with self._span("job_insert"):
                 outcomes = await self.inner.job_insert_many(jobs)
+            if len(outcomes) == 1 and span.is_recording():
+                # The stored job's id: on an idempotent repeat, the original job's.
+                span.set_attribute("messaging.message.id", str(outcomes[0].job_id))
         for job, outcome in zip(jobs, outcomes, strict=True):
             enqueued.add(
                 1,
@@ -336,6 +338,20 @@ class InstrumentedStore:
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         async with self._span("queue_counts"):
             return await self.inner.queue_counts(queue, now)
+
+    async def worker_register(self, worker: WorkerRecord) -> None:
+        async with self._span("worker_register"):
+            await self.inner.worker_register(worker)
+
+    async def worker_heartbeat(
+        self, worker_id: UUID, now: int, in_flight: int, *, stopped: bool = False
+    ) -> None:
+        async with self._span("worker_heartbeat"):
+            await self.inner.worker_heartbeat(worker_id, now, in_flight, stopped=stopped)
+
+    async def worker_list(self, since: int) -> list[WorkerRecord]:
+        async with self._span("worker_list"):
+            return await self.inner.worker_list(since)
 
     async def schema_revision(self) -> str | None:
         return await self.inner.schema_revision()

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Self
+from uuid import uuid4
 
 from caravel import telemetry
 from caravel.acknowledger import Acknowledger
@@ -29,6 +32,7 @@ from caravel.failpoints import failpoint
 from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
+from caravel.store.api import WorkerRecord
 from caravel.validation import check_queue_name
 
 __all__ = ["QueueWorker"]
@@ -84,6 +88,8 @@ class QueueWorker:
         self._cancel_now = asyncio.Event()
         self._fault: BaseException | None = None
         self.lost_acknowledgements = 0
+        #: This process's id in the worker registry (``caravel workers``).
+        self.worker_id = uuid4()
 
     async def __aenter__(self) -> Self:
         return self
@@ -184,11 +190,13 @@ class QueueWorker:
         for name in names:
             check_queue_name(name, "queues")
         await self.queue.check_schema()
+        await self._register(names)
         hub = self.queue.wakeups
         services = [
             asyncio.create_task(self._fetch_loop(name), name=f"caravel-fetch-{name}")
             for name in names
         ]
+        services.append(asyncio.create_task(self._heartbeat(), name="caravel-heartbeat"))
         if self.options.queue_metrics_interval is not None:
             services.append(
                 asyncio.create_task(self._collect_queue_metrics(), name="caravel-gauges")
@@ -205,6 +213,7 @@ class QueueWorker:
                 task.cancel()
             await asyncio.gather(*services, return_exceptions=True)
             await self._drain()
+            await self._deregister()
         if self._fault is not None:
             raise self._fault
 
@@ -302,6 +311,44 @@ class QueueWorker:
             )
         except Exception as exc:
             self._failed(exc)
+
+    async def _register(self, queues: Sequence[str]) -> None:
+        now = self.queue.clock.now_ms()
+        await self.queue.store.worker_register(
+            WorkerRecord(
+                id=self.worker_id,
+                host=socket.gethostname()[:255],
+                pid=os.getpid(),
+                queues=tuple(queues),
+                concurrency=self.options.concurrency,
+                started_at=now,
+                heartbeat_at=now,
+                in_flight=0,
+            )
+        )
+
+    async def _heartbeat(self) -> None:
+        """Keep this worker's registry row fresh. A failed heartbeat is logged, not fatal: the
+        claim path notices a broken database on its own."""
+        every = self.options.heartbeat_interval.total_seconds()
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.queue.store.worker_heartbeat(
+                    self.worker_id, self.queue.clock.now_ms(), len(self._in_flight)
+                )
+            except CaravelError:
+                logger.warning("worker heartbeat could not be written")
+
+    async def _deregister(self) -> None:
+        if self._fault is not None:
+            return  # the database is likely unusable; the row will show as lost
+        try:
+            await self.queue.store.worker_heartbeat(
+                self.worker_id, self.queue.clock.now_ms(), 0, stopped=True
+            )
+        except CaravelError:
+            logger.warning("worker could not record its shutdown")
 
     async def _collect_queue_metrics(self) -> None:
         """Publish queue depth and the oldest ready job's age as gauges (opt-in)."""

@@ -41,6 +41,7 @@ PUBLIC_NAMES = [
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",
+    "WorkerInfo",
     "WorkerOptions",
     "__version__",
     "add_outbox",

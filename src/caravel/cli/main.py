@@ -7,6 +7,7 @@ import typer
 from caravel.cli import db, jobs, outbox
 from caravel.cli.status import status
 from caravel.cli.worker import worker
+from caravel.cli.workers import workers
 
 app = typer.Typer(
     name="caravel",
@@ -18,6 +19,7 @@ app.add_typer(db.app, name="db")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(jobs.app, name="jobs")
 app.command()(status)
+app.command()(workers)
 app.command()(worker)
 
 

@@ -58,6 +58,9 @@ def worker(
     max_lease_lifetime: Annotated[
         float, typer.Option(help="Longest one claim may be renewed for, in seconds.")
     ] = 3600.0,
+    heartbeat_interval: Annotated[
+        float, typer.Option(help="Seconds between worker-registry heartbeats (1-300).")
+    ] = 10.0,
     max_attempts: Annotated[
         int, typer.Option(help="Default attempts per job for jobs enqueued by this process.")
     ] = 3,
@@ -84,6 +87,7 @@ def worker(
             poll_interval=timedelta(seconds=poll_interval),
             min_poll_interval=min(timedelta(milliseconds=50), timedelta(seconds=poll_interval)),
             shutdown_grace=timedelta(seconds=shutdown_grace),
+            heartbeat_interval=timedelta(seconds=heartbeat_interval),
         )
     except CaravelError as exc:
         err.print(f"caravel worker: {exc}", markup=False, highlight=False)

@@ -26,6 +26,7 @@ __all__ = [
     "NewJob",
     "QueueCounts",
     "Store",
+    "WorkerRecord",
 ]
 
 
@@ -98,6 +99,21 @@ class JobFilter:
     limit: int = 50
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A worker process as it registered itself, with its last heartbeat."""
+
+    id: UUID
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: int
+    heartbeat_at: int
+    in_flight: int
+    stopped_at: int | None = None
+
+
 class Store(Protocol):
     """Every queue operation on one database."""
 
@@ -151,6 +167,20 @@ class Store(Protocol):
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         """Per-queue counts, read without changing anything."""
+        ...
+
+    async def worker_register(self, worker: WorkerRecord) -> None:
+        """Record a starting worker process."""
+        ...
+
+    async def worker_heartbeat(
+        self, worker_id: UUID, now: int, in_flight: int, *, stopped: bool = False
+    ) -> None:
+        """Say the worker is alive (or, with ``stopped``, that it shut down normally)."""
+        ...
+
+    async def worker_list(self, since: int) -> list[WorkerRecord]:
+        """Workers whose last heartbeat is at or after ``since``, newest first."""
         ...
 
     async def schema_revision(self) -> str | None:

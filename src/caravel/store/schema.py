@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["JOBS_TABLE", "VERSION_TABLE", "include_object", "jobs", "metadata"]
+__all__ = [
+    "JOBS_TABLE",
+    "VERSION_TABLE",
+    "WORKERS_TABLE",
+    "include_object",
+    "jobs",
+    "metadata",
+    "workers",
+]
 
 JOBS_TABLE = "caravel_jobs"
 VERSION_TABLE = "caravel_alembic_version"
@@ -77,3 +85,24 @@ def include_object(
         return name in metadata.tables
     table = getattr(obj, "table", None)
     return table is None or getattr(table, "name", None) in metadata.tables
+
+
+WORKERS_TABLE = "caravel_workers"
+
+#: One row per worker process: what it serves and when it last said it was alive. A worker
+#: whose heartbeat is older than a few intervals is shown as lost.
+workers = sa.Table(
+    WORKERS_TABLE,
+    metadata,
+    sa.Column("id", sa.Uuid(), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer(), nullable=False),
+    sa.Column("queues", sa.String(1024), nullable=False),
+    sa.Column("concurrency", sa.Integer(), nullable=False),
+    sa.Column("started_at", sa.BigInteger(), nullable=False),
+    sa.Column("heartbeat_at", sa.BigInteger(), nullable=False),
+    sa.Column("in_flight", sa.Integer(), nullable=False),
+    sa.Column("stopped_at", sa.BigInteger(), nullable=True),
+    sa.PrimaryKeyConstraint("id", name="pk_caravel_workers"),
+    sa.Index("ix_caravel_workers_heartbeat", "heartbeat_at"),
+)

@@ -25,8 +25,9 @@ from caravel.store.api import (
     JobFilter,
     NewJob,
     QueueCounts,
+    WorkerRecord,
 )
-from caravel.store.schema import VERSION_TABLE, jobs
+from caravel.store.schema import VERSION_TABLE, jobs, workers
 
 __all__ = ["SqlStore"]
 
@@ -511,6 +512,56 @@ class SqlStore:
                 dead_letter=int(row.dead_letter),
                 completed=int(row.completed),
                 oldest_ready_due_ms=None if row.oldest is None else int(row.oldest),
+            )
+            for row in rows
+        ]
+
+    # ----- worker registry ------------------------------------------------------------------
+
+    async def worker_register(self, worker: WorkerRecord) -> None:
+        values = {
+            "id": worker.id,
+            "host": worker.host,
+            "pid": worker.pid,
+            "queues": ",".join(worker.queues),
+            "concurrency": worker.concurrency,
+            "started_at": worker.started_at,
+            "heartbeat_at": worker.heartbeat_at,
+            "in_flight": worker.in_flight,
+            "stopped_at": None,
+        }
+        async with self._write("worker_register", durable=False) as conn:
+            await conn.execute(sa.insert(workers).values(values))
+
+    async def worker_heartbeat(
+        self, worker_id: UUID, now: int, in_flight: int, *, stopped: bool = False
+    ) -> None:
+        values: dict[str, Any] = {"heartbeat_at": now, "in_flight": in_flight}
+        if stopped:
+            values["stopped_at"] = now
+        async with self._write("worker_heartbeat", durable=False) as conn:
+            await conn.execute(sa.update(workers).where(workers.c.id == worker_id).values(values))
+
+    async def worker_list(self, since: int) -> list[WorkerRecord]:
+        stmt = (
+            sa.select(workers)
+            .where(workers.c.heartbeat_at >= since)
+            .order_by(workers.c.started_at.desc())
+            .limit(500)
+        )
+        async with self._read("worker_list") as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            WorkerRecord(
+                id=row.id,
+                host=row.host,
+                pid=row.pid,
+                queues=tuple(q for q in row.queues.split(",") if q),
+                concurrency=row.concurrency,
+                started_at=row.started_at,
+                heartbeat_at=row.heartbeat_at,
+                in_flight=row.in_flight,
+                stopped_at=row.stopped_at,
             )
             for row in rows
         ]
