@@ -214,8 +214,14 @@ class PostgresStore(SqlStore):
 
     @asynccontextmanager
     async def _transaction(
-        self, *, readonly: bool, durable: bool = True
+        self, *, readonly: bool, durable: bool = True, single: bool = False
     ) -> AsyncIterator[AsyncConnection]:
+        if single and durable and not self._read_only:
+            # One statement is its own transaction: no BEGIN and COMMIT round trips.
+            async with self.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+            return
         async with self.engine.begin() as conn:
             if self._read_only:
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")

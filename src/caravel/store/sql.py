@@ -124,10 +124,12 @@ class SqlStore:
 
     @asynccontextmanager
     async def _transaction(
-        self, *, readonly: bool, durable: bool = True
+        self, *, readonly: bool, durable: bool = True, single: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         """A transaction. ``durable=False`` lets a dialect skip waiting for the commit to reach
-        disk (acknowledgements only: losing one means the job runs again)."""
+        disk (acknowledgements only: losing one means the job runs again). ``single=True`` says
+        the work is one statement (or statements that need not be atomic together), so a
+        dialect may run it without an explicit BEGIN and COMMIT."""
         async with self.engine.begin() as conn:
             yield conn
 
@@ -146,17 +148,20 @@ class SqlStore:
 
     @asynccontextmanager
     async def _write(
-        self, operation: str, *, durable: bool = True
+        self, operation: str, *, durable: bool = True, single: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         async with (
             self._translated(operation),
-            self._transaction(readonly=False, durable=durable) as conn,
+            self._transaction(readonly=False, durable=durable, single=single) as conn,
         ):
             yield conn
 
     @asynccontextmanager
     async def _read(self, operation: str) -> AsyncIterator[AsyncConnection]:
-        async with self._translated(operation), self._transaction(readonly=True) as conn:
+        async with (
+            self._translated(operation),
+            self._transaction(readonly=True, single=True) as conn,
+        ):
             yield conn
 
     # ----- enqueue -------------------------------------------------------------------------
@@ -164,7 +169,9 @@ class SqlStore:
     async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         if not new_jobs:
             return []
-        async with self._write("job_insert") as conn:
+        # One job is one INSERT statement (any duplicate lookup after it only reads committed
+        # rows), so it needs no explicit transaction around it.
+        async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
             inserted = await self._insert_rows(conn, new_jobs)
             duplicates = [job for job in new_jobs if job.id not in inserted]
             by_key, by_id = await self._existing(conn, duplicates)
@@ -299,7 +306,7 @@ class SqlStore:
     async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
         stmt = self._claim_statement()
         params = {"b_queue": queue, "b_limit": limit, "b_now": now, "b_expires": now + lease_ms}
-        async with self._write("job_claim") as conn:
+        async with self._write("job_claim", single=True) as conn:
             rows = (await conn.execute(stmt, params)).all()
         claimed: list[ClaimedJob] = []
         dead = 0
@@ -409,7 +416,7 @@ class SqlStore:
             .values(lease_expires_at=expires_at, available_at=expires_at, updated_at=now)
             .returning(jobs.c.lease_expires_at)
         )
-        async with self._write("job_renew_lease") as conn:
+        async with self._write("job_renew_lease", single=True) as conn:
             renewed = (await conn.execute(stmt, self._held_params([lease]))).scalar_one_or_none()
         if renewed is None:
             return None
@@ -457,7 +464,7 @@ class SqlStore:
             )
             .returning(jobs.c.id)
         )
-        async with self._write("job_replay") as conn:
+        async with self._write("job_replay", single=True) as conn:
             return (await conn.execute(stmt)).scalar_one_or_none() is not None
 
     async def job_list(self, where: JobFilter) -> list[JobStatus]:

@@ -95,7 +95,7 @@ class SqliteStore(SqlStore):
 
     @asynccontextmanager
     async def _transaction(
-        self, *, readonly: bool, durable: bool = True
+        self, *, readonly: bool, durable: bool = True, single: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         if readonly:
             async with self.engine.connect() as conn:
