@@ -12,67 +12,84 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from uuid import UUID
 
 from caravel.execution import Outcome
+from caravel.failpoints import failpoint
 from caravel.jobs import ClaimedJob
 from caravel.queue import DatabaseQueue
 from caravel.store.api import FailedAttempt
 
 __all__ = ["Acknowledger"]
 
-logger = logging.getLogger("caravel.worker")
 
-
-@dataclass(slots=True)
-class _Pending:
-    claimed: ClaimedJob
-    outcome: Outcome
-    done: asyncio.Future[bool] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+Written = Callable[[ClaimedJob, Outcome, bool], None]
 
 
 class Acknowledger:
-    """Batches complete/fail writes for one worker."""
+    """Batches complete/fail writes for one worker.
 
-    def __init__(self, queue: DatabaseQueue, *, max_batch: int = 500) -> None:
+    :meth:`post` queues an outcome and returns at once, so a finished handler frees its slot
+    without waiting for the database. A single flusher writes what is queued, one batch per
+    statement, and reports each outcome through ``on_written(claimed, outcome, held)`` (``held``
+    is false when the lease was no longer current and nothing changed). A write that fails
+    because the database failed goes to ``on_error`` and stops the flusher; the outcomes it
+    carried are lost, so those jobs run again once their leases expire.
+    """
+
+    def __init__(
+        self,
+        queue: DatabaseQueue,
+        *,
+        on_written: Written,
+        on_error: Callable[[BaseException], None],
+        max_batch: int = 1000,
+        max_pending: int = 5000,
+    ) -> None:
         self._queue = queue
+        self._on_written = on_written
+        self._on_error = on_error
         self._max_batch = max_batch
-        self._pending: list[_Pending] = []
+        self._max_pending = max_pending
+        self._pending: list[tuple[ClaimedJob, Outcome]] = []
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
-        self.lost = 0
 
-    async def submit(self, claimed: ClaimedJob, outcome: Outcome) -> bool:
-        """Queue one outcome and wait until it is written. Returns false when the lease was no
-        longer current (nothing changed). A database failure raises
-        :class:`~caravel.errors.StoreError`."""
+    def post(self, claimed: ClaimedJob, outcome: Outcome) -> None:
+        """Queue one outcome for writing."""
         if self._flusher is None or self._flusher.done():
             self._closing = False
             self._flusher = asyncio.create_task(self._flush_loop(), name="caravel-acknowledger")
-        pending = _Pending(claimed, outcome)
-        self._pending.append(pending)
+        self._pending.append((claimed, outcome))
         self._wake.set()
-        return await asyncio.shield(pending.done)
+
+    def has_room(self) -> bool:
+        return len(self._pending) < self._max_pending
+
+    async def room(self) -> None:
+        """Wait until the queue of unwritten outcomes is below its bound (backpressure when the
+        database falls behind the handlers)."""
+        while not self.has_room() and self._flusher is not None and not self._flusher.done():
+            self._drained.clear()
+            await self._drained.wait()
 
     async def close(self) -> None:
-        """Write everything still queued, then stop the flusher. A write failure here was
-        already reported to the jobs waiting on it."""
+        """Write everything still queued, then stop the flusher."""
         self._closing = True
         self._wake.set()
         flusher, self._flusher = self._flusher, None
-        if flusher is None:
-            return
-        with contextlib.suppress(Exception):  # already delivered to every waiter
-            await flusher
+        if flusher is not None:
+            with contextlib.suppress(Exception):  # already reported through on_error
+                await flusher
 
     async def abort(self) -> None:
         """Stop the flusher at once, dropping whatever is queued (their jobs run again after
         their leases expire)."""
         flusher, self._flusher = self._flusher, None
+        self._pending.clear()
         if flusher is not None:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -82,34 +99,31 @@ class Acknowledger:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self._closing and not self._pending:
-                return
             while self._pending:
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
+                self._drained.set()
                 try:
-                    await self._write(batch)
-                except BaseException as exc:
-                    for item in batch:
-                        if not item.done.done():
-                            if isinstance(exc, asyncio.CancelledError):
-                                item.done.cancel()
-                            else:
-                                item.done.set_exception(exc)
-                    raise
+                    held = await self._write(batch)
+                except Exception as exc:
+                    self._pending.clear()
+                    self._drained.set()
+                    self._on_error(exc)
+                    return
+                failpoint("after_ack")
+                for claimed, outcome in batch:
+                    self._on_written(claimed, outcome, outcome.lease.job_id in held)
+            if self._closing:
+                return
 
-    async def _write(self, batch: list[_Pending]) -> None:
+    async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
         now = self._queue.clock.now_ms()
-        completes = [item.outcome.lease for item in batch if item.outcome.failure is None]
+        completes = [outcome.lease for _, outcome in batch if outcome.failure is None]
         failures: list[FailedAttempt] = [
-            self._queue.failure_for(item.outcome.lease, item.outcome.failure.value, now)
-            for item in batch
-            if item.outcome.failure is not None
+            self._queue.failure_for(outcome.lease, outcome.failure.value, now)
+            for _, outcome in batch
+            if outcome.failure is not None
         ]
         held = await self._queue.store.job_complete_many(completes, now)
         held |= await self._queue.store.job_fail_many(failures, now)
-        for item in batch:
-            ok = item.outcome.lease.job_id in held
-            if not ok:
-                self.lost += 1
-            item.done.set_result(ok)
+        return held

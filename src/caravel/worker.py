@@ -81,7 +81,7 @@ class QueueWorker:
             max_workers=self.options.concurrency, thread_name_prefix="caravel-job"
         )
         self._runner = JobRunner(queue, scope=scope, threads=self._threads)
-        self._acker = Acknowledger(queue)
+        self._acker = Acknowledger(queue, on_written=self._written, on_error=self._failed)
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
         self._stop_requested = asyncio.Event()
@@ -128,29 +128,36 @@ class QueueWorker:
         failpoint("after_claim")
         outcome = await self._runner.run(claimed)
         failpoint("after_handler_before_ack")
-        await self._record(claimed, outcome, batched=False)
+        await self._record(claimed, outcome)
         failpoint("after_ack")
         return True
 
-    async def _record(self, claimed: ClaimedJob, outcome: Outcome, *, batched: bool) -> None:
+    async def _record(self, claimed: ClaimedJob, outcome: Outcome) -> None:
+        """Persist one outcome now (``run_once``); the continuous worker posts outcomes to its
+        acknowledger instead."""
         if outcome.abandoned is not None:
-            reason = outcome.abandoned.value
-            telemetry.record_outcome(
-                claimed, seconds=outcome.seconds, category=None, dead=False, abandoned=reason
-            )
-            _log(logging.WARNING, "job abandoned without acknowledgement", claimed, reason=reason)
+            self._abandoned(claimed, outcome)
             return
-        if batched:
-            held = await self._acker.submit(claimed, outcome)
-        else:
-            held = True
-            try:
-                if outcome.failure is None:
-                    await self.queue.complete(outcome.lease)
-                else:
-                    await self.queue.fail(outcome.lease, outcome.failure.value)
-            except LeaseLostError:
-                held = False
+        held = True
+        try:
+            if outcome.failure is None:
+                await self.queue.complete(outcome.lease)
+            else:
+                await self.queue.fail(outcome.lease, outcome.failure.value)
+        except LeaseLostError:
+            held = False
+        self._written(claimed, outcome, held)
+
+    def _abandoned(self, claimed: ClaimedJob, outcome: Outcome) -> None:
+        assert outcome.abandoned is not None
+        reason = outcome.abandoned.value
+        telemetry.record_outcome(
+            claimed, seconds=outcome.seconds, category=None, dead=False, abandoned=reason
+        )
+        _log(logging.WARNING, "job abandoned without acknowledgement", claimed, reason=reason)
+
+    def _written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
+        """An outcome reached the database (``held``) or was fenced off by a newer lease."""
         last = claimed.attempt >= claimed.lease.max_attempts
         category = None if outcome.failure is None else outcome.failure.value
         telemetry.record_outcome(
@@ -303,8 +310,13 @@ class QueueWorker:
         try:
             outcome = await self._runner.run(claimed)
             failpoint("after_handler_before_ack")
-            await self._record(claimed, outcome, batched=True)
-            failpoint("after_ack")
+            if outcome.abandoned is not None:
+                self._abandoned(claimed, outcome)
+                return
+            if not self._acker.has_room():
+                await self._acker.room()
+            # The slot frees now; the acknowledger writes the outcome with the next batch.
+            self._acker.post(claimed, outcome)
         except asyncio.CancelledError:
             _log(
                 logging.WARNING, "job abandoned without acknowledgement", claimed, reason="shutdown"
