@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck pytest bench clean
+.PHONY: install demo test lint typecheck pytest bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test: lint typecheck pytest
 # writes JSON under bench/results/. Takes about twenty minutes. BENCH_ARGS="--quick" for a glance.
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The fault-injection soak (docs/reliability.md): a seeded schedule of SIGKILL and SIGSTOP over
+# several worker processes, then the checker; prints its figures as JSON per database. Ten minutes
+# per database by default; SOAK_ARGS="--duration 120 --seed 7 --backend sqlite" for less.
+SOAK_ARGS ?= --duration 600 --seed 1 --backend both
+soak: $(STAMP)
+	$(BIN)/python -m tests.faults.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

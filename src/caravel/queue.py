@@ -32,7 +32,14 @@ from caravel.migrate import head
 from caravel.options import QueueOptions
 from caravel.registry import JobRegistry
 from caravel.store import open_store
-from caravel.store.api import FailedAttempt, JobFilter, NewJob, QueueCounts, Store
+from caravel.store.api import (
+    FailedAttempt,
+    JobFilter,
+    NewJob,
+    QueueCounts,
+    Store,
+    ThroughputBucket,
+)
 from caravel.telemetry import InstrumentedStore
 from caravel.validation import check_identifier, check_queue_name, check_wire_name
 from caravel.wakeup import WakeupHub
@@ -201,8 +208,12 @@ class DatabaseQueue:
         state: JobState | None = None,
         job_type: str | None = None,
         limit: int = 50,
+        offset: int = 0,
+        oldest_first: bool = False,
     ) -> list[JobStatus]:
-        """Recent jobs, newest first, without payloads. Every given filter must match."""
+        """Recent jobs, newest first (oldest first with ``oldest_first``), without payloads.
+        Every given filter must match. ``offset`` skips that many matching jobs first, for
+        paging (0 to 1000000)."""
         if queue is not None:
             check_queue_name(queue)
         if tenant_id is not None:
@@ -213,9 +224,55 @@ class DatabaseQueue:
             raise ValidationError("state", "must be a JobState")
         if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= 10_000):
             raise ValidationError("limit", "must be an integer from 1 to 10000")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= 10**6:
+            raise ValidationError("offset", "must be an integer from 0 to 1000000")
         return await self.store.job_list(
-            JobFilter(queue=queue, tenant_id=tenant_id, state=state, job_type=job_type, limit=limit)
+            JobFilter(
+                queue=queue,
+                tenant_id=tenant_id,
+                state=state,
+                job_type=job_type,
+                limit=limit,
+                offset=offset,
+                oldest_first=bool(oldest_first),
+            )
         )
+
+    async def throughput(
+        self,
+        queue: str | None = None,
+        *,
+        window: timedelta = timedelta(hours=1),
+        bucket: timedelta = timedelta(minutes=5),
+    ) -> list[ThroughputBucket]:
+        """Jobs completed and moved to dead letter per queue, in ``bucket``-long buckets over
+        the last ``window``, read from the jobs' finish times.
+
+        Buckets are aligned to multiples of ``bucket`` since the epoch; the last one is the
+        bucket the current time falls in (still filling). Every queue that finished a job in
+        the window gets every bucket, oldest first, zeros included. Jobs deleted or replayed
+        since they finished no longer count. ``bucket`` is at least one second, ``window`` at
+        least one bucket and at most 1000 buckets.
+        """
+        if queue is not None:
+            check_queue_name(queue)
+        bucket_ms = duration_ms(bucket)
+        if bucket_ms < 1000:
+            raise ValidationError("bucket", "must be at least one second")
+        count = -(-duration_ms(window) // bucket_ms)
+        if not (1 <= count <= 1000):
+            raise ValidationError("window", "must span from 1 to 1000 buckets")
+        now = self.clock.now_ms()
+        last = now - now % bucket_ms
+        since = last - (count - 1) * bucket_ms
+        found = await self.store.job_throughput(queue, since, last + bucket_ms, bucket_ms)
+        by_key = {(b.queue, b.start): b for b in found}
+        queues = sorted({b.queue for b in found} | ({queue} if queue is not None else set()))
+        return [
+            by_key.get((name, start), ThroughputBucket(name, start, 0, 0))
+            for name in queues
+            for start in range(since, last + bucket_ms, bucket_ms)
+        ]
 
     async def list_workers(
         self,

@@ -32,6 +32,7 @@ from caravel.store.api import (
     NewJob,
     QueueCounts,
     Store,
+    ThroughputBucket,
     WorkerRecord,
 )
 
@@ -338,6 +339,12 @@ class InstrumentedStore:
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         async with self._span("queue_counts"):
             return await self.inner.queue_counts(queue, now)
+
+    async def job_throughput(
+        self, queue: str | None, since: int, until: int, bucket_ms: int
+    ) -> list[ThroughputBucket]:
+        async with self._span("job_throughput"):
+            return await self.inner.job_throughput(queue, since, until, bucket_ms)
 
     async def worker_register(self, worker: WorkerRecord) -> None:
         async with self._span("worker_register"):

@@ -261,8 +261,10 @@ def test_max_lease_lifetime_cancels_a_handler_that_keeps_renewing(
 
 
 def test_sync_cpu_bound_handler_keeps_its_lease_with_renewal(db_url: str, evidence: Path) -> None:
-    (job_id,) = enqueue(db_url, Spin(3.2))
-    args = ("--lease-duration", "1", "--lease-renewal-interval", "0.25", *FAST)
+    # Three lease durations of CPU-bound work; the 2 s lease leaves room for a loaded machine,
+    # renewal runs every 0.25 s from the event loop while the handler's thread holds the CPU.
+    (job_id,) = enqueue(db_url, Spin(6.2))
+    args = ("--lease-duration", "2", "--lease-renewal-interval", "0.25", *FAST)
     workers = [WorkerProcess(db_url, evidence, [QUEUE], *args) for _ in range(2)]
     try:
         wait_until(lambda: completed(db_url, [job_id]), what="the CPU-bound job to complete")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from caravel.cli import db, jobs, outbox
+from caravel.cli.dashboard import dashboard
 from caravel.cli.status import status
 from caravel.cli.worker import worker
 from caravel.cli.workers import workers
@@ -21,6 +22,7 @@ app.add_typer(jobs.app, name="jobs")
 app.command()(status)
 app.command()(workers)
 app.command()(worker)
+app.command()(dashboard)
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "NewJob",
     "QueueCounts",
     "Store",
+    "ThroughputBucket",
     "WorkerRecord",
 ]
 
@@ -97,6 +98,21 @@ class JobFilter:
     state: JobState | None = None
     job_type: str | None = None
     limit: int = 50
+    offset: int = 0
+    """How many matching jobs to skip first (pagination)."""
+    oldest_first: bool = False
+    """List by creation time ascending instead of newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket:
+    """How many jobs of one queue finished in one time bucket: completed, and moved to dead
+    letter. ``start`` is the bucket's first millisecond since the epoch."""
+
+    queue: str
+    start: int
+    completed: int
+    dead_lettered: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +183,14 @@ class Store(Protocol):
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         """Per-queue counts, read without changing anything."""
+        ...
+
+    async def job_throughput(
+        self, queue: str | None, since: int, until: int, bucket_ms: int
+    ) -> list[ThroughputBucket]:
+        """Jobs that finished (completed or dead-lettered) at or after ``since`` and before
+        ``until``, counted per queue and per ``bucket_ms``-long bucket starting at ``since``.
+        Only buckets with at least one job are returned, ordered by queue and start."""
         ...
 
     async def worker_register(self, worker: WorkerRecord) -> None:

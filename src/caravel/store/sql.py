@@ -25,6 +25,7 @@ from caravel.store.api import (
     JobFilter,
     NewJob,
     QueueCounts,
+    ThroughputBucket,
     WorkerRecord,
 )
 from caravel.store.schema import VERSION_TABLE, jobs, workers
@@ -477,11 +478,17 @@ class SqlStore:
             conditions.append(jobs.c.state == where.state.value)
         if where.job_type is not None:
             conditions.append(jobs.c.job_type == where.job_type)
+        order = (
+            (jobs.c.created_at.asc(), jobs.c.id.asc())
+            if where.oldest_first
+            else (jobs.c.created_at.desc(), jobs.c.id.desc())
+        )
         stmt = (
             sa.select(*_STATUS_COLUMNS)
             .where(*conditions)
-            .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+            .order_by(*order)
             .limit(where.limit)
+            .offset(where.offset)
         )
         async with self._read("job_list") as conn:
             return [_status(row) for row in await conn.execute(stmt)]
@@ -519,6 +526,45 @@ class SqlStore:
                 dead_letter=int(row.dead_letter),
                 completed=int(row.completed),
                 oldest_ready_due_ms=None if row.oldest is None else int(row.oldest),
+            )
+            for row in rows
+        ]
+
+    async def job_throughput(
+        self, queue: str | None, since: int, until: int, bucket_ms: int
+    ) -> list[ThroughputBucket]:
+        finished = jobs.c.finished_at
+        conditions = [
+            finished >= since,
+            finished < until,
+            jobs.c.state.in_((_COMPLETED, _DEAD)),
+        ]
+        if queue is not None:
+            conditions.append(jobs.c.queue == queue)
+        # Integer division on both databases (finished_at - since is never negative here).
+        inner = (
+            sa.select(jobs.c.queue, jobs.c.state, ((finished - since) // bucket_ms).label("bucket"))
+            .where(*conditions)
+            .subquery()
+        )
+        stmt = (
+            sa.select(
+                inner.c.queue,
+                inner.c.bucket,
+                _count(inner.c.state == _COMPLETED).label("completed"),
+                _count(inner.c.state == _DEAD).label("dead_lettered"),
+            )
+            .group_by(inner.c.queue, inner.c.bucket)
+            .order_by(inner.c.queue, inner.c.bucket)
+        )
+        async with self._read("job_throughput") as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            ThroughputBucket(
+                queue=row.queue,
+                start=since + int(row.bucket) * bucket_ms,
+                completed=int(row.completed),
+                dead_lettered=int(row.dead_lettered),
             )
             for row in rows
         ]
