@@ -87,6 +87,7 @@ class QueueWorker:
         self._stop_requested = asyncio.Event()
         self._cancel_now = asyncio.Event()
         self._fault: BaseException | None = None
+        self._finished = False
         self.lost_acknowledgements = 0
         #: This process's id in the worker registry (``caravel workers``).
         self.worker_id = uuid4()
@@ -189,13 +190,22 @@ class QueueWorker:
 
         Checks first that the schema is migrated (raising
         :class:`~caravel.errors.SchemaNotReadyError` otherwise). Returns normally after a stop;
-        raises the error that stopped it otherwise.
+        raises the error that stopped it otherwise. It may be called again afterwards (a
+        supervisor restarting the loop after a database outage), once the previous call has
+        returned.
         """
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ValidationError("queues", "must name at least one queue")
         for name in names:
             check_queue_name(name, "queues")
+        if self._finished:
+            # A fresh start after an earlier run: forget its stop request and its fault. (A stop
+            # requested before the first run still counts.)
+            self._stop_requested = asyncio.Event()
+            self._cancel_now = asyncio.Event()
+            self._fault = None
+            self._finished = False
         await self.queue.check_schema()
         await self._register(names)
         hub = self.queue.wakeups
@@ -221,6 +231,7 @@ class QueueWorker:
             await asyncio.gather(*services, return_exceptions=True)
             await self._drain()
             await self._deregister()
+            self._finished = True
         if self._fault is not None:
             raise self._fault
 
