@@ -87,7 +87,7 @@ class QueueWorker:
         self._stop_requested = asyncio.Event()
         self._cancel_now = asyncio.Event()
         self._fault: BaseException | None = None
-        self._finished = False
+        self._run_ended = False
         self.lost_acknowledgements = 0
         #: This process's id in the worker registry (``caravel workers``).
         self.worker_id = uuid4()
@@ -199,13 +199,13 @@ class QueueWorker:
             raise ValidationError("queues", "must name at least one queue")
         for name in names:
             check_queue_name(name, "queues")
-        if self._finished:
+        if self._run_ended:
             # A fresh start after an earlier run: forget its stop request and its fault. (A stop
             # requested before the first run still counts.)
             self._stop_requested = asyncio.Event()
             self._cancel_now = asyncio.Event()
             self._fault = None
-            self._finished = False
+            self._run_ended = False
         await self.queue.check_schema()
         await self._register(names)
         hub = self.queue.wakeups
@@ -231,7 +231,7 @@ class QueueWorker:
             await asyncio.gather(*services, return_exceptions=True)
             await self._drain()
             await self._deregister()
-            self._finished = True
+            self._run_ended = True
         if self._fault is not None:
             raise self._fault
 
