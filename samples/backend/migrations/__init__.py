@@ -1,0 +1,1 @@
+"""Alembic history of the backend's own tables (version table ``alembic_version``)."""

@@ -1,0 +1,100 @@
+"""Who may do what on the dashboard.
+
+The host application decides: it passes ``authorize``, a function (sync or async) that takes the
+Starlette :class:`~starlette.requests.Request` and returns a :class:`Principal`, or ``None`` for
+an anonymous request. The dashboard then checks the principal's permission for every page and
+every action. Without ``authorize`` the dashboard answers only requests made on this machine
+(:func:`local_request`), and treats them as a full operator.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection, Request
+
+__all__ = ["Authorize", "Principal", "local_request", "refusal_reason"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A person (or service) using the dashboard, and what they may do.
+
+    Attributes:
+        name: shown in the page header, and part of the anti-forgery token, so a token issued
+            to one principal is refused for another. Never used to look anything up.
+        can_read: see the pages: queue counts, jobs, dead letters, workers.
+        can_operate: replay dead letters (one, or a filtered selection).
+        can_see_payloads: see job payloads on the job page. Payloads may hold personal data.
+    """
+
+    name: str
+    can_read: bool = True
+    can_operate: bool = False
+    can_see_payloads: bool = False
+
+    @classmethod
+    def reader(cls, name: str) -> Principal:
+        """Reads every page, sees no payloads and changes nothing."""
+        return cls(name, can_read=True)
+
+    @classmethod
+    def operator(cls, name: str, *, payloads: bool = True) -> Principal:
+        """Reads everything, replays dead letters, and (unless ``payloads=False``) sees
+        payloads."""
+        return cls(name, can_read=True, can_operate=True, can_see_payloads=payloads)
+
+
+#: ``authorize(request)``: the principal making the request, or ``None`` when anonymous.
+Authorize = Callable[[Request], Principal | Awaitable[Principal | None] | None]
+
+#: The principal of an allowed local request when no ``authorize`` was given.
+LOCAL_OPERATOR = Principal("local operator", can_read=True, can_operate=True, can_see_payloads=True)
+
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+_LOCAL_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+
+
+def _is_loopback_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host_header: str) -> str:
+    """The name part of a Host header: ``[::1]:8765`` -> ``::1``, ``localhost:80`` ->
+    ``localhost``."""
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        return value.partition(":")[0]
+    return value
+
+
+def refusal_reason(conn: HTTPConnection) -> str | None:
+    """Why a request is not a local one, or ``None`` when it is.
+
+    Local means all of: the TCP peer is a loopback address; the request did not come through a
+    proxy (no ``Forwarded``/``X-Forwarded-*``/``X-Real-IP`` header, since a proxy on this machine
+    would make every remote visitor look local); and the ``Host`` header names a loopback
+    address or ``localhost`` (so a web page that rebinds its own DNS name to 127.0.0.1 cannot
+    read the dashboard through the visitor's browser).
+    """
+    client = conn.client
+    if client is None or not _is_loopback_address(client.host):
+        return "the request did not come from a loopback address"
+    if any(name in conn.headers for name in _PROXY_HEADERS):
+        return "the request came through a proxy"
+    host = _host_name(conn.headers.get("host", ""))
+    if host not in _LOCAL_NAMES and not _is_loopback_address(host):
+        return "the request was not addressed to localhost or a loopback address"
+    return None
+
+
+def local_request(conn: HTTPConnection) -> bool:
+    """Whether the request was made on this machine, to a loopback address, without a proxy."""
+    return refusal_reason(conn) is None

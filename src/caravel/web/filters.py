@@ -1,0 +1,131 @@
+"""Reading the dashboard's query parameters and form fields: job filters, pages and sizes.
+
+Every value the user controls is checked with the queue's own rules before it reaches the
+database, and every number is clamped to a range, so a crafted URL can neither fail a query nor
+ask for a million rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from caravel.errors import ValidationError
+from caravel.jobs import JobState
+from caravel.validation import check_identifier, check_queue_name, check_wire_name
+
+__all__ = ["PER_PAGE_CHOICES", "Filters", "Paging", "clamp_int", "parse_filters", "parse_paging"]
+
+PER_PAGE_CHOICES = (20, 50, 100, 200)
+MAX_PAGE = 5_000
+_INTEGER = re.compile(r"-?[0-9]{1,12}")
+
+
+def clamp_int(raw: str | None, *, default: int, low: int, high: int) -> int:
+    """``raw`` as an integer within ``low..high``; ``default`` when it is missing or not a
+    plain integer."""
+    if raw is None or not _INTEGER.fullmatch(raw.strip()):
+        return default
+    return min(max(int(raw.strip()), low), high)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which jobs a page lists. Every given field must match exactly."""
+
+    queue: str | None = None
+    tenant: str | None = None
+    state: JobState | None = None
+    job_type: str | None = None
+
+    def query(self) -> dict[str, str]:
+        """The filters as URL query parameters (only those given)."""
+        found = {
+            "queue": self.queue,
+            "tenant": self.tenant,
+            "state": self.state.value if self.state is not None else None,
+            "type": self.job_type,
+        }
+        return {name: value for name, value in found.items() if value is not None}
+
+    @property
+    def any(self) -> bool:
+        return bool(self.query())
+
+
+def _text(values: Mapping[str, str], name: str, *, strip: bool = True) -> str | None:
+    raw = values.get(name)
+    if raw is None:
+        return None
+    value = raw.strip() if strip else raw
+    return value if value.strip() else None
+
+
+def parse_filters(
+    values: Mapping[str, str], *, with_state: bool = True
+) -> tuple[Filters, list[str]]:
+    """The filters in ``values`` (query parameters or form fields), and a message for each
+    value that breaks the queue's rules (that filter is then left out)."""
+    problems: list[str] = []
+    queue = _text(values, "queue")
+    tenant = _text(values, "tenant", strip=False)
+    job_type = _text(values, "type")
+    state_text = _text(values, "state") if with_state else None
+    try:
+        if queue is not None:
+            check_queue_name(queue)
+    except ValidationError as exc:
+        problems.append(f"Queue: {exc.rule}.")
+        queue = None
+    try:
+        if tenant is not None:
+            check_identifier(tenant, "tenant_id")
+    except ValidationError as exc:
+        problems.append(f"Tenant: {exc.rule}.")
+        tenant = None
+    try:
+        if job_type is not None:
+            check_wire_name(job_type, "job_type")
+    except ValidationError as exc:
+        problems.append(f"Job type: {exc.rule}.")
+        job_type = None
+    state: JobState | None = None
+    if state_text is not None:
+        try:
+            state = JobState(state_text)
+        except ValueError:
+            problems.append("State: must be ready, running, completed or dead_letter.")
+    return Filters(queue=queue, tenant=tenant, state=state, job_type=job_type), problems
+
+
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """One page of a listing, ordered by creation time."""
+
+    page: int = 1
+    per_page: int = 50
+    oldest_first: bool = False
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.per_page
+
+    def query(self) -> dict[str, str]:
+        found = {"page": str(self.page), "per_page": str(self.per_page)}
+        if self.oldest_first:
+            found["order"] = "oldest"
+        return found
+
+
+def parse_paging(values: Mapping[str, str]) -> Paging:
+    """Page number (1 to 5000), page size (20, 50, 100 or 200; others are clamped to the
+    nearest allowed bound) and order (``newest``, the default, or ``oldest``)."""
+    per_page = clamp_int(
+        values.get("per_page"),
+        default=50,
+        low=PER_PAGE_CHOICES[0],
+        high=PER_PAGE_CHOICES[-1],
+    )
+    page = clamp_int(values.get("page"), default=1, low=1, high=MAX_PAGE)
+    return Paging(page=page, per_page=per_page, oldest_first=values.get("order") == "oldest")
