@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from caravel.clock import from_ms
 from caravel.jobs import JobStatus
 from caravel.store.api import QueueCounts
 
@@ -23,7 +23,15 @@ COUNT_COLUMNS = ("ready", "delayed", "running", "expired", "dead_letter", "compl
 
 
 def counts_json(counts: Sequence[QueueCounts]) -> str:
-    return json.dumps({"queues": [asdict(c) for c in counts]}, sort_keys=True)
+    """Per queue: the six counts, and when the oldest job that is due now became due (ISO
+    8601, or null when nothing is waiting)."""
+    rows = []
+    for c in counts:
+        row: dict[str, Any] = {name: getattr(c, name) for name in ("queue", *COUNT_COLUMNS)}
+        oldest = c.oldest_ready_due_ms
+        row["oldest_ready_due_at"] = None if oldest is None else _plain(from_ms(oldest))
+        rows.append(row)
+    return json.dumps({"queues": rows}, sort_keys=True)
 
 
 def counts_table(counts: Sequence[QueueCounts]) -> Table:
