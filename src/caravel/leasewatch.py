@@ -51,6 +51,10 @@ class Watched:
     active: bool = True
     reason: Abandoned | None = None
     error: BaseException | None = field(default=None)
+    #: Bumped on every reschedule; heap items of an older version are stale and skipped.
+    version: int = 0
+    #: A renewal is in flight (in its own task); the deadline is still enforced meanwhile.
+    renewing: bool = False
 
 
 class LeaseWatch:
@@ -60,7 +64,8 @@ class LeaseWatch:
         self._queue = queue
         renewal = queue.options.lease_renewal_interval
         self._renew_every = None if renewal is None else duration_ms(renewal)
-        self._heap: list[tuple[int, int, Watched]] = []
+        self._heap: list[tuple[int, int, int, Watched]] = []
+        self._renewals: set[asyncio.Task[None]] = set()
         self._order = itertools.count()
         self._active = 0
         self._target: int | None = None
@@ -87,23 +92,32 @@ class LeaseWatch:
             self._active -= 1
         # Finished entries are dropped lazily; rebuild when they far outnumber live ones.
         if len(self._heap) > 64 and len(self._heap) > 4 * self._active:
-            self._heap = [item for item in self._heap if item[2].active]
+            self._heap = [item for item in self._heap if self._current(item)]
             heapq.heapify(self._heap)
 
     async def close(self) -> None:
         loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop
+        tasks = [*self._renewals, *([loop] if loop is not None else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    @staticmethod
+    def _current(item: tuple[int, int, int, Watched]) -> bool:
+        return item[3].active and item[2] == item[3].version
 
     def _next_event(self, entry: Watched) -> int:
         deadline = self._queue.lease_deadline_ms(entry.lease)
-        return deadline if entry.renew_at is None else min(deadline, entry.renew_at)
+        if entry.renew_at is None or entry.renewing:
+            return deadline
+        return min(deadline, entry.renew_at)
 
     def _schedule(self, entry: Watched) -> None:
         at = self._next_event(entry)
-        heapq.heappush(self._heap, (at, next(self._order), entry))
+        entry.version += 1
+        heapq.heappush(self._heap, (at, next(self._order), entry.version, entry))
         if self._wake is not None and (self._target is None or at < self._target):
             self._wake.set()
 
@@ -119,7 +133,7 @@ class LeaseWatch:
         assert self._wake is not None
         clock = self._queue.clock
         while True:
-            while self._heap and not self._heap[0][2].active:
+            while self._heap and not self._current(self._heap[0]):
                 heapq.heappop(self._heap)
             now = clock.now_ms()
             if not self._heap or self._heap[0][0] > now:
@@ -127,8 +141,10 @@ class LeaseWatch:
                 self._wake.clear()
                 await self._sleep(None if self._target is None else self._target - now)
                 continue
-            _, _, entry = heapq.heappop(self._heap)
-            await self._attend(entry, now)
+            entry = heapq.heappop(self._heap)[3]
+            renewal = self._attend(entry, now)
+            if renewal is not None:
+                await self._await_renewal(renewal, now)
 
     async def _sleep(self, milliseconds: int | None) -> None:
         assert self._wake is not None
@@ -143,29 +159,54 @@ class LeaseWatch:
             woken.cancel()
             timer.cancel()
 
-    async def _attend(self, entry: Watched, now: int) -> None:
+    async def _await_renewal(self, renewal: asyncio.Task[None], now: int) -> None:
+        """Give a renewal the time until the next event on the watch (a deadline, another
+        renewal): normally it finishes long before; a stuck one is left running in its task and
+        every deadline is still enforced on time."""
+        while self._heap and not self._current(self._heap[0]):
+            heapq.heappop(self._heap)
+        if not self._heap:
+            return
+        budget_ms = max(0, self._heap[0][0] - now)
+        await asyncio.wait({renewal}, timeout=budget_ms / 1000)
+
+    def _attend(self, entry: Watched, now: int) -> asyncio.Task[None] | None:
+        """Act on one entry whose event time came; returns the renewal started, if any."""
         queue = self._queue
         renewing = self._renew_every is not None
         lifetime_over = now >= queue.lifetime_end_ms(entry.lease)
         if now >= queue.lease_deadline_ms(entry.lease):
             reached = renewing and lifetime_over
             self._abandon(entry, Abandoned.LIFETIME_REACHED if reached else Abandoned.LEASE_EXPIRED)
-            return
-        if entry.renew_at is None or now < entry.renew_at:
+            return None
+        if entry.renewing or entry.renew_at is None or now < entry.renew_at:
             self._schedule(entry)
-            return
+            return None
         if lifetime_over:
             self._abandon(entry, Abandoned.LIFETIME_REACHED)
-            return
+            return None
+        # Renew in a task of its own: a renewal stuck on a dead connection must not keep the
+        # watchdog from enforcing every other deadline (this job's included).
+        entry.renewing = True
+        self._schedule(entry)
+        task = asyncio.create_task(self._renew(entry), name="caravel-lease-renewal")
+        self._renewals.add(task)
+        task.add_done_callback(self._renewals.discard)
+        return task
+
+    async def _renew(self, entry: Watched) -> None:
+        queue = self._queue
         try:
             renewed = await queue.renew(entry.lease)
         except Exception as exc:  # the database failed: the job raises it, the worker stops
+            entry.renewing = False
             if entry.active:
                 entry.error = exc
                 self.release(entry)
                 entry.context.cancelled.set()
                 entry.task.cancel()
             return
+        entry.renewing = False
         if not entry.active:
             return
         if renewed is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,6 +41,7 @@ CONNECT_ARGS: dict[str, Any] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
     "tcp_user_timeout": 20_000,
+    "connect_timeout": 10,
     "options": "-c statement_timeout=30000",
 }
 
@@ -193,6 +195,19 @@ class PostgresStore(SqlStore):
                     extra={"error_type": type(exc).__name__},
                 )
             await asyncio.sleep(LISTEN_RETRY_SECONDS)
+
+    def _sever(self, conn: AsyncConnection) -> None:
+        # Shut the socket down (without closing the descriptor under the event loop): whatever
+        # is waiting on it gets end-of-file at once and fails as a lost connection.
+        try:
+            raw: Any = conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
+            fd = raw.pgconn.socket
+            with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except Exception:  # already closed, or not a socket: nothing to cut
+            logger.debug("could not cut a stuck connection")
+        else:
+            logger.warning("a database operation exceeded its deadline; its connection was cut")
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
         # Two arrays instead of one placeholder pair per lease: the statement text is the same

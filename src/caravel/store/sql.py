@@ -7,6 +7,7 @@ recognised, and any push wake-ups.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -147,13 +148,37 @@ class SqlStore:
         except OSError as exc:
             raise StoreError(operation) from exc
 
+    #: The longest any one store operation may take, commit included. Past it the operation's
+    #: connection is cut, so a link that silently stopped answering becomes a
+    #: :class:`~caravel.errors.StoreError` in bounded time instead of a hang.
+    operation_timeout = 45.0
+
+    def _sever(self, conn: AsyncConnection) -> None:
+        """Cut a connection that is stuck mid-operation (dialects that can, do)."""
+
+    @asynccontextmanager
+    async def _deadline(self, **kwargs: bool) -> AsyncIterator[AsyncConnection]:
+        holder: list[AsyncConnection] = []
+
+        def expire() -> None:
+            if holder:
+                self._sever(holder[0])
+
+        timer = asyncio.get_running_loop().call_later(self.operation_timeout, expire)
+        try:
+            async with self._transaction(**kwargs) as conn:
+                holder.append(conn)
+                yield conn
+        finally:
+            timer.cancel()
+
     @asynccontextmanager
     async def _write(
         self, operation: str, *, durable: bool = True, single: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         async with (
             self._translated(operation),
-            self._transaction(readonly=False, durable=durable, single=single) as conn,
+            self._deadline(readonly=False, durable=durable, single=single) as conn,
         ):
             yield conn
 
@@ -161,7 +186,7 @@ class SqlStore:
     async def _read(self, operation: str) -> AsyncIterator[AsyncConnection]:
         async with (
             self._translated(operation),
-            self._transaction(readonly=True, single=True) as conn,
+            self._deadline(readonly=True, single=True) as conn,
         ):
             yield conn
 
