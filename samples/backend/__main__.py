@@ -15,7 +15,7 @@ from typing import Annotated
 import sqlalchemy as sa
 import typer
 import uvicorn
-from caravel_samples.backend import accounts, schema
+from caravel_samples.backend import accounts, observability, schema
 from caravel_samples.backend.app import create_app
 from caravel_samples.backend.db import create_engine
 from caravel_samples.backend.settings import Settings, SettingsError, load_settings
@@ -71,6 +71,7 @@ def serve(
 ) -> None:
     """Run the application under uvicorn until Ctrl+C or SIGTERM."""
     settings = _settings()
+    observability.install()
     uvicorn.run(create_app(settings), host=host, port=port, server_header=False)
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 #: ``job.read`` lets an account list jobs: every account holds it for its own tenant.
 #: ``job.read.all`` widens that to every tenant; only operators hold it.
 MEMBER_PERMISSIONS = frozenset({"job.read"})
-OPERATOR_PERMISSIONS = frozenset({"job.read", "job.read.all"})
+OPERATOR_PERMISSIONS = frozenset({"job.read", "job.read.all", "metrics.read"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 from caravel_samples.backend import (
     errors,
     health,
+    observability,
     ops,
     routes_auth,
     routes_counter,
@@ -79,6 +80,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
     app.include_router(routes_notes.router)
     app.include_router(routes_counter.router)
     app.include_router(routes_jobs.router)
+    app.include_router(observability.router)
     # The operations dashboard, for operators (mounted apps get no lifespan: closed above).
     dashboard = ops.create_ops(app, settings.database_url, clock=clock)
     app.mount(ops.PATH, dashboard)

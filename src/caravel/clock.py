@@ -45,6 +45,11 @@ def to_ms_ceil(moment: datetime) -> int:
     return -((-micros) // 1000)
 
 
+#: The first and last stored times that read back as a datetime (years 1 to 9999, UTC).
+MIN_MS = -62_135_596_800_000
+MAX_MS = 253_402_300_799_999
+
+
 def from_ms(ms: int) -> datetime:
     """The aware UTC datetime for a stored millisecond time."""
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)

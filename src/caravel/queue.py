@@ -33,6 +33,7 @@ from caravel.options import QueueOptions
 from caravel.registry import JobRegistry
 from caravel.store import open_store
 from caravel.store.api import (
+    ClaimSource,
     FailedAttempt,
     JobFilter,
     NewJob,
@@ -308,14 +309,23 @@ class DatabaseQueue:
 
     # ----- leases (workers and integrations) -----------------------------------------------
 
-    async def claim_many(self, queue: str, limit: int) -> list[ClaimedJob]:
-        """Lease up to ``limit`` due jobs of ``queue``. Each claim counts as an attempt."""
+    async def claim_many(
+        self, queue: str, limit: int, *, source: ClaimSource = "any"
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due jobs of ``queue``. Each claim counts as an attempt.
+
+        ``source`` narrows what is taken: ``"ready"`` only waiting jobs, ``"expired"`` only
+        running jobs whose lease ran out (taking over a crashed worker's job), ``"any"`` (the
+        default) both, oldest first.
+        """
         check_queue_name(queue)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError("limit", "must be a positive integer")
+        if source not in ("any", "ready", "expired"):
+            raise ValidationError("source", "must be 'any', 'ready' or 'expired'")
         while True:
             batch = await self.store.job_claim_many(
-                queue, limit, self.clock.now_ms(), self._lease_ms
+                queue, limit, self.clock.now_ms(), self._lease_ms, source
             )
             # Jobs dead-lettered on the way (their last lease expired) use up the limit without
             # giving work; look again so a caller never sees "nothing due" while jobs wait.

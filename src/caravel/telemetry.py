@@ -26,6 +26,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from caravel.jobs import ClaimedJob, JobStatus, Lease
 from caravel.store.api import (
     ClaimBatch,
+    ClaimSource,
     FailedAttempt,
     InsertOutcome,
     JobFilter,
@@ -291,9 +292,11 @@ class InstrumentedStore:
             )
         return outcomes
 
-    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
+    async def job_claim_many(
+        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
+    ) -> ClaimBatch:
         async with self._span("job_claim"):
-            batch = await self.inner.job_claim_many(queue, limit, now, lease_ms)
+            batch = await self.inner.job_claim_many(queue, limit, now, lease_ms, source)
         for job in batch.claimed:
             claimed_jobs.add(
                 1, {"messaging.destination.name": queue, "caravel.job.type": job.job_type}

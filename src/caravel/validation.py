@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from caravel.clock import MAX_MS, MIN_MS, to_ms_ceil
 from caravel.errors import ValidationError
 
 __all__ = [
@@ -81,6 +82,14 @@ def check_not_before(value: object, field: str = "not_before") -> datetime:
         raise ValidationError(field, "must be a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(field, "must be timezone-aware (naive datetimes are rejected)")
+    try:
+        ms = to_ms_ceil(value)
+    except OverflowError:
+        ms = None
+    if ms is None or not (MIN_MS <= ms <= MAX_MS):
+        raise ValidationError(
+            field, "must fall between years 1 and 9999 in UTC, to the millisecond"
+        )
     return value
 
 

@@ -10,6 +10,12 @@ claiming, lets in-flight handlers finish and be acknowledged for ``shutdown_grac
 the rest without acknowledging them; their jobs run again once their leases expire. A second stop
 request cancels at once. A database failure while claiming, acknowledging or renewing stops the
 worker too, and ``run`` raises it.
+
+Recovery: the batches a fetcher claims hold only waiting jobs. Jobs whose lease expired (their
+worker crashed or stalled) are taken over one at a time, at most one per process at once, looked
+for every ``poll_interval`` and again as soon as the previous one finishes. A job that kills its
+worker would otherwise be claimed again in a batch with the jobs that died beside it, and take
+them down with it on every retry until all of their attempts were spent.
 """
 
 from __future__ import annotations
@@ -83,6 +89,10 @@ class QueueWorker:
         self._runner = JobRunner(queue, scope=scope, threads=self._threads)
         self._acker = Acknowledger(queue, on_written=self._written, on_error=self._failed)
         self._in_flight: set[asyncio.Task[None]] = set()
+        #: The one job taken over from an expired lease that is running, with its queue.
+        self._recovering: tuple[asyncio.Task[None], str] | None = None
+        #: Per queue, the event-loop time at which to look for expired leases next.
+        self._recovery_due: dict[str, float] = {}
         self._slot_freed = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._cancel_now = asyncio.Event()
@@ -275,7 +285,8 @@ class QueueWorker:
         A claim asks for every free slot at once. After a full batch the fetcher goes again as
         soon as a quarter of the slots are free (so a busy worker claims in large batches
         instead of one job per finished handler); after a short batch the queue is drained for
-        now and it waits for a wake-up or the poll interval.
+        now and it waits for a wake-up or the poll interval. Before a batch, when it is time,
+        it takes over one job whose lease expired (see the module notes).
         """
         opts = self.options
         hub = self.queue.wakeups
@@ -292,14 +303,15 @@ class QueueWorker:
                     await self._slot_freed.wait()
                     continue
                 event.clear()
-                claimed = await self.queue.claim_many(queue, free)
+                free -= await self._recover(queue)
+                claimed = await self.queue.claim_many(queue, free, source="ready") if free else []
                 if claimed:
                     failpoint("after_claim")
                     idle = opts.min_poll_interval.total_seconds()
                     for job in claimed:
                         self._start(job)
-                    if len(claimed) == free:
-                        continue  # a full batch: there may be more right behind it
+                if not free or len(claimed) == free:
+                    continue  # a full batch: there may be more right behind it
                 await hub.wait(queue, longest if push else idle)
                 if not push:
                     idle = min(idle * 2, longest)
@@ -308,13 +320,32 @@ class QueueWorker:
         except Exception as exc:
             self._failed(exc)
 
-    def _start(self, claimed: ClaimedJob) -> None:
+    async def _recover(self, queue: str) -> int:
+        """Take over one job of ``queue`` whose lease expired, when no other taken-over job runs
+        in this process and it is time to look. Returns how many were started (0 or 1)."""
+        now = asyncio.get_running_loop().time()
+        if self._recovering is not None or now < self._recovery_due.get(queue, 0.0):
+            return 0
+        taken = await self.queue.claim_many(queue, 1, source="expired")
+        if not taken:
+            self._recovery_due[queue] = now + self.options.poll_interval.total_seconds()
+            return 0
+        failpoint("after_claim")
+        self._recovering = (self._start(taken[0]), queue)
+        return 1
+
+    def _start(self, claimed: ClaimedJob) -> asyncio.Task[None]:
         task = asyncio.create_task(self._job(claimed), name=f"caravel-job-{claimed.job_id}")
         self._in_flight.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
+        if self._recovering is not None and self._recovering[0] is task:
+            # Look for the next expired lease of that queue right away.
+            self._recovery_due.pop(self._recovering[1], None)
+            self._recovering = None
         self._slot_freed.set()
 
     async def _job(self, claimed: ClaimedJob) -> None:

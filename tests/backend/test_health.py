@@ -66,13 +66,8 @@ async def test_a_missing_sqlite_file_is_unhealthy_and_not_created(tmp_path: Path
     assert _contents_of(tmp_path) == []
 
 
-async def test_an_unreachable_postgres_database_is_unhealthy(
-    empty_database: tuple[str, str],
-) -> None:
-    provider, database = empty_database
-    if provider == "sqlite":
-        pytest.skip("covered by the missing-file test")
-    gone = make_url(database).set(database="caravel_backend_missing_db")
+async def test_an_unreachable_postgres_database_is_unhealthy(pg_url: str) -> None:
+    gone = make_url(pg_url).set(database="caravel_backend_missing_db")
     settings = make_settings("postgres", gone.render_as_string(hide_password=False))
     assert await _probe(settings) == (200, 503, "Healthy", "Unhealthy")
 

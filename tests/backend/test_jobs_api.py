@@ -61,7 +61,7 @@ async def test_members_see_their_own_jobs_and_operators_see_all(settings: Settin
 
         me = (await ops.client.get("/auth/me")).json()
         assert me["operator"] is True
-        assert me["permissions"] == ["job.read", "job.read.all"]
+        assert me["permissions"] == ["job.read", "job.read.all", "metrics.read"]
         assert (await alice.client.get("/auth/me")).json()["permissions"] == ["job.read"]
 
 

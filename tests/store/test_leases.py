@@ -18,6 +18,7 @@ from caravel import (
     JobState,
     JobStatus,
     LeaseLostError,
+    ValidationError,
 )
 from caravel.clock import from_ms
 from caravel.store.api import JobFilter, QueueCounts
@@ -268,6 +269,41 @@ async def test_expired_exhausted_jobs_are_dead_lettered_and_claim_returns_next_j
             assert status.last_failure == "LeaseExpired"
             assert status.attempt == 1
         assert await queue.claim("default") is None
+
+
+async def test_claim_sources_keep_waiting_jobs_and_expired_leases_apart(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, clock=clock, max_attempts=2) as queue:
+        crashed = [(await queue.enqueue(Add(n), dispatch())).job_id for n in range(3)]
+        assert len(await queue.claim_many("default", 3)) == 3
+        await clock.advance(LEASE)  # those three leases end now, with one attempt left each
+        waiting = [(await queue.enqueue(Add(n), dispatch())).job_id for n in range(10, 12)]
+
+        # A batch of waiting jobs never takes over an expired lease, however large.
+        ready = await queue.claim_many("default", 10, source="ready")
+        assert [c.job_id for c in ready] == waiting
+        assert all(c.attempt == 1 for c in ready)
+        assert await queue.claim_many("default", 10, source="ready") == []
+        for claimed in ready:
+            await queue.complete(claimed.lease)
+
+        # Expired leases are taken over only when asked for, oldest first.
+        taken = await queue.claim_many("default", 1, source="expired")
+        assert [(c.job_id, c.attempt) for c in taken] == [(crashed[0], 2)]
+        rest = await queue.claim_many("default", 10, source="expired")
+        assert [c.job_id for c in rest] == crashed[1:]
+
+        # Once the last attempt's lease runs out, an expired-lease claim dead-letters the job.
+        await clock.advance(LEASE)
+        assert await queue.claim_many("default", 10, source="ready") == []
+        assert (await status_of(queue, crashed[0])).state is JobState.RUNNING
+        assert await queue.claim_many("default", 10, source="expired") == []
+        for job_id in crashed:
+            status = await status_of(queue, job_id)
+            assert (status.state, status.last_failure) == (JobState.DEAD_LETTER, "LeaseExpired")
+        with pytest.raises(ValidationError) as caught:
+            await queue.claim_many("default", 1, source="stale")  # type: ignore[arg-type]
+        assert caught.value.field == "source"
 
 
 # ----- fail ---------------------------------------------------------------------------------

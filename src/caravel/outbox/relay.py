@@ -64,7 +64,7 @@ def _engine_for(target: AsyncEngine | str | sa.URL) -> AsyncEngine:
         return target
     if backend_of(target) == "postgresql":
         return postgresql.create_engine(target)
-    return sqlite.create_engine(target)
+    return sqlite.create_engine(target, set_wal=False)
 
 
 class OutboxRelay:

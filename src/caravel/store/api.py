@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 from uuid import UUID
 
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
 
 __all__ = [
     "ClaimBatch",
+    "ClaimSource",
     "FailedAttempt",
     "InsertOutcome",
     "JobFilter",
@@ -54,6 +55,11 @@ class InsertOutcome:
 
     job_id: UUID
     inserted: bool
+
+
+#: Which jobs a claim may take: ``"ready"`` waiting jobs that are due, ``"expired"`` running jobs
+#: whose lease ran out (a crashed or stalled worker's, taken over), ``"any"`` both.
+ClaimSource = Literal["any", "ready", "expired"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +150,11 @@ class Store(Protocol):
         :class:`~caravel.errors.IdempotencyConflictError` is raised."""
         ...
 
-    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
-        """Lease up to ``limit`` jobs of ``queue`` that are due or whose lease expired.
+    async def job_claim_many(
+        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
+    ) -> ClaimBatch:
+        """Lease up to ``limit`` jobs of ``queue`` that are due or whose lease expired
+        (``source`` narrows that to one of the two).
 
         Each claimed job's attempt goes up by one and its lease token changes. A job whose lease
         expired with its attempts used up is dead-lettered (``LeaseExpired``) instead.

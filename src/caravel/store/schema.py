@@ -73,6 +73,14 @@ jobs = sa.Table(
         postgresql_where=sa.text("available_at IS NOT NULL"),
         sqlite_where=sa.text("available_at IS NOT NULL"),
     ),
+    # Running jobs by lease expiry: where workers look for a crashed worker's jobs.
+    sa.Index(
+        "ix_caravel_jobs_leases",
+        "queue",
+        "available_at",
+        postgresql_where=sa.text("state = 'running'"),
+        sqlite_where=sa.text("state = 'running'"),
+    ),
 )
 
 

@@ -21,6 +21,7 @@ from caravel.errors import IdempotencyConflictError, SchemaNotReadyError, StoreE
 from caravel.jobs import ClaimedJob, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.api import (
     ClaimBatch,
+    ClaimSource,
     FailedAttempt,
     InsertOutcome,
     JobFilter,
@@ -291,26 +292,27 @@ class SqlStore:
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
-    def _claim_statement(self) -> sa.Update:
-        """Built once per store and reused with new parameters, so every claim skips building
-        and hashing the statement."""
-        cached: sa.Update | None = getattr(self, "_claim_cached", None)
-        if cached is not None:
-            return cached
+    def _claim_statement(self, source: ClaimSource) -> sa.Update:
+        """The claim for one source of jobs (see :data:`~caravel.store.api.ClaimSource`)."""
         now = sa.bindparam("b_now", type_=sa.BigInteger())
         expires = sa.bindparam("b_expires", type_=sa.BigInteger())
-        candidates = (
-            sa.select(jobs.c.id)
-            .where(jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now)
-            .order_by(jobs.c.available_at)
-            .limit(sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True))
+        candidates = sa.select(jobs.c.id).where(
+            jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now
+        )
+        # The state as literal SQL, so the planner can match the partial lease index.
+        if source == "ready":
+            candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{_READY}'"))
+        elif source == "expired":
+            candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{_RUNNING}'"))
+        candidates = candidates.order_by(jobs.c.available_at).limit(
+            sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
         )
         exhausted = sa.and_(jobs.c.state == _RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
         def pick(if_exhausted: Any, otherwise: Any) -> sa.Case[Any]:
             return sa.case((exhausted, if_exhausted), else_=otherwise)
 
-        cached = (
+        return (
             sa.update(jobs)
             .where(self._claim_target(candidates))
             .values(
@@ -326,11 +328,11 @@ class SqlStore:
             )
             .returning(*_CLAIM_RETURNING)
         )
-        self._claim_cached = cached
-        return cached
 
-    async def job_claim_many(self, queue: str, limit: int, now: int, lease_ms: int) -> ClaimBatch:
-        stmt = self._claim_statement()
+    async def job_claim_many(
+        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
+    ) -> ClaimBatch:
+        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         params = {"b_queue": queue, "b_limit": limit, "b_now": now, "b_expires": now + lease_ms}
         async with self._write("job_claim", single=True) as conn:
             rows = (await conn.execute(stmt, params)).all()

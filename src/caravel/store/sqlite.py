@@ -40,11 +40,15 @@ def read_only_url(url: str | sa.URL) -> sa.URL:
     return _file_url(url, "ro")
 
 
-def create_engine(url: str | sa.URL, *, read_only: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str | sa.URL, *, read_only: bool = False, set_wal: bool = True
+) -> AsyncEngine:
     """An async engine for a SQLite file, set up for WAL, busy waits and ``BEGIN IMMEDIATE``.
 
     The file is opened with ``mode=rw`` (or ``mode=ro``): the queue never creates a database, so
-    a wrong or removed path fails loudly instead of silently starting an empty one.
+    a wrong or removed path fails loudly instead of silently starting an empty one. With
+    ``set_wal=False`` the file keeps whatever journal mode its owner chose (the outbox relay
+    reads the application's database and leaves that choice to the application).
     """
     target = _file_url(url, "ro" if read_only else "rw")
     engine = create_async_engine(target, pool_size=5, max_overflow=5)
@@ -55,8 +59,13 @@ def create_engine(url: str | sa.URL, *, read_only: bool = False) -> AsyncEngine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if not read_only:
-            cursor.execute("PRAGMA journal_mode = WAL")
+        if not read_only and set_wal:
+            # Switching to WAL needs the file to itself; once it is in WAL (the usual case after
+            # the first connection) there is nothing to switch, so do not contend for it.
+            cursor.execute("PRAGMA journal_mode")
+            mode = cursor.fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = FULL")
         cursor.close()
 

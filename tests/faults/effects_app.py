@@ -1,0 +1,289 @@
+"""The worker app of the fault suite (``caravel worker --app tests.faults.effects_app:registry``).
+
+Every execution of a job is recorded in an *application* database (not the queue's): the URL is
+read from ``CARAVEL_FAULTS_APP_URL`` (``sqlite:///path`` or ``postgresql://...``). The test creates
+the two tables with plain SQL (:func:`create_app_schema`):
+
+* ``effects(job_id PRIMARY KEY, tenant, value)``: the job's one side effect, written with
+  insert-if-absent semantics, so a re-run finds the row, leaves it alone and succeeds. ``value``
+  is JSON naming the attempt and process that wrote it.
+* ``ledger(id, job_id, attempt, pid, event, at)``: append-only, one row per event of every
+  execution attempt: ``start`` when the handler begins, ``end`` when it succeeded (committed in the
+  same transaction as the effect), ``fail`` when it raised on purpose.
+
+The payload steers the handler: ``sleep`` seconds (cooperative), ``cpu`` seconds of busy loop
+(blocking the event loop in :class:`Effect`, a worker thread in :class:`SyncEffect`), a seeded
+``fail_probability``, and ``poison`` (the handler kills its own process with SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from caravel import JobContext, JobRegistry
+
+__all__ = [
+    "APP_URL_ENV",
+    "AppConnection",
+    "Blob",
+    "Effect",
+    "HandlerFailure",
+    "SyncEffect",
+    "connect_app",
+    "create_app_schema",
+    "registry",
+]
+
+APP_URL_ENV = "CARAVEL_FAULTS_APP_URL"
+
+registry = JobRegistry()
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One job of the fault workload (async handler).
+
+    ``sleep_attempts``/``poison_attempts`` limit sleeping/poisoning to attempts up to that number
+    (0: every attempt). ``fail_probability`` is drawn from a generator seeded with ``seed``, the
+    job id and the attempt, so a run is reproducible.
+    """
+
+    value: int = 0
+    sleep: float = 0.0
+    sleep_attempts: int = 0
+    cpu: float = 0.0
+    fail_probability: float = 0.0
+    seed: int = 0
+    poison: bool = False
+    poison_attempts: int = 0
+    tag: str = ""
+
+
+@dataclass(frozen=True)
+class SyncEffect(Effect):
+    """The same workload through a synchronous handler (runs in the worker's thread pool)."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """Arbitrary JSON for the fuzz tests (its handler records the effect like :class:`Effect`)."""
+
+    data: Any = None
+    text: str = ""
+    number: int = 0
+
+
+class HandlerFailure(RuntimeError):
+    """Raised by a handler whose seeded draw said fail."""
+
+
+# ----- the application database --------------------------------------------------------------
+
+SQLITE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS effects ("
+    " job_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ledger ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, attempt INTEGER NOT NULL,"
+    " pid INTEGER NOT NULL, event TEXT NOT NULL, at REAL NOT NULL)",
+)
+POSTGRES_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS effects ("
+    " job_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ledger ("
+    " id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, attempt INTEGER NOT NULL,"
+    " pid INTEGER NOT NULL, event TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
+)
+
+#: Bounded waits for the app database too, so a dead link fails the handler instead of hanging.
+PG_CONNECT_ARGS: dict[str, Any] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,
+    "options": "-c statement_timeout=20000",
+    "application_name": "caravel-faults-app",
+}
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: str) -> str:
+    return make_url(url).database or ""
+
+
+def pg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class AppConnection:
+    """One connection to the app database, with ``?`` placeholders on both databases."""
+
+    def __init__(self, url: str) -> None:
+        self.sqlite = is_sqlite(url)
+        self._conn: Any
+        if self.sqlite:
+            conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            self._conn = conn
+        else:
+            self._conn = psycopg.connect(pg_dsn(url), autocommit=True, **PG_CONNECT_ARGS)
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.sqlite else sql.replace("?", "%s")
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(self._sql(sql), params).fetchall())
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self._conn.execute(self._sql(sql), params)
+
+    def transaction(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Run ``statements`` in one transaction (SQLite: ``BEGIN IMMEDIATE``)."""
+        if self.sqlite:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    self._conn.execute(sql, params)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            return
+        with self._conn.transaction():
+            for sql, params in statements:
+                self._conn.execute(self._sql(sql), params)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> AppConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect_app(url: str) -> AppConnection:
+    return AppConnection(url)
+
+
+def create_app_schema(url: str) -> None:
+    """Create the effects and ledger tables (plain SQL; the app's own tables, not the queue's)."""
+    with connect_app(url) as conn:
+        if conn.sqlite:
+            conn.query("PRAGMA journal_mode = WAL")
+        for statement in SQLITE_SCHEMA if conn.sqlite else POSTGRES_SCHEMA:
+            conn.execute(statement)
+
+
+# ----- the handlers --------------------------------------------------------------------------
+
+_local = threading.local()
+
+
+def _app_url() -> str:
+    return os.environ[APP_URL_ENV]
+
+
+def _run(statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    """Write through this thread's cached connection; reconnect once if it broke (a restarted or
+    unreachable database), then let the error fail the attempt."""
+    for tries_left in (1, 0):
+        conn: AppConnection | None = getattr(_local, "conn", None)
+        try:
+            if conn is None:
+                conn = _local.conn = connect_app(_app_url())
+            conn.transaction(statements)
+            return
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            _local.conn = None
+            if conn is not None:
+                with contextlib.suppress(Exception):  # a broken connection: only drop it
+                    conn.close()
+            if not tries_left:
+                raise
+
+
+def _ledger_row(event: str, ctx: JobContext[object]) -> tuple[str, tuple[Any, ...]]:
+    return (
+        "INSERT INTO ledger (job_id, attempt, pid, event, at) VALUES (?, ?, ?, ?, ?)",
+        (str(ctx.job_id), ctx.attempt, os.getpid(), event, time.time()),
+    )
+
+
+def _fails(job: Effect, ctx: JobContext[object]) -> bool:
+    if job.fail_probability <= 0:
+        return False
+    return random.Random(f"{job.seed}:{ctx.job_id}:{ctx.attempt}").random() < job.fail_probability
+
+
+def _applies(limit: int, attempt: int) -> bool:
+    return limit == 0 or attempt <= limit
+
+
+def _busy(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sum(range(2000))
+
+
+def _begin(job: Effect, ctx: JobContext[object]) -> None:
+    _run([_ledger_row("start", ctx)])
+    if job.poison and _applies(job.poison_attempts, ctx.attempt):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _finish(job: Effect, ctx: JobContext[object]) -> None:
+    if _fails(job, ctx):
+        _run([_ledger_row("fail", ctx)])
+        raise HandlerFailure("seeded failure")
+    value = json.dumps({"value": job.value, "attempt": ctx.attempt, "pid": os.getpid()})
+    effect = (
+        "INSERT INTO effects (job_id, tenant, value) VALUES (?, ?, ?) "
+        "ON CONFLICT (job_id) DO NOTHING",
+        (str(ctx.job_id), ctx.tenant_id, value),
+    )
+    _run([effect, _ledger_row("end", ctx)])
+
+
+@registry.handles("faults.effect.v1", Effect)
+async def effect(job: Effect, ctx: JobContext[object]) -> None:
+    _begin(job, ctx)
+    if job.sleep > 0 and _applies(job.sleep_attempts, ctx.attempt):
+        await asyncio.sleep(job.sleep)
+    if job.cpu > 0:
+        _busy(job.cpu)  # holds the event loop: the lease watchdog cannot run meanwhile
+    _finish(job, ctx)
+
+
+@registry.handles("faults.effect-sync.v1", SyncEffect)
+def sync_effect(job: SyncEffect, ctx: JobContext[object]) -> None:
+    _begin(job, ctx)
+    if job.sleep > 0 and _applies(job.sleep_attempts, ctx.attempt):
+        time.sleep(job.sleep)
+    if job.cpu > 0:
+        _busy(job.cpu)  # a thread the worker cannot interrupt
+    _finish(job, ctx)
+
+
+@registry.handles("faults.blob.v1", Blob)
+async def blob(job: Blob, ctx: JobContext[object]) -> None:
+    _begin(Effect(), ctx)
+    _finish(Effect(), ctx)
