@@ -2,8 +2,8 @@
 
 Every operation gets valid-looking and deliberately invalid requests, each sent twice: once
 anonymously, and once signed in (session cookie and antiforgery token attached) so generated
-bodies, headers and queries reach the endpoints' own validation. Needs the ``schemathesis``
-package; without it the test is skipped.
+bodies, headers and queries reach the endpoints' own validation (``schemathesis`` is a dev
+dependency).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import Any
 
 import hypothesis
 import pytest
+import schemathesis
 from caravel_samples.backend.settings import Settings
 
 from tests.backend.serving import REAL_PASSWORD, command, serving, sign_in_over_http
-
-schemathesis = pytest.importorskip("schemathesis")
 
 #: Signing out would end the session the rest of the run relies on; these get no credentials.
 SESSION_ENDERS = {"/auth/logout", "/auth/sessions/revoke"}
