@@ -6,9 +6,11 @@ enqueueing, then the checker over everything.
 For ``duration`` seconds a client enqueues a mix of jobs (10% of handler runs fail at random,
 some sleep past a lease renewal, some hold a worker thread with a CPU loop) while the schedule
 SIGKILLs workers (a supervisor restarts them) and SIGSTOPs others for up to 2.5 s before
-SIGCONT. Then the faults stop, every job is waited for, and :func:`tests.faults.harness.check`
-judges the run. Prints one JSON object per backend: the checker's figures plus what the
-schedule did. The same :func:`run_soak` is the short CI profile in ``test_soak.py``.
+SIGCONT; on PostgreSQL the workers reach the server through a TCP proxy and the schedule also
+resets every open connection at once. Then the faults stop, every job is waited for, and
+:func:`tests.faults.harness.check` judges the run. Prints one JSON object per backend: the
+checker's figures plus what the schedule did. The same :func:`run_soak` is the short CI
+profile in ``test_soak.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tests.faults.harness import (
     job_rows,
     job_states,
 )
+from tests.faults.proxy import FaultProxy
 
 LEASE = 1.0
 RENEWAL = 0.3
@@ -58,6 +61,7 @@ class Profile:
 class Schedule:
     kills: int = 0
     stops: int = 0
+    resets: int = 0
     actions: list[tuple[float, str, int]] = field(default_factory=list)
 
 
@@ -87,8 +91,29 @@ def run_soak(
     rng = random.Random(f"faults:{profile.seed}")
     schedule = Schedule()
     client = Client(queue_url, max_attempts=3)
+    with contextlib.ExitStack() as stack:
+        proxy = None
+        if queue_url.startswith("postgresql"):
+            proxy = stack.enter_context(FaultProxy())
+        report, supervisor = _run(
+            queue_url, app_url, log_dir, profile, progress, rng, schedule, client, proxy
+        )
+    return report, supervisor, client
+
+
+def _run(
+    queue_url: str,
+    app_url: str,
+    log_dir: Path,
+    profile: Profile,
+    progress: Callable[[float, Counter[str]], None] | None,
+    rng: random.Random,
+    schedule: Schedule,
+    client: Client,
+    proxy: FaultProxy | None,
+) -> tuple[dict[str, Any], Supervisor]:
     supervisor = Supervisor(
-        queue_url,
+        proxy.url(queue_url) if proxy is not None else queue_url,
         app_url,
         log_dir,
         workers=profile.workers,
@@ -112,10 +137,16 @@ def run_soak(
                     del resume[pid]
             if now >= next_action:
                 next_action = now + rng.uniform(0.5, 2.0)
-                if not deck:  # every five actions: two kills, two stops, one pause
+                if not deck:  # two kills, two stops, one pause (and one reset on PostgreSQL)
                     deck = ["kill", "kill", "stop", "stop", "none"]
+                    deck += ["reset"] if proxy is not None else []
                     rng.shuffle(deck)
                 action = deck.pop()
+                if action == "reset" and proxy is not None:
+                    severed = proxy.reset_all()
+                    schedule.resets += 1
+                    schedule.actions.append((round(now - started, 3), action, severed))
+                    continue
                 candidates = [w for w in supervisor.running() if "processing" in w.log()]
                 if action != "none" and candidates:
                     victim = rng.choice(candidates)
@@ -167,6 +198,7 @@ def run_soak(
         "enqueue_errors": len(client.errors),
         "kills": schedule.kills,
         "stops": schedule.stops,
+        "resets": schedule.resets,
         "restarts": supervisor.restarts,
         "worker_exits": dict(sorted(_count(c.returncode for c in crashes).items())),
         "chaos_s": round(chaos_seconds, 1),
@@ -177,7 +209,7 @@ def run_soak(
             if row.state == "completed"
         ),
     }
-    return report, supervisor, client
+    return report, supervisor
 
 
 def _count(values: Any) -> dict[Any, int]:

@@ -1,7 +1,7 @@
-"""The soak's short profile (the long one is ``make soak``): a seeded schedule of SIGKILL and
-SIGSTOP/SIGCONT over three worker processes while a client enqueues over a thousand jobs, 10% of
-handler runs failing at random; the checker must pass and the figures must show the faults
-really happened."""
+"""The soak's short profile (the long one is ``make soak``): a seeded schedule of SIGKILL,
+SIGSTOP/SIGCONT and (PostgreSQL) connection resets over three worker processes while a client
+enqueues over a thousand jobs, 10% of handler runs failing at random; the checker must pass and
+the figures must show the faults really happened."""
 
 from __future__ import annotations
 
@@ -23,11 +23,19 @@ def test_short_soak(db_url: str, app_url: str, logs: Path, backend: str) -> None
     assert client.errors == []
     assert report["jobs"] >= 1000
     assert report["jobs"] == report["acknowledged"]
-    assert report["kills"] >= 3
-    assert report["stops"] >= 3
-    # Every exit while supervised was one of our kills: no worker stopped on a database error.
-    assert set(report["worker_exits"]) == {-9}
-    assert report["restarts"] == report["kills"] == supervisor.killed()
+    assert report["kills"] >= 2
+    assert report["stops"] >= 2
+    # Every exit while supervised was one of our kills, or (PostgreSQL) a worker whose
+    # connection we reset stopping with exit code 1 for its supervisor: nothing else.
+    exits = report["worker_exits"]
+    assert exits[-9] == report["kills"] == supervisor.killed()
+    if backend == "postgresql":
+        assert report["resets"] >= 2
+        assert set(exits) <= {-9, 1}
+    else:
+        assert report["resets"] == 0
+        assert set(exits) == {-9}
+    assert report["restarts"] == sum(exits.values())
     # 10% of runs fail: failures happened, were retried, and only the unlucky few (three
     # failures in a row) or the jobs whose every claim was killed became dead letters.
     assert report["handler_failures"] >= report["jobs"] * 0.05
