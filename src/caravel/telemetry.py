@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any
 from uuid import UUID
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, StatusCode
 
 from caravel.jobs import ClaimedJob, JobStatus, Lease
 from caravel.store.api import (
@@ -106,6 +106,19 @@ outbox_stuck = meter.create_counter(
 )
 
 
+#: What ``get_tracer_provider`` returns while no SDK (or other real provider) is installed.
+_NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def _traced(name: str, **options: Any) -> AbstractContextManager[Span]:
+    """``tracer.start_as_current_span``, except that without a tracer provider nothing is
+    started at all: every span would be the API's no-op one, and the hot path (a span per job
+    and per store operation) should cost nothing then."""
+    if isinstance(trace.get_tracer_provider(), _NO_PROVIDER):
+        return nullcontext(INVALID_SPAN)
+    return tracer.start_as_current_span(name, **options)
+
+
 def _base(queue: str) -> dict[str, str]:
     return {"messaging.system": SYSTEM, "messaging.destination.name": queue}
 
@@ -140,7 +153,7 @@ def _context_from(carrier: str | None) -> otel_context.Context | None:
 def enqueue_span(jobs: Sequence[NewJob]) -> Iterator[Span]:
     """A producer span around an enqueue; inside it, jobs carry its context."""
     queue = jobs[0].queue if jobs else ""
-    with tracer.start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER) as span:
+    with _traced(f"send {queue}", kind=SpanKind.PRODUCER) as span:
         if span.is_recording():
             span.set_attributes({**_base(queue), "messaging.operation.type": "send"})
             if len(jobs) != 1:
@@ -152,7 +165,8 @@ def enqueue_span(jobs: Sequence[NewJob]) -> Iterator[Span]:
 async def job_span(claimed: ClaimedJob, now_ms: int) -> AsyncIterator[Span]:
     """A consumer span around one job execution, continuing the trace that enqueued it, plus
     the queue-wait and in-flight metrics."""
-    parent = _context_from(claimed.trace_context)
+    tracing = not isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
+    parent = _context_from(claimed.trace_context) if tracing else None
     links = []
     if parent is not None:
         linked = trace.get_current_span(parent).get_span_context()
@@ -162,7 +176,7 @@ async def job_span(claimed: ClaimedJob, now_ms: int) -> AsyncIterator[Span]:
     queue_wait.record(max(0, now_ms - claimed.due_at_ms) / 1000, labels)
     in_flight.add(1, {"messaging.destination.name": claimed.queue})
     try:
-        with tracer.start_as_current_span(
+        with _traced(
             f"process {claimed.queue}", context=parent, kind=SpanKind.CONSUMER, links=links
         ) as span:
             if span.is_recording():
@@ -236,7 +250,7 @@ def record_undeliverable(queue: str, reason: str) -> None:
 
 @contextmanager
 def relay_span(count: int) -> Iterator[Span]:
-    with tracer.start_as_current_span("caravel.outbox.dispatch", kind=SpanKind.PRODUCER) as span:
+    with _traced("caravel.outbox.dispatch", kind=SpanKind.PRODUCER) as span:
         if span.is_recording():
             span.set_attributes(
                 {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
@@ -262,9 +276,7 @@ class InstrumentedStore:
 
     @asynccontextmanager
     async def _span(self, operation: str) -> AsyncIterator[Span]:
-        with tracer.start_as_current_span(
-            f"caravel.store.{operation}", kind=SpanKind.CLIENT
-        ) as span:
+        with _traced(f"caravel.store.{operation}", kind=SpanKind.CLIENT) as span:
             if span.is_recording():
                 span.set_attributes(
                     {"db.system.name": self._system, "db.operation.name": operation}
