@@ -24,7 +24,18 @@ from bench import runs
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALL = ("enqueue", "bulk", "drain", "steady", "latency", "history", "memory", "sql", "commit")
+ALL = (
+    "enqueue",
+    "enqueue_parallel",
+    "bulk",
+    "drain",
+    "steady",
+    "latency",
+    "history",
+    "memory",
+    "sql",
+    "commit",
+)
 
 
 def _median(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -56,6 +67,9 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
 
     return {
         "enqueue": lambda url: asyncio.run(runs.enqueue_single(url, args.single)),
+        "enqueue_parallel": lambda url: asyncio.run(
+            runs.enqueue_single(url, args.single * 2, args.producers)
+        ),
         "bulk": lambda url: asyncio.run(runs.enqueue_bulk(url, n)),
         "drain": lambda url: asyncio.run(runs.drain(url, n, conc)),
         "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
@@ -75,6 +89,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain/bulk run")
     parser.add_argument("--single", type=int, default=2_000, help="jobs for one-call enqueue")
     parser.add_argument("--concurrency", type=int, default=1000, help="worker concurrency")
+    parser.add_argument(
+        "--producers", type=int, default=16, help="concurrent callers for enqueue_parallel"
+    )
     parser.add_argument("--batch", type=int, default=100, help="plain-SQL batch size")
     parser.add_argument("--seconds", type=float, default=10.0, help="steady-state duration")
     parser.add_argument("--latency-jobs", type=int, default=300)

@@ -109,7 +109,9 @@ export CARAVEL_WORKER_DIRECTORY="$SCRATCH/sigterm"
 mkdir "$CARAVEL_WORKER_DIRECTORY"
 "${SAMPLE[@]}" migrate >/dev/null
 "${SAMPLE[@]}" enqueue-demo >/dev/null
-CARAVEL_WORKER_LEASE_SECONDS=1 CARAVEL_WORKER_HANDLER_DELAY_MS=30000 \
+# A 5-second lease: long enough that the job is still on its first attempt when the SIGTERM
+# lands, even on a loaded machine (each lease that runs out uses up one of its 3 attempts).
+CARAVEL_WORKER_LEASE_SECONDS=5 CARAVEL_WORKER_HANDLER_DELAY_MS=30000 \
     "${SAMPLE[@]}" work --shutdown-grace 0 &
 WORKER_PID=$!
 one_running() { "${SAMPLE[@]}" queue-status | grep -q -e '"running": 1' -e '"expired": 1'; }
@@ -119,7 +121,7 @@ set +e; wait "$WORKER_PID"; code=$?; set -e
 WORKER_PID=""
 expect_eq "$code" 0 "exit code after SIGTERM mid-job"
 expect_eq "$("${SAMPLE[@]}" report)" '{"events":0,"total":0}' "nothing recorded by the cancelled job"
-sleep 1.5   # the cancelled job's 1-second lease expires
+sleep 5.5   # the cancelled job's 5-second lease expires
 for _ in $(seq 1 10); do
     out="$(CARAVEL_WORKER_LEASE_SECONDS=1 "${SAMPLE[@]}" work-once)"
     [ "$out" = '{"claimed": false}' ] && break

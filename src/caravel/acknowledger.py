@@ -1,8 +1,10 @@
 """Recording outcomes in batches.
 
-Handlers finish one by one; their outcomes are queued and written by a single flusher. While one
-write is in flight the next outcomes accumulate, so under load many acknowledgements share one
-statement and one commit, and when idle an outcome is written at once. Every row is still guarded
+Handlers finish one by one; their outcomes are queued and written by two flushers, each with one
+write in flight at a time. While writes are in flight the next outcomes accumulate, so under load
+many acknowledgements share one statement and one commit (and two such statements overlap, one
+being executed while the other's reply and commit travel), and when idle an outcome is written at
+once. Every row is still guarded
 by its own lease token: a stale lease in a batch changes nothing and is reported back to its job
 alone. A crash that loses queued acknowledgements only means those jobs run again once their
 leases expire, which at-least-once delivery already allows.
@@ -31,10 +33,10 @@ class Acknowledger:
     """Batches complete/fail writes for one worker.
 
     :meth:`post` queues an outcome and returns at once, so a finished handler frees its slot
-    without waiting for the database. A single flusher writes what is queued, one batch per
-    statement, and reports each outcome through ``on_written(claimed, outcome, held)`` (``held``
-    is false when the lease was no longer current and nothing changed). A write that fails
-    because the database failed goes to ``on_error`` and stops the flusher; the outcomes it
+    without waiting for the database. ``writers`` flushers write what is queued, one batch per
+    statement each, and report each outcome through ``on_written(claimed, outcome, held)``
+    (``held`` is false when the lease was no longer current and nothing changed). A write that
+    fails because the database failed goes to ``on_error`` and stops its flusher; the outcomes it
     carried are lost, so those jobs run again once their leases expire.
     """
 
@@ -46,6 +48,7 @@ class Acknowledger:
         on_error: Callable[[BaseException], None],
         max_batch: int = 1000,
         max_pending: int = 5000,
+        writers: int = 2,
     ) -> None:
         self._queue = queue
         self._on_written = on_written
@@ -55,14 +58,20 @@ class Acknowledger:
         self._pending: list[tuple[ClaimedJob, Outcome]] = []
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
+        self._writers = writers
+        self._flusher: asyncio.Future[list[None]] | None = None
         self._closing = False
 
     def post(self, claimed: ClaimedJob, outcome: Outcome) -> None:
         """Queue one outcome for writing."""
         if self._flusher is None or self._flusher.done():
             self._closing = False
-            self._flusher = asyncio.create_task(self._flush_loop(), name="caravel-acknowledger")
+            self._flusher = asyncio.gather(
+                *(
+                    asyncio.create_task(self._flush_loop(), name=f"caravel-acknowledger-{n}")
+                    for n in range(self._writers)
+                )
+            )
         self._pending.append((claimed, outcome))
         self._wake.set()
 

@@ -176,9 +176,14 @@ async def job_span(claimed: ClaimedJob, now_ms: int) -> AsyncIterator[Span]:
     queue_wait.record(max(0, now_ms - claimed.due_at_ms) / 1000, labels)
     in_flight.add(1, {"messaging.destination.name": claimed.queue})
     try:
-        with _traced(
-            f"process {claimed.queue}", context=parent, kind=SpanKind.CONSUMER, links=links
-        ) as span:
+        started = (
+            tracer.start_as_current_span(
+                f"process {claimed.queue}", context=parent, kind=SpanKind.CONSUMER, links=links
+            )
+            if tracing
+            else nullcontext(INVALID_SPAN)
+        )
+        with started as span:
             if span.is_recording():
                 span.set_attributes(
                     {

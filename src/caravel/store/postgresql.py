@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from caravel.jobs import Lease
-from caravel.store.api import NewJob
+from caravel.store.api import InsertOutcome, NewJob
 from caravel.store.schema import jobs
 from caravel.store.sql import SqlStore
 from caravel.store.urls import async_url
@@ -48,12 +48,18 @@ CONNECT_ARGS: dict[str, Any] = {
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 
 
-def create_engine(url: str | sa.URL, *, pool_size: int = 5) -> AsyncEngine:
-    """An async engine for a PostgreSQL URL, through psycopg 3."""
+def create_engine(url: str | sa.URL, *, pool_size: int = 20) -> AsyncEngine:
+    """An async engine for a PostgreSQL URL, through psycopg 3.
+
+    The pool keeps up to ``pool_size`` connections open and opens up to as many again under
+    a burst. Connections beyond the pool size are closed when returned, so size the pool for
+    the process's usual concurrency (enqueueing request handlers, a worker's fetcher, its
+    acknowledgement writers and renewals): opening a connection costs more than the statement.
+    """
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
-        max_overflow=10,
+        max_overflow=pool_size,
         connect_args=CONNECT_ARGS,
     )
 
@@ -83,19 +89,36 @@ SMALL_INSERT = 8
 #: The channel enqueues announce new work on; the payload is the queue name.
 CHANNEL = "caravel_jobs"
 LISTEN_RETRY_SECONDS = 1.0
+#: At most one enqueue transaction per queue and process carries a NOTIFY within this window.
+NOTIFY_COOLDOWN = 0.005
 _NOTIFY = sa.text(f"SELECT pg_notify('{CHANNEL}', :queue)")
+#: The trailing wake-up sent on its own needs no durability: it does not wait for the disk.
+_NOTIFY_ALONE = sa.text(
+    f"SELECT set_config('synchronous_commit', 'off', true), pg_notify('{CHANNEL}', :queue)"
+)
 
 
-def _insert_one_statement() -> sa.Select[Any]:
-    """INSERT one job (bound as ``b_<column>``) and NOTIFY its queue when it is due now."""
-    columns = [
-        c
-        for c in jobs.c
-        if c.name not in ("lease_expires_at", "started_at", "finished_at", "last_failure")
-    ]
+def _insert_columns() -> list[sa.Column[Any]]:
+    skipped = ("lease_expires_at", "started_at", "finished_at", "last_failure")
+    return [c for c in jobs.c if c.name not in skipped]
+
+
+def _insert_one_statement() -> sa.Insert:
+    """INSERT one job (bound as ``b_<column>``); the id comes back when it was inserted."""
+    return (
+        postgresql.insert(jobs)
+        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in _insert_columns()})
+        .on_conflict_do_nothing()
+        .returning(jobs.c.id)
+    )
+
+
+def _insert_one_notify_statement() -> sa.Select[Any]:
+    """The same INSERT, sending the queue's NOTIFY when the job went in due now: one round
+    trip."""
     inserted = (
         postgresql.insert(jobs)
-        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in columns})
+        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in _insert_columns()})
         .on_conflict_do_nothing()
         .returning(jobs.c.id, jobs.c.queue, jobs.c.due_at, jobs.c.created_at)
         .cte("inserted")
@@ -107,14 +130,82 @@ def _insert_one_statement() -> sa.Select[Any]:
     )
 
 
+class _Announcer:
+    """Decides which enqueues wake the workers, so that NOTIFY never throttles enqueueing.
+
+    A NOTIFY takes a database-wide lock when its transaction commits and holds it until the
+    commit is on disk, so if every enqueue sent one, concurrent enqueues would commit one at a
+    time. Instead, per queue, the first enqueue after a quiet ``NOTIFY_COOLDOWN`` carries the
+    NOTIFY in its own transaction (no extra round trip), and enqueues within the cooldown carry
+    none. Each of those, once committed, (re)arms a trailing wake-up that fires when the queue
+    has had no enqueue for the cooldown: a separate NOTIFY that does not wait for the disk. A
+    steady stream therefore sends about one NOTIFY per cooldown, all inside enqueues, and the
+    last job of a burst is announced at most a cooldown after its commit. A wake-up that fails to
+    send only delays workers until they poll.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._last: dict[str, float] = {}
+        self._trailing: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def lead(self, queue: str) -> bool:
+        """Whether the enqueue about to run should carry the queue's NOTIFY."""
+        now = asyncio.get_running_loop().time()
+        if now - self._last.get(queue, -NOTIFY_COOLDOWN) < NOTIFY_COOLDOWN:
+            return False
+        self._last[queue] = now
+        return True
+
+    def committed(self, queue: str, *, announced: bool) -> None:
+        """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own."""
+        timer = self._trailing.pop(queue, None)
+        if timer is not None:
+            timer.cancel()
+        if not announced:
+            loop = asyncio.get_running_loop()
+            self._trailing[queue] = loop.call_later(NOTIFY_COOLDOWN, self._fire, queue)
+
+    def _fire(self, queue: str) -> None:
+        self._trailing.pop(queue, None)
+        self._last[queue] = asyncio.get_running_loop().time()
+        task = asyncio.create_task(self._send(queue), name=f"caravel-notify-{queue}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, queue: str) -> None:
+        try:
+            async with self._engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(_NOTIFY_ALONE, {"queue": queue})
+        except (sa.exc.SQLAlchemyError, OSError) as exc:
+            logger.debug(
+                "could not send a wake-up; workers will find the job by polling",
+                extra={"error_type": type(exc).__name__},
+            )
+
+    async def close(self) -> None:
+        """Send the wake-ups still waiting, then let them finish."""
+        for queue in list(self._trailing):
+            self._trailing.pop(queue).cancel()
+            self._fire(queue)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 class PostgresStore(SqlStore):
     supports_listen_notify = True
     db_system = "postgresql"
     insert_chunk = 1000
+    driver_errors = (psycopg.Error,)
 
     def __init__(self, engine: AsyncEngine, *, read_only: bool = False) -> None:
         super().__init__(engine)
         self._read_only = read_only
+        self._announcer = _Announcer(engine)
+        #: Per insert call (by its first job's id), the queues whose NOTIFY it carried.
+        self._announced: dict[UUID, set[str]] = {}
 
     def _insert(self) -> Any:
         return postgresql.insert(jobs)
@@ -128,16 +219,23 @@ class PostgresStore(SqlStore):
         return jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.Uuid())))
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
-        orig = getattr(exc, "orig", None)
+        orig = getattr(exc, "orig", exc)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
     async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+        due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
+        leading = {queue for queue in due_now if self._announcer.lead(queue)}
+        if leading:
+            self._announced[new_jobs[0].id] = leading
         if len(new_jobs) == 1:
-            # The common one-job enqueue: a cached statement that inserts the row and sends
-            # the wake-up in one round trip, so an enqueue costs that plus the commit.
-            stmt = self._statement("insert_one", _insert_one_statement)
+            # The common one-job enqueue: one cached statement (with the NOTIFY when this
+            # enqueue leads), its own transaction.
+            build = _insert_one_notify_statement if leading else _insert_one_statement
             values = {f"b_{k}": v for k, v in self._row_values(new_jobs[0]).items()}
-            return set((await conn.execute(stmt, values)).scalars())
+            rows = await self._on_driver(conn, build, values)
+            return {row[0] for row in rows}
+        for queue in sorted(leading):
+            await conn.execute(_NOTIFY, {"queue": queue})
         if len(new_jobs) <= SMALL_INSERT:
             return await super()._insert_rows(conn, new_jobs)
         # One statement with one array per column, whatever the batch size: the query text
@@ -159,19 +257,41 @@ class PostgresStore(SqlStore):
         )
         return set(result.scalars())
 
-    async def _after_insert(
-        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
-    ) -> None:
-        # One NOTIFY per queue per transaction, with a constant payload per queue so PostgreSQL
-        # folds duplicates. Delayed jobs are left to the workers' polling. Small inserts sent
-        # theirs from the INSERT statement itself.
-        if len(new_jobs) == 1:
-            return
-        due_now = sorted(
-            {job.queue for job in new_jobs if job.id in inserted and job.due_at <= job.created_at}
-        )
-        for queue in due_now:
-            await conn.execute(_NOTIFY, {"queue": queue})
+    async def _on_driver(
+        self, conn: AsyncConnection, build: Callable[[], Any], values: dict[str, Any]
+    ) -> list[Any]:
+        """Run a statement straight on psycopg, compiled once by SQLAlchemy (same text, same
+        parameters): on the one-job enqueue SQLAlchemy's per-execution work costs about as much
+        as the statement itself. The server prepares it on first use."""
+
+        def compiled() -> tuple[str, dict[str, Any]]:
+            statement = build().compile(dialect=self.engine.dialect)
+            return str(statement), dict(statement.params)
+
+        sql, defaults = self._statement(f"driver_{build.__name__}", compiled)
+        raw = await conn.get_raw_connection()
+        driver: psycopg.AsyncConnection[Any] = raw.driver_connection  # type: ignore[assignment]
+        async with driver.cursor() as cursor:
+            await cursor.execute(sql, {**defaults, **values}, prepare=True)
+            return await cursor.fetchall()
+
+    async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+        try:
+            return await super().job_insert_many(new_jobs)
+        finally:  # a failed insert never reached _after_commit
+            if new_jobs:
+                self._announced.pop(new_jobs[0].id, None)
+
+    def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
+        # Queues that received jobs due now are announced (delayed jobs are left to polling).
+        announced = self._announced.pop(new_jobs[0].id, set())
+        due_now = {j.queue for j in new_jobs if j.id in inserted and j.due_at <= j.created_at}
+        for queue in sorted(due_now):
+            self._announcer.committed(queue, announced=queue in announced)
+
+    async def close(self) -> None:
+        await self._announcer.close()
+        await super().close()
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
         return self._listen(frozenset(queues))

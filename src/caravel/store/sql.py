@@ -138,11 +138,15 @@ class SqlStore:
 
     # ----- plumbing ------------------------------------------------------------------------
 
+    #: The driver's own exceptions, for dialects that run some statements on it directly.
+    driver_errors: tuple[type[Exception], ...] = ()
+
     @asynccontextmanager
     async def _translated(self, operation: str) -> AsyncIterator[None]:
+        errors: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError, *self.driver_errors)
         try:
             yield
-        except sa.exc.SQLAlchemyError as exc:
+        except errors as exc:
             if self._is_schema_missing(exc):
                 raise SchemaNotReadyError(f"{operation} found no queue table") from exc
             raise StoreError(operation) from exc
@@ -219,7 +223,7 @@ class SqlStore:
                 if not same:
                     raise IdempotencyConflictError(row.id)  # rolls the whole batch back
                 outcomes.append(InsertOutcome(row.id, inserted=False))
-            await self._after_insert(conn, new_jobs, inserted)
+        self._after_commit(new_jobs, inserted)
         return outcomes
 
     async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
@@ -232,10 +236,8 @@ class SqlStore:
         rows = [self._row_values(job) for job in new_jobs]
         return set((await conn.execute(stmt, rows)).scalars())
 
-    async def _after_insert(
-        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
-    ) -> None:
-        """Runs inside the insert transaction (PostgreSQL announces new work here)."""
+    def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
+        """Runs once the inserted jobs are committed (PostgreSQL announces new work here)."""
 
     @staticmethod
     def _row_values(job: NewJob) -> dict[str, Any]:
