@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import runs
+from bench import peers, runs
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -35,6 +35,7 @@ ALL = (
     "memory",
     "sql",
     "commit",
+    "peers",
 )
 
 
@@ -81,6 +82,25 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
     }
 
 
+def _peers(args: argparse.Namespace) -> dict[str, Any]:
+    """Each installed peer, measured like Caravel on fresh PostgreSQL databases."""
+    found: dict[str, Any] = {}
+    for peer in peers.PEERS:
+        if not peers.installed(peer):
+            print(f"postgresql peers    {peer} is not installed (pip install -e '.[bench]')")
+            continue
+        print(f"postgresql peers    {peer} ...", flush=True)
+        figures = _measure(
+            "postgresql",
+            args.runs,
+            lambda url, p=peer: peers.measure(p, url, args.single, args.jobs),
+        )
+        found[peer] = figures
+        shown = ", ".join(f"{k}={v:,.1f}" for k, v in figures.items() if isinstance(v, float))
+        print(f"postgresql peers    {peer} {shown}", flush=True)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--backends", nargs="+", default=["postgresql", "sqlite"])
@@ -121,6 +141,10 @@ def main() -> None:
         scenarios = _scenarios(args)
         for name in args.only:
             if name == "commit" and backend != "sqlite":
+                continue
+            if name == "peers":
+                if backend == "postgresql":
+                    report["peers"] = _peers(args)
                 continue
             print(f"{backend:10} {name:8} ...", flush=True)
             figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
