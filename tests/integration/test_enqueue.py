@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from caravel import IdempotencyConflictError, JobState, UnknownJobTypeError
+from caravel.clock import from_ms
 from caravel.store.api import JobFilter
 from caravel.testing import ManualClock
 from tests.support import Add, Report, dispatch, open_queue
@@ -99,3 +100,45 @@ async def test_fifty_concurrent_enqueues_with_one_key_make_one_job(db_url: str) 
 
 def filter_all() -> JobFilter:
     return JobFilter(limit=1000)
+
+
+@pytest.mark.postgres
+async def test_enqueues_within_the_notify_cooldown_share_one_trailing_wakeup(pg_url: str) -> None:
+    """The first enqueue after a quiet cooldown carries the NOTIFY; the ones right behind it send
+    none of their own, and one trailing NOTIFY follows a cooldown after the last of them
+    committed, so a listening worker always hears about the last job."""
+    async with open_queue(pg_url) as queue:
+        announcer = queue.store.inner._announcer
+        announcer.cooldown = 0.5  # wide enough that three enqueues fit in it on any machine
+        loop = asyncio.get_running_loop()
+        heard: list[float] = []
+        feed = queue.store.wakeups(["default", "other"])
+        assert feed is not None
+
+        async def listen() -> None:
+            async for name in feed:
+                assert name == "default"
+                heard.append(loop.time())
+
+        listener = asyncio.create_task(listen())
+        try:
+            await asyncio.sleep(0.5)  # the listener's connection is up
+            started = loop.time()
+            for n in range(3):
+                await queue.enqueue(Add(n), dispatch())
+            last_returned = loop.time()
+            assert last_returned - started < 0.5
+            await asyncio.sleep(0.2)
+            assert len(heard) == 1  # the leading enqueue's own NOTIFY, at its commit
+            assert heard[0] <= last_returned
+            await asyncio.sleep(0.8)
+            assert len(heard) == 2  # and one trailing NOTIFY, not one per enqueue
+            assert heard[1] - last_returned >= 0.45
+            # A delayed job announces nothing: polling picks it up when it comes due.
+            tomorrow = from_ms(queue.clock.now_ms()) + timedelta(days=1)
+            await queue.enqueue(Add(9), dispatch(not_before=tomorrow))
+            await asyncio.sleep(1.0)
+            assert len(heard) == 2
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)

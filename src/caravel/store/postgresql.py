@@ -146,6 +146,7 @@ class _Announcer:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self.cooldown = NOTIFY_COOLDOWN
         self._last: dict[str, float] = {}
         self._trailing: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -153,7 +154,7 @@ class _Announcer:
     def lead(self, queue: str) -> bool:
         """Whether the enqueue about to run should carry the queue's NOTIFY."""
         now = asyncio.get_running_loop().time()
-        if now - self._last.get(queue, -NOTIFY_COOLDOWN) < NOTIFY_COOLDOWN:
+        if now - self._last.get(queue, -self.cooldown) < self.cooldown:
             return False
         self._last[queue] = now
         return True
@@ -165,7 +166,7 @@ class _Announcer:
             timer.cancel()
         if not announced:
             loop = asyncio.get_running_loop()
-            self._trailing[queue] = loop.call_later(NOTIFY_COOLDOWN, self._fire, queue)
+            self._trailing[queue] = loop.call_later(self.cooldown, self._fire, queue)
 
     def _fire(self, queue: str) -> None:
         self._trailing.pop(queue, None)
