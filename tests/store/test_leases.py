@@ -6,8 +6,11 @@ lease expiries, retries and due times are exact to the millisecond.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -23,6 +26,7 @@ from caravel import (
 from caravel.clock import from_ms
 from caravel.store.api import JobFilter, QueueCounts
 from caravel.testing import ManualClock
+from tests.databases import SqliteTemplate
 from tests.support import LEASE, Add, Report, dispatch, open_queue
 
 LEASE_MS = 30_000
@@ -794,3 +798,34 @@ async def test_queue_counts_reports_each_state(db_url: str) -> None:
         status = await status_of(queue, expired.job_id)
         assert status.state is JobState.RUNNING
         assert status.attempt == 1
+
+
+async def test_a_sqlite_claim_that_waited_for_the_write_lock_starts_its_lease_after_the_wait(
+    sqlite_template: SqliteTemplate, tmp_path: Path
+) -> None:
+    """The claim's clock is read before SQLite's write lock is won; when another process held
+    the lock for a while, the lease must start when the claim really holds the job, or a
+    second worker could take the job over almost at once."""
+    path = tmp_path / "queue.db"
+    clock = ManualClock()
+    async with open_queue(sqlite_template.copy_to(path), clock=clock) as queue:
+        job = await queue.enqueue(Add(1), dispatch())
+        blocker = sqlite3.connect(path, isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")  # another process writing
+            asyncio.get_running_loop().call_later(0.4, blocker.rollback)
+            claimed = await queue.claim("default")
+        finally:
+            blocker.close()
+        assert claimed is not None
+        assert claimed.job_id == job.job_id
+        waited = claimed.lease.claimed_at_ms - clock.now_ms()
+        assert 350 <= waited < 5_000
+        assert claimed.lease.expires_at_ms == claimed.lease.claimed_at_ms + LEASE_MS
+        # Without a wait, the lease starts exactly at the clock's time.
+        await queue.complete(claimed.lease)
+        second = await queue.enqueue(Add(2), dispatch())
+        again = await queue.claim("default")
+        assert again is not None
+        assert again.job_id == second.job_id
+        assert again.lease.claimed_at_ms == clock.now_ms()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,12 +19,13 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore
+from caravel.store.sql import LOCK_WAIT_KEY, SqlStore
 from caravel.store.urls import async_url
 
 __all__ = ["SqliteStore", "create_engine", "read_only_url"]
 
 BUSY_TIMEOUT_MS = 30_000
+LOCK_WAIT_NOTED_MS = 50
 _READONLY_OPTION = "caravel_readonly"
 
 
@@ -112,5 +114,15 @@ class SqliteStore(SqlStore):
                 async with conn.begin():
                     yield conn
             return
+        asked = time.monotonic()
         async with self._writer, self.engine.begin() as conn:
+            # The caller read its clock before waiting for the write lock. A long wait (another
+            # process writing) is recorded so a claim can start its lease when it really holds
+            # the job, not in the past; waits under LOCK_WAIT_NOTED_MS are scheduling noise.
+            # (``info`` outlives this checkout: the note is set or cleared every time.)
+            waited_ms = int((time.monotonic() - asked) * 1000)
+            if waited_ms >= LOCK_WAIT_NOTED_MS:
+                conn.info[LOCK_WAIT_KEY] = waited_ms
+            else:
+                conn.info.pop(LOCK_WAIT_KEY, None)
             yield conn
