@@ -216,11 +216,11 @@ def test_a_poison_job_is_dead_lettered_after_max_attempts_while_others_flow(
 def test_jobs_claimed_beside_a_poison_job_are_not_dead_lettered_with_it(
     db_url: str, app_url: str, logs: Path
 ) -> None:
-    """Known bug (see docs/reliability.md): one worker with concurrency 2 claims the poison job
-    and an innocent job due at the same moment in one batch. The poison job kills the process;
-    both leases expire at the same instant, so the next claim takes both again, and again: the
-    innocent job is dead-lettered as LeaseExpired after three claims without its handler ever
-    finishing (usually without it ever starting). Expected: it completes."""
+    """A regression test for a bug this suite found (docs/reliability.md): one worker with
+    concurrency 2 claims the poison job and an innocent job due at the same moment in one batch;
+    the poison job kills the process. Both leases then expired at the same instant and the next
+    claim took both again, and again, until the innocent job was dead-lettered too. Jobs whose
+    lease expired are now taken over one at a time, so the innocent one completes."""
     poison, innocent = Client(db_url, max_attempts=3).enqueue(
         [Effect(value=0, poison=True), Effect(value=1, sleep=0.02)]
     )
