@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import pytest
 from pydantic import BaseModel
 
 from caravel import DatabaseQueue, DispatchOptions, JobContext, JobRegistry, QueueOptions
@@ -77,3 +79,50 @@ async def open_queue(
         yield queue
     finally:
         await queue.close()
+
+
+class SteppingClock(ManualClock):
+    """A ManualClock that also lets a test wait until something sleeps on it: the worker's lease
+    watch sleeps until its next renewal or deadline, so this tells the test the worker is idle
+    and the clock can be moved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waking: list[int] = []
+        self._registered = asyncio.Condition()
+
+    async def sleep(self, seconds: float) -> None:
+        wake_at = self.now_ms() + max(0, round(seconds * 1000))
+        self._waking.append(wake_at)
+        async with self._registered:
+            self._registered.notify_all()
+        try:
+            await super().sleep(seconds)
+        finally:
+            self._waking.remove(wake_at)
+
+    async def sleeper(self) -> None:
+        """Return once something sleeps until a moment after now."""
+        async with self._registered:
+            await self._registered.wait_for(lambda: any(w > self.now_ms() for w in self._waking))
+
+
+#: How long ``until_watching`` waits for the worker, in seconds.
+WATCH_WAIT = 10.0
+
+
+async def until_watching(clock: SteppingClock, task: asyncio.Future[bool]) -> None:
+    """Wait until the worker sleeps on its lease watch; fail if ``run_once`` ended instead."""
+    waiter = asyncio.ensure_future(clock.sleeper())
+    try:
+        done, _ = await asyncio.wait(
+            {waiter, task}, timeout=WATCH_WAIT, return_when="FIRST_COMPLETED"
+        )
+    finally:
+        waiter.cancel()
+    if waiter in done:
+        return
+    if task in done:
+        task.result()
+        pytest.fail("run_once finished while the handler should still be running")
+    pytest.fail("the worker never started watching the lease")

@@ -65,7 +65,7 @@ from caravel.store.urls import sync_url
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
 from tests.processes import ROOT
-from tests.support import LEASE, Add, Report, dispatch, open_queue
+from tests.support import LEASE, Add, Report, SteppingClock, dispatch, open_queue, until_watching
 
 T = TypeVar("T")
 
@@ -288,45 +288,6 @@ def registry_for(add: Any = noop, report: Any = None) -> JobRegistry:
 
 def current_context() -> SpanContext:
     return trace.get_current_span().get_span_context()
-
-
-class SteppingClock(ManualClock):
-    """A ManualClock that also lets a test wait until something sleeps on it (the worker's lease
-    watch), so the test knows the worker is idle and the clock can be moved."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._waking: list[int] = []
-        self._registered = asyncio.Condition()
-
-    async def sleep(self, seconds: float) -> None:
-        wake_at = self.now_ms() + max(0, round(seconds * 1000))
-        self._waking.append(wake_at)
-        async with self._registered:
-            self._registered.notify_all()
-        try:
-            await super().sleep(seconds)
-        finally:
-            self._waking.remove(wake_at)
-
-    async def sleeper(self) -> None:
-        async with self._registered:
-            await self._registered.wait_for(lambda: any(w > self.now_ms() for w in self._waking))
-
-
-async def until_watching(clock: SteppingClock, task: asyncio.Future[bool]) -> None:
-    """Wait until the worker sleeps on its lease watch; fail if ``run_once`` ended instead."""
-    waiter = asyncio.ensure_future(clock.sleeper())
-    try:
-        done, _ = await asyncio.wait({waiter, task}, timeout=WAIT, return_when="FIRST_COMPLETED")
-    finally:
-        waiter.cancel()
-    if waiter in done:
-        return
-    if task in done:
-        task.result()
-        pytest.fail("run_once finished while the handler should still be running")
-    pytest.fail("the worker never started watching the lease")
 
 
 def run_app(module: str, env: dict[str, str]) -> dict[str, Any]:

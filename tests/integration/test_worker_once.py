@@ -39,7 +39,7 @@ from caravel.store.schema import jobs
 from caravel.store.sql import SqlStore
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate, pg_database
-from tests.support import LEASE, Add, Report, dispatch, open_queue
+from tests.support import LEASE, Add, Report, SteppingClock, dispatch, open_queue, until_watching
 
 T = TypeVar("T")
 
@@ -49,50 +49,9 @@ T0 = ManualClock().now_ms()
 WAIT = 10.0
 
 
-class SteppingClock(ManualClock):
-    """A ManualClock that also lets a test wait until something sleeps on it: the worker's lease
-    watch sleeps until its next renewal or deadline, so this tells the test the worker is idle
-    and the clock can be moved."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._waking: list[int] = []
-        self._registered = asyncio.Condition()
-
-    async def sleep(self, seconds: float) -> None:
-        wake_at = self.now_ms() + max(0, round(seconds * 1000))
-        self._waking.append(wake_at)
-        async with self._registered:
-            self._registered.notify_all()
-        try:
-            await super().sleep(seconds)
-        finally:
-            self._waking.remove(wake_at)
-
-    async def sleeper(self) -> None:
-        """Return once something sleeps until a moment after now."""
-        async with self._registered:
-            await self._registered.wait_for(lambda: any(w > self.now_ms() for w in self._waking))
-
-
 async def within(awaitable: Awaitable[T]) -> T:
     async with asyncio.timeout(WAIT):
         return await awaitable
-
-
-async def until_watching(clock: SteppingClock, task: asyncio.Future[bool]) -> None:
-    """Wait until the worker sleeps on its lease watch; fail if ``run_once`` ended instead."""
-    waiter = asyncio.ensure_future(clock.sleeper())
-    try:
-        done, _ = await asyncio.wait({waiter, task}, timeout=WAIT, return_when="FIRST_COMPLETED")
-    finally:
-        waiter.cancel()
-    if waiter in done:
-        return
-    if task in done:
-        task.result()
-        pytest.fail("run_once finished while the handler should still be running")
-    pytest.fail("the worker never started watching the lease")
 
 
 async def status_of(
