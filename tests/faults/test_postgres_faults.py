@@ -299,8 +299,11 @@ def test_worker_sessions_terminated_every_few_seconds_fail_no_job(
     """Every few seconds, once the workers are back and busy, every session they hold is
     terminated (``application_name = 'caravel'``: pooled connections and listeners; the handlers'
     own app connections are spared). The storm lasts up to 45 s, or until the work is done
-    (on a fast machine)."""
-    ids = enqueue_effects(pg_url, 300, sleep=0.3, max_attempts=5)
+    (on a fast machine). Every claim counts as an attempt, and a claim cut short by a
+    termination is one: a job caught in flight by several rounds in a row uses up that many
+    attempts. The budget of 10 leaves room for the storm, so a dead letter here means the
+    terminations were counted some other way."""
+    ids = enqueue_effects(pg_url, 300, sleep=0.3, max_attempts=10)
     rounds: list[tuple[int, int]] = []  # (sessions terminated, jobs not yet finished)
     stop = threading.Event()
 
