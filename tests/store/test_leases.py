@@ -24,6 +24,7 @@ from caravel import (
     ValidationError,
 )
 from caravel.clock import from_ms
+from caravel.envelope import prepare
 from caravel.store.api import JobFilter, QueueCounts
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate
@@ -829,3 +830,39 @@ async def test_a_sqlite_claim_that_waited_for_the_write_lock_starts_its_lease_af
         assert again is not None
         assert again.job_id == second.job_id
         assert again.lease.claimed_at_ms == clock.now_ms()
+
+
+async def test_enqueue_many_large_batch_settles_every_kind_of_duplicate(db_url: str) -> None:
+    # Larger than the dialects' small-insert path: PostgreSQL takes its array insert here.
+    async with open_queue(db_url) as queue:
+        original = await queue.enqueue(Add(1), dispatch("k-existing"))
+        items = [(Add(100 + i), dispatch(f"k-{i}")) for i in range(40)]
+        items[10] = (Add(1), dispatch("k-existing"))  # an existing key, same content
+        items[30] = (Add(100 + 5), dispatch("k-5"))  # the same key earlier in this call
+        results = await queue.enqueue_many(items)
+
+        assert results[10].job_id == original.job_id
+        assert results[30].job_id == results[5].job_id
+        assert [i for i, r in enumerate(results) if r.already_enqueued] == [10, 30]
+        assert len(await all_jobs(queue)) == 1 + 38
+
+        # Every job again, as a relay resending the same intents (same ids): nothing new.
+        again = await queue.enqueue_many(items)
+        assert [r.job_id for r in again] == [r.job_id for r in results]
+        assert all(r.already_enqueued for r in again)
+        assert len(await all_jobs(queue)) == 1 + 38
+
+
+async def test_enqueue_many_large_batch_resent_with_the_same_ids(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        now = queue.clock.now_ms()
+        prepared = [
+            prepare(queue.registry, queue.options, Add(i), dispatch(), now) for i in range(20)
+        ]
+        first = await queue.insert_prepared(prepared[:12])
+        assert not any(r.already_enqueued for r in first)
+        # Half of these ids are stored already (no idempotency keys: the id is the identity).
+        second = await queue.insert_prepared(prepared[6:])
+        assert [r.already_enqueued for r in second] == [True] * 6 + [False] * 8
+        assert [r.job_id for r in second] == [j.id for j in prepared[6:]]
+        assert len(await all_jobs(queue)) == 20

@@ -16,11 +16,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.util.concurrency import greenlet_spawn
 
 from caravel.jobs import Lease
-from caravel.store.api import InsertOutcome, NewJob
+from caravel.store.api import ClaimBatch, ClaimSource, InsertOutcome, NewJob
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore
+from caravel.store.sql import SqlStore, claimed_from_rows
 from caravel.store.urls import async_url
 
 __all__ = ["PostgresStore", "create_engine"]
@@ -79,9 +80,15 @@ _INSERT_UNNEST = sa.text(
         CAST(:traces AS text[])
     ) AS new (id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace)
     ON CONFLICT DO NOTHING
-    RETURNING id
     """
-).columns(sa.column("id", sa.Uuid()))
+)
+
+#: After a batch insert that skipped rows: which of the batch's ids this transaction inserted (a
+#: skipped job may share its id with an older row, as when a relay resends an intent).
+_INSERTED_HERE = sa.text(
+    "SELECT id FROM caravel_jobs WHERE id = ANY(CAST(:ids AS uuid[])) "
+    "AND xmin = pg_current_xact_id()::xid"
+)
 
 #: Batches up to this size are inserted with plain VALUES rows; larger ones through arrays.
 SMALL_INSERT = 8
@@ -195,6 +202,20 @@ class _Announcer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+async def _execute(
+    driver: psycopg.AsyncConnection[Any], sql: str, params: dict[str, Any]
+) -> list[Any]:
+    async with driver.cursor(binary=True) as cursor:
+        await cursor.execute(sql, params, prepare=True)
+        return await cursor.fetchall()
+
+
+async def _driver_of(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    raw = await conn.get_raw_connection()
+    driver: psycopg.AsyncConnection[Any] = raw.driver_connection  # type: ignore[assignment]
+    return driver
+
+
 class PostgresStore(SqlStore):
     supports_listen_notify = True
     db_system = "postgresql"
@@ -223,65 +244,152 @@ class PostgresStore(SqlStore):
         orig = getattr(exc, "orig", exc)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
-    async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+    def _leading(self, new_jobs: Sequence[NewJob]) -> set[str]:
+        """The queues whose NOTIFY this insert carries (jobs due now, first in their cooldown)."""
         due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
         leading = {queue for queue in due_now if self._announcer.lead(queue)}
         if leading:
             self._announced[new_jobs[0].id] = leading
-        if len(new_jobs) == 1:
-            # The common one-job enqueue: one cached statement (with the NOTIFY when this
-            # enqueue leads), its own transaction.
-            build = _insert_one_notify_statement if leading else _insert_one_statement
-            values = {f"b_{k}": v for k, v in self._row_values(new_jobs[0]).items()}
-            rows = await self._on_driver(conn, build, values)
-            return {row[0] for row in rows}
-        for queue in sorted(leading):
+        return leading
+
+    async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+        for queue in sorted(self._leading(new_jobs)):
             await conn.execute(_NOTIFY, {"queue": queue})
         if len(new_jobs) <= SMALL_INSERT:
             return await super()._insert_rows(conn, new_jobs)
         # One statement with one array per column, whatever the batch size: the query text
-        # stays short and cached, and the server unnests the arrays into rows.
-        result = await conn.execute(
-            _INSERT_UNNEST,
-            {
-                "ids": [j.id for j in new_jobs],
-                "queues": [j.queue for j in new_jobs],
-                "job_types": [j.job_type for j in new_jobs],
-                "tenants": [j.tenant_id for j in new_jobs],
-                "keys": [j.idempotency_key for j in new_jobs],
-                "payloads": [j.payload for j in new_jobs],
-                "max_attempts": [j.max_attempts for j in new_jobs],
-                "due": [j.due_at for j in new_jobs],
-                "created": [j.created_at for j in new_jobs],
-                "traces": [j.trace_context for j in new_jobs],
-            },
-        )
-        return set(result.scalars())
+        # stays short and cached, the server unnests the arrays into rows, and the arrays travel
+        # in binary (psycopg's text array format quotes every element, which cost more than the
+        # insert itself).
+        ids = [j.id for j in new_jobs]
+        values = {
+            "ids": ids,
+            "queues": [j.queue for j in new_jobs],
+            "job_types": [j.job_type for j in new_jobs],
+            "tenants": [j.tenant_id for j in new_jobs],
+            "keys": [j.idempotency_key for j in new_jobs],
+            "payloads": [j.payload for j in new_jobs],
+            "max_attempts": [j.max_attempts for j in new_jobs],
+            "due": [j.due_at for j in new_jobs],
+            "created": [j.created_at for j in new_jobs],
+            "traces": [j.trace_context for j in new_jobs],
+        }
+        # No RETURNING: when every row went in (the common case) the row count says so, and
+        # returning the ids cost a sixth of the insert. Otherwise the rows this transaction
+        # inserted are told apart by their xmin.
+        driver = await _driver_of(conn)
+        sql, defaults = self._compiled("insert_unnest", lambda: _INSERT_UNNEST)
+        async with driver.cursor(binary=True) as cursor:
+            await cursor.execute(sql, {**defaults, **values}, prepare=True)
+            if cursor.rowcount == len(new_jobs):
+                return set(ids)
+        rows = await self._run(driver, "inserted_here", lambda: _INSERTED_HERE, values)
+        return {row[0] for row in rows}
 
-    async def _on_driver(
-        self, conn: AsyncConnection, build: Callable[[], Any], values: dict[str, Any]
-    ) -> list[Any]:
-        """Run a statement straight on psycopg, compiled once by SQLAlchemy (same text, same
-        parameters): on the one-job enqueue SQLAlchemy's per-execution work costs about as much
-        as the statement itself. The server prepares it on first use."""
+    def _compiled(self, name: str, build: Callable[[], Any]) -> tuple[str, dict[str, Any]]:
+        """A statement's SQL text and default parameters, compiled once by SQLAlchemy."""
 
         def compiled() -> tuple[str, dict[str, Any]]:
             statement = build().compile(dialect=self.engine.dialect)
             return str(statement), dict(statement.params)
 
-        sql, defaults = self._statement(f"driver_{build.__name__}", compiled)
-        raw = await conn.get_raw_connection()
-        driver: psycopg.AsyncConnection[Any] = raw.driver_connection  # type: ignore[assignment]
-        async with driver.cursor() as cursor:
-            await cursor.execute(sql, {**defaults, **values}, prepare=True)
-            return await cursor.fetchall()
+        found: tuple[str, dict[str, Any]] = self._statement(f"driver_{name}", compiled)
+        return found
+
+    async def _run(
+        self,
+        driver: psycopg.AsyncConnection[Any],
+        name: str,
+        build: Callable[[], Any],
+        values: dict[str, Any],
+    ) -> list[Any]:
+        """Run a statement straight on psycopg, compiled once by SQLAlchemy (same text, same
+        parameters) and prepared by the server on first use, with parameters and results in
+        binary. On the hot paths SQLAlchemy's per-execution work cost about as much as the
+        statement itself."""
+        sql, defaults = self._compiled(name, build)
+        return await _execute(driver, sql, {**defaults, **values})
+
+    @asynccontextmanager
+    async def _autocommit(self, operation: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection's own psycopg connection in autocommit mode, for the one-statement
+        hot paths (a one-job enqueue, a claim, an acknowledgement batch): each statement is its
+        own transaction, and the checkout skips SQLAlchemy's per-connection work (a third of a
+        one-job enqueue's time). Errors are translated and the deadline holds as on every other
+        operation; a connection left mid-statement or broken is discarded, not pooled."""
+        async with self._translated(operation):
+            fairy = await self.engine.raw_connection()
+            driver: psycopg.AsyncConnection[Any] = fairy.driver_connection  # type: ignore[assignment]
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self.operation_timeout, self._cut, driver)
+            try:
+                await driver.set_autocommit(True)
+                yield driver
+            finally:
+                timer.cancel()
+                reusable = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                if reusable:
+                    await driver.set_autocommit(False)
+                else:
+                    await greenlet_spawn(fairy.invalidate)
+                await greenlet_spawn(fairy.close)
 
     async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         try:
+            if len(new_jobs) == 1 and not self._read_only:
+                outcome = await self._insert_one(new_jobs[0])
+                if outcome is not None:
+                    return [outcome]
+            # Several jobs, or one that collided with an existing row: the general path inserts
+            # in one transaction and looks the colliding rows up.
             return await super().job_insert_many(new_jobs)
         finally:  # a failed insert never reached _after_commit
             if new_jobs:
                 self._announced.pop(new_jobs[0].id, None)
+
+    async def _insert_one(self, job: NewJob) -> InsertOutcome | None:
+        """The common one-job enqueue: one cached statement (carrying the NOTIFY when this
+        enqueue leads), its own transaction. ``None`` when the job was not inserted."""
+        build = _insert_one_notify_statement if self._leading([job]) else _insert_one_statement
+        values = {f"b_{k}": v for k, v in self._row_values(job).items()}
+        async with self._autocommit("job_insert") as driver:
+            rows = await self._run(driver, build.__name__, build, values)
+        if not rows:
+            return None
+        self._after_commit([job], {job.id})
+        return InsertOutcome(job.id, inserted=True)
+
+    async def job_claim_many(
+        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
+    ) -> ClaimBatch:
+        if self._read_only:
+            return await super().job_claim_many(queue, limit, now, lease_ms, source)
+        values = {"b_queue": queue, "b_now": now, "b_expires": now + lease_ms}
+        # The batch size is written into the statement (one prepared statement per size), so
+        # the planner always knows how few rows the claim reads.
+        sql, defaults = self._compiled(
+            f"claim_{source}", lambda: self._claim_statement(source, literal_limit=False)
+        )
+        sql = sql.replace("%(b_limit)s", str(int(limit)))
+        async with self._autocommit("job_claim") as driver:
+            rows = await _execute(driver, sql, {**defaults, **values})
+        return claimed_from_rows(rows)
+
+    def _complete_statement(self) -> sa.Update:
+        # Sent as one autocommit statement, so the commit's durability is set inside it: the
+        # acknowledgement's commit returns before it reaches disk. If the database server itself
+        # crashes in that window the acknowledgement is lost and the job runs again after its
+        # lease expires (at-least-once allows that). Claims and enqueues stay fully durable.
+        relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True))
+        return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        if not leases or self._read_only:
+            return await super().job_complete_many(leases, now)
+        values = {**self._held_params(leases), "b_now": now}
+        async with self._autocommit("job_complete") as driver:
+            rows = await self._run(driver, "complete", self._complete_statement, values)
+        return {row[0] for row in rows}
 
     def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
         # Queues that received jobs due now are announced (delayed jobs are left to polling).
@@ -318,11 +426,15 @@ class PostgresStore(SqlStore):
             await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
     def _sever(self, conn: AsyncConnection) -> None:
+        raw: Any = conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
+        self._cut(raw)
+
+    @staticmethod
+    def _cut(driver: psycopg.AsyncConnection[Any]) -> None:
         # Shut the socket down (without closing the descriptor under the event loop): whatever
         # is waiting on it gets end-of-file at once and fails as a lost connection.
         try:
-            raw: Any = conn.sync_connection.connection.driver_connection  # type: ignore[union-attr]
-            fd = raw.pgconn.socket
+            fd = driver.pgconn.socket
             with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.shutdown(socket.SHUT_RDWR)
         except Exception:  # already closed, or not a socket: nothing to cut

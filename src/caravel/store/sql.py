@@ -32,7 +32,7 @@ from caravel.store.api import (
 )
 from caravel.store.schema import VERSION_TABLE, jobs, workers
 
-__all__ = ["LOCK_WAIT_KEY", "SqlStore"]
+__all__ = ["LOCK_WAIT_KEY", "SqlStore", "claimed_from_rows"]
 
 #: ``Connection.info`` key under which a dialect notes how long (ms) it waited for its write lock.
 LOCK_WAIT_KEY = "caravel_lock_wait_ms"
@@ -101,6 +101,40 @@ def _status(row: Any) -> JobStatus:
 
 def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
     return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
+
+
+def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
+    """The jobs a claim returned (columns in ``_CLAIM_RETURNING`` order), oldest due first;
+    rows the claim dead-lettered instead (their last lease had expired) are only counted."""
+    claimed: list[ClaimedJob] = []
+    dead = 0
+    for row in rows:
+        (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
+         started, due, trace) = row  # fmt: skip
+        if state != _RUNNING:
+            dead += 1
+            continue
+        lease = Lease(
+            job_id=job_id,
+            token=token,
+            expires_at_ms=expires,
+            claimed_at_ms=started,
+            attempt=attempt,
+            max_attempts=max_attempts,
+        )
+        claimed.append(
+            ClaimedJob(
+                lease=lease,
+                queue=queue,
+                tenant_id=tenant,
+                job_type=job_type,
+                payload=payload,
+                due_at_ms=due,
+                trace_context=trace,
+            )
+        )
+    claimed.sort(key=lambda job: job.due_at_ms)
+    return ClaimBatch(claimed=claimed, dead_lettered=dead)
 
 
 class SqlStore:
@@ -297,8 +331,9 @@ class SqlStore:
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
-    def _claim_statement(self, source: ClaimSource) -> sa.Update:
-        """The claim for one source of jobs (see :data:`~caravel.store.api.ClaimSource`)."""
+    def _claim_statement(self, source: ClaimSource, *, literal_limit: bool = True) -> sa.Update:
+        """The claim for one source of jobs (see :data:`~caravel.store.api.ClaimSource`).
+        ``literal_limit`` writes the batch size into the SQL text instead of binding it."""
         now = sa.bindparam("b_now", type_=sa.BigInteger())
         expires = sa.bindparam("b_expires", type_=sa.BigInteger())
         candidates = sa.select(jobs.c.id).where(
@@ -310,7 +345,7 @@ class SqlStore:
         elif source == "expired":
             candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{_RUNNING}'"))
         candidates = candidates.order_by(jobs.c.available_at).limit(
-            sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
+            sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
         )
         exhausted = sa.and_(jobs.c.state == _RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
@@ -343,33 +378,7 @@ class SqlStore:
             now += conn.info.pop(LOCK_WAIT_KEY, 0)
             params = {"b_queue": queue, "b_limit": limit, "b_now": now, "b_expires": now + lease_ms}
             rows = (await conn.execute(stmt, params)).all()
-        claimed: list[ClaimedJob] = []
-        dead = 0
-        for row in rows:
-            if row.state != _RUNNING:
-                dead += 1
-                continue
-            lease = Lease(
-                job_id=row.id,
-                token=row.lease_token,
-                expires_at_ms=row.lease_expires_at,
-                claimed_at_ms=row.started_at,
-                attempt=row.attempt,
-                max_attempts=row.max_attempts,
-            )
-            claimed.append(
-                ClaimedJob(
-                    lease=lease,
-                    queue=row.queue,
-                    tenant_id=row.tenant_id,
-                    job_type=row.job_type,
-                    payload=row.payload,
-                    due_at_ms=row.due_at,
-                    trace_context=row.trace_context,
-                )
-            )
-        claimed.sort(key=lambda job: job.due_at_ms)
-        return ClaimBatch(claimed=claimed, dead_lettered=dead)
+        return claimed_from_rows(rows)
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
         """Rows still held by the leases bound as ``b_ids``/``b_pairs``: same id, same token,
@@ -397,24 +406,24 @@ class SqlStore:
             found = cache[name] = build()
         return found
 
+    def _complete_statement(self) -> sa.Update:
+        return (
+            sa.update(jobs)
+            .where(self._held_clause())
+            .values(
+                state=_COMPLETED,
+                available_at=None,
+                lease_expires_at=None,
+                finished_at=sa.bindparam("b_now"),
+                updated_at=sa.bindparam("b_now"),
+            )
+            .returning(jobs.c.id)
+        )
+
     async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
         if not leases:
             return set()
-        stmt = self._statement(
-            "complete",
-            lambda: (
-                sa.update(jobs)
-                .where(self._held_clause())
-                .values(
-                    state=_COMPLETED,
-                    available_at=None,
-                    lease_expires_at=None,
-                    finished_at=sa.bindparam("b_now"),
-                    updated_at=sa.bindparam("b_now"),
-                )
-                .returning(jobs.c.id)
-            ),
-        )
+        stmt = self._statement("complete", self._complete_statement)
         params = {**self._held_params(leases), "b_now": now}
         async with self._write("job_complete", durable=False) as conn:
             return set((await conn.execute(stmt, params)).scalars())
