@@ -27,27 +27,33 @@ class PayloadDecodeError(Exception):
     into the ``InvalidPayload`` failure category)."""
 
 
+_NESTED = (dict, list, tuple, set, frozenset)
+
+#: Keys sorted, no insignificant whitespace, UTF-8 kept, NaN and infinity refused. Built once:
+#: ``json.dumps`` with options builds an encoder per call.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def json_depth(value: object) -> int:
     """Nesting depth of a JSON-compatible value: scalars are 0, ``[]`` and ``{}`` are 1.
 
     Iterative, so a hostile, deeply nested value cannot exhaust the interpreter's stack.
     """
+    if not isinstance(value, dict | list | tuple):
+        return 0
     deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        depth += 1
         if depth > deepest:
             deepest = depth
             if deepest > MAX_JSON_DEPTH:
                 return deepest
-        stack.extend((child, depth) for child in children)
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list | tuple):
+                stack.append((child, depth + 1))
     return deepest
 
 
@@ -55,25 +61,28 @@ def _check_values(value: object) -> None:
     """Reject what JSON mode would silently rewrite: non-finite floats (pydantic turns them into
     ``null``) and strings, including mapping keys, that are not valid Unicode (lone surrogates
     become replacement characters). Iterative, and stops descending past the depth limit."""
-    stack: list[tuple[object, int]] = [(value, 0)]
+    if not isinstance(value, _NESTED):
+        _check_scalar(value)
+        return
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise ValidationError("payload", "must not contain NaN or infinite numbers")
-        elif isinstance(item, str):
-            _require_unicode(item)
-        elif depth >= MAX_JSON_DEPTH:
-            if isinstance(item, dict | list | tuple | set | frozenset):
-                raise ValidationError(
-                    "payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep"
-                )
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                stack.append((key, depth + 1))
+        if depth >= MAX_JSON_DEPTH:
+            raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, _NESTED):
                 stack.append((child, depth + 1))
-        elif isinstance(item, list | tuple | set | frozenset):
-            stack.extend((child, depth + 1) for child in item)
+            elif isinstance(child, float | str):
+                _check_scalar(child)
+
+
+def _check_scalar(item: object) -> None:
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            raise ValidationError("payload", "must not contain NaN or infinite numbers")
+    elif isinstance(item, str) and not item.isascii():
+        _require_unicode(item)
 
 
 def _require_unicode(text: str) -> None:
@@ -97,15 +106,13 @@ def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> st
     if json_depth(plain) > MAX_JSON_DEPTH:
         raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")
     try:
-        text = json.dumps(
-            plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _CANONICAL.encode(plain)
     except ValueError:
         raise ValidationError("payload", "must not contain NaN or infinite numbers") from None
     except (TypeError, RecursionError):
         raise ValidationError("payload", "must serialize to JSON") from None
     try:
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValidationError(
             "payload", "must be valid Unicode text (no lone surrogates)"

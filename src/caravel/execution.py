@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from caravel import telemetry
@@ -83,9 +83,10 @@ class JobRunner:
         The run is one consumer span that continues the trace of the enqueue that created the
         job; a failure is described on it by exception type and category only."""
         started = time.perf_counter()
-        async with telemetry.job_span(claimed, self._queue.clock.now_ms()) as span:
+        with telemetry.job_span(claimed, self._queue.clock.now_ms()) as span:
             outcome = await self._run(claimed, span)
-        return replace(outcome, seconds=time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return Outcome(outcome.lease, outcome.failure, outcome.abandoned, seconds)
 
     async def _run(self, claimed: ClaimedJob, span: telemetry.Span) -> Outcome:
         lease = claimed.lease

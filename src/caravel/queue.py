@@ -7,7 +7,7 @@ from the verified caller, and don't expose these methods directly to clients.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -35,6 +35,7 @@ from caravel.store import open_store
 from caravel.store.api import (
     ClaimSource,
     FailedAttempt,
+    InsertOutcome,
     JobFilter,
     NewJob,
     QueueCounts,
@@ -46,6 +47,9 @@ from caravel.validation import check_identifier, check_queue_name, check_wire_na
 from caravel.wakeup import WakeupHub
 
 __all__ = ["DatabaseQueue", "FailureOutcome"]
+
+#: ``enqueue_many`` prepares larger batches in chunks of this many jobs (see there).
+PREPARE_CHUNK = 250
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,19 +152,41 @@ class DatabaseQueue:
     ) -> list[EnqueueResult]:
         """Save many jobs in one transaction; results come back in the order given.
 
-        Every job is validated before anything is written. Idempotency keys are honoured per
-        job, including between jobs of the same call. A conflict rolls back the whole call.
+        A job that fails validation raises :class:`~caravel.errors.ValidationError` and nothing
+        of the call is written. Idempotency keys are honoured per job, including between jobs
+        of the same call. A conflict rolls back the whole call.
         """
         now = self.clock.now_ms()
-        prepared = [
-            prepare(self.registry, self.options, job, dispatch, now) for job, dispatch in items
-        ]
-        return await self.insert_prepared(prepared)
+        items = list(items)
+        if len(items) <= PREPARE_CHUNK:
+            prepared = [
+                prepare(self.registry, self.options, job, dispatch, now) for job, dispatch in items
+            ]
+            return await self.insert_prepared(prepared)
+
+        def chunks() -> Iterator[list[NewJob]]:
+            for start in range(0, len(items), PREPARE_CHUNK):
+                yield [
+                    prepare(self.registry, self.options, job, dispatch, now)
+                    for job, dispatch in items[start : start + PREPARE_CHUNK]
+                ]
+
+        # A large batch is prepared chunk by chunk, so a dialect can insert one chunk while the
+        # next is validated and serialized. Still one transaction: a job that fails validation
+        # rolls back every chunk before it.
+        new_jobs, outcomes = await self.store.job_insert_chunks(chunks())
+        return self._results(new_jobs, outcomes)
 
     async def insert_prepared(self, new_jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert already validated and serialized jobs (enqueue and the outbox relay share
         this path) and wake workers in this process."""
         outcomes = await self.store.job_insert_many(new_jobs)
+        return self._results(new_jobs, outcomes)
+
+    def _results(
+        self, new_jobs: Sequence[NewJob], outcomes: Sequence[InsertOutcome]
+    ) -> list[EnqueueResult]:
+        """Wake this process's workers for the queues that got jobs; the caller's results."""
         self.wakeups.notify(
             {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}
         )

@@ -13,7 +13,9 @@ type name and Caravel's failure category only.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any
@@ -161,33 +163,32 @@ def enqueue_span(jobs: Sequence[NewJob]) -> Iterator[Span]:
         yield span
 
 
-@asynccontextmanager
-async def job_span(claimed: ClaimedJob, now_ms: int) -> AsyncIterator[Span]:
+@contextmanager
+def job_span(claimed: ClaimedJob, now_ms: int) -> Iterator[Span]:
     """A consumer span around one job execution, continuing the trace that enqueued it, plus
-    the queue-wait and in-flight metrics."""
-    tracing = not isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
-    parent = _context_from(claimed.trace_context) if tracing else None
-    links = []
-    if parent is not None:
-        linked = trace.get_current_span(parent).get_span_context()
-        if linked.is_valid:
-            links.append(Link(linked))
-    labels = {"messaging.destination.name": claimed.queue, "caravel.job.type": claimed.job_type}
+    the queue-wait and in-flight metrics. (A plain context manager: it never awaits, and the
+    worker enters one per job.)"""
+    queue = claimed.queue
+    labels = {"messaging.destination.name": queue, "caravel.job.type": claimed.job_type}
     queue_wait.record(max(0, now_ms - claimed.due_at_ms) / 1000, labels)
-    in_flight.add(1, {"messaging.destination.name": claimed.queue})
+    in_flight.add(1, {"messaging.destination.name": queue})
     try:
-        started = (
-            tracer.start_as_current_span(
-                f"process {claimed.queue}", context=parent, kind=SpanKind.CONSUMER, links=links
-            )
-            if tracing
-            else nullcontext(INVALID_SPAN)
-        )
-        with started as span:
+        if isinstance(trace.get_tracer_provider(), _NO_PROVIDER):
+            yield INVALID_SPAN
+            return
+        parent = _context_from(claimed.trace_context)
+        links = []
+        if parent is not None:
+            linked = trace.get_current_span(parent).get_span_context()
+            if linked.is_valid:
+                links.append(Link(linked))
+        with tracer.start_as_current_span(
+            f"process {queue}", context=parent, kind=SpanKind.CONSUMER, links=links
+        ) as span:
             if span.is_recording():
                 span.set_attributes(
                     {
-                        **_base(claimed.queue),
+                        **_base(queue),
                         "messaging.operation.type": "process",
                         "messaging.message.id": str(claimed.job_id),
                         "caravel.job.type": claimed.job_type,
@@ -196,7 +197,7 @@ async def job_span(claimed: ClaimedJob, now_ms: int) -> AsyncIterator[Span]:
                 )
             yield span
     finally:
-        in_flight.add(-1, {"messaging.destination.name": claimed.queue})
+        in_flight.add(-1, {"messaging.destination.name": queue})
 
 
 def mark_failure(span: Span, error_type: str, category: str) -> None:
@@ -298,25 +299,38 @@ class InstrumentedStore:
             if len(outcomes) == 1 and span.is_recording():
                 # The stored job's id: on an idempotent repeat, the original job's.
                 span.set_attribute("messaging.message.id", str(outcomes[0].job_id))
-        for job, outcome in zip(jobs, outcomes, strict=True):
-            enqueued.add(
-                1,
-                {
-                    "messaging.destination.name": job.queue,
-                    "caravel.job.type": job.job_type,
-                    "caravel.already_enqueued": not outcome.inserted,
-                },
-            )
+        _count_enqueued(jobs, outcomes)
         return outcomes
+
+    async def job_insert_chunks(
+        self, chunks: Iterator[Sequence[NewJob]]
+    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+        first = next(chunks, None)
+        if first is None:
+            return [], []
+        with enqueue_span(first) as span:
+            carrier = carrier_for_current_context()
+            if carrier is not None:
+                traced = (_with_trace(job, carrier) for job in first)
+                first = list(traced)
+                chunks = ([_with_trace(job, carrier) for job in chunk] for chunk in chunks)
+            async with self._span("job_insert"):
+                jobs, outcomes = await self.inner.job_insert_chunks(
+                    itertools.chain([first], chunks)
+                )
+            if span.is_recording():
+                span.set_attribute("messaging.batch.message_count", len(jobs))
+        _count_enqueued(jobs, outcomes)
+        return jobs, outcomes
 
     async def job_claim_many(
         self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
     ) -> ClaimBatch:
         async with self._span("job_claim"):
             batch = await self.inner.job_claim_many(queue, limit, now, lease_ms, source)
-        for job in batch.claimed:
+        for job_type, count in Counter(job.job_type for job in batch.claimed).items():
             claimed_jobs.add(
-                1, {"messaging.destination.name": queue, "caravel.job.type": job.job_type}
+                count, {"messaging.destination.name": queue, "caravel.job.type": job_type}
             )
         if batch.dead_lettered:
             dead_lettered.add(
@@ -388,6 +402,22 @@ class InstrumentedStore:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _count_enqueued(jobs: Sequence[NewJob], outcomes: Sequence[InsertOutcome]) -> None:
+    counts = Counter(
+        (job.queue, job.job_type, not outcome.inserted)
+        for job, outcome in zip(jobs, outcomes, strict=True)
+    )
+    for (queue, job_type, repeated), count in counts.items():
+        enqueued.add(
+            count,
+            {
+                "messaging.destination.name": queue,
+                "caravel.job.type": job_type,
+                "caravel.already_enqueued": repeated,
+            },
+        )
 
 
 def _with_trace(job: NewJob, carrier: str) -> NewJob:

@@ -59,6 +59,7 @@ from caravel import (
     telemetry,
 )
 from caravel.clock import from_ms
+from caravel.queue import PREPARE_CHUNK
 from caravel.store.schema import jobs
 from caravel.store.sql import SqlStore
 from caravel.store.urls import sync_url
@@ -450,6 +451,40 @@ async def test_a_batch_enqueue_is_one_producer_span_and_every_job_continues_it(
         assert span.context.trace_id == request.get_span_context().trace_id
         assert span.parent is not None
         assert span.parent.span_id == send.context.span_id
+
+
+async def test_a_batch_enqueued_in_chunks_is_one_producer_span_carried_by_every_job(
+    db_url: str, otel: Telemetry
+) -> None:
+    size = PREPARE_CHUNK * 2 + 3  # prepared and inserted in three chunks
+    q = {"messaging.destination.name": "default", "caravel.job.type": "tests.add.v1"}
+    async with open_queue(db_url) as queue:
+        await queue.enqueue(Add(0), dispatch("k-0"))
+        otel.clear_spans()
+        with app_tracer.start_as_current_span("request"):
+            results = await queue.enqueue_many([(Add(i), dispatch(f"k-{i}")) for i in range(size)])
+        send = otel.one("send default")
+        assert (send.attributes or {})["messaging.batch.message_count"] == size
+        assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": True}) == 1
+        # The first job before the batch, and every job of the batch but the repeat.
+        assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == size
+        for index in (1, PREPARE_CHUNK + 1, size - 1):  # one job of each chunk
+            stored = await queue.store.job_get_payload(results[index].job_id, "default", "tenant-a")
+            assert stored == f'{{"amount":{index},"note":""}}'
+        engine = queue.store.engine
+        async with engine.connect() as conn:
+            carriers = (
+                (
+                    await conn.execute(
+                        sa.select(jobs.c.trace_context).where(jobs.c.idempotency_key != "k-0")
+                    )
+                )
+                .scalars()
+                .all()
+            )
+    assert len(carriers) == size - 1
+    parents = {tuple(json.loads(c)["traceparent"].split("-")[1:3]) for c in carriers}
+    assert parents == {(f"{send.context.trace_id:032x}", f"{send.context.span_id:016x}")}
 
 
 async def test_a_duplicate_enqueue_names_the_existing_job_on_its_producer_span(
@@ -1128,10 +1163,13 @@ async def test_without_an_sdk_nothing_records_and_nothing_accumulates(
     # The measurement does see telemetry.py's allocations (while a job runs)...
     assert result["telemetry_file"] == str(ROOT / "src" / "caravel" / "telemetry.py")
     assert result["during_job"]["bytes"] > 0
-    # ...and none of them outlives the cycles: no growth over the second hundred.
+    # ...and none of them outlives the cycles: no growth over the second hundred. (A few blocks
+    # may stay traced to the module without being live: CPython keeps freed dicts and floats on
+    # free lists, still attributed to the line that allocated them. A leak of even one small
+    # object per cycle would add a hundred blocks.)
     start, half, end = result["memory"]
-    assert end["bytes"] <= half["bytes"], result["memory"]
-    assert end["blocks"] <= half["blocks"], result["memory"]
+    assert end["bytes"] - half["bytes"] <= 1024, result["memory"]
+    assert end["blocks"] - half["blocks"] <= 8, result["memory"]
     assert half["bytes"] - start["bytes"] <= 1024, result["memory"]
 
     conn = sqlite3.connect(str(tmp_path / "untraced.db"))

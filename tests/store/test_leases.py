@@ -25,6 +25,7 @@ from caravel import (
 )
 from caravel.clock import from_ms
 from caravel.envelope import prepare
+from caravel.queue import PREPARE_CHUNK
 from caravel.store.api import JobFilter, QueueCounts
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate
@@ -866,3 +867,39 @@ async def test_enqueue_many_large_batch_resent_with_the_same_ids(db_url: str) ->
         assert [r.already_enqueued for r in second] == [True] * 6 + [False] * 8
         assert [r.job_id for r in second] == [j.id for j in prepared[6:]]
         assert len(await all_jobs(queue)) == 20
+
+
+async def test_enqueue_many_in_chunks_keys_and_order_hold_across_chunks(db_url: str) -> None:
+    # Several preparation chunks: the same key in the first and the last chunk, and an existing
+    # key in the middle one.
+    size = PREPARE_CHUNK * 2 + 17
+    async with open_queue(db_url) as queue:
+        original = await queue.enqueue(Add(1), dispatch("k-existing"))
+        items = [(Add(1000 + i), dispatch(f"k-{i}")) for i in range(size)]
+        items[PREPARE_CHUNK + 3] = (Add(1), dispatch("k-existing"))
+        items[size - 1] = (Add(1000 + 2), dispatch("k-2"))
+        results = await queue.enqueue_many(items)
+
+        assert len(results) == size
+        assert results[PREPARE_CHUNK + 3].job_id == original.job_id
+        assert results[size - 1].job_id == results[2].job_id
+        repeated = [i for i, r in enumerate(results) if r.already_enqueued]
+        assert repeated == [PREPARE_CHUNK + 3, size - 1]
+        stored = await queue.store.job_list(JobFilter(limit=10_000))
+        assert len(stored) == size - 1  # the original plus size - 2 new jobs
+        payload = await queue.store.job_get_payload(results[-2].job_id, "default", "tenant-a")
+        assert payload == f'{{"amount":{1000 + size - 2},"note":""}}'
+
+
+@pytest.mark.parametrize("bad_at", [0, PREPARE_CHUNK * 2 + 5], ids=["first-chunk", "last-chunk"])
+async def test_enqueue_many_in_chunks_invalid_job_writes_nothing(db_url: str, bad_at: int) -> None:
+    async with open_queue(db_url) as queue:
+        items = [(Add(i), dispatch(f"k-{i}")) for i in range(PREPARE_CHUNK * 2 + 10)]
+        items[bad_at] = (Add(1, note="\ud800"), dispatch())  # a lone surrogate
+        with pytest.raises(ValidationError) as caught:
+            await queue.enqueue_many(items)
+        assert caught.value.field == "payload"
+        assert await all_jobs(queue) == []
+        # Nothing was kept: the same keys go in afresh.
+        again = await queue.enqueue_many(items[1:4])
+        assert not any(r.already_enqueued for r in again)

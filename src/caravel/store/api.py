@@ -11,7 +11,7 @@ reads the database server's clock, so an injected test clock controls every leas
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 from uuid import UUID
@@ -148,6 +148,15 @@ class Store(Protocol):
         inserted: with the same job type and payload its outcome names the existing job; with
         different content the whole transaction rolls back and
         :class:`~caravel.errors.IdempotencyConflictError` is raised."""
+        ...
+
+    async def job_insert_chunks(
+        self, chunks: Iterator[Sequence[NewJob]]
+    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+        """:meth:`job_insert_many` for jobs drawn chunk by chunk (the caller validates and
+        serializes each chunk as it is drawn), all in one transaction: an exception raised while
+        drawing a chunk rolls back every chunk before it. A dialect may insert one chunk while
+        the next is drawn. Returns the jobs drawn and their outcomes, in order."""
         ...
 
     async def job_claim_many(

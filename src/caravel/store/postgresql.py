@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -89,6 +90,9 @@ _INSERTED_HERE = sa.text(
     "SELECT id FROM caravel_jobs WHERE id = ANY(CAST(:ids AS uuid[])) "
     "AND xmin = pg_current_xact_id()::xid"
 )
+
+#: A named parameter as SQLAlchemy writes it for psycopg (``%(name)s``).
+_BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 #: Batches up to this size are inserted with plain VALUES rows; larger ones through arrays.
 SMALL_INSERT = 8
@@ -244,19 +248,25 @@ class PostgresStore(SqlStore):
         orig = getattr(exc, "orig", exc)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
-    def _leading(self, new_jobs: Sequence[NewJob]) -> set[str]:
-        """The queues whose NOTIFY this insert carries (jobs due now, first in their cooldown)."""
+    def _leading(self, new_jobs: Sequence[NewJob], call: UUID) -> set[str]:
+        """The queues whose NOTIFY this insert carries (jobs due now, first in their cooldown),
+        noted under ``call`` (the insert call's first job id) for :meth:`_after_commit`."""
         due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
         leading = {queue for queue in due_now if self._announcer.lead(queue)}
         if leading:
-            self._announced[new_jobs[0].id] = leading
+            self._announced.setdefault(call, set()).update(leading)
         return leading
 
     async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
-        for queue in sorted(self._leading(new_jobs)):
+        for queue in sorted(self._leading(new_jobs, new_jobs[0].id)):
             await conn.execute(_NOTIFY, {"queue": queue})
         if len(new_jobs) <= SMALL_INSERT:
             return await super()._insert_rows(conn, new_jobs)
+        return await self._insert_array(await _driver_of(conn), new_jobs)
+
+    async def _insert_array(
+        self, driver: psycopg.AsyncConnection[Any], new_jobs: Sequence[NewJob]
+    ) -> set[UUID]:
         # One statement with one array per column, whatever the batch size: the query text
         # stays short and cached, the server unnests the arrays into rows, and the arrays travel
         # in binary (psycopg's text array format quotes every element, which cost more than the
@@ -277,7 +287,6 @@ class PostgresStore(SqlStore):
         # No RETURNING: when every row went in (the common case) the row count says so, and
         # returning the ids cost a sixth of the insert. Otherwise the rows this transaction
         # inserted are told apart by their xmin.
-        driver = await _driver_of(conn)
         sql, defaults = self._compiled("insert_unnest", lambda: _INSERT_UNNEST)
         async with driver.cursor(binary=True) as cursor:
             await cursor.execute(sql, {**defaults, **values}, prepare=True)
@@ -291,7 +300,9 @@ class PostgresStore(SqlStore):
 
         def compiled() -> tuple[str, dict[str, Any]]:
             statement = build().compile(dialect=self.engine.dialect)
-            return str(statement), dict(statement.params)
+            # Every parameter in binary: for lists of text psycopg would otherwise pick the text
+            # array format, which quotes element by element.
+            return _BINARY_PLACEHOLDER.sub(r"%(\1)b", str(statement)), dict(statement.params)
 
         found: tuple[str, dict[str, Any]] = self._statement(f"driver_{name}", compiled)
         return found
@@ -347,10 +358,46 @@ class PostgresStore(SqlStore):
             if new_jobs:
                 self._announced.pop(new_jobs[0].id, None)
 
+    async def job_insert_chunks(
+        self, chunks: Iterator[Sequence[NewJob]]
+    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+        """Insert each chunk while the caller prepares the next: the chunk's statement is sent,
+        and the next chunk is drawn (validated and serialized, Python's work) while the server
+        inserts this one (the database's work, on another core). One transaction for all."""
+        first = next(chunks, None)
+        if first is None or self._read_only:
+            rest = [job for chunk in chunks for job in chunk]
+            return await super().job_insert_chunks(iter([[*(first or ()), *rest]]))
+        new_jobs: list[NewJob] = []
+        call = first[0].id
+        try:
+            async with self._write("job_insert") as conn:
+                driver = await _driver_of(conn)
+                inserted: set[UUID] = set()
+                chunk: Sequence[NewJob] | None = first
+                while chunk:
+                    new_jobs.extend(chunk)
+                    for queue in sorted(self._leading(chunk, call)):
+                        await conn.execute(_NOTIFY, {"queue": queue})
+                    sending = asyncio.ensure_future(self._insert_array(driver, chunk))
+                    await asyncio.sleep(0)  # the statement goes out
+                    try:
+                        chunk = next(chunks, None)
+                    finally:
+                        # Wait for the statement even when drawing failed: the connection
+                        # must be idle before the transaction rolls back.
+                        inserted |= await sending
+                outcomes = await self._outcomes(conn, new_jobs, inserted)
+            self._after_commit(new_jobs, inserted)
+            return new_jobs, outcomes
+        finally:
+            self._announced.pop(call, None)
+
     async def _insert_one(self, job: NewJob) -> InsertOutcome | None:
         """The common one-job enqueue: one cached statement (carrying the NOTIFY when this
         enqueue leads), its own transaction. ``None`` when the job was not inserted."""
-        build = _insert_one_notify_statement if self._leading([job]) else _insert_one_statement
+        leads = self._leading([job], job.id)
+        build = _insert_one_notify_statement if leads else _insert_one_statement
         values = {f"b_{k}": v for k, v in self._row_values(job).items()}
         async with self._autocommit("job_insert") as driver:
             rows = await self._run(driver, build.__name__, build, values)
@@ -370,7 +417,7 @@ class PostgresStore(SqlStore):
         sql, defaults = self._compiled(
             f"claim_{source}", lambda: self._claim_statement(source, literal_limit=False)
         )
-        sql = sql.replace("%(b_limit)s", str(int(limit)))
+        sql = sql.replace("%(b_limit)b", str(int(limit)))
         async with self._autocommit("job_claim") as driver:
             rows = await _execute(driver, sql, {**defaults, **values})
         return claimed_from_rows(rows)

@@ -8,7 +8,7 @@ recognised, and any push wake-ups.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -241,26 +241,41 @@ class SqlStore:
         # rows), so it needs no explicit transaction around it.
         async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
             inserted = await self._insert_rows(conn, new_jobs)
-            duplicates = [job for job in new_jobs if job.id not in inserted]
-            by_key, by_id = await self._existing(conn, duplicates)
-            outcomes: list[InsertOutcome] = []
-            for job in new_jobs:
-                if job.id in inserted:
-                    outcomes.append(InsertOutcome(job.id, inserted=True))
-                    continue
-                key = (job.queue, job.tenant_id, job.idempotency_key)
-                row = by_key.get(key) if job.idempotency_key is not None else None
-                row = row if row is not None else by_id[job.id]
-                same = (row.queue, row.tenant_id, row.job_type, row.payload) == (
-                    job.queue,
-                    job.tenant_id,
-                    job.job_type,
-                    job.payload,
-                )
-                if not same:
-                    raise IdempotencyConflictError(row.id)  # rolls the whole batch back
-                outcomes.append(InsertOutcome(row.id, inserted=False))
+            outcomes = await self._outcomes(conn, new_jobs, inserted)
         self._after_commit(new_jobs, inserted)
+        return outcomes
+
+    async def job_insert_chunks(
+        self, chunks: Iterator[Sequence[NewJob]]
+    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+        new_jobs = [job for chunk in chunks for job in chunk]
+        return new_jobs, await self.job_insert_many(new_jobs)
+
+    async def _outcomes(
+        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
+    ) -> list[InsertOutcome]:
+        """Each job's outcome once the batch is inserted: its own row, or the row that kept it
+        out. Raises :class:`~caravel.errors.IdempotencyConflictError` (rolling the batch back)
+        when that row has other content."""
+        duplicates = [job for job in new_jobs if job.id not in inserted]
+        by_key, by_id = await self._existing(conn, duplicates)
+        outcomes: list[InsertOutcome] = []
+        for job in new_jobs:
+            if job.id in inserted:
+                outcomes.append(InsertOutcome(job.id, inserted=True))
+                continue
+            key = (job.queue, job.tenant_id, job.idempotency_key)
+            row = by_key.get(key) if job.idempotency_key is not None else None
+            row = row if row is not None else by_id[job.id]
+            same = (row.queue, row.tenant_id, row.job_type, row.payload) == (
+                job.queue,
+                job.tenant_id,
+                job.job_type,
+                job.payload,
+            )
+            if not same:
+                raise IdempotencyConflictError(row.id)  # rolls the whole batch back
+            outcomes.append(InsertOutcome(row.id, inserted=False))
         return outcomes
 
     async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
