@@ -35,6 +35,7 @@ ALL = (
     "memory",
     "sql",
     "commit",
+    "durability",
     "peers",
 )
 
@@ -79,6 +80,7 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
         "memory": lambda url: runs.memory(url, args.memory_jobs, conc),
         "sql": lambda url: runs.sql_limit(url, n, args.batch),
         "commit": lambda url: runs.sqlite_commit_limit(url),
+        "durability": lambda url: runs.durability(url),
     }
 
 
@@ -141,6 +143,8 @@ def main() -> None:
         scenarios = _scenarios(args)
         for name in args.only:
             if name == "commit" and backend != "sqlite":
+                continue
+            if name == "durability" and backend != "postgresql":
                 continue
             if name == "peers":
                 if backend == "postgresql":

@@ -238,6 +238,57 @@ def latency(url: str, n: int, gap: float) -> dict[str, Any]:
     }
 
 
+# ----- durability -----------------------------------------------------------------------------
+
+
+def _wal_syncs(url: str) -> int:
+    with psycopg.connect(postgres_dsn(url), autocommit=True) as conn:
+        row = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+    return int(row[0]) if row else 0
+
+
+def durability(url: str, n: int = 200, settle: float = 2.0) -> dict[str, Any]:
+    """What each kind of commit costs in WAL flushes (PostgreSQL's ``pg_stat_wal.wal_sync``):
+    ``n`` one-job enqueues, ``n`` one-job claims and ``n`` one-job acknowledgements, one after
+    the other. Durable commits flush once each; acknowledgements commit asynchronously and leave
+    flushing to the WAL writer. (Server statistics reach ``pg_stat_wal`` about a second after
+    the statements, hence the ``settle`` pauses; this is a count, not a timing.)"""
+
+    async def phase(step: Any) -> int:
+        before = _wal_syncs(url)
+        async with DatabaseQueue(url, registry) as queue:
+            await step(queue)
+        await asyncio.sleep(settle)
+        return _wal_syncs(url) - before
+
+    async def enqueue(queue: DatabaseQueue) -> None:
+        for i in range(n):
+            await queue.enqueue(Noop(i), _dispatch(f"durable-{i}"))
+
+    leases: list[Any] = []
+
+    async def claim(queue: DatabaseQueue) -> None:
+        for _ in range(n):
+            claimed = await queue.claim(QUEUE)
+            assert claimed is not None
+            leases.append(claimed.lease)
+
+    async def acknowledge(queue: DatabaseQueue) -> None:
+        for lease in leases:
+            await queue.complete(lease)
+
+    async def run() -> dict[str, Any]:
+        await asyncio.sleep(settle)
+        return {
+            "jobs": n,
+            "wal_syncs_enqueue": await phase(enqueue),
+            "wal_syncs_claim": await phase(claim),
+            "wal_syncs_acknowledge": await phase(acknowledge),
+        }
+
+    return asyncio.run(run())
+
+
 # ----- retained history -----------------------------------------------------------------------
 
 
