@@ -53,7 +53,10 @@ def create_engine(
     reads the application's database and leaves that choice to the application).
     """
     target = _file_url(url, "ro" if read_only else "rw")
-    engine = create_async_engine(target, pool_size=5, max_overflow=5)
+    # No rollback when a connection goes back to the pool: every use goes through a SQLAlchemy
+    # transaction that commits or rolls back itself (also when cancelled), and through aiosqlite
+    # each call is a round trip to the connection's thread.
+    engine = create_async_engine(target, pool_size=5, max_overflow=5, pool_reset_on_return=None)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
