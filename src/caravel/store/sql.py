@@ -32,10 +32,7 @@ from caravel.store.api import (
 )
 from caravel.store.schema import VERSION_TABLE, jobs, workers
 
-__all__ = ["LOCK_WAIT_KEY", "SqlStore", "claimed_from_rows"]
-
-#: ``Connection.info`` key under which a dialect notes how long (ms) it waited for its write lock.
-LOCK_WAIT_KEY = "caravel_lock_wait_ms"
+__all__ = ["SqlStore", "claimed_from_rows"]
 
 _RUNNING = JobState.RUNNING.value
 _READY = JobState.READY.value
@@ -389,8 +386,6 @@ class SqlStore:
     ) -> ClaimBatch:
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         async with self._write("job_claim", single=True) as conn:
-            # Where a dialect had to wait for its write lock, the lease starts after the wait.
-            now += conn.info.pop(LOCK_WAIT_KEY, 0)
             params = {"b_queue": queue, "b_limit": limit, "b_now": now, "b_expires": now + lease_ms}
             rows = (await conn.execute(stmt, params)).all()
         return claimed_from_rows(rows)

@@ -9,17 +9,21 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
+from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from caravel.jobs import Lease
+from caravel.store.api import ClaimBatch, ClaimSource, InsertOutcome, NewJob
 from caravel.store.schema import jobs
-from caravel.store.sql import LOCK_WAIT_KEY, SqlStore
+from caravel.store.sql import SqlStore, claimed_from_rows
 from caravel.store.urls import async_url
 
 __all__ = ["SqliteStore", "create_engine", "read_only_url"]
@@ -27,6 +31,8 @@ __all__ = ["SqliteStore", "create_engine", "read_only_url"]
 BUSY_TIMEOUT_MS = 30_000
 LOCK_WAIT_NOTED_MS = 50
 _READONLY_OPTION = "caravel_readonly"
+
+T = TypeVar("T")
 
 
 def _file_url(url: str | sa.URL, mode: str) -> sa.URL:
@@ -40,6 +46,35 @@ def _file_url(url: str | sa.URL, mode: str) -> sa.URL:
 def read_only_url(url: str | sa.URL) -> sa.URL:
     """The URL that opens the same file with ``mode=ro``: SQLite itself refuses every write."""
     return _file_url(url, "ro")
+
+
+def _install(engine: sa.Engine, *, read_only: bool, set_wal: bool) -> None:
+    """Every connection waits on a busy file instead of failing, runs in WAL mode with full
+    fsync (unless ``read_only`` or not ``set_wal``), and every write transaction starts with
+    ``BEGIN IMMEDIATE``."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event, below, issue BEGIN itself.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not read_only and set_wal:
+            # Switching to WAL needs the file to itself; once it is in WAL (the usual case after
+            # the first connection) there is nothing to switch, so do not contend for it.
+            cursor.execute("PRAGMA journal_mode")
+            mode = cursor.fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = FULL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        if read_only or conn.get_execution_options().get(_READONLY_OPTION):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_engine(
@@ -57,40 +92,103 @@ def create_engine(
     # transaction that commits or rolls back itself (also when cancelled), and through aiosqlite
     # each call is a round trip to the connection's thread.
     engine = create_async_engine(target, pool_size=5, max_overflow=5, pool_reset_on_return=None)
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event, below, issue BEGIN itself.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if not read_only and set_wal:
-            # Switching to WAL needs the file to itself; once it is in WAL (the usual case after
-            # the first connection) there is nothing to switch, so do not contend for it.
-            cursor.execute("PRAGMA journal_mode")
-            mode = cursor.fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = FULL")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: sa.Connection) -> None:
-        if read_only or conn.get_execution_options().get(_READONLY_OPTION):
-            conn.exec_driver_sql("BEGIN")
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
+    _install(engine.sync_engine, read_only=read_only, set_wal=set_wal)
     return engine
 
 
+def _blocking_engine(engine: AsyncEngine) -> sa.Engine:
+    """A blocking (pysqlite) engine on the same file, with one connection, for the writer
+    thread."""
+    url = engine.url.set(drivername="sqlite+pysqlite")
+    blocking = sa.create_engine(
+        url,
+        pool_size=1,
+        max_overflow=0,
+        pool_reset_on_return=None,
+        connect_args={"check_same_thread": False},
+    )
+    _install(blocking, read_only=url.query.get("mode") == "ro", set_wal=True)
+    return blocking
+
+
 class SqliteStore(SqlStore):
+    """The hot writes (a one-job enqueue, a claim, an acknowledgement batch) run on one writer
+    thread of this store, each as a whole transaction handed over at once: through aiosqlite
+    every statement, BEGIN and COMMIT is a round trip to its connection's thread, eight of them
+    for a one-job enqueue. Everything else goes through the async engine. An asyncio lock keeps
+    the two from contending for the file within the process."""
+
     db_system = "sqlite"
     insert_chunk = 200
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
         self._writer = asyncio.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite")
+        self._blocking = _blocking_engine(engine)
+
+    async def _in_writer(self, operation: str, work: Callable[[sa.Connection, int], T]) -> T:
+        """``work(connection, waited_ms)`` inside one ``BEGIN IMMEDIATE`` transaction on the
+        writer thread. ``waited_ms`` is how long the transaction waited for the write lock (the
+        asyncio lock and SQLite's own) when that was long enough to matter, else 0."""
+        asked = time.monotonic()
+
+        def run() -> T:
+            with self._blocking.begin() as conn:
+                waited = int((time.monotonic() - asked) * 1000)
+                return work(conn, waited if waited >= LOCK_WAIT_NOTED_MS else 0)
+
+        async with self._translated(operation), self._writer:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, run)
+
+    async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+        if len(new_jobs) == 1:
+            job = new_jobs[0]
+            stmt = self._statement(
+                "insert_one", lambda: self._insert().on_conflict_do_nothing().returning(jobs.c.id)
+            )
+            values = self._row_values(job)
+            row = await self._in_writer(
+                "job_insert", lambda conn, _: conn.execute(stmt, values).first()
+            )
+            if row is not None:
+                return [InsertOutcome(job.id, inserted=True)]
+        # Several jobs, or one that collided with an existing row: the general path inserts in
+        # one transaction and looks the colliding rows up.
+        return await super().job_insert_many(new_jobs)
+
+    async def job_claim_many(
+        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
+    ) -> ClaimBatch:
+        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
+
+        def claim(conn: sa.Connection, waited: int) -> list[Any]:
+            # Where the claim had to wait for the write lock, the lease starts after the wait.
+            start = now + waited
+            params = {
+                "b_queue": queue,
+                "b_limit": limit,
+                "b_now": start,
+                "b_expires": start + lease_ms,
+            }
+            return list(conn.execute(stmt, params).all())
+
+        return claimed_from_rows(await self._in_writer("job_claim", claim))
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        if not leases:
+            return set()
+        stmt = self._statement("complete", self._complete_statement)
+        params = {**self._held_params(leases), "b_now": now}
+        return await self._in_writer(
+            "job_complete", lambda conn, _: set(conn.execute(stmt, params).scalars())
+        )
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._blocking.dispose)
+        self._thread.shutdown(wait=False)
+        await super().close()
 
     def _insert(self) -> Any:
         return sqlite.insert(jobs)
@@ -117,15 +215,5 @@ class SqliteStore(SqlStore):
                 async with conn.begin():
                     yield conn
             return
-        asked = time.monotonic()
         async with self._writer, self.engine.begin() as conn:
-            # The caller read its clock before waiting for the write lock. A long wait (another
-            # process writing) is recorded so a claim can start its lease when it really holds
-            # the job, not in the past; waits under LOCK_WAIT_NOTED_MS are scheduling noise.
-            # (``info`` outlives this checkout: the note is set or cleared every time.)
-            waited_ms = int((time.monotonic() - asked) * 1000)
-            if waited_ms >= LOCK_WAIT_NOTED_MS:
-                conn.info[LOCK_WAIT_KEY] = waited_ms
-            else:
-                conn.info.pop(LOCK_WAIT_KEY, None)
             yield conn
