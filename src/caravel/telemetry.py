@@ -311,8 +311,7 @@ class InstrumentedStore:
         with enqueue_span(first) as span:
             carrier = carrier_for_current_context()
             if carrier is not None:
-                traced = (_with_trace(job, carrier) for job in first)
-                first = list(traced)
+                first = [_with_trace(job, carrier) for job in first]
                 chunks = ([_with_trace(job, carrier) for job in chunk] for chunk in chunks)
             async with self._span("job_insert"):
                 jobs, outcomes = await self.inner.job_insert_chunks(

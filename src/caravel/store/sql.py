@@ -281,9 +281,16 @@ class SqlStore:
         both settled by the database, and the row is skipped."""
         # One cached statement over many parameter sets: SQLAlchemy batches it into multi-row
         # INSERTs ("insertmanyvalues") without recompiling for each batch size.
-        stmt = self._insert().on_conflict_do_nothing().returning(jobs.c.id)
         rows = [self._row_values(job) for job in new_jobs]
+        stmt = self._insert_statement()
         return set((await conn.execute(stmt, rows)).scalars())
+
+    def _insert_statement(self) -> Any:
+        """INSERT of whole job rows (bound by column name) that skips any duplicate and returns
+        the ids it inserted; built once."""
+        return self._statement(
+            "insert", lambda: self._insert().on_conflict_do_nothing().returning(jobs.c.id)
+        )
 
     def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
         """Runs once the inserted jobs are committed (PostgreSQL announces new work here)."""

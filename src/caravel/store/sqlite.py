@@ -144,9 +144,7 @@ class SqliteStore(SqlStore):
     async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         if len(new_jobs) == 1:
             job = new_jobs[0]
-            stmt = self._statement(
-                "insert_one", lambda: self._insert().on_conflict_do_nothing().returning(jobs.c.id)
-            )
+            stmt = self._insert_statement()
             values = self._row_values(job)
             row = await self._in_writer(
                 "job_insert", lambda conn, _: conn.execute(stmt, values).first()
