@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -28,20 +29,49 @@ class PayloadDecodeError(Exception):
 
 
 _NESTED = (dict, list, tuple, set, frozenset)
-
-#: Keys sorted, no insignificant whitespace, UTF-8 kept, NaN and infinity refused. Built once:
-#: ``json.dumps`` with options builds an encoder per call.
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
+#: Scalars that need no check: each has one exact JSON spelling.
+_PLAIN = frozenset({int, bool, type(None)})
 
 
-def json_depth(value: object) -> int:
-    """Nesting depth of a JSON-compatible value: scalars are 0, ``[]`` and ``{}`` are 1.
+def _canonical_encoder() -> Callable[[object], str]:
+    """Keys sorted, no insignificant whitespace, UTF-8 kept, NaN and infinity refused.
+
+    ``json.JSONEncoder.encode`` builds the standard library's C encoder on every call, which
+    cost more than encoding a small job; this builds it once. Without the C accelerator the
+    plain encoder serves. There is no circular-reference check: payloads reach here as the
+    output of pydantic's JSON mode, already within the depth limit."""
+    encoder = json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has it
+        return encoder.encode
+    one_shot = make(
+        None, encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+
+    def encode(value: object) -> str:
+        return "".join(one_shot(value, 0))
+
+    return encode
+
+
+_canonical = _canonical_encoder()
+
+
+def _walk(value: object, *, check: bool) -> int:
+    """Nesting depth of a JSON-compatible value: scalars are 0, ``[]`` and ``{}`` are 1. It stops
+    descending once past the limit, so the answer is exact up to ``MAX_JSON_DEPTH + 1``.
+
+    With ``check``, it also rejects what JSON mode would silently rewrite: non-finite floats
+    (pydantic turns them into ``null``) and strings, mapping keys included, that are not valid
+    Unicode (lone surrogates become replacement characters).
 
     Iterative, so a hostile, deeply nested value cannot exhaust the interpreter's stack.
     """
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _NESTED):
+        if check:
+            _check_scalar(value)
         return 0
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -51,30 +81,35 @@ def json_depth(value: object) -> int:
             deepest = depth
             if deepest > MAX_JSON_DEPTH:
                 return deepest
-        for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, dict | list | tuple):
+        children: Any = item
+        if isinstance(item, dict):
+            children = item.values()
+            if check:
+                for key in item:
+                    if isinstance(key, _NESTED):
+                        stack.append((key, depth + 1))
+                    elif type(key) is not str or not key.isascii():
+                        _check_scalar(key)
+        for child in children:
+            kind = type(child)
+            if kind in _PLAIN:
+                continue
+            if kind is str:
+                if check and not child.isascii():
+                    _require_unicode(child)
+            elif isinstance(child, _NESTED):
                 stack.append((child, depth + 1))
+            elif check:
+                _check_scalar(child)
     return deepest
 
 
-def _check_values(value: object) -> None:
-    """Reject what JSON mode would silently rewrite: non-finite floats (pydantic turns them into
-    ``null``) and strings, including mapping keys, that are not valid Unicode (lone surrogates
-    become replacement characters). Iterative, and stops descending past the depth limit."""
-    if not isinstance(value, _NESTED):
-        _check_scalar(value)
-        return
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth >= MAX_JSON_DEPTH:
-            raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")
-        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, _NESTED):
-                stack.append((child, depth + 1))
-            elif isinstance(child, float | str):
-                _check_scalar(child)
+def json_depth(value: object) -> int:
+    """Nesting depth of a JSON-compatible value: scalars are 0, ``[]`` and ``{}`` are 1.
+
+    Iterative, so a hostile, deeply nested value cannot exhaust the interpreter's stack.
+    """
+    return _walk(value, check=False)
 
 
 def _check_scalar(item: object) -> None:
@@ -97,7 +132,8 @@ def _require_unicode(text: str) -> None:
 def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> str:
     """The canonical JSON text for ``job``, after checking values, depth, encoding and size."""
     try:
-        _check_values(adapter.dump_python(job, mode="python"))
+        if _walk(adapter.dump_python(job, mode="python"), check=True) > MAX_JSON_DEPTH:
+            raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")
         plain = adapter.dump_python(job, mode="json")
     except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
@@ -106,7 +142,7 @@ def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> st
     if json_depth(plain) > MAX_JSON_DEPTH:
         raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")
     try:
-        text = _CANONICAL.encode(plain)
+        text = _canonical(plain)
     except ValueError:
         raise ValidationError("payload", "must not contain NaN or infinite numbers") from None
     except (TypeError, RecursionError):

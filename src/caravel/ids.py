@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import secrets
+import os
 from uuid import UUID
 
 __all__ = ["uuid7"]
 
+_MS_MASK = (1 << 48) - 1
+#: Version 7 in bits 76-79 and the RFC 4122 variant (0b10) in bits 62-63.
+_VERSION_AND_VARIANT = (0x7 << 76) | (0b10 << 62)
+#: The 74 random bits: 12 after the version, 62 after the variant.
+_RANDOM_MASK = (0xFFF << 64) | ((1 << 62) - 1)
+
 
 def uuid7(unix_ms: int) -> UUID:
-    """A version-7 UUID for ``unix_ms``: 48 bits of milliseconds, then 74 random bits."""
-    rand = secrets.randbits(74)
-    value = (unix_ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76  # version
-    value |= (rand >> 62) << 64  # 12 random bits
-    value |= 0b10 << 62  # RFC 4122 variant
-    value |= rand & ((1 << 62) - 1)  # 62 random bits
-    return UUID(int=value)
+    """A version-7 UUID for ``unix_ms``: 48 bits of milliseconds, then 74 random bits from the
+    operating system's cryptographic source."""
+    rand = int.from_bytes(os.urandom(10))  # 80 bits, of which 74 are used
+    return UUID(int=((unix_ms & _MS_MASK) << 80) | _VERSION_AND_VARIANT | (rand & _RANDOM_MASK))

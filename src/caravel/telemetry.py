@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any
 from uuid import UUID
@@ -112,11 +112,16 @@ outbox_stuck = meter.create_counter(
 _NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
+def _tracing() -> bool:
+    """Whether a tracer provider is installed. Without one every span would be the API's no-op
+    span, and the hot paths (a span per job and per store operation) should cost nothing."""
+    return not isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
+
+
 def _traced(name: str, **options: Any) -> AbstractContextManager[Span]:
     """``tracer.start_as_current_span``, except that without a tracer provider nothing is
-    started at all: every span would be the API's no-op one, and the hot path (a span per job
-    and per store operation) should cost nothing then."""
-    if isinstance(trace.get_tracer_provider(), _NO_PROVIDER):
+    started at all."""
+    if not _tracing():
         return nullcontext(INVALID_SPAN)
     return tracer.start_as_current_span(name, **options)
 
@@ -173,7 +178,7 @@ def job_span(claimed: ClaimedJob, now_ms: int) -> Iterator[Span]:
     queue_wait.record(max(0, now_ms - claimed.due_at_ms) / 1000, labels)
     in_flight.add(1, {"messaging.destination.name": queue})
     try:
-        if isinstance(trace.get_tracer_provider(), _NO_PROVIDER):
+        if not _tracing():
             yield INVALID_SPAN
             return
         parent = _context_from(claimed.trace_context)
@@ -290,6 +295,10 @@ class InstrumentedStore:
             yield span
 
     async def job_insert_many(self, jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+        if not _tracing():  # the one-job enqueue's hot path: no spans to open or carry
+            outcomes = await self.inner.job_insert_many(jobs)
+            _count_enqueued(jobs, outcomes)
+            return outcomes
         with enqueue_span(jobs) as span:
             carrier = carrier_for_current_context()
             if carrier is not None:
@@ -404,10 +413,14 @@ class InstrumentedStore:
 
 
 def _count_enqueued(jobs: Sequence[NewJob], outcomes: Sequence[InsertOutcome]) -> None:
-    counts = Counter(
-        (job.queue, job.job_type, not outcome.inserted)
-        for job, outcome in zip(jobs, outcomes, strict=True)
-    )
+    counts: Mapping[tuple[str, str, bool], int]
+    if len(jobs) == 1:  # a one-job enqueue, without building a Counter
+        counts = {(jobs[0].queue, jobs[0].job_type, not outcomes[0].inserted): 1}
+    else:
+        counts = Counter(
+            (job.queue, job.job_type, not outcome.inserted)
+            for job, outcome in zip(jobs, outcomes, strict=True)
+        )
     for (queue, job_type, repeated), count in counts.items():
         enqueued.add(
             count,
@@ -422,18 +435,7 @@ def _count_enqueued(jobs: Sequence[NewJob], outcomes: Sequence[InsertOutcome]) -
 def _with_trace(job: NewJob, carrier: str) -> NewJob:
     if job.trace_context is not None:
         return job
-    return NewJob(
-        id=job.id,
-        queue=job.queue,
-        job_type=job.job_type,
-        tenant_id=job.tenant_id,
-        idempotency_key=job.idempotency_key,
-        payload=job.payload,
-        max_attempts=job.max_attempts,
-        due_at=job.due_at,
-        created_at=job.created_at,
-        trace_context=carrier,
-    )
+    return job._replace(trace_context=carrier)
 
 
 # ----- queue depth, read from the database ---------------------------------------------------

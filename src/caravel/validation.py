@@ -60,6 +60,16 @@ def check_identifier(value: object, field: str) -> str:
 
     The value is kept exactly as given (no trimming, no case folding): lookups are exact.
     """
+    # The common case, checked at once: printable ASCII has no control characters and is valid
+    # Unicode.
+    if (
+        isinstance(value, str)
+        and value.isascii()
+        and value.isprintable()
+        and len(value) <= MAX_KEY_LENGTH
+        and value.strip()
+    ):
+        return value
     if not isinstance(value, str):
         raise ValidationError(field, "must be a string")
     if not value.strip():

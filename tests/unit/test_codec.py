@@ -204,6 +204,17 @@ def test_untyped_json_round_trip(value: Any) -> None:
     assert _keys_sorted_everywhere(text)
 
 
+@settings(max_examples=150)
+@given(value=json_values)
+def test_encoding_matches_the_standard_librarys_canonical_spelling(value: Any) -> None:
+    # The encoder is built once from the standard library's C encoder; its output must be the
+    # documented canonical form, byte for byte.
+    expected = json.dumps(
+        {"data": value}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    assert encode_payload(DOC, Doc(data=value), LIMIT) == expected
+
+
 # ----- values JSON cannot spell ------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 from uuid import UUID
 
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
@@ -32,9 +32,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated, serialized job ready to insert."""
+class NewJob(NamedTuple):
+    """A validated, serialized job ready to insert. (A named tuple: a bulk enqueue builds one
+    per job, and a tuple is built in less than half the time of a frozen dataclass.)"""
 
     id: UUID
     queue: str
@@ -48,8 +48,7 @@ class NewJob:
     trace_context: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class InsertOutcome:
+class InsertOutcome(NamedTuple):
     """For one :class:`NewJob`: the id it now has, and whether this call created it (false when
     its idempotency key matched an existing job with the same type and payload)."""
 

@@ -4,11 +4,12 @@ wait on each other, and duplicate submissions are settled by ``ON CONFLICT DO NO
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -20,7 +21,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util.concurrency import greenlet_spawn
 
-from caravel.jobs import Lease
+from caravel.jobs import JobState, Lease
 from caravel.store.api import ClaimBatch, ClaimSource, InsertOutcome, NewJob
 from caravel.store.schema import jobs
 from caravel.store.sql import SqlStore, claimed_from_rows
@@ -92,11 +93,73 @@ _INSERTED_HERE = sa.text(
     "AND xmin = pg_current_xact_id()::xid"
 )
 
+#: Whether a row already holds a job's id or idempotency key (checked for the first job of a
+#: COPY, so that a batch submitted again goes straight to the path that skips such rows).
+_SEEN_BEFORE = sa.text(
+    "SELECT EXISTS (SELECT FROM caravel_jobs WHERE id = CAST(:id AS uuid)) "
+    "OR EXISTS (SELECT FROM caravel_jobs WHERE queue = CAST(:queue AS text) "
+    "AND tenant_id = CAST(:tenant_id AS text) AND idempotency_key = CAST(:key AS text))"
+)
+
+#: The columns a COPY of new jobs fills, in the order of :func:`_copy_row`, and the binary
+#: format each is sent in.
+_COPY_COLUMNS = (
+    ("id", "uuid"),
+    ("queue", "text"),
+    ("job_type", "text"),
+    ("tenant_id", "text"),
+    ("idempotency_key", "text"),
+    ("payload", "text"),
+    ("state", "text"),
+    ("attempt", "int4"),
+    ("max_attempts", "int4"),
+    ("due_at", "int8"),
+    ("available_at", "int8"),
+    ("lease_token", "int8"),
+    ("created_at", "int8"),
+    ("updated_at", "int8"),
+    ("trace_context", "text"),
+)
+_COPY_SQL = (
+    f"COPY {jobs.name} ({', '.join(name for name, _ in _COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+)
+_COPY_TYPES = [kind for _, kind in _COPY_COLUMNS]
+
+
+def _copy_row(job: NewJob) -> tuple[Any, ...]:
+    """A new job's row as COPY sends it: the same values as an INSERT of the job."""
+    return (
+        job.id,
+        job.queue,
+        job.job_type,
+        job.tenant_id,
+        job.idempotency_key,
+        job.payload,
+        JobState.READY.value,
+        0,
+        job.max_attempts,
+        job.due_at,
+        job.due_at,
+        0,
+        job.created_at,
+        job.created_at,
+        job.trace_context,
+    )
+
+
+class _Collided(Exception):
+    """A COPY met a row that was already there; the call goes to the path that skips rows."""
+
+
 #: A named parameter as SQLAlchemy writes it for psycopg (``%(name)s``).
 _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
-#: Batches up to this size are inserted with plain VALUES rows; larger ones through arrays.
+#: Batches up to this size are inserted with plain VALUES rows; larger ones by COPY (or, when
+#: a row collides, through arrays).
 SMALL_INSERT = 8
+
+#: Connections the one-statement hot paths keep checked out of the pool between uses.
+HOT_CONNECTIONS = 4
 
 #: The channel enqueues announce new work on; the payload is the queue name.
 CHANNEL = "caravel_jobs"
@@ -221,6 +284,48 @@ async def _driver_of(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
     return driver
 
 
+def _settle(future: asyncio.Future[None], _: object) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _while_drawing(
+    chunks: Iterator[Sequence[NewJob]],
+    drawn: list[NewJob],
+    send: Callable[[Sequence[NewJob], asyncio.Future[None]], Awaitable[None]],
+) -> None:
+    """``send`` each chunk to the database, and draw the next chunk from ``chunks`` (validating
+    and serializing it: Python's work, on this core) while the server works on the one sent (on
+    another core). ``send`` resolves its future once its chunk is on the wire. ``drawn``
+    collects every job drawn. A chunk that fails to draw wins over any error of the statement
+    still running: the caller must not mistake a bad job for a collision."""
+
+    def draw() -> Sequence[NewJob] | None:
+        # Collected as soon as drawn: a chunk drawn while the statement before it fails must
+        # not be lost to the caller's retry.
+        chunk = next(chunks, None)
+        while chunk is not None and not chunk:
+            chunk = next(chunks, None)
+        if chunk:
+            drawn.extend(chunk)
+        return chunk
+
+    loop = asyncio.get_running_loop()
+    chunk = draw()
+    while chunk is not None:
+        sent: asyncio.Future[None] = loop.create_future()
+        sending = asyncio.ensure_future(send(chunk, sent))
+        sending.add_done_callback(functools.partial(_settle, sent))  # failed before sending
+        await sent
+        try:
+            chunk = draw()
+        except BaseException:
+            # The connection must be idle before the transaction rolls back.
+            await asyncio.gather(sending, return_exceptions=True)
+            raise
+        await sending
+
+
 class PostgresStore(SqlStore):
     supports_listen_notify = True
     db_system = "postgresql"
@@ -233,6 +338,9 @@ class PostgresStore(SqlStore):
         self._announcer = _Announcer(engine)
         #: Per insert call (by its first job's id), the queues whose NOTIFY it carried.
         self._announced: dict[UUID, set[str]] = {}
+        #: Pooled connections kept checked out, in autocommit mode, for :meth:`_autocommit`.
+        self._hot: list[Any] = []
+        self._closed = False
 
     def _insert(self) -> Any:
         return postgresql.insert(jobs)
@@ -324,27 +432,58 @@ class PostgresStore(SqlStore):
 
     @asynccontextmanager
     async def _autocommit(self, operation: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection's own psycopg connection in autocommit mode, for the one-statement
-        hot paths (a one-job enqueue, a claim, an acknowledgement batch): each statement is its
-        own transaction, and the checkout skips SQLAlchemy's per-connection work (a third of a
-        one-job enqueue's time). Errors are translated and the deadline holds as on every other
-        operation; a connection left mid-statement or broken is discarded, not pooled."""
+        """A psycopg connection in autocommit mode, for the one-statement hot paths (a one-job
+        enqueue, a claim, an acknowledgement batch): each statement is its own transaction.
+        Errors are translated and the deadline holds as on every other operation.
+
+        The connection comes from SQLAlchemy's pool, but up to :data:`HOT_CONNECTIONS` stay
+        checked out between uses, already in autocommit: taking one from the pool and giving it
+        back cost about as much as all of Caravel's own work in a one-job enqueue. One left
+        mid-statement is discarded; a broken one takes the idle ones with it (a server that went
+        away took them all)."""
         async with self._translated(operation):
-            fairy = await self.engine.raw_connection()
-            driver: psycopg.AsyncConnection[Any] = fairy.driver_connection  # type: ignore[assignment]
+            fairy = self._hot.pop() if self._hot else await self._check_out()
+            driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
             loop = asyncio.get_running_loop()
             timer = loop.call_later(self.operation_timeout, self._cut, lambda: driver)
             try:
-                await driver.set_autocommit(True)
                 yield driver
             finally:
                 timer.cancel()
-                reusable = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-                if reusable:
-                    await driver.set_autocommit(False)
-                else:
-                    await greenlet_spawn(fairy.invalidate)
-                await greenlet_spawn(fairy.close)
+                await self._check_in(fairy)
+
+    async def _check_out(self) -> Any:
+        fairy = await self.engine.raw_connection()
+        try:
+            await fairy.driver_connection.set_autocommit(True)  # type: ignore[union-attr]
+        except BaseException:
+            await self._give_back(fairy)
+            raise
+        return fairy
+
+    async def _check_in(self, fairy: Any) -> None:
+        driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+        idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if idle and not self._closed and len(self._hot) < HOT_CONNECTIONS:
+            self._hot.append(fairy)
+            return
+        if driver.broken:
+            stale, self._hot = self._hot, []
+            for other in stale:
+                await greenlet_spawn(other.invalidate)
+                await greenlet_spawn(other.close)
+        await self._give_back(fairy)
+
+    @staticmethod
+    async def _give_back(fairy: Any) -> None:
+        """Return a connection to SQLAlchemy's pool as it lent it, or discard it when it was
+        left mid-statement or broken."""
+        driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+        if driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            await driver.set_autocommit(False)
+        else:
+            await greenlet_spawn(fairy.invalidate)
+        await greenlet_spawn(fairy.close)
 
     async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         try:
@@ -352,7 +491,9 @@ class PostgresStore(SqlStore):
                 outcome = await self._insert_one(new_jobs[0])
                 if outcome is not None:
                     return [outcome]
-            # Several jobs, or one that collided with an existing row: the general path inserts
+            if len(new_jobs) > SMALL_INSERT and not self._read_only:
+                return (await self.job_insert_chunks(iter([new_jobs])))[1]
+            # A few jobs, or one that collided with an existing row: the general path inserts
             # in one transaction and looks the colliding rows up.
             return await super().job_insert_many(new_jobs)
         finally:  # a failed insert never reached _after_commit
@@ -362,36 +503,94 @@ class PostgresStore(SqlStore):
     async def job_insert_chunks(
         self, chunks: Iterator[Sequence[NewJob]]
     ) -> tuple[list[NewJob], list[InsertOutcome]]:
-        """Insert each chunk while the caller prepares the next: the chunk's statement is sent,
-        and the next chunk is drawn (validated and serialized, Python's work) while the server
-        inserts this one (the database's work, on another core). One transaction for all."""
+        """Many jobs in one transaction, written by COPY, each chunk while the caller prepares
+        the next. COPY is the fastest way into a table, but it cannot skip a row that is already
+        there: if any job collides (an existing idempotency key or id, or a key repeated within
+        the call), the attempt is rolled back and the call is inserted again by the path that
+        skips such rows. A probe of the first job's key and id sends the common collision, a
+        whole batch submitted again, straight there."""
         first = next(chunks, None)
         if first is None or self._read_only:
             return await super().job_insert_chunks(itertools.chain([first or ()], chunks))
-        new_jobs: list[NewJob] = []
+        drawn: list[NewJob] = []
         call = first[0].id
         try:
-            async with self._write("job_insert") as conn:
-                driver = await _driver_of(conn)
-                inserted: set[UUID] = set()
-                chunk: Sequence[NewJob] | None = first
-                while chunk:
-                    new_jobs.extend(chunk)
-                    for queue in sorted(self._leading(chunk, call)):
-                        await conn.execute(_NOTIFY, {"queue": queue})
-                    sending = asyncio.ensure_future(self._insert_array(driver, chunk))
-                    await asyncio.sleep(0)  # the statement goes out
-                    try:
-                        chunk = next(chunks, None)
-                    finally:
-                        # Wait for the statement even when drawing failed: the connection
-                        # must be idle before the transaction rolls back.
-                        inserted |= await sending
-                outcomes = await self._outcomes(conn, new_jobs, inserted)
-            self._after_commit(new_jobs, inserted)
-            return new_jobs, outcomes
+            try:
+                return await self._copy_chunks(first, chunks, drawn)
+            except _Collided:
+                pending = [] if drawn else first  # what was drawn is in `drawn`
+            return await self._insert_chunks_skipping(itertools.chain([drawn, pending], chunks))
         finally:
             self._announced.pop(call, None)
+
+    async def _seen_before(self, driver: psycopg.AsyncConnection[Any], job: NewJob) -> bool:
+        """Whether a row already holds ``job``'s id or idempotency key."""
+        values = {
+            "id": job.id,
+            "queue": job.queue,
+            "tenant_id": job.tenant_id,
+            "key": job.idempotency_key,
+        }
+        rows = await self._run(driver, "seen_before", lambda: _SEEN_BEFORE, values)
+        return bool(rows[0][0])
+
+    async def _copy_chunks(
+        self, first: Sequence[NewJob], chunks: Iterator[Sequence[NewJob]], drawn: list[NewJob]
+    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+        """COPY the chunks into the table, one COPY each, in one transaction. Raises
+        :class:`_Collided` when a row was already there (without trying, when the first job's
+        is). ``drawn`` collects the jobs drawn from ``chunks``."""
+        async with self._write("job_insert") as conn:
+            driver = await _driver_of(conn)
+            if await self._seen_before(driver, first[0]):
+                raise _Collided
+
+            async def copy_chunk(chunk: Sequence[NewJob], sent: asyncio.Future[None]) -> None:
+                # One COPY per chunk: PostgreSQL inserts a binary COPY's rows when it ends (or
+                # every 1,000 rows), so separate COPYs let the server work on one chunk while
+                # the next is prepared.
+                async with driver.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+                    copy.set_types(_COPY_TYPES)
+                    for job in chunk:
+                        await copy.write_row(_copy_row(job))
+                    sent.set_result(None)
+
+            try:
+                await _while_drawing(itertools.chain([first], chunks), drawn, copy_chunk)
+            except psycopg.errors.UniqueViolation as exc:
+                raise _Collided from exc
+            await self._announce(driver, drawn)
+        inserted = {job.id for job in drawn}
+        self._after_commit(drawn, inserted)
+        return drawn, [InsertOutcome(job.id, inserted=True) for job in drawn]
+
+    async def _insert_chunks_skipping(
+        self, chunks: Iterator[Sequence[NewJob]]
+    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+        """Insert the chunks in one transaction, skipping rows that are already there, each
+        chunk while the caller prepares the next; then look the skipped jobs' rows up."""
+        new_jobs: list[NewJob] = []
+        async with self._write("job_insert") as conn:
+            driver = await _driver_of(conn)
+            inserted: set[UUID] = set()
+
+            async def insert_chunk(chunk: Sequence[NewJob], sent: asyncio.Future[None]) -> None:
+                sent.set_result(None)  # the statement is on its way once this task waits
+                inserted.update(await self._insert_array(driver, chunk))
+
+            await _while_drawing(chunks, new_jobs, insert_chunk)
+            await self._announce(driver, new_jobs)
+            outcomes = await self._outcomes(conn, new_jobs, inserted)
+        self._after_commit(new_jobs, inserted)
+        return new_jobs, outcomes
+
+    async def _announce(
+        self, driver: psycopg.AsyncConnection[Any], new_jobs: Sequence[NewJob]
+    ) -> None:
+        """NOTIFY, in the insert's transaction, the queues this insert leads (see
+        :class:`_Announcer`); PostgreSQL delivers them when it commits."""
+        for queue in sorted(self._leading(new_jobs, new_jobs[0].id)):
+            await self._run(driver, "notify", lambda: _NOTIFY, {"queue": queue})
 
     async def _insert_one(self, job: NewJob) -> InsertOutcome | None:
         """The common one-job enqueue: one cached statement (carrying the NOTIFY when this
@@ -447,6 +646,10 @@ class PostgresStore(SqlStore):
 
     async def close(self) -> None:
         await self._announcer.close()
+        self._closed = True
+        hot, self._hot = self._hot, []
+        for fairy in hot:
+            await self._give_back(fairy)
         await super().close()
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
