@@ -7,6 +7,7 @@ lease expiries, retries and due times are exact to the millisecond.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import uuid
 from datetime import timedelta
@@ -960,3 +961,25 @@ async def test_concurrent_large_batches_sharing_keys_make_one_job_per_key(db_url
         stored = await queue.store.job_list(JobFilter(limit=10_000))
         assert len(stored) == size + size // 2
         assert {s.job_id for s in stored} == set(ids.values())
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.02], ids=["at-once", "5ms", "20ms"])
+async def test_a_cancelled_large_batch_is_all_or_nothing_and_the_queue_stays_usable(
+    db_url: str, delay: float
+) -> None:
+    # The caller gives up while chunks are being prepared and written: the call either
+    # committed whole or left nothing, and the next enqueues work on the same queue.
+    size = PREPARE_CHUNK * 8
+    async with open_queue(db_url) as queue:
+        items = [(Add(i), dispatch(f"k-{i}")) for i in range(size)]
+        call = asyncio.create_task(queue.enqueue_many(items))
+        await asyncio.sleep(delay)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        stored = len(await queue.store.job_list(JobFilter(limit=10_000)))
+        assert stored in (0, size)
+        again = await queue.enqueue_many(items[:300])
+        assert [r.already_enqueued for r in again] == [stored == size] * 300
+        one = await queue.enqueue(Add(1), dispatch("after"))
+        assert not one.already_enqueued

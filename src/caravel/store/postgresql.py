@@ -316,11 +316,13 @@ async def _while_drawing(
         sent: asyncio.Future[None] = loop.create_future()
         sending = asyncio.ensure_future(send(chunk, sent))
         sending.add_done_callback(functools.partial(_settle, sent))  # failed before sending
-        await sent
         try:
+            await sent
             chunk = draw()
         except BaseException:
-            # The connection must be idle before the transaction rolls back.
+            # A bad chunk, or the caller cancelled: the statement still running must finish
+            # (the connection must be idle before the transaction rolls back), and its own
+            # error, if any, is not the one to report.
             await asyncio.gather(sending, return_exceptions=True)
             raise
         await sending
