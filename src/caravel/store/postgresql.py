@@ -369,11 +369,9 @@ class PostgresStore(SqlStore):
         return leading
 
     async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
-        for queue in sorted(self._leading(new_jobs, new_jobs[0].id)):
-            await conn.execute(_NOTIFY, {"queue": queue})
-        if len(new_jobs) <= SMALL_INSERT:
-            return await super()._insert_rows(conn, new_jobs)
-        return await self._insert_array(await _driver_of(conn), new_jobs)
+        # A few jobs as VALUES rows (larger batches go through job_insert_chunks).
+        await self._announce(await _driver_of(conn), new_jobs)
+        return await super()._insert_rows(conn, new_jobs)
 
     async def _insert_array(
         self, driver: psycopg.AsyncConnection[Any], new_jobs: Sequence[NewJob]
