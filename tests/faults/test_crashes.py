@@ -217,14 +217,15 @@ def test_jobs_claimed_beside_a_poison_job_are_not_dead_lettered_with_it(
     db_url: str, app_url: str, logs: Path
 ) -> None:
     """A regression test for a bug this suite found (docs/reliability.md): one worker with
-    concurrency 2 claims the poison job and an innocent job due at the same moment in one batch;
-    the poison job kills the process. Both leases then expired at the same instant and the next
-    claim took both again, and again, until the innocent job was dead-lettered too. Jobs whose
-    lease expired are now taken over one at a time, so the innocent one completes."""
+    concurrency 4 (a claim takes up to half the slots) claims the poison job and an innocent job
+    due at the same moment in one batch; the poison job kills the process. Both leases then
+    expired at the same instant and the next claim took both again, and again, until the
+    innocent job was dead-lettered too. Jobs whose lease expired are now taken over one at a
+    time, so the innocent one completes."""
     poison, innocent = Client(db_url, max_attempts=3).enqueue(
         [Effect(value=0, poison=True), Effect(value=1, sleep=0.02)]
     )
-    with Supervisor(db_url, app_url, logs, workers=1, concurrency=2):
+    with Supervisor(db_url, app_url, logs, workers=1, concurrency=4):
         wait_until(
             lambda: job_rows(db_url)[poison].state == "dead_letter",
             timeout=60,
