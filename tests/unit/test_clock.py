@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -224,6 +225,23 @@ def test_uuid7_version_variant_and_timestamp(ms: int) -> None:
     assert (value.int >> 62) & 0b11 == 0b10
     assert str(value)[14] == "7"
     assert str(value)[19] in "89ab"
+
+
+@given(ms=st.integers(min_value=0, max_value=MAX_MS))
+def test_uuid7_is_an_ordinary_uuid(ms: int) -> None:
+    """uuid7 builds its UUID without the constructor's range check; the result must be
+    indistinguishable from one the constructor built."""
+    value = uuid7(ms)
+    same = uuid.UUID(int=value.int)
+    assert type(value) is uuid.UUID
+    assert (value, hash(value), str(value)) == (same, hash(same), str(same))
+    assert repr(value) == repr(same)
+    assert value.is_safe is same.is_safe
+    assert uuid.UUID(str(value)) == value
+    assert uuid.UUID(bytes=value.bytes) == value
+    assert copy.deepcopy(value) == value
+    with pytest.raises(TypeError):
+        value.int = 0  # type: ignore[misc]
 
 
 @given(

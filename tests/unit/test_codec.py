@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, PlainSerializer, SerializationInfo, TypeAdapter, field_serializer
 
 from caravel import ValidationError
 from caravel.codec import PayloadDecodeError, decode_payload, encode_payload, json_depth
@@ -213,6 +215,115 @@ def test_encoding_matches_the_standard_librarys_canonical_spelling(value: Any) -
         {"data": value}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
     assert encode_payload(DOC, Doc(data=value), LIMIT) == expected
+
+
+# ----- one dump or two ---------------------------------------------------------------------
+# The checks read pydantic's Python-mode dump; the stored text is the canonical form of its
+# JSON-mode dump. When the Python-mode dump holds only JSON's own types and the type has no
+# custom serializer, it is used as the JSON-mode dump. Either way the text must be the one the
+# JSON-mode dump gives.
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    PAIR = (1, 2)
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+python_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | finite_floats
+    | st.text()
+    | st.datetimes(timezones=st.just(UTC))
+    | st.uuids()
+    | st.decimals(allow_nan=False, allow_infinity=False, places=3)
+    | st.sampled_from([Colour.RED, Colour.PAIR, Level.LOW]),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.frozensets(st.integers(), max_size=3)
+        | st.dictionaries(st.text(max_size=8), children, max_size=4)
+        | st.dictionaries(st.integers(), children, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+def _json_mode_text(adapter: TypeAdapter[Any], job: object) -> str:
+    plain = adapter.dump_python(job, mode="json")
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@settings(max_examples=200)
+@given(value=python_values)
+def test_the_text_is_the_json_mode_dump_whatever_python_values_the_job_holds(value: Any) -> None:
+    assert encode_payload(DOC, Doc(data=value), LIMIT) == _json_mode_text(DOC, Doc(data=value))
+
+
+def _by_mode(value: int, info: SerializationInfo) -> object:
+    return {"spelled": str(value)} if info.mode == "json" else value
+
+
+@dataclasses.dataclass
+class ModeAware:
+    count: Annotated[int, PlainSerializer(_by_mode)]
+
+
+class ModeAwareModel(BaseModel):
+    count: int
+
+    @field_serializer("count")
+    def spell(self, value: int, info: SerializationInfo) -> object:
+        return _by_mode(value, info)
+
+
+@pytest.mark.parametrize(
+    ("adapter", "job"),
+    [
+        pytest.param(TypeAdapter(ModeAware), ModeAware(5), id="annotated-serializer"),
+        pytest.param(TypeAdapter(ModeAwareModel), ModeAwareModel(count=5), id="field-serializer"),
+    ],
+)
+def test_a_serializer_that_answers_by_mode_is_stored_as_json_mode_spells_it(
+    adapter: TypeAdapter[Any], job: object
+) -> None:
+    # Its Python-mode dump holds only JSON types ({"count": 5}), but it is not the JSON dump.
+    assert adapter.dump_python(job, mode="python") == {"count": 5}
+    assert encode_payload(adapter, job, LIMIT) == '{"count":{"spelled":"5"}}'
+
+
+class CountingAdapter(TypeAdapter[Any]):
+    def __init__(self, kind: Any) -> None:
+        super().__init__(kind)
+        self.dumps: list[str] = []
+
+    def dump_python(self, instance: Any, /, **kwargs: Any) -> Any:
+        self.dumps.append(kwargs["mode"])
+        return super().dump_python(instance, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("value", "dumps"),
+    [
+        pytest.param({"a": [1, 2.5, None, True, "é"]}, ["python"], id="json-types"),
+        pytest.param({"a": (1, 2)}, ["python"], id="tuple"),
+        pytest.param({"at": datetime(2026, 1, 1, tzinfo=UTC)}, ["python", "json"], id="datetime"),
+        pytest.param({1: "a"}, ["python", "json"], id="integer-key"),
+        pytest.param({"s": frozenset({1})}, ["python", "json"], id="set"),
+        pytest.param({"e": Level.LOW}, ["python", "json"], id="int-enum"),
+    ],
+)
+def test_a_second_dump_is_taken_only_when_json_mode_could_differ(
+    value: Any, dumps: list[str]
+) -> None:
+    adapter = CountingAdapter(Doc)
+    encode_payload(adapter, Doc(data=value), LIMIT)
+    assert adapter.dumps == dumps
 
 
 # ----- values JSON cannot spell ------------------------------------------------------------

@@ -126,6 +126,9 @@ _COPY_SQL = (
 _COPY_TYPES = [kind for _, kind in _COPY_COLUMNS]
 
 
+_READY = JobState.READY.value
+
+
 def _copy_row(job: NewJob) -> tuple[Any, ...]:
     """A new job's row as COPY sends it: the same values as an INSERT of the job."""
     return (
@@ -135,7 +138,7 @@ def _copy_row(job: NewJob) -> tuple[Any, ...]:
         job.tenant_id,
         job.idempotency_key,
         job.payload,
-        JobState.READY.value,
+        _READY,
         0,
         job.max_attempts,
         job.due_at,
