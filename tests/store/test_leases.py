@@ -281,10 +281,20 @@ async def test_expired_exhausted_jobs_are_dead_lettered_and_claim_returns_next_j
 async def test_claim_sources_keep_waiting_jobs_and_expired_leases_apart(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_attempts=2) as queue:
-        crashed = [(await queue.enqueue(Add(n), dispatch())).job_id for n in range(3)]
-        assert len(await queue.claim_many("default", 3)) == 3
-        await clock.advance(LEASE)  # those three leases end now, with one attempt left each
-        waiting = [(await queue.enqueue(Add(n), dispatch())).job_id for n in range(10, 12)]
+        # Everything happens one millisecond apart: jobs due (or leases ending) in the same
+        # millisecond are claimed in no particular order.
+        crashed = []
+        for n in range(3):
+            crashed.append((await queue.enqueue(Add(n), dispatch())).job_id)
+            await clock.advance(MS)
+        for _ in crashed:
+            assert len(await queue.claim_many("default", 1)) == 1
+            await clock.advance(MS)
+        await clock.advance(LEASE)  # those three leases have ended, with one attempt left each
+        waiting = []
+        for n in range(10, 12):
+            waiting.append((await queue.enqueue(Add(n), dispatch())).job_id)
+            await clock.advance(MS)
 
         # A batch of waiting jobs never takes over an expired lease, however large.
         ready = await queue.claim_many("default", 10, source="ready")
