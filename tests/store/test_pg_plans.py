@@ -68,13 +68,12 @@ def _store(queue: DatabaseQueue) -> PostgresStore:
 
 @asynccontextmanager
 async def _hot_connection(store: PostgresStore) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A connection set up as the store sets up its hot-path connections."""
-    fairy = await store._check_out()
-    try:
-        yield fairy.driver_connection
-    finally:
-        await fairy.driver_connection.execute("RESET plan_cache_mode")
-        await store._give_back(fairy)
+    """A connection the store keeps for its claims and acknowledgement batches."""
+    async with store._autocommit("test", index_only=True) as driver:
+        try:
+            yield driver
+        finally:
+            await driver.execute("RESET plan_cache_mode")
 
 
 def _prepared(text: str) -> tuple[str, list[str]]:
@@ -158,16 +157,30 @@ def _inline(driver: psycopg.AsyncConnection[Any], text: str, values: dict[str, A
     )
 
 
+async def test_only_the_workers_statements_plan_with_index_scans_only(fresh_pg_url: str) -> None:
+    async with open_queue(fresh_pg_url) as queue:
+        store = _store(queue)
+        job = await queue.enqueue(Add(1), dispatch())  # a one-job enqueue: a hot connection
+        claimed = await queue.claim_many("default", 1)  # a claim: one kept for the worker
+        assert [c.job_id for c in claimed] == [job.job_id]
+        (for_enqueues,) = store._hot[False]
+        (for_the_worker,) = store._hot[True]
+        assert await _settings(for_enqueues.driver_connection) == ("on", "on")
+        assert await _settings(for_the_worker.driver_connection) == ("off", "off")
+        await queue.complete(claimed[0].lease)  # the acknowledgement takes the same one
+        assert store._hot[True] == [for_the_worker]
+
+
 async def test_a_connection_given_back_to_the_pool_plans_with_the_server_defaults(
     fresh_pg_url: str,
 ) -> None:
     async with open_queue(fresh_pg_url) as queue:
         store = _store(queue)
-        fairy = await store._check_out()
+        fairy = await store._check_out(index_only=True)
         hot: psycopg.AsyncConnection[Any] = fairy.driver_connection
         hot_pid = hot.info.backend_pid
         assert await _settings(hot) == ("off", "off")
-        await store._give_back(fairy)
+        await store._give_back(fairy, index_only=True)
         async with store.engine.connect() as conn:  # the pool lends its one idle connection
             raw = await conn.get_raw_connection()
             pooled: psycopg.AsyncConnection[Any] = raw.driver_connection
@@ -183,3 +196,25 @@ async def _settings(driver: psycopg.AsyncConnection[Any]) -> tuple[str, str]:
     row = await cursor.fetchone()
     assert row is not None
     return row[0], row[1]
+
+
+async def test_a_connection_the_server_dropped_is_discarded_on_its_way_back(
+    fresh_pg_url: str,
+) -> None:
+    async with open_queue(fresh_pg_url) as queue:
+        store = _store(queue)
+        fairy = await store._check_out(index_only=True)
+        dropped = fairy.driver_connection.info.backend_pid
+        dsn = fresh_pg_url.replace("postgresql+psycopg://", "postgresql://")
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+            # With a timeout, it returns once the backend has gone.
+            await admin.execute("SELECT pg_terminate_backend(%s, 10000)", (dropped,))
+        # Giving its settings back fails; the connection is discarded instead of pooled.
+        await store._give_back(fairy, index_only=True)
+        async with store.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            pooled: psycopg.AsyncConnection[Any] = raw.driver_connection
+            assert pooled.info.backend_pid != dropped
+            await pooled.rollback()
+        await queue.enqueue(Add(1), dispatch())
+        assert len(await queue.claim_many("default", 5)) == 1

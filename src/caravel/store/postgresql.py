@@ -161,17 +161,19 @@ _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 #: a row collides, through arrays).
 SMALL_INSERT = 8
 
-#: Connections the one-statement hot paths keep checked out of the pool between uses.
+#: Connections the one-statement hot paths keep checked out of the pool between uses, for the
+#: one-job enqueue and, as many again, for the worker's claims and acknowledgement batches.
 HOT_CONNECTIONS = 4
 
-# The hot paths' statements are all driven by an index: a claim walks the claim index in due
-# order and stops after its batch. Without column statistics (a table that filled up faster
-# than autovacuum analyses it) the planner guesses that a handful of rows are due and prefers a
-# bitmap scan of every due row followed by a sort, so each claim would read the whole backlog.
-# The hot connections turn bitmap scans off for their session; a connection given back to the
-# pool gets the server's default again.
-_HOT_SETTINGS = "SET enable_bitmapscan = off; SET enable_seqscan = off"
-_POOL_SETTINGS = "RESET enable_bitmapscan; RESET enable_seqscan"
+# The worker's statements are driven by an index: a claim walks the claim index in due order
+# and stops after its batch; an acknowledgement batch probes the primary key once per lease.
+# Without column statistics (a table that filled up faster than autovacuum analyses it) the
+# planner guesses that a handful of rows are due, and prefers a bitmap scan of every due row
+# followed by a sort, or a sequential scan to find the picked rows: each claim would then read
+# the whole backlog. The connections kept for those statements turn both scan types off for
+# their session, and a connection given back to the pool gets the server's defaults again.
+_INDEX_ONLY = "SET enable_bitmapscan = off; SET enable_seqscan = off"
+_DEFAULT_PLANS = "RESET enable_bitmapscan; RESET enable_seqscan"
 
 #: The channel enqueues announce new work on; the payload is the queue name.
 CHANNEL = "caravel_jobs"
@@ -352,8 +354,9 @@ class PostgresStore(SqlStore):
         self._announcer = _Announcer(engine)
         #: Per insert call (by its first job's id), the queues whose NOTIFY it carried.
         self._announced: dict[UUID, set[str]] = {}
-        #: Pooled connections kept checked out, in autocommit mode, for :meth:`_autocommit`.
-        self._hot: list[Any] = []
+        #: Pooled connections kept checked out, in autocommit mode, for :meth:`_autocommit`: by
+        #: whether they plan with index scans only.
+        self._hot: dict[bool, list[Any]] = {False: [], True: []}
         self._closed = False
 
     def _insert(self) -> Any:
@@ -443,18 +446,23 @@ class PostgresStore(SqlStore):
         return await _execute(driver, sql, {**defaults, **values})
 
     @asynccontextmanager
-    async def _autocommit(self, operation: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def _autocommit(
+        self, operation: str, *, index_only: bool = False
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A psycopg connection in autocommit mode, for the one-statement hot paths (a one-job
         enqueue, a claim, an acknowledgement batch): each statement is its own transaction.
-        Errors are translated and the deadline holds as on every other operation.
+        Errors are translated and the deadline holds as on every other operation. With
+        ``index_only`` the connection plans without bitmap or sequential scans (see
+        ``_INDEX_ONLY``).
 
-        The connection comes from SQLAlchemy's pool, but up to :data:`HOT_CONNECTIONS` stay
-        checked out between uses, already in autocommit: taking one from the pool and giving it
-        back cost about as much as all of Caravel's own work in a one-job enqueue. One left
-        mid-statement is discarded; a broken one takes the idle ones with it (a server that went
-        away took them all)."""
+        The connection comes from SQLAlchemy's pool, but up to :data:`HOT_CONNECTIONS` of each
+        kind stay checked out between uses, already in autocommit: taking one from the pool and
+        giving it back cost about as much as all of Caravel's own work in a one-job enqueue. One
+        left mid-statement is discarded; a broken one takes the idle ones with it (a server that
+        went away took them all)."""
         async with self._translated(operation):
-            fairy = self._hot.pop() if self._hot else await self._check_out()
+            hot = self._hot[index_only]
+            fairy = hot.pop() if hot else await self._check_out(index_only=index_only)
             driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
             loop = asyncio.get_running_loop()
             timer = loop.call_later(self.operation_timeout, self._cut, lambda: driver)
@@ -462,41 +470,49 @@ class PostgresStore(SqlStore):
                 yield driver
             finally:
                 timer.cancel()
-                await self._check_in(fairy)
+                await self._check_in(fairy, index_only=index_only)
 
-    async def _check_out(self) -> Any:
+    async def _check_out(self, *, index_only: bool) -> Any:
         fairy = await self.engine.raw_connection()
         try:
             driver: psycopg.AsyncConnection[Any] = fairy.driver_connection  # type: ignore[assignment]
             await driver.set_autocommit(True)
-            await driver.execute(_HOT_SETTINGS)
+            if index_only:
+                await driver.execute(_INDEX_ONLY)
         except BaseException:
-            await self._give_back(fairy)
+            await self._give_back(fairy, index_only=index_only)
             raise
         return fairy
 
-    async def _check_in(self, fairy: Any) -> None:
+    async def _check_in(self, fairy: Any, *, index_only: bool) -> None:
         driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
         idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if idle and not self._closed and len(self._hot) < HOT_CONNECTIONS:
-            self._hot.append(fairy)
+        hot = self._hot[index_only]
+        if idle and not self._closed and len(hot) < HOT_CONNECTIONS:
+            hot.append(fairy)
             return
         if driver.broken:
-            stale, self._hot = self._hot, []
+            stale = [*self._hot[False], *self._hot[True]]
+            self._hot = {False: [], True: []}
             for other in stale:
                 await greenlet_spawn(other.invalidate)
                 await greenlet_spawn(other.close)
-        await self._give_back(fairy)
+        await self._give_back(fairy, index_only=index_only)
 
     @staticmethod
-    async def _give_back(fairy: Any) -> None:
+    async def _give_back(fairy: Any, *, index_only: bool) -> None:
         """Return a connection to SQLAlchemy's pool as it lent it, or discard it when it was
-        left mid-statement or broken."""
+        left mid-statement, is broken, or could not be given its default settings back."""
         driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
-        if driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-            await driver.execute(_POOL_SETTINGS)
-            await driver.set_autocommit(False)
-        else:
+        reusable = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if reusable:
+            try:
+                if index_only:
+                    await driver.execute(_DEFAULT_PLANS)
+                await driver.set_autocommit(False)
+            except psycopg.Error:
+                reusable = False
+        if not reusable:
             await greenlet_spawn(fairy.invalidate)
         await greenlet_spawn(fairy.close)
 
@@ -632,7 +648,7 @@ class PostgresStore(SqlStore):
             f"claim_{source}", lambda: self._claim_statement(source, literal_limit=False)
         )
         sql = sql.replace("%(b_limit)b", str(int(limit)))
-        async with self._autocommit("job_claim") as driver:
+        async with self._autocommit("job_claim", index_only=True) as driver:
             rows = await _execute(driver, sql, {**defaults, **values})
         return claimed_from_rows(rows)
 
@@ -648,7 +664,7 @@ class PostgresStore(SqlStore):
         if not leases or self._read_only:
             return await super().job_complete_many(leases, now)
         values = {**self._held_params(leases), "b_now": now}
-        async with self._autocommit("job_complete") as driver:
+        async with self._autocommit("job_complete", index_only=True) as driver:
             rows = await self._run(driver, "complete", self._complete_statement, values)
         return {row[0] for row in rows}
 
@@ -662,9 +678,10 @@ class PostgresStore(SqlStore):
     async def close(self) -> None:
         await self._announcer.close()
         self._closed = True
-        hot, self._hot = self._hot, []
-        for fairy in hot:
-            await self._give_back(fairy)
+        hot, self._hot = self._hot, {False: [], True: []}
+        for index_only, fairies in hot.items():
+            for fairy in fairies:
+                await self._give_back(fairy, index_only=index_only)
         await super().close()
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
