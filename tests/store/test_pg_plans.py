@@ -76,6 +76,16 @@ async def _hot_connection(store: PostgresStore) -> AsyncIterator[psycopg.AsyncCo
             await driver.execute("RESET plan_cache_mode")
 
 
+@asynccontextmanager
+async def _pooled_connection(store: PostgresStore) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """The connection the store's pool lends next, as any of its other statements get it."""
+    async with store.engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        driver: psycopg.AsyncConnection[Any] = raw.driver_connection
+        yield driver
+        await driver.rollback()
+
+
 def _prepared(text: str) -> tuple[str, list[str]]:
     """The store's compiled statement with ``$n`` placeholders, for ``PREPARE``; and the
     parameter names in ``$n`` order."""
@@ -106,11 +116,8 @@ async def test_a_claim_without_statistics_reads_only_its_batch(fresh_pg_url: str
         # The hazard is real on this server: with the planner's defaults, some step of the
         # plan reads every job to claim ten (a sequential scan to find the ten picked rows, or a
         # bitmap scan and a sort of every due row on a larger table).
-        async with store.engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            pool_driver: psycopg.AsyncConnection[Any] = raw.driver_connection
-            default_plan = await _explain(pool_driver, _inline(pool_driver, text, values))
-            await pool_driver.rollback()
+        async with _pooled_connection(store) as pooled:
+            default_plan = await _explain(pooled, _inline(pooled, text, values))
         assert max(_rows_read(n) for n in default_plan) == JOBS
 
         async with _hot_connection(store) as driver:
@@ -181,12 +188,9 @@ async def test_a_connection_given_back_to_the_pool_plans_with_the_server_default
         hot_pid = hot.info.backend_pid
         assert await _settings(hot) == ("off", "off")
         await store._give_back(fairy, index_only=True)
-        async with store.engine.connect() as conn:  # the pool lends its one idle connection
-            raw = await conn.get_raw_connection()
-            pooled: psycopg.AsyncConnection[Any] = raw.driver_connection
+        async with _pooled_connection(store) as pooled:  # the pool's one idle connection
             assert pooled.info.backend_pid == hot_pid
             assert await _settings(pooled) == ("on", "on")
-            await pooled.rollback()
 
 
 async def _settings(driver: psycopg.AsyncConnection[Any]) -> tuple[str, str]:
@@ -211,10 +215,7 @@ async def test_a_connection_the_server_dropped_is_discarded_on_its_way_back(
             await admin.execute("SELECT pg_terminate_backend(%s, 10000)", (dropped,))
         # Giving its settings back fails; the connection is discarded instead of pooled.
         await store._give_back(fairy, index_only=True)
-        async with store.engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            pooled: psycopg.AsyncConnection[Any] = raw.driver_connection
+        async with _pooled_connection(store) as pooled:
             assert pooled.info.backend_pid != dropped
-            await pooled.rollback()
         await queue.enqueue(Add(1), dispatch())
         assert len(await queue.claim_many("default", 5)) == 1
