@@ -55,6 +55,9 @@ class Profile:
     concurrency: int = 4
     rate: float = 60.0  # jobs per second offered by the client
     stall_timeout: float = 60.0  # the drain fails when no job finishes for this long
+    #: Keep the faults coming past ``duration`` (for at most as long again) until each kind
+    #: (kill, stop and, on PostgreSQL, reset) happened this many times.
+    at_least: int = 0
 
 
 @dataclass
@@ -126,10 +129,18 @@ def _run(
     with supervisor:
         client.start(job_stream(profile.seed), pause=batch / profile.rate, batch_size=batch)
         deadline = started + profile.duration
+
+        def more_faults(now: float) -> bool:
+            if now < deadline:
+                return True
+            kinds = [schedule.kills, schedule.stops]
+            kinds += [schedule.resets] if proxy is not None else []
+            return now < deadline + profile.duration and min(kinds) < profile.at_least
+
         resume: dict[int, tuple[float, Any]] = {}
         deck: list[str] = []
         next_action = started + rng.uniform(0.5, 2.0)
-        while time.monotonic() < deadline:
+        while more_faults(time.monotonic()):
             now = time.monotonic()
             for pid, (at, worker) in list(resume.items()):
                 if now >= at:
@@ -148,7 +159,13 @@ def _run(
                     schedule.actions.append((round(now - started, 3), action, severed))
                     continue
                 candidates = [w for w in supervisor.running() if "processing" in w.log()]
-                if action != "none" and candidates:
+                if action != "none" and not candidates:
+                    # Every worker is restarting (after a reset, say): try again shortly, so the
+                    # run always gets the kills and pauses its deck promised.
+                    deck.append(action)
+                    next_action = now + 0.2
+                    continue
+                if action != "none":
                     victim = rng.choice(candidates)
                     if action == "kill":
                         supervisor.signal(victim, signal.SIGKILL)

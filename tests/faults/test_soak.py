@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_short_soak(db_url: str, app_url: str, logs: Path, backend: str) -> None:
     report, supervisor, client = run_soak(
-        db_url, app_url, logs, Profile(duration=15.0, seed=11, rate=75.0)
+        db_url, app_url, logs, Profile(duration=15.0, seed=11, rate=75.0, at_least=2)
     )
     print(json.dumps({"backend": backend, **report}))
     assert client.errors == []
