@@ -10,11 +10,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _packages_on_disk(base: Path, name: str) -> set[str]:
+    """Every directory Python could import: those with an ``__init__.py`` and those that only
+    hold data files (templates, static assets), which setuptools also treats as packages."""
     found = set()
-    for init in base.rglob("__init__.py"):
-        if "__pycache__" in init.parts:
+    for path in base.rglob("*"):
+        if not path.is_file() or "__pycache__" in path.parts or path.name.startswith("."):
             continue
-        relative = init.parent.relative_to(base)
+        relative = path.parent.relative_to(base)
         found.add(".".join((name, *relative.parts)) if relative.parts else name)
     return found
 
