@@ -122,13 +122,10 @@ def test_upgrade_from_empty_creates_the_tables_and_own_version_table(empty_url: 
         assert columns == set(metadata.tables[JOBS].columns.keys())
         assert "ix_caravel_jobs_claim" in {index["name"] for index in inspector.get_indexes(JOBS)}
         assert inspector.get_pk_constraint(JOBS)["constrained_columns"] == ["id"]
-        unique = {
-            tuple(constraint["column_names"])
-            for constraint in inspector.get_unique_constraints(JOBS)
-        }
-        assert ("queue", "tenant_id", "idempotency_key") in unique
+        assert inspector.get_unique_constraints(JOBS) == []  # uniqueness is the index below
     finally:
         engine.dispose()
+    assert _idempotency_index(empty_url) == IDEMPOTENCY_INDEX
 
 
 def test_upgrade_twice_is_a_no_op(empty_url: str) -> None:
@@ -173,6 +170,103 @@ def test_check_rejects_a_revision_other_than_head(empty_url: str) -> None:
     with pytest.raises(SchemaNotReadyError) as caught:
         migrate.check(empty_url)
     assert "ffff" in str(caught.value)
+
+
+# ----- the idempotency index (revision 0004) -----------------------------------------------
+
+#: Unique over (queue, tenant, key), with entries only for jobs that have a key.
+IDEMPOTENCY_INDEX = (True, ("queue", "tenant_id", "idempotency_key"), "idempotency_key IS NOT NULL")
+
+
+def _idempotency_index(url: str) -> tuple[bool, tuple[str, ...], str] | None:
+    """Whether ``uq_caravel_jobs_idempotency`` is a unique index, its columns and its predicate
+    as the database reports them (normalised), or ``None`` when no such index exists."""
+    engine = _engine(url)
+    try:
+        found = {
+            ix["name"]: ix
+            for ix in sa.inspect(engine).get_indexes(JOBS)
+            if not ix.get("duplicates_constraint")  # PostgreSQL lists a constraint's index too
+        }
+    finally:
+        engine.dispose()
+    index = found.get("uq_caravel_jobs_idempotency")
+    if index is None:
+        return None
+    options = index.get("dialect_options", {})
+    where = options.get("postgresql_where", options.get("sqlite_where"))
+    predicate = str(where).strip("()") if where is not None else ""
+    columns = tuple(str(c) for c in index["column_names"])
+    return bool(index["unique"]), columns, predicate
+
+
+def _unique_constraints(url: str) -> list[tuple[str, ...]]:
+    engine = _engine(url)
+    try:
+        constraints = sa.inspect(engine).get_unique_constraints(JOBS)
+    finally:
+        engine.dispose()
+    return [tuple(c["column_names"]) for c in constraints]
+
+
+async def test_upgrade_to_0004_keeps_jobs_and_still_settles_repeated_keys(empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0003")
+    assert _idempotency_index(empty_url) is None
+    assert _unique_constraints(empty_url) == [("queue", "tenant_id", "idempotency_key")]
+    async with open_queue(empty_url) as queue:
+        keyed = await queue.enqueue(Add(1), dispatch("order-1"))
+        keyless = [await queue.enqueue(Add(n), dispatch()) for n in (2, 3)]
+
+    migrate.upgrade(empty_url)
+
+    assert _idempotency_index(empty_url) == IDEMPOTENCY_INDEX
+    assert _unique_constraints(empty_url) == []
+    assert _autogenerate_is_empty(empty_url)
+    async with open_queue(empty_url) as queue:
+        again = await queue.enqueue(Add(1), dispatch("order-1"))
+        assert again.already_enqueued
+        assert again.job_id == keyed.job_id
+        other_tenant = await queue.enqueue(Add(1), dispatch("order-1", tenant="tenant-b"))
+        assert not other_tenant.already_enqueued
+        more = await queue.enqueue(Add(4), dispatch())
+        assert not more.already_enqueued
+        for result in (keyed, *keyless):
+            assert await queue.get_status(result.job_id, "default", "tenant-a") is not None
+    assert _rows(empty_url, f"SELECT COUNT(*) FROM {JOBS}") == [(5,)]
+
+
+async def test_a_repeated_key_written_behind_the_queue_is_refused_by_the_index(
+    empty_url: str,
+) -> None:
+    migrate.upgrade(empty_url)
+    async with open_queue(empty_url) as queue:
+        first = await queue.enqueue(Add(1), dispatch("dup"))
+    copy = (
+        f"INSERT INTO {JOBS} (id, queue, job_type, tenant_id, idempotency_key, payload, state,"
+        " attempt, max_attempts, due_at, available_at, lease_token, created_at, updated_at)"
+        " SELECT {id}, queue, job_type, tenant_id, {key}, payload, state, attempt,"
+        f" max_attempts, due_at, available_at, lease_token, created_at, updated_at FROM {JOBS}"
+    )
+    fresh_id = (
+        "gen_random_uuid()"
+        if make_url(empty_url).get_backend_name() == "postgresql"
+        else "lower(hex(randomblob(16)))"
+    )
+    with pytest.raises(sa.exc.IntegrityError):
+        _execute(empty_url, copy.format(id=fresh_id, key="idempotency_key"))
+    _execute(empty_url, copy.format(id=fresh_id, key="NULL"))  # any number without a key
+    _execute(empty_url, copy.format(id=fresh_id, key="NULL"))
+    assert _rows(empty_url, f"SELECT COUNT(*) FROM {JOBS} WHERE idempotency_key IS NULL") == [(3,)]
+    assert first.already_enqueued is False
+
+
+def test_downgrade_from_0004_restores_the_unique_constraint(empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    migrate.downgrade(empty_url, "0003")
+    assert _idempotency_index(empty_url) is None
+    assert _unique_constraints(empty_url) == [("queue", "tenant_id", "idempotency_key")]
+    migrate.upgrade(empty_url)
+    assert _idempotency_index(empty_url) == IDEMPOTENCY_INDEX
 
 
 # ----- downgrade ---------------------------------------------------------------------------

@@ -63,8 +63,16 @@ jobs = sa.Table(
     sa.CheckConstraint(
         "max_attempts >= 1 AND max_attempts <= 100", name="ck_caravel_jobs_max_attempts"
     ),
-    sa.UniqueConstraint(
-        "queue", "tenant_id", "idempotency_key", name="uq_caravel_jobs_idempotency"
+    # Idempotency: one job per key in a queue and tenant. Only keyed jobs have an entry, so a
+    # keyless job costs this index nothing on insert, claim or acknowledgement.
+    sa.Index(
+        "uq_caravel_jobs_idempotency",
+        "queue",
+        "tenant_id",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
     ),
     sa.Index(
         "ix_caravel_jobs_claim",
