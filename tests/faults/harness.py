@@ -573,9 +573,12 @@ class Supervisor:
             for worker in self.slots:
                 if worker in self.retired:
                     continue
+                # A worker that died before the monitor's last look (it looks every 50 ms) died
+                # while supervised: its exit is a crash, not one that stopping caused.
+                exited_already = worker.poll() is not None
                 codes.append(worker.terminate(timeout))
                 slot = self.slots.index(worker)
-                self.exits.append(Exit(slot, worker.pid, codes[-1], at_stop=True))
+                self.exits.append(Exit(slot, worker.pid, codes[-1], at_stop=not exited_already))
                 self.retired.append(worker)
             return codes
 

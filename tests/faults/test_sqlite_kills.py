@@ -60,7 +60,9 @@ def test_random_sigkills_mid_write_leave_sqlite_consistent(
             kills += 1
         client.join(timeout=60)
         wait_until(lambda: all_terminal(db_url, 800), timeout=120, what="every job to finish")
-        crashes = supervisor.crashes()
+    # Read after the supervisor stopped: the last kill may land after every job finished, before
+    # the monitor's next look, and stopping still counts it as a crash.
+    crashes = supervisor.crashes()
     assert client.errors == []
     assert len(client.acknowledged) == 800
     assert first == client.acknowledged[:200]
