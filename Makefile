@@ -33,7 +33,7 @@ test: lint typecheck pytest
 
 # Throughput and latency on PostgreSQL and SQLite, and the peers (pgqueuer, procrastinate) on
 # PostgreSQL; medians of three runs; prints a table and writes JSON under bench/results/.
-# Takes about twenty minutes. BENCH_ARGS="--quick" for a glance.
+# Takes five to fifteen minutes, by the machine. BENCH_ARGS="--quick" for a glance.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
 	$(BIN)/python -m bench $(BENCH_ARGS)
