@@ -417,6 +417,7 @@ class Worker:
             full_env["CARAVEL_FAILPOINT"] = failpoint
         self.log_path = log_path
         self.stopped = False  # SIGSTOPped by the test
+        self.killed = False  # SIGKILLed by the test (it may take a moment to die)
         with open(log_path, "w", encoding="utf-8") as log:
             self.process = subprocess.Popen(
                 args, cwd=ROOT, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
@@ -432,7 +433,9 @@ class Worker:
     def signal(self, signum: int) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signum)
-            if signum == signal.SIGSTOP:
+            if signum == signal.SIGKILL:
+                self.killed = True
+            elif signum == signal.SIGSTOP:
                 self.stopped = True
             elif signum == signal.SIGCONT:
                 self.stopped = False
@@ -573,12 +576,12 @@ class Supervisor:
             for worker in self.slots:
                 if worker in self.retired:
                     continue
-                # A worker that died before the monitor's last look (it looks every 50 ms) died
-                # while supervised: its exit is a crash, not one that stopping caused.
-                exited_already = worker.poll() is not None
+                # A worker that died, or was sent SIGKILL, before the monitor's last look (it
+                # looks every 50 ms) died while supervised: a crash, not an exit stopping caused.
+                crashed = worker.killed or worker.poll() is not None
                 codes.append(worker.terminate(timeout))
                 slot = self.slots.index(worker)
-                self.exits.append(Exit(slot, worker.pid, codes[-1], at_stop=not exited_already))
+                self.exits.append(Exit(slot, worker.pid, codes[-1], at_stop=not crashed))
                 self.retired.append(worker)
             return codes
 
