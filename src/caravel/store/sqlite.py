@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,9 @@ LOCK_WAIT_NOTED_MS = 50
 _READONLY_OPTION = "caravel_readonly"
 
 T = TypeVar("T")
+
+#: A job's values as a statement's positional parameters.
+_Parameters = Callable[[NewJob], tuple[Any, ...]]
 
 
 def _file_url(url: str | sa.URL, mode: str) -> sa.URL:
@@ -120,6 +124,8 @@ class SqliteStore(SqlStore):
 
     db_system = "sqlite"
     insert_chunk = 200
+    # Raised by the one-job insert, which runs on the driver's own connection.
+    driver_errors = (sqlite3.Error,)
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
@@ -141,13 +147,61 @@ class SqliteStore(SqlStore):
         async with self._translated(operation), self._writer:
             return await asyncio.get_running_loop().run_in_executor(self._thread, run)
 
+    async def _in_writer_raw(self, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(connection)`` inside one ``BEGIN IMMEDIATE`` transaction on the writer thread,
+        on the pooled connection's own sqlite3 connection. SQLAlchemy's transaction and execution
+        work cost as much as the insert and its commit together (155 against 80 µs a one-job
+        enqueue, measured on the writer thread). A connection that failed mid-transaction is
+        discarded, which also rolls its transaction back."""
+
+        def run() -> T:
+            pooled = self._blocking.raw_connection()
+            try:
+                driver: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
+                driver.execute("BEGIN IMMEDIATE")
+                result = work(driver)
+                driver.execute("COMMIT")
+            except BaseException:
+                pooled.invalidate()
+                raise
+            finally:
+                pooled.close()
+            return result
+
+        async with self._translated(operation), self._writer:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, run)
+
+    def _raw_insert(self) -> tuple[str, _Parameters]:
+        """The one-job insert's SQL text (compiled once by SQLAlchemy, so it is the statement
+        the other paths run) and a function from a job to its positional parameters, converted
+        as SQLAlchemy would convert them (ids to the column's text form)."""
+
+        def build() -> tuple[str, _Parameters]:
+            dialect = self._blocking.dialect
+            compiled = self._insert_statement().compile(dialect=dialect)
+            names = list(compiled.positiontup or ())
+            defaults = compiled.params
+            converters = [compiled.binds[name].type.bind_processor(dialect) for name in names]
+
+            def parameters(job: NewJob) -> tuple[Any, ...]:
+                values = {**defaults, **self._row_values(job)}
+                return tuple(
+                    values[name] if convert is None else convert(values[name])
+                    for name, convert in zip(names, converters, strict=True)
+                )
+
+            return str(compiled), parameters
+
+        found: tuple[str, _Parameters] = self._statement("raw_insert", build)
+        return found
+
     async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         if len(new_jobs) == 1:
             job = new_jobs[0]
-            stmt = self._insert_statement()
-            values = self._row_values(job)
-            row = await self._in_writer(
-                "job_insert", lambda conn, _: conn.execute(stmt, values).first()
+            sql, parameters = self._raw_insert()
+            values = parameters(job)
+            row = await self._in_writer_raw(
+                "job_insert", lambda driver: driver.execute(sql, values).fetchone()
             )
             if row is not None:
                 return [InsertOutcome(job.id, inserted=True)]

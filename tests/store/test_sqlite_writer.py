@@ -1,0 +1,105 @@
+"""SQLite's one-job enqueue runs on the writer thread's own sqlite3 connection, outside
+SQLAlchemy: it must store what the general insert stores, and a failure must leave nothing
+behind and not poison the next enqueue."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from caravel import StoreError
+from tests.support import Add, dispatch, open_queue
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+
+#: Every column but those that differ between two jobs by nature.
+COLUMNS = (
+    "queue, job_type, tenant_id, state, attempt, max_attempts, due_at, available_at,"
+    " lease_token, lease_expires_at, started_at, finished_at, created_at, updated_at,"
+    " last_failure, trace_context"
+)
+
+
+def _file(url: str) -> Path:
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def _query(url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
+    with sqlite3.connect(_file(url)) as conn:
+        return [tuple(row) for row in conn.execute(sql, args)]
+
+
+def _execute(url: str, sql: str) -> None:
+    conn = sqlite3.connect(_file(url))
+    try:
+        conn.execute(sql)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_one_job_is_stored_as_the_general_insert_stores_it(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        one = await queue.enqueue(Add(1, "x"), dispatch("alone"))
+        # Two jobs take the general (SQLAlchemy) path.
+        pair = await queue.enqueue_many([(Add(1, "x"), dispatch("pair-1")), (Add(2), dispatch())])
+        status = await queue.get_status(one.job_id, "default", "tenant-a")
+
+    assert status is not None
+    assert status.state == "ready"
+    (stored_id,) = _query(db_url, "SELECT id FROM caravel_jobs WHERE idempotency_key = 'alone'")[0]
+    assert stored_id == one.job_id.hex  # the column's text form, as SQLAlchemy writes it
+    alone = _query(db_url, f"SELECT {COLUMNS} FROM caravel_jobs WHERE id = ?", one.job_id.hex)
+    general = _query(db_url, f"SELECT {COLUMNS} FROM caravel_jobs WHERE id = ?", pair[0].job_id.hex)
+    # Same clock reading is not guaranteed: compare with the times blanked out.
+    times = {6, 7, 12, 13}  # due_at, available_at, created_at, updated_at
+    assert [v for i, v in enumerate(alone[0]) if i not in times] == [
+        v for i, v in enumerate(general[0]) if i not in times
+    ]
+    assert alone[0][6] == alone[0][7] == alone[0][12] == alone[0][13]
+    payloads = _query(
+        db_url,
+        "SELECT payload FROM caravel_jobs WHERE id IN (?, ?)",
+        one.job_id.hex,
+        pair[0].job_id.hex,
+    )
+    assert payloads[0] == payloads[1]
+
+
+async def test_a_repeated_key_is_answered_with_the_first_job(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        first = await queue.enqueue(Add(1), dispatch("k"))
+        again = await queue.enqueue(Add(1), dispatch("k"))
+    assert again.already_enqueued
+    assert again.job_id == first.job_id
+    assert _query(db_url, "SELECT COUNT(*) FROM caravel_jobs") == [(1,)]
+
+
+async def test_a_failed_insert_writes_nothing_and_the_next_one_works(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        await queue.enqueue(Add(1), dispatch("before"))
+        _execute(
+            db_url,
+            "CREATE TRIGGER refuse BEFORE INSERT ON caravel_jobs"
+            " BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        )
+        with pytest.raises(StoreError) as caught:
+            await queue.enqueue(Add(2), dispatch("refused"))
+        assert caught.value.operation == "job_insert"
+        assert "refused by the test" not in str(caught.value)  # driver text stays out
+        _execute(db_url, "DROP TRIGGER refuse")
+
+        after = await queue.enqueue(Add(3), dispatch("after"))
+
+        assert not after.already_enqueued
+        keys = _query(db_url, "SELECT idempotency_key FROM caravel_jobs ORDER BY created_at")
+        assert sorted(k for (k,) in keys) == ["after", "before"]
+        # The write lock was given back: another connection can write at once.
+        conn = sqlite3.connect(_file(db_url), timeout=0)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.rollback()
+        finally:
+            conn.close()
