@@ -23,6 +23,9 @@ from caravel import (
     DispatchOptions,
     JobContext,
     JobRegistry,
+    Leases,
+    QueueCounts,
+    QueueInspector,
     QueueWorker,
     WorkerOptions,
 )
@@ -30,6 +33,11 @@ from caravel.store.urls import backend_of
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
+
+
+async def _counts(queue: DatabaseQueue) -> list[QueueCounts]:
+    """The bench queue's counts, read over the queue's own connections."""
+    return await QueueInspector(queue.store, clock=queue.clock).queue_counts(QUEUE)
 
 
 def _dispatch(key: str | None = None) -> DispatchOptions:
@@ -59,7 +67,7 @@ async def enqueue_single(url: str, n: int, producers: int = 1) -> dict[str, Any]
         started = time.perf_counter()
         await asyncio.gather(*(produce(p) for p in range(producers)))
         elapsed = time.perf_counter() - started
-        assert (await queue.queue_counts(QUEUE))[0].ready == n + 1
+        assert (await _counts(queue))[0].ready == n + 1
     return {"jobs": n, "producers": producers, "seconds": elapsed, "jobs_per_second": n / elapsed}
 
 
@@ -111,7 +119,7 @@ async def drain(url: str, n: int, concurrency: int) -> dict[str, Any]:
         await running  # includes writing the last acknowledgements
         elapsed = time.perf_counter() - started
         await worker.close()
-        counts = await queue.queue_counts(QUEUE)
+        counts = await _counts(queue)
     completed = counts[0].completed if counts else 0
     return {
         "jobs": n,
@@ -142,7 +150,7 @@ async def steady(url: str, seconds: float, producers: int, concurrency: int) -> 
         before = time.perf_counter()
         await asyncio.gather(*(produce(p * 10_000_000) for p in range(producers)))
         elapsed = time.perf_counter() - before
-        counts = (await queue.queue_counts(QUEUE))[0]
+        counts = (await _counts(queue))[0]
         worker.stop()
         await running
         await worker.close()
@@ -268,14 +276,16 @@ def durability(url: str, n: int = 200, settle: float = 2.0) -> dict[str, Any]:
     leases: list[Any] = []
 
     async def claim(queue: DatabaseQueue) -> None:
+        held = Leases(queue)
         for _ in range(n):
-            claimed = await queue.claim(QUEUE)
+            claimed = await held.claim(QUEUE)
             assert claimed is not None
             leases.append(claimed.lease)
 
     async def acknowledge(queue: DatabaseQueue) -> None:
+        held = Leases(queue)
         for lease in leases:
-            await queue.complete(lease)
+            await held.complete(lease)
 
     async def run() -> dict[str, Any]:
         await asyncio.sleep(settle)
@@ -376,7 +386,7 @@ def memory(url: str, n: int, concurrency: int, window: int = 50_000) -> dict[str
         async with DatabaseQueue(url, registry) as queue:
             fed = 0
             while True:
-                counts = await queue.queue_counts(QUEUE)
+                counts = await _counts(queue)
                 done = counts[0].completed if counts else 0
                 backlog = (counts[0].ready + counts[0].running) if counts else 0
                 samples.append((done, _rss_kib(worker.pid)))

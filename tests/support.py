@@ -11,7 +11,14 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from caravel import DatabaseQueue, DispatchOptions, JobContext, JobRegistry, QueueOptions
+from caravel import (
+    DatabaseQueue,
+    DispatchOptions,
+    JobContext,
+    JobRegistry,
+    QueueInspector,
+    QueueOptions,
+)
 from caravel.testing import ManualClock
 
 
@@ -126,3 +133,9 @@ async def until_watching(clock: SteppingClock, task: asyncio.Future[bool]) -> No
         task.result()
         pytest.fail("run_once finished while the handler should still be running")
     pytest.fail("the worker never started watching the lease")
+
+
+def inspector_of(queue: DatabaseQueue) -> QueueInspector:
+    """An inspector over ``queue``'s own store and clock (not closed separately: the queue
+    owns the connections)."""
+    return QueueInspector(queue.store, clock=queue.clock)

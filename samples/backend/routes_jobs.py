@@ -31,7 +31,7 @@ async def list_jobs(
     if "job.read" not in user.permissions:
         raise HTTPException(403, "the job.read permission is required")
     tenant = None if user.reads_all_tenants else user.tenant_id
-    jobs = await services(request).queue.list_jobs(tenant_id=tenant, limit=limit)
+    jobs = await services(request).inspector.list_jobs(tenant_id=tenant, limit=limit)
     return JobList(
         items=[
             JobView(

@@ -18,7 +18,14 @@ from caravel_samples.backend.login_limit import FixedWindow
 from caravel_samples.backend.settings import Settings
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from caravel import Clock, DatabaseQueue, QueueOptions, QueueWorker, WorkerOptions
+from caravel import (
+    Clock,
+    DatabaseQueue,
+    QueueInspector,
+    QueueOptions,
+    QueueWorker,
+    WorkerOptions,
+)
 
 logger = logging.getLogger("caravel_samples.backend")
 
@@ -37,6 +44,8 @@ class Services:
         )
         options = QueueOptions(lease_duration=timedelta(seconds=settings.worker.lease_seconds))
         self.queue = DatabaseQueue(settings.database_url, registry, options=options, clock=clock)
+        #: Read-only monitoring (``GET /api/jobs``) reads through its own read-only connections.
+        self.inspector = QueueInspector(settings.database_url, clock=self.queue.clock)
         self.login_window = FixedWindow(
             settings.limits.login_permit_limit, settings.limits.login_window_seconds
         )
@@ -82,5 +91,6 @@ class Services:
         if self._worker_task is not None:
             await asyncio.gather(self._worker_task, return_exceptions=True)
         await self.queue.close()
+        await self.inspector.close()
         await self.engine.dispose()
         await self.probe_engine.dispose()

@@ -21,6 +21,7 @@ from caravel import (
     CaravelError,
     DatabaseQueue,
     DispatchOptions,
+    QueueInspector,
     QueueOptions,
     QueueWorker,
     WorkerOptions,
@@ -179,8 +180,8 @@ def queue_status() -> None:
     settings = _settings()
 
     async def go() -> list[dict[str, object]]:
-        async with DatabaseQueue(settings.queue_url, registry, read_only=True) as queue:
-            counts = await queue.queue_counts()
+        async with QueueInspector(settings.queue_url) as inspector:
+            counts = await inspector.queue_counts()
         return [asdict(c) for c in counts]
 
     typer.echo(json.dumps({"queues": _run(go())}, sort_keys=True))

@@ -4,10 +4,11 @@ The public API is exactly the names in ``__all__``; modules not listed here are 
 """
 
 from caravel.clock import Clock, SystemClock
-from caravel.context import JobCancelledError, JobContext
+from caravel.context import JobContext
 from caravel.errors import (
     CaravelError,
     IdempotencyConflictError,
+    JobCancelledError,
     LeaseLostError,
     OptionsError,
     RegistrationError,
@@ -16,6 +17,7 @@ from caravel.errors import (
     UnknownJobTypeError,
     ValidationError,
 )
+from caravel.inspector import QueueInspector
 from caravel.jobs import (
     ClaimedJob,
     DispatchOptions,
@@ -28,10 +30,10 @@ from caravel.jobs import (
 )
 from caravel.options import QueueOptions, WorkerOptions
 from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
-from caravel.queue import DatabaseQueue, FailureOutcome
+from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
-from caravel.store.api import QueueCounts
-from caravel.worker import QueueWorker
+from caravel.store.protocol import QueueCounts
+from caravel.worker import FailureOutcome, Leases, QueueWorker
 
 __version__ = "0.1.0"
 
@@ -52,11 +54,13 @@ __all__ = [
     "JobStatus",
     "Lease",
     "LeaseLostError",
+    "Leases",
     "OptionsError",
     "Outbox",
     "OutboxEnvelope",
     "OutboxRelay",
     "QueueCounts",
+    "QueueInspector",
     "QueueOptions",
     "QueueWorker",
     "RegistrationError",

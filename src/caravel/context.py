@@ -7,15 +7,11 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 from uuid import UUID
 
-__all__ = ["CancellationSignal", "JobCancelledError", "JobContext"]
+from caravel.errors import JobCancelledError
+
+__all__ = ["CancellationSignal", "JobContext"]
 
 ScopeT = TypeVar("ScopeT")
-
-
-class JobCancelledError(Exception):
-    """Raised by :meth:`JobContext.raise_if_cancelled` inside a synchronous handler whose job was
-    cancelled (lease lost or expired, lease lifetime reached, or worker shutdown). The worker does
-    not acknowledge a cancelled job."""
 
 
 class CancellationSignal:

@@ -9,6 +9,7 @@
     ├── UnknownJobTypeError        enqueue of a value whose type is not registered
     ├── IdempotencyConflictError   same queue, tenant and key, different job type or payload
     ├── LeaseLostError             a complete/fail by a worker that no longer holds the lease
+    ├── JobCancelledError          raised inside a handler whose job was cancelled
     ├── SchemaNotReadyError        the database is not migrated to the library's head revision
     └── StoreError                 the database failed (connection lost, read-only, ...)
 
@@ -25,6 +26,7 @@ from uuid import UUID
 __all__ = [
     "CaravelError",
     "IdempotencyConflictError",
+    "JobCancelledError",
     "LeaseLostError",
     "OptionsError",
     "RegistrationError",
@@ -92,6 +94,13 @@ class LeaseLostError(CaravelError):
     def __init__(self, job_id: UUID) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id}: lease is no longer held by this worker")
+
+
+class JobCancelledError(CaravelError):
+    """Raised by :meth:`~caravel.JobContext.raise_if_cancelled` inside a handler whose job was
+    cancelled: its lease was lost or expired, it reached the lease lifetime, or the worker is
+    shutting down. The worker does not acknowledge a cancelled job; it runs again once its lease
+    expires."""
 
 
 class SchemaNotReadyError(CaravelError):

@@ -8,40 +8,72 @@ step an operator or a deployment takes. Caravel keeps its history in its own ver
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from caravel.errors import SchemaNotReadyError, StoreError
 from caravel.store.schema import VERSION_TABLE, include_object, metadata
 from caravel.store.urls import sync_url
 
-__all__ = ["SchemaReport", "check", "current", "downgrade", "head", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+    from caravel.store.protocol import ReadStore
+
+# Alembic (and Mako, which it brings) is imported by the functions that need it, so importing
+# this module, as the queue does for ``require_current_schema``, stays cheap.
+
+__all__ = [
+    "SchemaReport",
+    "check",
+    "current",
+    "downgrade",
+    "head",
+    "require_current_schema",
+    "upgrade",
+]
 
 
 def _config(url: str | sa.URL) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(files("caravel") / "migrations"))
     config.attributes["url"] = sync_url(url)
     return config
 
 
+@functools.cache
 def head() -> str:
     """The newest revision shipped with this version of the library."""
+    from alembic.script import ScriptDirectory
+
     revision = ScriptDirectory.from_config(_config("sqlite://")).get_current_head()
-    assert revision is not None  # the package always ships at least one revision
+    if revision is None:  # pragma: no cover - the package always ships its revisions
+        raise SchemaNotReadyError("the installed package has no queue migrations")
     return revision
+
+
+async def require_current_schema(store: ReadStore) -> None:
+    """Raise :class:`~caravel.errors.SchemaNotReadyError` unless the store's database is at the
+    library's newest migration."""
+    found = await store.schema_revision()
+    if found is None:
+        raise SchemaNotReadyError("no queue migration has been applied")
+    newest = head()
+    if found != newest:
+        raise SchemaNotReadyError(f"at revision {found}, the newest is {newest}")
 
 
 def upgrade(url: str | sa.URL, revision: str = "head") -> None:
     """Apply migrations up to ``revision`` (default: the newest)."""
+    from alembic import command
+
     try:
         command.upgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
@@ -50,6 +82,8 @@ def upgrade(url: str | sa.URL, revision: str = "head") -> None:
 
 def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
     """Revert migrations down to ``revision`` (default: one step; ``"base"`` removes all)."""
+    from alembic import command
+
     try:
         command.downgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
@@ -73,6 +107,8 @@ def _inspection_engine(url: str | sa.URL) -> sa.Engine:
 def current(url: str | sa.URL) -> str | None:
     """The applied revision, or ``None`` when the queue was never migrated (or a SQLite file
     does not exist yet). Changes nothing."""
+    from alembic.runtime.migration import MigrationContext
+
     try:
         engine = _inspection_engine(url)
     except SchemaNotReadyError:
@@ -102,6 +138,9 @@ def check(url: str | sa.URL) -> SchemaReport:
     Raises :class:`~caravel.errors.SchemaNotReadyError` when it is not, naming the revision found
     and the differences; returns the report when everything matches.
     """
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
     newest = head()
     engine = _inspection_engine(url)
     try:

@@ -10,24 +10,27 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from caravel.errors import OptionsError
+from caravel.limits import MAX_ATTEMPTS, MAX_PAYLOAD_LIMIT
+from caravel.retry import exponential_backoff
+from caravel.validation import check_duration, check_int
 
 __all__ = ["QueueOptions", "WorkerOptions"]
 
 KIB = 1024
-MIB = 1024 * KIB
 
-MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
 MIN_LEASE, MAX_LEASE = timedelta(seconds=1), timedelta(hours=1)
 MIN_RENEWAL = timedelta(milliseconds=100)
 MAX_LEASE_LIFETIME = timedelta(days=7)
-MAX_PAYLOAD_LIMIT = 1 * MIB
+#: Longer than any real delay, so the only upper bound is "it is a timedelta".
+_UNBOUNDED = timedelta.max
 
 
-def _require_range(
-    field: str, value: timedelta, low: timedelta, high: timedelta, rule: str
-) -> None:
-    if not (low <= value <= high):
-        raise OptionsError(field, rule)
+def _int(field: str, value: object, low: int, high: int) -> int:
+    return check_int(field, value, low, high, error=OptionsError)
+
+
+def _duration(field: str, value: object, low: timedelta, high: timedelta, rule: str) -> None:
+    check_duration(field, value, low, high, rule, error=OptionsError)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,39 +59,33 @@ class QueueOptions:
     max_lease_lifetime: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise OptionsError("max_attempts", "must be an integer from 1 to 100")
-        if not (MIN_ATTEMPTS <= self.max_attempts <= MAX_ATTEMPTS):
-            raise OptionsError("max_attempts", "must be from 1 to 100")
-        if isinstance(self.max_payload_bytes, bool) or not isinstance(self.max_payload_bytes, int):
-            raise OptionsError("max_payload_bytes", "must be an integer from 1 to 1048576")
-        if not (1 <= self.max_payload_bytes <= MAX_PAYLOAD_LIMIT):
-            raise OptionsError("max_payload_bytes", "must be from 1 to 1048576 (1 MiB)")
-        for name in ("lease_duration", "retry_delay", "max_retry_delay", "max_lease_lifetime"):
-            if not isinstance(getattr(self, name), timedelta):
-                raise OptionsError(name, "must be a datetime.timedelta")
-        _require_range(
+        _int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
+        _int("max_payload_bytes", self.max_payload_bytes, 1, MAX_PAYLOAD_LIMIT)
+        _duration(
             "lease_duration",
             self.lease_duration,
             MIN_LEASE,
             MAX_LEASE,
             "must be from 1 second to 1 hour",
         )
-        if self.retry_delay <= timedelta(0):
-            raise OptionsError("retry_delay", "must be greater than zero")
-        if self.max_retry_delay < self.retry_delay:
-            raise OptionsError("max_retry_delay", "must be at least retry_delay")
+        tick = timedelta(microseconds=1)
+        _duration("retry_delay", self.retry_delay, tick, _UNBOUNDED, "must be greater than zero")
+        _duration(
+            "max_retry_delay",
+            self.max_retry_delay,
+            self.retry_delay,
+            _UNBOUNDED,
+            "must be at least retry_delay",
+        )
         if self.lease_renewal_interval is not None:
-            if not isinstance(self.lease_renewal_interval, timedelta):
-                raise OptionsError("lease_renewal_interval", "must be a datetime.timedelta or None")
-            _require_range(
+            _duration(
                 "lease_renewal_interval",
                 self.lease_renewal_interval,
                 MIN_RENEWAL,
                 self.lease_duration / 2,
                 "must be at least 100 milliseconds and at most half of lease_duration",
             )
-        _require_range(
+        _duration(
             "max_lease_lifetime",
             self.max_lease_lifetime,
             self.lease_duration,
@@ -98,12 +95,8 @@ class QueueOptions:
 
     def retry_backoff(self, attempt: int) -> timedelta:
         """The delay before the next attempt after attempt number ``attempt`` (1-based) failed:
-        ``retry_delay * 2 ** (attempt - 1)``, capped at ``max_retry_delay``. Computed in whole
-        microseconds with Python integers, so no attempt number can overflow it."""
-        exponent = max(0, attempt - 1)
-        micro = timedelta(microseconds=1)
-        base, cap = self.retry_delay // micro, self.max_retry_delay // micro
-        return timedelta(microseconds=min(base << min(exponent, 128), cap))
+        ``retry_delay * 2 ** (attempt - 1)``, capped at ``max_retry_delay``."""
+        return exponential_backoff(self.retry_delay, self.max_retry_delay, attempt)
 
 
 MAX_CONCURRENCY = 1024
@@ -138,37 +131,29 @@ class WorkerOptions:
     heartbeat_interval: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
-            raise OptionsError("concurrency", "must be an integer from 1 to 1024")
-        if not (1 <= self.concurrency <= MAX_CONCURRENCY):
-            raise OptionsError("concurrency", "must be from 1 to 1024")
-        for name in ("poll_interval", "min_poll_interval", "shutdown_grace"):
-            if not isinstance(getattr(self, name), timedelta):
-                raise OptionsError(name, "must be a datetime.timedelta")
-        _require_range(
+        _int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        _duration(
             "poll_interval",
             self.poll_interval,
             timedelta(milliseconds=10),
             timedelta(seconds=60),
             "must be from 10 milliseconds to 60 seconds",
         )
-        _require_range(
+        _duration(
             "min_poll_interval",
             self.min_poll_interval,
             timedelta(milliseconds=1),
             self.poll_interval,
             "must be from 1 millisecond to poll_interval",
         )
-        _require_range(
+        _duration(
             "shutdown_grace",
             self.shutdown_grace,
             timedelta(0),
             timedelta(hours=1),
             "must be from 0 to 1 hour",
         )
-        if not isinstance(self.heartbeat_interval, timedelta):
-            raise OptionsError("heartbeat_interval", "must be a datetime.timedelta")
-        _require_range(
+        _duration(
             "heartbeat_interval",
             self.heartbeat_interval,
             timedelta(seconds=1),
@@ -176,9 +161,7 @@ class WorkerOptions:
             "must be from 1 second to 5 minutes",
         )
         if self.queue_metrics_interval is not None:
-            if not isinstance(self.queue_metrics_interval, timedelta):
-                raise OptionsError("queue_metrics_interval", "must be a datetime.timedelta or None")
-            _require_range(
+            _duration(
                 "queue_metrics_interval",
                 self.queue_metrics_interval,
                 timedelta(seconds=1),

@@ -21,7 +21,7 @@ from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
 from caravel.validation import check_wire_name
 
-__all__ = ["Handler", "JobRegistry", "JobType"]
+__all__ = ["Handler", "JobRegistration", "JobRegistry"]
 
 JobT = TypeVar("JobT")
 
@@ -45,8 +45,9 @@ def _is_async_callable(handler: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class JobType:
-    """One registration: a wire name, its payload type and its handler."""
+class JobRegistration:
+    """One registration: a wire name (the job type as stored), its payload type and its
+    handler."""
 
     wire_name: str
     payload_type: type[Any]
@@ -71,8 +72,8 @@ class JobRegistry:
     """
 
     def __init__(self) -> None:
-        self._by_name: dict[str, JobType] = {}
-        self._by_type: dict[type[Any], JobType] = {}
+        self._by_name: dict[str, JobRegistration] = {}
+        self._by_type: dict[type[Any], JobRegistration] = {}
 
     def register(self, wire_name: str, payload_type: type[JobT], handler: Handler) -> None:
         """Register ``payload_type`` under ``wire_name`` with its handler.
@@ -95,7 +96,7 @@ class JobRegistry:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
             raise RegistrationError("payload_type", "is already registered under another name")
-        entry = JobType(
+        entry = JobRegistration(
             wire_name=wire_name,
             payload_type=payload_type,
             handler=handler,
@@ -114,7 +115,7 @@ class JobRegistry:
 
         return decorate
 
-    def for_job(self, job: object) -> JobType:
+    def for_job(self, job: object) -> JobRegistration:
         """The registration for ``job``'s exact type, or :class:`UnknownJobTypeError`."""
         entry = self._by_type.get(type(job))
         if entry is None:
@@ -122,17 +123,17 @@ class JobRegistry:
         return entry
 
     @overload
-    def get(self, wire_name: str) -> JobType | None: ...
+    def get(self, wire_name: str) -> JobRegistration | None: ...
     @overload
-    def get(self, wire_name: str, default: JobType) -> JobType: ...
-    def get(self, wire_name: str, default: JobType | None = None) -> JobType | None:
+    def get(self, wire_name: str, default: JobRegistration) -> JobRegistration: ...
+    def get(self, wire_name: str, default: JobRegistration | None = None) -> JobRegistration | None:
         """The registration for a stored wire name, or ``default``."""
         return self._by_name.get(wire_name, default)
 
     def __contains__(self, wire_name: object) -> bool:
         return wire_name in self._by_name
 
-    def __iter__(self) -> Iterator[JobType]:
+    def __iter__(self) -> Iterator[JobRegistration]:
         return iter(self._by_name.values())
 
     def __len__(self) -> int:

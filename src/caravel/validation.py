@@ -7,27 +7,31 @@ echoes the value (it may be private).
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from caravel.clock import MAX_MS, MIN_MS, to_ms_ceil
 from caravel.errors import ValidationError
+from caravel.limits import (
+    MAX_ATTEMPTS,
+    MAX_JSON_DEPTH,
+    MAX_KEY_LENGTH,
+    MAX_QUEUE_NAME_LENGTH,
+    MAX_WIRE_NAME_LENGTH,
+)
 
 __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_KEY_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
+    "check_duration",
     "check_identifier",
+    "check_int",
     "check_max_attempts",
     "check_not_before",
     "check_queue_name",
     "check_wire_name",
 ]
-
-MAX_QUEUE_NAME_LENGTH = 64
-MAX_WIRE_NAME_LENGTH = 128
-MAX_KEY_LENGTH = 128
-MAX_JSON_DEPTH = 32
 
 _NAME = re.compile(r"[a-z0-9._-]+")
 # C0 and C1 control characters, plus DEL.
@@ -117,6 +121,36 @@ def check_not_before(value: object, field: str = "not_before") -> datetime:
 
 def check_max_attempts(value: object, field: str = "max_attempts") -> int:
     """A per-job attempt budget: an integer from 1 to 100."""
-    if isinstance(value, bool) or not isinstance(value, int) or not (1 <= value <= 100):
-        raise ValidationError(field, "must be an integer from 1 to 100")
+    return check_int(field, value, 1, MAX_ATTEMPTS)
+
+
+def check_int(
+    field: str,
+    value: object,
+    low: int,
+    high: int,
+    *,
+    error: type[ValidationError] = ValidationError,
+) -> int:
+    """An integer (never a bool) from ``low`` to ``high``; otherwise ``error(field, rule)``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise error(field, f"must be an integer from {low} to {high}")
+    return value
+
+
+def check_duration(
+    field: str,
+    value: object,
+    low: timedelta,
+    high: timedelta,
+    rule: str,
+    *,
+    error: type[ValidationError] = ValidationError,
+) -> timedelta:
+    """A :class:`~datetime.timedelta` from ``low`` to ``high``; otherwise ``error(field, ...)``
+    with ``rule`` (which says the range in words, such as "must be from 1 second to 1 hour")."""
+    if not isinstance(value, timedelta):
+        raise error(field, "must be a datetime.timedelta")
+    if not low <= value <= high:
+        raise error(field, rule)
     return value

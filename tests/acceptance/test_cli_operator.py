@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from caravel import DatabaseQueue, JobRegistry, JobState, JobStatus
+from caravel import DatabaseQueue, JobState, JobStatus, Leases, QueueInspector
 from caravel.testing import ManualClock
 from tests.processes import CARAVEL, ROOT, run_cli, wait_until
 from tests.support import Add, Report, dispatch, open_queue
@@ -90,11 +90,11 @@ async def _dead_letter(q: DatabaseQueue, job: object, *, attempts: int = 1, **wh
     assert isinstance(clock, ManualClock)
     job_id = await _enqueue(q, job, max_attempts=attempts, **where)
     for attempt in range(1, attempts + 1):
-        claimed = await q.claim(where["queue"])
+        claimed = await Leases(q).claim(where["queue"])
         assert claimed is not None
         assert str(claimed.job_id) == job_id
         assert claimed.attempt == attempt
-        outcome = await q.fail(claimed.lease, "HandlerFailed")
+        outcome = await Leases(q).fail(claimed.lease, "HandlerFailed")
         assert outcome.dead_lettered is (attempt == attempts)
         if outcome.retry_at is not None:
             await clock.set(outcome.retry_at)
@@ -116,22 +116,22 @@ async def _seed_mix(url: str) -> Seeded:
 
         await clock.advance(tick)
         completed = await _enqueue(past, Add(2), queue=EMAILS, tenant=TENANT_A)
-        claimed = await past.claim(EMAILS)
+        claimed = await Leases(past).claim(EMAILS)
         assert claimed is not None
         assert str(claimed.job_id) == completed
-        await past.complete(claimed.lease)
+        await Leases(past).complete(claimed.lease)
         seeded.ids["completed"] = completed
 
         await clock.advance(tick)
         running = await _enqueue(past, Add(3), queue=EMAILS, tenant=TENANT_B)
-        claimed = await live.claim(EMAILS)  # real time, one-hour lease: live for the test
+        claimed = await Leases(live).claim(EMAILS)  # real time, one-hour lease: live for the test
         assert claimed is not None
         assert str(claimed.job_id) == running
         seeded.ids["running"] = running
 
         await clock.advance(tick)
         expired = await _enqueue(past, Add(4), queue=EMAILS, tenant=TENANT_A)
-        claimed = await past.claim(EMAILS)  # 30-second lease two days ago: long expired
+        claimed = await Leases(past).claim(EMAILS)  # 30-second lease two days ago: long expired
         assert claimed is not None
         assert str(claimed.job_id) == expired
         seeded.ids["expired"] = expired
@@ -207,10 +207,10 @@ async def _seed_dead_letters(url: str) -> Seeded:
             )
         await clock.advance(timedelta(seconds=1))
         completed = await _enqueue(q, Add(90), queue=EMAILS, tenant=TENANT_A)
-        claimed = await q.claim(EMAILS)
+        claimed = await Leases(q).claim(EMAILS)
         assert claimed is not None
         assert str(claimed.job_id) == completed
-        await q.complete(claimed.lease)
+        await Leases(q).complete(claimed.lease)
         seeded.ids["completed"] = completed
         await clock.advance(timedelta(seconds=1))
         seeded.ids["ready"] = await _enqueue(q, Add(91), queue=EMAILS, tenant=TENANT_A)
@@ -223,7 +223,7 @@ def seed_dead_letters(url: str) -> Seeded:
 
 def get_status(url: str, job_id: str, queue: str, tenant: str) -> JobStatus | None:
     async def go() -> JobStatus | None:
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as q:
+        async with QueueInspector(url) as q:
             return await q.get_status(job_id, queue, tenant)
 
     return asyncio.run(go())
@@ -231,7 +231,7 @@ def get_status(url: str, job_id: str, queue: str, tenant: str) -> JobStatus | No
 
 def get_payload(url: str, job_id: str, queue: str, tenant: str) -> str | None:
     async def go() -> str | None:
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as q:
+        async with QueueInspector(url) as q:
             return await q.get_payload(job_id, queue, tenant)
 
     return asyncio.run(go())

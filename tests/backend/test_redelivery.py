@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -15,6 +17,7 @@ from caravel_samples.backend.jobs import QUEUE, job_scope
 from caravel_samples.backend.settings import Settings
 
 from caravel import DatabaseQueue, JobState, Lease, QueueWorker, StoreError
+from caravel.store.protocol import Store
 from caravel.testing import ManualClock
 from tests.backend.support import (
     Running,
@@ -24,23 +27,30 @@ from tests.backend.support import (
     running,
     with_overrides,
 )
+from tests.support import inspector_of
 
 LEASE = timedelta(seconds=60)  # the settings' default lease
 PAST_LEASE = LEASE + timedelta(seconds=1)
 
 
-class AckLosingQueue(DatabaseQueue):
-    """A queue whose acknowledgements never arrive: the connection drops right after the
-    handler saved its result."""
+class AckLosingStore:
+    """The application's real queue store, except that acknowledgements never arrive: the
+    connection drops right after the handler saved its result."""
 
-    async def complete(self, lease: Lease) -> None:
-        raise StoreError("complete")
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        raise StoreError("job_complete")
 
 
 def crashing_worker(run: Running) -> QueueWorker:
     """A worker that runs the real handler and then loses its acknowledgement."""
-    queue = AckLosingQueue(
-        run.services.queue.store,
+    queue = DatabaseQueue(
+        AckLosingStore(run.services.queue.store),  # type: ignore[arg-type]
         run.services.queue.registry,
         options=run.services.queue.options,
         clock=run.services.queue.clock,
@@ -153,7 +163,7 @@ async def test_96_concurrent_submissions_by_four_users_and_four_workers(
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                (counts,) = await run.services.queue.queue_counts(QUEUE)
+                (counts,) = await inspector_of(run.services.queue).queue_counts(QUEUE)
                 if counts.completed == 96:
                     break
                 await asyncio.sleep(0.05)
@@ -173,7 +183,7 @@ async def test_96_concurrent_submissions_by_four_users_and_four_workers(
             page = await browser.client.get("/counter/results", params={"limit": 100})
             assert sorted(r["quantity"] for r in page.json()["items"]) == sorted(expected)
             await browser.client.aclose()
-        jobs = await run.services.queue.list_jobs(queue=QUEUE, limit=200)
+        jobs = await inspector_of(run.services.queue).list_jobs(queue=QUEUE, limit=200)
         assert {j.state for j in jobs} == {JobState.COMPLETED}
     assert await count_rows(settings, "counter_results") == 96
 

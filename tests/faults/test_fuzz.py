@@ -205,12 +205,12 @@ def must_be_rejected(case: Case) -> str | None:
 
 
 async def _row_count(queue: DatabaseQueue) -> int:
-    async with queue.store.engine.connect() as conn:  # type: ignore[attr-defined]
+    async with queue.store.inner.engine.connect() as conn:  # type: ignore[attr-defined]
         return int((await conn.execute(sa.text("SELECT count(*) FROM caravel_jobs"))).scalar_one())
 
 
 async def _stored_key(queue: DatabaseQueue, job_id: uuid.UUID) -> Any:
-    async with queue.store.engine.connect() as conn:  # type: ignore[attr-defined]
+    async with queue.store.inner.engine.connect() as conn:  # type: ignore[attr-defined]
         stmt = sa.text("SELECT idempotency_key, due_at FROM caravel_jobs WHERE id = :id")
         stmt = stmt.bindparams(sa.bindparam("id", type_=sa.Uuid()))
         return (await conn.execute(stmt, {"id": job_id})).one()

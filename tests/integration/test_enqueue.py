@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from caravel import IdempotencyConflictError, JobState, UnknownJobTypeError
+from caravel import IdempotencyConflictError, JobState, Leases, UnknownJobTypeError
 from caravel.clock import from_ms
-from caravel.store.api import JobFilter
+from caravel.store.protocol import JobFilter
 from caravel.testing import ManualClock
 from tests.support import Add, Report, dispatch, open_queue
 
@@ -30,9 +30,9 @@ async def test_same_key_same_payload_returns_original_even_after_completion(db_u
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         first = await queue.enqueue(Add(1), dispatch("k1"))
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
-        await queue.complete(claimed.lease)
+        await Leases(queue).complete(claimed.lease)
         await clock.advance(timedelta(hours=1))
         again = await queue.enqueue(
             Add(1), dispatch("k1", not_before=datetime(2040, 1, 1, tzinfo=UTC))

@@ -32,6 +32,7 @@ from caravel import (
 )
 from caravel.clock import from_ms, to_ms_ceil
 from caravel.outbox import Outbox, OutboxRelay, add_outbox
+from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
@@ -153,7 +154,7 @@ def stage_committed(db: AppDb, job: object, options: Any, title: str | None = No
 
 async def queue_jobs(queue: DatabaseQueue) -> list[Any]:
     """Every row of the queue's jobs table."""
-    engine = queue.store.engine  # type: ignore[attr-defined]  # the SQL stores' engine
+    engine = queue.store.inner.engine  # type: ignore[attr-defined]  # the SQL store's engine
     async with engine.connect() as conn:
         result = await conn.execute(
             sa.select(jobs.c.id, jobs.c.job_type, jobs.c.payload, jobs.c.idempotency_key)
@@ -422,7 +423,7 @@ async def test_relay_enqueues_the_original_job_and_records_the_dispatch(
         assert status.max_attempts == 7
         assert status.due_at == not_before
         assert status.created_at == from_ms(clock.now_ms())
-        payload = await queue.store.job_get_payload(scheduled.outbox_id, "mail", "tenant-b")
+        payload = await queue.store.job_get_payload(JobRef(scheduled.outbox_id, "mail", "tenant-b"))
         assert payload is not None
         assert payload == staged_payloads[scheduled.outbox_id]
         assert json.loads(payload) == {"amount": 5, "note": "x"}
@@ -432,7 +433,7 @@ async def test_relay_enqueues_the_original_job_and_records_the_dispatch(
         assert status.job_type == "tests.report.v1"
         assert status.max_attempts == 4  # the queue's default, at dispatch time
         assert status.due_at == from_ms(clock.now_ms())  # due when it was dispatched
-        payload = await queue.store.job_get_payload(plain.outbox_id, "default", "tenant-a")
+        payload = await queue.store.job_get_payload(JobRef(plain.outbox_id, "default", "tenant-a"))
         assert payload == staged_payloads[plain.outbox_id]
 
         rows = {row.id: row for row in await queue_jobs(queue)}
@@ -694,7 +695,7 @@ async def test_a_key_conflicting_with_a_queue_job_stays_pending_and_does_not_blo
         assert sorted(row.id for row in rows) == sorted(
             [direct.job_id, *(s.outbox_id for s in others)]
         )
-        payload = await queue.store.job_get_payload(direct.job_id, "default", "tenant-a")
+        payload = await queue.store.job_get_payload(JobRef(direct.job_id, "default", "tenant-a"))
         assert payload is not None
         assert json.loads(payload)["amount"] == 1  # the queue's job was left alone
     row = app_db.envelope(conflicting.outbox_id)

@@ -51,6 +51,7 @@ from caravel import (
     JobContext,
     JobRegistry,
     JobState,
+    Leases,
     Outbox,
     OutboxRelay,
     QueueWorker,
@@ -60,13 +61,24 @@ from caravel import (
 )
 from caravel.clock import from_ms
 from caravel.queue import PREPARE_CHUNK
+from caravel.store.base import SqlStore
+from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore
 from caravel.store.urls import sync_url
 from caravel.testing import ManualClock
+from caravel.worker.presence import gauge_values
 from tests.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
 from tests.processes import ROOT
-from tests.support import LEASE, Add, Report, SteppingClock, dispatch, open_queue, until_watching
+from tests.support import (
+    LEASE,
+    Add,
+    Report,
+    SteppingClock,
+    dispatch,
+    inspector_of,
+    open_queue,
+    until_watching,
+)
 
 T = TypeVar("T")
 
@@ -469,9 +481,11 @@ async def test_a_batch_enqueued_in_chunks_is_one_producer_span_carried_by_every_
         # The first job before the batch, and every job of the batch but the repeat.
         assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == size
         for index in (1, PREPARE_CHUNK + 1, size - 1):  # one job of each chunk
-            stored = await queue.store.job_get_payload(results[index].job_id, "default", "tenant-a")
+            stored = await queue.store.job_get_payload(
+                JobRef(results[index].job_id, "default", "tenant-a")
+            )
             assert stored == f'{{"amount":{index},"note":""}}'
-        engine = queue.store.engine
+        engine = queue.store.inner.engine
         async with engine.connect() as conn:
             carriers = (
                 (
@@ -721,9 +735,9 @@ async def test_a_lease_expiring_on_a_claim_counts_a_dead_letter(
     q = {"messaging.destination.name": "default"}
     async with open_queue(db_url, clock=clock, max_attempts=1) as queue:
         await queue.enqueue(Add(1), dispatch())
-        assert await queue.claim("default") is not None  # a worker that then vanished
+        assert await Leases(queue).claim("default") is not None  # a worker that then vanished
         await clock.advance(LEASE + timedelta(milliseconds=1))
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
     assert otel.delta("caravel.jobs.claimed", q) == 1
     assert (
         otel.delta("caravel.jobs.dead_lettered", {**q, "caravel.failure.category": "LeaseExpired"})
@@ -804,24 +818,24 @@ async def test_queue_gauges_report_depth_per_state_and_the_oldest_ready_age(
 ) -> None:
     clock = ManualClock()
     gauges = telemetry.queue_gauges()
-    gauges.update([], clock.now_ms())  # forget earlier tests' snapshots
+    gauges.update({}, {})  # forget earlier tests' snapshots
     async with (
         open_queue(db_url, clock=clock, max_attempts=1) as queue,
         open_queue(db_url, clock=clock, lease_duration=timedelta(minutes=10)) as long_lease,
     ):
         await queue.enqueue(Add(1), dispatch(queue="gauged"))
-        expiring = await queue.claim("gauged")
+        expiring = await Leases(queue).claim("gauged")
         assert expiring is not None
         await queue.enqueue(Add(2), dispatch(queue="gauged"))
-        done = await queue.claim("gauged")
+        done = await Leases(queue).claim("gauged")
         assert done is not None
-        await queue.complete(done.lease)
+        await Leases(queue).complete(done.lease)
         await queue.enqueue(Add(3), dispatch(queue="gauged"))
-        dead = await queue.claim("gauged")
+        dead = await Leases(queue).claim("gauged")
         assert dead is not None
-        assert (await queue.fail(dead.lease, "HandlerFailed")).dead_lettered
+        assert (await Leases(queue).fail(dead.lease, "HandlerFailed")).dead_lettered
         await queue.enqueue(Add(4), dispatch(queue="gauged"))
-        running = await long_lease.claim("gauged")
+        running = await Leases(long_lease).claim("gauged")
         assert running is not None
         await queue.enqueue(Add(5), dispatch(queue="gauged"))  # ready since T0
         await queue.enqueue(
@@ -831,7 +845,7 @@ async def test_queue_gauges_report_depth_per_state_and_the_oldest_ready_age(
         await queue.enqueue(Add(7), dispatch(queue="gauged"))  # ready now
         await queue.enqueue(Add(8), dispatch(queue="elsewhere"))
 
-        (counts,) = await queue.queue_counts("gauged")
+        (counts,) = await inspector_of(queue).queue_counts("gauged")
         expected = {
             "ready": 2,
             "delayed": 1,
@@ -842,7 +856,7 @@ async def test_queue_gauges_report_depth_per_state_and_the_oldest_ready_age(
         }
         assert {state: getattr(counts, state) for state in expected} == expected
 
-        gauges.update(await queue.queue_counts(), clock.now_ms())
+        gauges.update(*gauge_values(await inspector_of(queue).queue_counts(), clock.now_ms()))
 
     depth = otel.gauge("caravel.queue.depth", {"messaging.destination.name": "gauged"})
     assert {dict(attrs)["caravel.state"]: value for attrs, value in depth.items()} == expected
@@ -866,7 +880,7 @@ async def test_a_worker_with_queue_metrics_publishes_the_gauges(
 ) -> None:
     clock = ManualClock()
     gauges = telemetry.queue_gauges()
-    gauges.update([], clock.now_ms())
+    gauges.update({}, {})
     where = {"messaging.destination.name": "watched"}
     async with open_queue(db_url, clock=clock) as queue:
         await queue.enqueue(Add(1), dispatch(queue="watched"))
@@ -1092,7 +1106,7 @@ async def test_secrets_never_reach_spans_metrics_or_logs(
         assert status.last_failure == "HandlerFailed"
         assert status.state is (JobState.READY if max_attempts > 1 else JobState.DEAD_LETTER)
         assert await queue.get_payload(job.job_id, "default", CANARY) is not None
-        assert await queue.list_jobs(tenant_id=CANARY)
+        assert await inspector_of(queue).list_jobs(tenant_id=CANARY)
 
     process = otel.one("process default")
     attributes = dict(process.attributes or {})

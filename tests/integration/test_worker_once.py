@@ -30,13 +30,15 @@ from caravel import (
     JobRegistry,
     JobState,
     JobStatus,
+    Leases,
+    QueueOptions,
     QueueWorker,
     SchemaNotReadyError,
     StoreError,
 )
 from caravel.clock import from_ms
+from caravel.store.base import SqlStore
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate, pg_database
 from tests.support import LEASE, Add, Report, SteppingClock, dispatch, open_queue, until_watching
@@ -125,7 +127,7 @@ async def test_run_once_skips_expired_dead_letters_to_the_waiting_job(db_url: st
 
     async with open_queue(db_url, registry_for(handle), clock=clock, max_attempts=1) as queue:
         abandoned = await queue.enqueue(Add(1), dispatch())
-        assert await queue.claim("default") is not None  # a worker that then vanished
+        assert await Leases(queue).claim("default") is not None  # a worker that then vanished
         await clock.advance(LEASE + timedelta(milliseconds=1))
         waiting = await queue.enqueue(Add(2), dispatch())
 
@@ -422,7 +424,7 @@ async def test_async_handler_past_its_lease_is_cancelled_and_not_acknowledged(
         assert status.last_failure is None
         assert worker.lost_acknowledgements == 0
 
-        again = await queue.claim("default")
+        again = await Leases(queue).claim("default")
         assert again is not None
         assert again.job_id == job.job_id
         assert again.attempt == 2
@@ -488,7 +490,7 @@ async def test_renewal_keeps_a_long_handler_leased_until_it_completes(db_url: st
             assert status.state is JobState.RUNNING
             assert status.attempt == 1
             assert status.lease_expires_at == from_ms(T0 + step * 10_000 + LEASE_MS)
-            assert await queue.claim("default") is None  # nobody else can take it
+            assert await Leases(queue).claim("default") is None  # nobody else can take it
 
         finish.set()
         assert await within(task) is True
@@ -497,6 +499,58 @@ async def test_renewal_keeps_a_long_handler_leased_until_it_completes(db_url: st
         assert status.attempt == 1
         assert status.finished_at == from_ms(T0 + 90_000)
         assert worker.lost_acknowledgements == 0
+
+
+class HeldRenewals:
+    """The queue's real store, except that each renewal, once written, waits for the test to
+    release it before it returns to the worker (a renewal slow to come back)."""
+
+    def __init__(self, url: str) -> None:
+        from caravel.store import open_store
+
+        self.inner = open_store(url)
+        self.written: asyncio.Queue[int] = asyncio.Queue()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def job_renew_lease(self, lease: Any, now: int, expires_at: int) -> Any:
+        renewed = await self.inner.job_renew_lease(lease, now, expires_at)
+        self.written.put_nowait(expires_at)
+        await self.release.wait()
+        return renewed
+
+
+async def test_a_renewal_slow_to_return_does_not_delay_the_next(db_url: str) -> None:
+    """The next renewal is due one interval after the previous one computed its lease, even when
+    the clock moved on while that renewal was on its way back."""
+    clock = SteppingClock()
+    finish = asyncio.Event()
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        await finish.wait()
+
+    store = HeldRenewals(db_url)
+    options = QueueOptions(lease_duration=LEASE, lease_renewal_interval=timedelta(seconds=10))
+    queue = DatabaseQueue(store, registry_for(handle), options=options, clock=clock)  # type: ignore[arg-type]
+    async with queue, QueueWorker(queue) as worker:
+        job = await queue.enqueue(Add(1), dispatch())
+        task = asyncio.ensure_future(worker.run_once("default"))
+        await until_watching(clock, task)
+
+        await clock.advance(timedelta(seconds=10))  # T0 + 10 s: the first renewal is written...
+        assert await within(store.written.get()) == T0 + 10_000 + LEASE_MS
+        await clock.advance(timedelta(seconds=10))  # ...and T0 + 20 s passes before it returns
+        store.release.set()
+
+        # The second renewal was due at T0 + 20 s: it comes now, without moving the clock.
+        assert await within(store.written.get()) == T0 + 20_000 + LEASE_MS
+        status = await status_of(queue, job.job_id)
+        assert status.lease_expires_at == from_ms(T0 + 20_000 + LEASE_MS)
+        finish.set()
+        assert await within(task) is True
+        assert (await status_of(queue, job.job_id)).state is JobState.COMPLETED
 
 
 async def test_handler_is_cancelled_when_the_lease_lifetime_is_reached(db_url: str) -> None:
@@ -539,7 +593,7 @@ async def test_handler_is_cancelled_when_the_lease_lifetime_is_reached(db_url: s
         assert status.lease_expires_at == from_ms(T0 + 45_000)
         assert status.last_failure is None
         assert worker.lost_acknowledgements == 0
-        again = await queue.claim("default")
+        again = await Leases(queue).claim("default")
         assert again is not None
         assert again.attempt == 2
 
@@ -568,7 +622,7 @@ async def test_renewal_rejected_after_supersession_cancels_without_ack(db_url: s
         task = asyncio.ensure_future(worker.run_once("default"))
         await until_watching(clock, task)
 
-        taken = await rival.claim("default")
+        taken = await Leases(rival).claim("default")
         assert taken is not None
         assert taken.job_id == job.job_id
         assert taken.attempt == 2
@@ -583,7 +637,7 @@ async def test_renewal_rejected_after_supersession_cancels_without_ack(db_url: s
         assert status.lease_expires_at == from_ms(taken.lease.expires_at_ms)
         assert status.last_failure is None
         assert worker.lost_acknowledgements == 0
-        await rival.complete(taken.lease)  # the rival still holds the job
+        await Leases(rival).complete(taken.lease)  # the rival still holds the job
         assert (await status_of(queue, job.job_id)).state is JobState.COMPLETED
 
 
@@ -666,7 +720,7 @@ async def test_claim_on_a_broken_database_raises_schema_not_ready(own_db_url: st
         with pytest.raises(SchemaNotReadyError):
             await worker.run_once("default")
         with pytest.raises(SchemaNotReadyError):
-            await queue.claim("default")
+            await Leases(queue).claim("default")
 
 
 async def test_acknowledge_on_a_broken_database_raises_schema_not_ready(
@@ -698,7 +752,7 @@ async def test_unreachable_database_raises_store_error(url: str, tmp_path: Path)
             await queue.enqueue(Add(1), dispatch())
         assert caught.value.operation == "job_insert"
         with pytest.raises(StoreError):
-            await queue.claim("default")
+            await Leases(queue).claim("default")
         with pytest.raises(StoreError):
             await worker.run_once("default")
         with pytest.raises(StoreError):

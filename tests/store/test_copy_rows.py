@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from caravel.envelope import prepare
 from caravel.options import QueueOptions
+from caravel.preparation import prepare_job
+from caravel.store.base import SqlStore
 from caravel.store.postgresql import _COPY_COLUMNS, _copy_row
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore
 from tests.support import Add, dispatch, make_registry
 
 
 def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
-    job = prepare(
+    job = prepare_job(
         make_registry(), QueueOptions(), Add(5, note="n"), dispatch("key"), 1_700_000_000_123
     )
     job = job._replace(trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000)

@@ -22,12 +22,13 @@ from caravel import (
     JobState,
     JobStatus,
     LeaseLostError,
+    Leases,
     ValidationError,
 )
 from caravel.clock import from_ms
-from caravel.envelope import prepare
+from caravel.preparation import prepare_job
 from caravel.queue import PREPARE_CHUNK
-from caravel.store.api import JobFilter, QueueCounts
+from caravel.store.protocol import JobFilter, JobRef, QueueCounts
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate
 from tests.support import LEASE, Add, Report, dispatch, open_queue
@@ -59,7 +60,7 @@ async def test_claim_leases_the_next_due_job(db_url: str) -> None:
         await clock.advance(timedelta(seconds=2))
         now = clock.now_ms()
 
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
 
         assert claimed is not None
         assert claimed.job_id == job.job_id
@@ -92,8 +93,8 @@ async def test_claim_leases_the_next_due_job(db_url: str) -> None:
 async def test_running_job_is_not_claimed_twice(db_url: str) -> None:
     async with open_queue(db_url) as queue:
         await queue.enqueue(Add(1), dispatch())
-        assert await queue.claim("default") is not None
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is not None
+        assert await Leases(queue).claim("default") is None
 
 
 async def test_not_before_is_stored_rounded_up_to_the_millisecond(db_url: str) -> None:
@@ -106,12 +107,12 @@ async def test_not_before_is_stored_rounded_up_to_the_millisecond(db_url: str) -
         assert status.due_at == from_ms(T0 + 10_001)
         assert status.state is JobState.READY
 
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
         await clock.set(from_ms(T0 + 10_000))
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
 
         await clock.advance(MS)
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         assert claimed.job_id == job.job_id
         assert claimed.due_at_ms == T0 + 10_001
@@ -119,14 +120,14 @@ async def test_not_before_is_stored_rounded_up_to_the_millisecond(db_url: str) -
 
 async def test_claim_on_empty_or_other_queue_returns_none(db_url: str) -> None:
     async with open_queue(db_url) as queue:
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
         job = await queue.enqueue(Add(1), dispatch(queue="other"))
-        assert await queue.claim("default") is None
-        claimed = await queue.claim("other")
+        assert await Leases(queue).claim("default") is None
+        claimed = await Leases(queue).claim("other")
         assert claimed is not None
         assert claimed.job_id == job.job_id
         assert claimed.queue == "other"
-        assert await queue.claim("other") is None
+        assert await Leases(queue).claim("other") is None
 
 
 async def test_claims_come_in_due_time_order(db_url: str) -> None:
@@ -139,7 +140,7 @@ async def test_claims_come_in_due_time_order(db_url: str) -> None:
         await clock.advance(timedelta(seconds=5))
 
         order = []
-        while (claimed := await queue.claim("default")) is not None:
+        while (claimed := await Leases(queue).claim("default")) is not None:
             order.append(claimed.job_id)
 
         assert order == [first.job_id, second.job_id, third.job_id, fourth.job_id]
@@ -152,11 +153,11 @@ async def test_complete_with_current_lease_marks_completed(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         await clock.advance(timedelta(seconds=3))
 
-        await queue.complete(claimed.lease)
+        await Leases(queue).complete(claimed.lease)
 
         status = await status_of(queue, job.job_id)
         assert status.state is JobState.COMPLETED
@@ -168,32 +169,32 @@ async def test_complete_with_current_lease_marks_completed(db_url: str) -> None:
 
         # A completed job never runs again, and its lease is spent.
         await clock.advance(timedelta(days=1))
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
         with pytest.raises(LeaseLostError):
-            await queue.complete(claimed.lease)
+            await Leases(queue).complete(claimed.lease)
 
 
 async def test_complete_with_stale_lease_raises_and_changes_nothing(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        first = await queue.claim("default")
+        first = await Leases(queue).claim("default")
         assert first is not None
         await clock.advance(LEASE)
-        second = await queue.claim("default")
+        second = await Leases(queue).claim("default")
         assert second is not None
         assert second.job_id == job.job_id
         await clock.advance(timedelta(seconds=1))
 
         before = await status_of(queue, job.job_id)
         with pytest.raises(LeaseLostError) as caught:
-            await queue.complete(first.lease)
+            await Leases(queue).complete(first.lease)
         assert caught.value.job_id == job.job_id
         assert await status_of(queue, job.job_id) == before
         assert before.state is JobState.RUNNING
 
         # The current holder is unaffected.
-        await queue.complete(second.lease)
+        await Leases(queue).complete(second.lease)
         assert (await status_of(queue, job.job_id)).state is JobState.COMPLETED
 
 
@@ -204,14 +205,14 @@ async def test_expired_lease_is_claimable_again_with_new_token(db_url: str) -> N
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        first = await queue.claim("default")
+        first = await Leases(queue).claim("default")
         assert first is not None
 
         await clock.advance(LEASE - MS)
-        assert await queue.claim("default") is None  # still leased
+        assert await Leases(queue).claim("default") is None  # still leased
 
         await clock.advance(MS)  # the lease ends now
-        second = await queue.claim("default")
+        second = await Leases(queue).claim("default")
         assert second is not None
         assert second.job_id == job.job_id
         assert second.lease.token != first.lease.token
@@ -230,7 +231,7 @@ async def test_every_claim_counts_and_last_expiry_dead_letters(db_url: str) -> N
         job = await queue.enqueue(Add(1), dispatch())
         tokens = set()
         for attempt in (1, 2, 3):
-            claimed = await queue.claim("default")
+            claimed = await Leases(queue).claim("default")
             assert claimed is not None
             assert claimed.attempt == attempt
             tokens.add(claimed.lease.token)
@@ -238,7 +239,7 @@ async def test_every_claim_counts_and_last_expiry_dead_letters(db_url: str) -> N
         assert len(tokens) == 3
 
         # The third lease expired with no attempts left: the next claim dead-letters it.
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
         status = await status_of(queue, job.job_id)
         assert status.state is JobState.DEAD_LETTER
         assert status.last_failure == "LeaseExpired"
@@ -247,7 +248,7 @@ async def test_every_claim_counts_and_last_expiry_dead_letters(db_url: str) -> N
         assert status.lease_expires_at is None
 
         await clock.advance(timedelta(days=30))
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
         assert (await status_of(queue, job.job_id)).state is JobState.DEAD_LETTER
 
 
@@ -261,11 +262,11 @@ async def test_expired_exhausted_jobs_are_dead_lettered_and_claim_returns_next_j
             exhausted.append((await queue.enqueue(Add(n), dispatch())).job_id)
             await clock.advance(MS)
         for _ in exhausted:
-            assert await queue.claim("default") is not None
+            assert await Leases(queue).claim("default") is not None
         await clock.advance(LEASE + MS)
         good = await queue.enqueue(Add(99), dispatch())  # due after the expired leases
 
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
 
         assert claimed is not None
         assert claimed.job_id == good.job_id
@@ -275,7 +276,7 @@ async def test_expired_exhausted_jobs_are_dead_lettered_and_claim_returns_next_j
             assert status.state is JobState.DEAD_LETTER
             assert status.last_failure == "LeaseExpired"
             assert status.attempt == 1
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
 
 
 async def test_claim_sources_keep_waiting_jobs_and_expired_leases_apart(db_url: str) -> None:
@@ -288,7 +289,7 @@ async def test_claim_sources_keep_waiting_jobs_and_expired_leases_apart(db_url: 
             crashed.append((await queue.enqueue(Add(n), dispatch())).job_id)
             await clock.advance(MS)
         for _ in crashed:
-            assert len(await queue.claim_many("default", 1)) == 1
+            assert len(await Leases(queue).claim_many("default", 1)) == 1
             await clock.advance(MS)
         await clock.advance(LEASE)  # those three leases have ended, with one attempt left each
         waiting = []
@@ -297,29 +298,29 @@ async def test_claim_sources_keep_waiting_jobs_and_expired_leases_apart(db_url: 
             await clock.advance(MS)
 
         # A batch of waiting jobs never takes over an expired lease, however large.
-        ready = await queue.claim_many("default", 10, source="ready")
+        ready = await Leases(queue).claim_many("default", 10, source="ready")
         assert [c.job_id for c in ready] == waiting
         assert all(c.attempt == 1 for c in ready)
-        assert await queue.claim_many("default", 10, source="ready") == []
+        assert await Leases(queue).claim_many("default", 10, source="ready") == []
         for claimed in ready:
-            await queue.complete(claimed.lease)
+            await Leases(queue).complete(claimed.lease)
 
         # Expired leases are taken over only when asked for, oldest first.
-        taken = await queue.claim_many("default", 1, source="expired")
+        taken = await Leases(queue).claim_many("default", 1, source="expired")
         assert [(c.job_id, c.attempt) for c in taken] == [(crashed[0], 2)]
-        rest = await queue.claim_many("default", 10, source="expired")
+        rest = await Leases(queue).claim_many("default", 10, source="expired")
         assert [c.job_id for c in rest] == crashed[1:]
 
         # Once the last attempt's lease runs out, an expired-lease claim dead-letters the job.
         await clock.advance(LEASE)
-        assert await queue.claim_many("default", 10, source="ready") == []
+        assert await Leases(queue).claim_many("default", 10, source="ready") == []
         assert (await status_of(queue, crashed[0])).state is JobState.RUNNING
-        assert await queue.claim_many("default", 10, source="expired") == []
+        assert await Leases(queue).claim_many("default", 10, source="expired") == []
         for job_id in crashed:
             status = await status_of(queue, job_id)
             assert (status.state, status.last_failure) == (JobState.DEAD_LETTER, "LeaseExpired")
         with pytest.raises(ValidationError) as caught:
-            await queue.claim_many("default", 1, source="stale")  # type: ignore[arg-type]
+            await Leases(queue).claim_many("default", 1, source="stale")  # type: ignore[arg-type]
         assert caught.value.field == "source"
 
 
@@ -334,13 +335,13 @@ async def test_fail_schedules_retries_with_capped_backoff_then_dead_letters(db_u
         job = await queue.enqueue(Add(1), dispatch())
         # Backoff after attempts 1..4: 5 s, 10 s, then 20 s and 40 s capped at 12 s.
         for attempt, backoff_ms in ((1, 5_000), (2, 10_000), (3, 12_000), (4, 12_000)):
-            claimed = await queue.claim("default")
+            claimed = await Leases(queue).claim("default")
             assert claimed is not None
             assert claimed.attempt == attempt
             await clock.advance(timedelta(seconds=1))
             now = clock.now_ms()
 
-            outcome = await queue.fail(claimed.lease, "HandlerFailed")
+            outcome = await Leases(queue).fail(claimed.lease, "HandlerFailed")
 
             assert not outcome.dead_lettered
             assert outcome.retry_at == from_ms(now + backoff_ms)
@@ -353,13 +354,13 @@ async def test_fail_schedules_retries_with_capped_backoff_then_dead_letters(db_u
             assert status.finished_at is None
 
             await clock.advance(timedelta(milliseconds=backoff_ms) - MS)
-            assert await queue.claim("default") is None
+            assert await Leases(queue).claim("default") is None
             await clock.advance(MS)
 
-        last = await queue.claim("default")
+        last = await Leases(queue).claim("default")
         assert last is not None
         assert last.attempt == 5
-        outcome = await queue.fail(last.lease, "InvalidPayload")
+        outcome = await Leases(queue).fail(last.lease, "InvalidPayload")
         assert outcome.dead_lettered
         assert outcome.retry_at is None
         status = await status_of(queue, job.job_id)
@@ -368,16 +369,16 @@ async def test_fail_schedules_retries_with_capped_backoff_then_dead_letters(db_u
         assert status.last_failure == "InvalidPayload"
         assert status.finished_at == from_ms(clock.now_ms())
         await clock.advance(timedelta(days=1))
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
 
 
 async def test_fail_on_the_only_attempt_dead_letters(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_attempts=1) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
-        outcome = await queue.fail(claimed.lease, "HandlerFailed")
+        outcome = await Leases(queue).fail(claimed.lease, "HandlerFailed")
         assert outcome.dead_lettered
         status = await status_of(queue, job.job_id)
         assert status.state is JobState.DEAD_LETTER
@@ -388,24 +389,24 @@ async def test_fail_with_stale_lease_raises_and_changes_nothing(db_url: str) -> 
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        first = await queue.claim("default")
+        first = await Leases(queue).claim("default")
         assert first is not None
         await clock.advance(LEASE)
-        second = await queue.claim("default")
+        second = await Leases(queue).claim("default")
         assert second is not None
         await clock.advance(timedelta(seconds=1))
 
         before = await status_of(queue, job.job_id)
         with pytest.raises(LeaseLostError) as caught:
-            await queue.fail(first.lease, "HandlerFailed")
+            await Leases(queue).fail(first.lease, "HandlerFailed")
         assert caught.value.job_id == job.job_id
         assert await status_of(queue, job.job_id) == before
 
         # After completion, a late failure report is rejected too.
-        await queue.complete(second.lease)
+        await Leases(queue).complete(second.lease)
         done = await status_of(queue, job.job_id)
         with pytest.raises(LeaseLostError):
-            await queue.fail(second.lease, "HandlerFailed")
+            await Leases(queue).fail(second.lease, "HandlerFailed")
         assert await status_of(queue, job.job_id) == done
 
 
@@ -416,11 +417,11 @@ async def test_renew_extends_the_lease_without_an_attempt(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         await clock.advance(timedelta(seconds=10))
 
-        renewed = await queue.renew(claimed.lease)
+        renewed = await Leases(queue).renew(claimed.lease)
 
         assert renewed is not None
         assert renewed.job_id == job.job_id
@@ -434,13 +435,13 @@ async def test_renew_extends_the_lease_without_an_attempt(db_url: str) -> None:
 
         # The extension is real: nobody can claim the job at the old expiry.
         await clock.set(from_ms(T0 + LEASE_MS))
-        assert await queue.claim("default") is None
+        assert await Leases(queue).claim("default") is None
 
         # Renewing again with the renewed lease works, and completing with it too.
-        again = await queue.renew(renewed)
+        again = await Leases(queue).renew(renewed)
         assert again is not None
         assert again.expires_at_ms == T0 + 2 * LEASE_MS
-        await queue.complete(again)
+        await Leases(queue).complete(again)
         assert (await status_of(queue, job.job_id)).state is JobState.COMPLETED
 
 
@@ -448,12 +449,12 @@ async def test_renewal_of_an_expired_lease_is_rejected(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         await clock.advance(LEASE)  # expired, not yet reclaimed
 
         before = await status_of(queue, job.job_id)
-        assert await queue.renew(claimed.lease) is None
+        assert await Leases(queue).renew(claimed.lease) is None
         assert await status_of(queue, job.job_id) == before
 
 
@@ -461,12 +462,12 @@ async def test_renewal_after_completion_is_rejected(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
-        await queue.complete(claimed.lease)
+        await Leases(queue).complete(claimed.lease)
         await clock.advance(timedelta(seconds=1))
 
-        assert await queue.renew(claimed.lease) is None
+        assert await Leases(queue).renew(claimed.lease) is None
         status = await status_of(queue, job.job_id)
         assert status.state is JobState.COMPLETED
         assert status.lease_expires_at is None
@@ -476,45 +477,45 @@ async def test_renewal_of_a_superseded_lease_is_rejected(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        first = await queue.claim("default")
+        first = await Leases(queue).claim("default")
         assert first is not None
         await clock.advance(LEASE)
-        second = await queue.claim("default")
+        second = await Leases(queue).claim("default")
         assert second is not None
         await clock.advance(timedelta(seconds=1))
 
         before = await status_of(queue, job.job_id)
-        assert await queue.renew(first.lease) is None
+        assert await Leases(queue).renew(first.lease) is None
         assert await status_of(queue, job.job_id) == before
-        assert await queue.renew(second.lease) is not None
+        assert await Leases(queue).renew(second.lease) is not None
 
 
 async def test_renewal_never_passes_the_maximum_lease_lifetime(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_lease_lifetime=timedelta(seconds=45)) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         lease = claimed.lease
 
         await clock.advance(timedelta(seconds=10))
-        lease_1 = await queue.renew(lease)
+        lease_1 = await Leases(queue).renew(lease)
         assert lease_1 is not None
         assert lease_1.expires_at_ms == T0 + 40_000
 
         await clock.advance(timedelta(seconds=10))
-        lease_2 = await queue.renew(lease_1)
+        lease_2 = await Leases(queue).renew(lease_1)
         assert lease_2 is not None
         assert lease_2.expires_at_ms == T0 + 45_000  # capped, not T0 + 50 s
         assert lease_2.claimed_at_ms == T0
 
         await clock.advance(timedelta(seconds=20))
-        lease_3 = await queue.renew(lease_2)
+        lease_3 = await Leases(queue).renew(lease_2)
         assert lease_3 is not None
         assert lease_3.expires_at_ms == T0 + 45_000
 
         await clock.advance(timedelta(seconds=5))  # the lifetime is used up
-        assert await queue.renew(lease_3) is None
+        assert await Leases(queue).renew(lease_3) is None
         status = await status_of(queue, job.job_id)
         assert status.lease_expires_at == from_ms(T0 + 45_000)
         assert status.attempt == 1
@@ -524,14 +525,14 @@ async def test_lifetime_equal_to_lease_means_renewal_never_extends(db_url: str) 
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_lease_lifetime=LEASE) as queue:
         await queue.enqueue(Add(1), dispatch())
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         await clock.advance(timedelta(seconds=10))
-        renewed = await queue.renew(claimed.lease)
+        renewed = await Leases(queue).renew(claimed.lease)
         assert renewed is not None
         assert renewed.expires_at_ms == T0 + LEASE_MS  # not T0 + 40 s
         await clock.set(from_ms(T0 + LEASE_MS))
-        assert await queue.renew(claimed.lease) is None
+        assert await Leases(queue).renew(claimed.lease) is None
 
 
 # ----- replay -------------------------------------------------------------------------------
@@ -539,10 +540,10 @@ async def test_lifetime_equal_to_lease_means_renewal_never_extends(db_url: str) 
 
 async def _dead_letter(queue: DatabaseQueue, job: object, **extra: object) -> UUID:
     result = await queue.enqueue(job, dispatch(max_attempts=1, **extra))
-    claimed = await queue.claim(str(extra.get("queue", "default")))
+    claimed = await Leases(queue).claim(str(extra.get("queue", "default")))
     assert claimed is not None
     assert claimed.job_id == result.job_id
-    await queue.fail(claimed.lease, "HandlerFailed")
+    await Leases(queue).fail(claimed.lease, "HandlerFailed")
     return result.job_id
 
 
@@ -550,7 +551,7 @@ async def test_replay_makes_a_dead_letter_run_again(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
         job_id = await _dead_letter(queue, Add(5, note="again"))
-        payload = await queue.store.job_get_payload(job_id, "default", "tenant-a")
+        payload = await queue.store.job_get_payload(JobRef(job_id, "default", "tenant-a"))
         await clock.advance(timedelta(minutes=10))
         now = clock.now_ms()
 
@@ -565,10 +566,10 @@ async def test_replay_makes_a_dead_letter_run_again(db_url: str) -> None:
         assert status.last_failure is None
         assert status.finished_at is None
         assert status.lease_expires_at is None
-        assert await queue.store.job_get_payload(job_id, "default", "tenant-a") == payload
+        assert await queue.store.job_get_payload(JobRef(job_id, "default", "tenant-a")) == payload
         assert [j.job_id for j in await all_jobs(queue)] == [job_id]
 
-        claimed = await queue.claim("default")  # due now, no clock movement needed
+        claimed = await Leases(queue).claim("default")  # due now, no clock movement needed
         assert claimed is not None
         assert claimed.job_id == job_id
         assert claimed.attempt == 1
@@ -599,23 +600,23 @@ async def test_replay_refuses_anything_but_a_dead_letter_of_that_queue_and_tenan
         ready = (await queue.enqueue(Add(2), dispatch())).job_id
         assert await queue.replay(ready, "default", "tenant-a") is False
 
-        running = await queue.claim("default")
+        running = await Leases(queue).claim("default")
         assert running is not None
         assert running.job_id == ready
         running_before = await status_of(queue, ready)
         assert await queue.replay(ready, "default", "tenant-a") is False
         assert await status_of(queue, ready) == running_before
 
-        await queue.complete(running.lease)
+        await Leases(queue).complete(running.lease)
         completed_before = await status_of(queue, ready)
         assert await queue.replay(ready, "default", "tenant-a") is False
         assert await status_of(queue, ready) == completed_before
 
         # A job that failed but still has attempts left is not a dead letter either.
         retrying = (await queue.enqueue(Add(3), dispatch())).job_id
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
-        await queue.fail(claimed.lease, "HandlerFailed")
+        await Leases(queue).fail(claimed.lease, "HandlerFailed")
         retrying_before = await status_of(queue, retrying)
         assert await queue.replay(retrying, "default", "tenant-a") is False
         assert await status_of(queue, retrying) == retrying_before
@@ -648,28 +649,28 @@ async def test_per_job_max_attempts_overrides_the_queue_default(db_url: str) -> 
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_attempts=3) as queue:
         once = await queue.enqueue(Add(1), dispatch(max_attempts=1))
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         assert claimed.lease.max_attempts == 1
-        outcome = await queue.fail(claimed.lease, "HandlerFailed")
+        outcome = await Leases(queue).fail(claimed.lease, "HandlerFailed")
         assert outcome.dead_lettered
         assert (await status_of(queue, once.job_id)).state is JobState.DEAD_LETTER
 
         five = await queue.enqueue(Add(2), dispatch(max_attempts=5))
         assert (await status_of(queue, five.job_id)).max_attempts == 5
         for attempt in range(1, 5):
-            claimed = await queue.claim("default")
+            claimed = await Leases(queue).claim("default")
             assert claimed is not None
             assert claimed.job_id == five.job_id
             assert claimed.attempt == attempt
             assert claimed.lease.max_attempts == 5
-            outcome = await queue.fail(claimed.lease, "HandlerFailed")
+            outcome = await Leases(queue).fail(claimed.lease, "HandlerFailed")
             assert not outcome.dead_lettered, f"attempt {attempt} of 5 must retry"
             await clock.advance(timedelta(minutes=5))
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         assert claimed.attempt == 5
-        assert (await queue.fail(claimed.lease, "HandlerFailed")).dead_lettered
+        assert (await Leases(queue).fail(claimed.lease, "HandlerFailed")).dead_lettered
 
         default = await queue.enqueue(Add(3), dispatch())
         assert (await status_of(queue, default.job_id)).max_attempts == 3
@@ -691,7 +692,7 @@ async def test_enqueue_many_returns_results_in_order(db_url: str) -> None:
         assert len({r.job_id for r in results}) == 3
         assert not any(r.already_enqueued for r in results)
         payloads = [
-            await queue.store.job_get_payload(r.job_id, d.queue, d.tenant_id)
+            await queue.store.job_get_payload(JobRef(r.job_id, d.queue, d.tenant_id))
             for r, (_, d) in zip(results, items, strict=True)
         ]
         assert payloads == [
@@ -769,15 +770,15 @@ async def test_queue_counts_reports_each_state(db_url: str) -> None:
         running = await queue.enqueue(Add(4), dispatch(not_before=from_ms(T0 + 10_000)))
 
         for expected in (completed, dead, expired):
-            claimed = await queue.claim("default")
+            claimed = await Leases(queue).claim("default")
             assert claimed is not None
             assert claimed.job_id == expected.job_id
             if expected is completed:
-                await queue.complete(claimed.lease)
+                await Leases(queue).complete(claimed.lease)
             elif expected is dead:
-                await queue.fail(claimed.lease, "HandlerFailed")
+                await Leases(queue).fail(claimed.lease, "HandlerFailed")
         await clock.set(from_ms(T0 + 10_000))
-        claimed = await queue.claim("default")
+        claimed = await Leases(queue).claim("default")
         assert claimed is not None
         assert claimed.job_id == running.job_id  # lease until T0 + 40 s
 
@@ -827,7 +828,7 @@ async def test_a_sqlite_claim_that_waited_for_the_write_lock_starts_its_lease_af
         try:
             blocker.execute("BEGIN IMMEDIATE")  # another process writing
             asyncio.get_running_loop().call_later(0.4, blocker.rollback)
-            claimed = await queue.claim("default")
+            claimed = await Leases(queue).claim("default")
         finally:
             blocker.close()
         assert claimed is not None
@@ -836,9 +837,9 @@ async def test_a_sqlite_claim_that_waited_for_the_write_lock_starts_its_lease_af
         assert 350 <= waited < 5_000
         assert claimed.lease.expires_at_ms == claimed.lease.claimed_at_ms + LEASE_MS
         # Without a wait, the lease starts exactly at the clock's time.
-        await queue.complete(claimed.lease)
+        await Leases(queue).complete(claimed.lease)
         second = await queue.enqueue(Add(2), dispatch())
-        again = await queue.claim("default")
+        again = await Leases(queue).claim("default")
         assert again is not None
         assert again.job_id == second.job_id
         assert again.lease.claimed_at_ms == clock.now_ms()
@@ -869,7 +870,7 @@ async def test_enqueue_many_large_batch_resent_with_the_same_ids(db_url: str) ->
     async with open_queue(db_url) as queue:
         now = queue.clock.now_ms()
         prepared = [
-            prepare(queue.registry, queue.options, Add(i), dispatch(), now) for i in range(20)
+            prepare_job(queue.registry, queue.options, Add(i), dispatch(), now) for i in range(20)
         ]
         first = await queue.insert_prepared(prepared[:12])
         assert not any(r.already_enqueued for r in first)
@@ -881,7 +882,8 @@ async def test_enqueue_many_large_batch_resent_with_the_same_ids(db_url: str) ->
 
         # A new job first, stored ones after it (on PostgreSQL the copy meets them mid-batch).
         fresh = [
-            prepare(queue.registry, queue.options, Add(100 + i), dispatch(), now) for i in range(3)
+            prepare_job(queue.registry, queue.options, Add(100 + i), dispatch(), now)
+            for i in range(3)
         ]
         third = await queue.insert_prepared([fresh[0], *prepared[:10], *fresh[1:]])
         assert [r.already_enqueued for r in third] == [False] + [True] * 10 + [False] * 2
@@ -909,7 +911,9 @@ async def test_enqueue_many_in_chunks_keys_and_order_hold_across_chunks(db_url: 
         assert repeated == [PREPARE_CHUNK + 3, size - 1]
         stored = await queue.store.job_list(JobFilter(limit=10_000))
         assert len(stored) == size - 1  # the original plus size - 2 new jobs
-        payload = await queue.store.job_get_payload(results[-2].job_id, "default", "tenant-a")
+        payload = await queue.store.job_get_payload(
+            JobRef(results[-2].job_id, "default", "tenant-a")
+        )
         assert payload == f'{{"amount":{1000 + size - 2},"note":""}}'
 
 

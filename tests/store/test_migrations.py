@@ -13,7 +13,7 @@ from alembic.autogenerate import produce_migrations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import make_url
 
-from caravel import DatabaseQueue, SchemaNotReadyError, migrate
+from caravel import DatabaseQueue, Leases, SchemaNotReadyError, migrate
 from caravel.store.schema import include_object, metadata
 from tests.databases import create_pg_database, drop_pg_database, sqlite_url
 from tests.support import Add, dispatch, make_registry, open_queue
@@ -353,7 +353,7 @@ async def test_enqueue_on_an_unmigrated_database_says_to_run_upgrade(empty_url: 
 async def test_claim_on_an_unmigrated_database_says_to_run_upgrade(empty_url: str) -> None:
     async with open_queue(empty_url) as queue:
         with pytest.raises(SchemaNotReadyError) as caught:
-            await queue.claim("default")
+            await Leases(queue).claim("default")
     assert UPGRADE_HINT in str(caught.value)
 
 

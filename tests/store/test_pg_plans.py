@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from caravel import DatabaseQueue
+from caravel import DatabaseQueue, Leases
 from caravel.store.postgresql import PostgresStore
 from tests.databases import pg_database
 from tests.support import Add, dispatch, open_queue
@@ -138,7 +138,7 @@ async def test_an_acknowledgement_batch_probes_each_lease_once_under_a_generic_p
 ) -> None:
     async with open_queue(fresh_pg_url) as queue:
         await _fill(queue)
-        leases = [job.lease for job in await queue.claim_many("default", JOBS)]
+        leases = [job.lease for job in await Leases(queue).claim_many("default", JOBS)]
         assert len(leases) == JOBS
         store = _store(queue)
         text, defaults = store._compiled("complete", store._complete_statement)
@@ -168,13 +168,13 @@ async def test_only_the_workers_statements_plan_with_index_scans_only(fresh_pg_u
     async with open_queue(fresh_pg_url) as queue:
         store = _store(queue)
         job = await queue.enqueue(Add(1), dispatch())  # a one-job enqueue: a hot connection
-        claimed = await queue.claim_many("default", 1)  # a claim: one kept for the worker
+        claimed = await Leases(queue).claim_many("default", 1)  # a claim: one kept for the worker
         assert [c.job_id for c in claimed] == [job.job_id]
         (for_enqueues,) = store._hot[False]
         (for_the_worker,) = store._hot[True]
         assert await _settings(for_enqueues.driver_connection) == ("on", "on")
         assert await _settings(for_the_worker.driver_connection) == ("off", "off")
-        await queue.complete(claimed[0].lease)  # the acknowledgement takes the same one
+        await Leases(queue).complete(claimed[0].lease)  # the acknowledgement takes the same one
         assert store._hot[True] == [for_the_worker]
 
 
@@ -218,4 +218,4 @@ async def test_a_connection_the_server_dropped_is_discarded_on_its_way_back(
         async with _pooled_connection(store) as pooled:
             assert pooled.info.backend_pid != dropped
         await queue.enqueue(Add(1), dispatch())
-        assert len(await queue.claim_many("default", 5)) == 1
+        assert len(await Leases(queue).claim_many("default", 5)) == 1

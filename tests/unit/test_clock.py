@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from caravel._ids import uuid7
 from caravel.clock import SystemClock, duration_ms, from_ms, to_ms_ceil
-from caravel.ids import uuid7
 from caravel.testing import ManualClock
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

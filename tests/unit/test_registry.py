@@ -16,7 +16,7 @@ from caravel import (
     UnknownJobTypeError,
     ValidationError,
 )
-from caravel.registry import JobType
+from caravel.registry import JobRegistration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,7 @@ def test_register_makes_the_type_findable_both_ways() -> None:
     registry.register("emails.send.v1", SendEmail, async_handler)
 
     entry = registry.get("emails.send.v1")
-    assert isinstance(entry, JobType)
+    assert isinstance(entry, JobRegistration)
     assert entry.wire_name == "emails.send.v1"
     assert entry.payload_type is SendEmail
     assert entry.handler is async_handler

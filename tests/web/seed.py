@@ -21,9 +21,10 @@ from caravel import (
     FailureCategory,
     JobContext,
     JobRegistry,
+    Leases,
     QueueOptions,
 )
-from caravel.store.api import WorkerRecord
+from caravel.store.protocol import Heartbeat, WorkerRecord
 from caravel.testing import ManualClock
 
 #: A tenant id and a payload text that would run script if the dashboard did not escape them.
@@ -161,17 +162,17 @@ async def seed(url: str, *, end: datetime = END, small: bool = False, probe: boo
             )
             accepted = await queue.enqueue(_job(q, n, note), dispatch)
             await clock.advance(timedelta(seconds=3))
-            (claimed,) = await queue.claim_many(q, 1)
+            (claimed,) = await Leases(queue).claim_many(q, 1)
             assert claimed.job_id == accepted.job_id
             await clock.advance(timedelta(seconds=2))
             job_type = claimed.job_type
             ref = JobRef(accepted.job_id, q, tenant, job_type, category)
             if category is None:
-                await queue.complete(claimed.lease)
+                await Leases(queue).complete(claimed.lease)
                 done.counts[q]["completed"] += 1
                 done.completed.append(ref)
             else:
-                outcome = await queue.fail(claimed.lease, category)
+                outcome = await Leases(queue).fail(claimed.lease, category)
                 assert outcome.dead_lettered
                 done.counts[q]["dead_letter"] += 1
                 done.dead.append(ref)
@@ -198,8 +199,8 @@ async def seed(url: str, *, end: datetime = END, small: bool = False, probe: boo
         accepted = await queue.enqueue(
             _job("reports", 9001), DispatchOptions(queue="reports", tenant_id="globex")
         )
-        (claimed,) = await queue.claim_many("reports", 1)
-        await queue.fail(claimed.lease, FailureCategory.HANDLER_FAILED.value)
+        (claimed,) = await Leases(queue).claim_many("reports", 1)
+        await Leases(queue).fail(claimed.lease, FailureCategory.HANDLER_FAILED.value)
         done.retrying = JobRef(accepted.job_id, "reports", "globex", claimed.job_type)
         done.counts["reports"]["ready"] += 1
         await clock.set(end)
@@ -208,7 +209,7 @@ async def seed(url: str, *, end: datetime = END, small: bool = False, probe: boo
         accepted = await queue.enqueue(
             _job("emails", 9002), DispatchOptions(queue="emails", tenant_id="acme")
         )
-        (claimed,) = await queue.claim_many("emails", 1)
+        (claimed,) = await Leases(queue).claim_many("emails", 1)
         done.running = JobRef(accepted.job_id, "emails", "acme", claimed.job_type)
         done.counts["emails"]["running"] += 1
 
@@ -236,12 +237,14 @@ async def seed(url: str, *, end: datetime = END, small: bool = False, probe: boo
             _job("webhooks", 9003),
             DispatchOptions(queue="webhooks", tenant_id="umbrella", max_attempts=1),
         )
-        await queue.claim_many("webhooks", 1)
+        await Leases(queue).claim_many("webhooks", 1)
         await past.set(end - timedelta(minutes=6))
         await queue.enqueue(
             _job("webhooks", 9004), DispatchOptions(queue="webhooks", tenant_id="umbrella")
         )
-        (claimed,) = await queue.claim_many("webhooks", 1)  # dead-letters the first on the way
+        (claimed,) = await Leases(queue).claim_many(
+            "webhooks", 1
+        )  # dead-letters the first on the way
         done.dead.append(
             JobRef(lost.job_id, "webhooks", "umbrella", "webhooks.deliver.v1", "LeaseExpired")
         )
@@ -271,7 +274,7 @@ async def seed(url: str, *, end: datetime = END, small: bool = False, probe: boo
                 )
             )
             await queue.store.worker_heartbeat(
-                worker_id, beat, 1 if name != "stopped" else 0, stopped=stopped is not None
+                Heartbeat(worker_id, beat, 1 if name != "stopped" else 0, stopped is not None)
             )
             done.workers[name] = str(worker_id)
     return done

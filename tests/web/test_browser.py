@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from caravel import DatabaseQueue, JobState, QueueWorker
+from caravel import DatabaseQueue, JobState, QueueInspector, QueueWorker
 from caravel.testing import ManualClock
 from caravel.web import Dashboard
 from tests.web.browser import chromium
@@ -49,14 +49,14 @@ class Live:
 
     def dead_letters(self) -> int:
         async def count() -> int:
-            async with DatabaseQueue(self.url, registry, read_only=True) as reader:
+            async with QueueInspector(self.url) as reader:
                 return sum(c.dead_letter for c in await reader.queue_counts())
 
         return run_async(count())
 
     def status(self, ref: JobRef) -> JobState:
         async def read() -> JobState:
-            async with DatabaseQueue(self.url, registry, read_only=True) as reader:
+            async with QueueInspector(self.url) as reader:
                 found = await reader.get_status(ref.job_id, ref.queue, ref.tenant_id)
                 assert found is not None
                 return found.state

@@ -14,7 +14,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from caravel import JobState
+from caravel import JobState, Leases
 from caravel.web import Dashboard
 from caravel.web.replay import CHUNK
 from tests.web.conftest import client_for, csrf_token, make_dashboard
@@ -326,9 +326,9 @@ async def test_a_large_selection_is_replayed_in_chunks(db_url: str) -> None:
             )
             for n in range(total)
         )
-        claimed = await queue.claim_many("bulk", total)
+        claimed = await Leases(queue).claim_many("bulk", total)
         for job in claimed:
-            await queue.fail(job.lease, "HandlerFailed")
+            await Leases(queue).fail(job.lease, "HandlerFailed")
     built = make_dashboard(db_url)
     try:
         async with client_for(built, "operator") as op:

@@ -19,8 +19,7 @@ import typer
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
 from caravel.errors import CaravelError
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
+from caravel.inspector import QueueInspector
 
 err = console(stderr=True)
 
@@ -129,7 +128,7 @@ def dashboard(
         raise typer.Exit(2) from None
 
     async def schema_ready() -> None:
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+        async with QueueInspector(url) as reader:
             await reader.check_schema()
 
     try:

@@ -14,6 +14,7 @@ from rich.progress import Progress
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, status_json, statuses_table
 from caravel.errors import CaravelError, ValidationError
+from caravel.inspector import QueueInspector
 from caravel.jobs import JobState
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
@@ -72,7 +73,7 @@ def list_jobs(
 
     async def go() -> list[dict[str, object]]:
         where = _filter(queue, tenant, state, job_type, limit)
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+        async with QueueInspector(url) as reader:
             found = await reader.list_jobs(**where)
         if not as_json:
             out.print(statuses_table(found))
@@ -99,7 +100,7 @@ def show(
 
     async def go() -> dict[str, object] | None:
         ident = _job_id(job_id)
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+        async with QueueInspector(url) as reader:
             found = await reader.get_status(ident, queue, tenant)
             if found is None:
                 return None
@@ -165,7 +166,7 @@ def replay_dead(
 
     async def targets() -> list[tuple[UUID, str, str]]:
         where = _filter(queue, tenant, "dead_letter", job_type, limit)
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+        async with QueueInspector(url) as reader:
             found = await reader.list_jobs(**where)
         return [(s.job_id, s.queue, s.tenant_id) for s in found]
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from caravel.clock import from_ms
 from caravel.jobs import JobStatus
-from caravel.store.api import QueueCounts
+from caravel.store.protocol import QueueCounts
 
 __all__ = ["console", "counts_json", "counts_table", "status_json", "statuses_table"]
 

@@ -10,9 +10,8 @@ import typer
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, counts_json, counts_table
 from caravel.errors import CaravelError
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
-from caravel.store.api import QueueCounts
+from caravel.inspector import QueueInspector
+from caravel.store.protocol import QueueCounts
 from caravel.validation import check_queue_name
 
 out = console()
@@ -22,7 +21,7 @@ err = console(stderr=True)
 async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
     """Counts per queue through a read-only connection: SQLite opened with ``mode=ro``,
     PostgreSQL in ``READ ONLY`` transactions. The database refuses any write."""
-    async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+    async with QueueInspector(url) as reader:
         return await reader.queue_counts(queue)
 
 

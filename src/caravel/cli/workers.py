@@ -14,9 +14,8 @@ from rich.text import Text
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console
 from caravel.errors import CaravelError
+from caravel.inspector import QueueInspector
 from caravel.jobs import WorkerInfo
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
 
 out = console()
 err = console(stderr=True)
@@ -33,7 +32,7 @@ def workers(
     heartbeat, jobs in flight, and whether each is running, stopped or lost. Read-only."""
 
     async def go() -> list[WorkerInfo]:
-        async with DatabaseQueue(url, JobRegistry(), read_only=True) as reader:
+        async with QueueInspector(url) as reader:
             return await reader.list_workers(lost_after=timedelta(seconds=lost_after))
 
     try:

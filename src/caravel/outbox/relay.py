@@ -29,15 +29,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from caravel import telemetry
+from caravel._failpoints import failpoint
 from caravel.clock import duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.errors import IdempotencyConflictError, OptionsError, StoreError
-from caravel.failpoints import failpoint
 from caravel.jobs import EnqueueResult
 from caravel.outbox.table import OUTBOX_TABLE, add_outbox, envelope_table
 from caravel.queue import DatabaseQueue
+from caravel.retry import exponential_backoff
 from caravel.store import postgresql, sqlite
-from caravel.store.api import NewJob
+from caravel.store.protocol import NewJob
 from caravel.store.urls import backend_of
 
 __all__ = ["OutboxRelay"]
@@ -241,7 +242,7 @@ class OutboxRelay:
                     [{"b_id": envelope_id, "b_job": r.job_id} for envelope_id, r in delivered],
                 )
             for item in stuck:
-                delay = min(STUCK_RETRY * (2 ** min(item.attempts, 16)), STUCK_RETRY_MAX)
+                delay = exponential_backoff(STUCK_RETRY, STUCK_RETRY_MAX, item.attempts + 1)
                 await conn.execute(
                     sa.update(t)
                     .where(t.c.id == item.envelope_id, t.c.dispatched_at.is_(None))

@@ -18,11 +18,11 @@ from sqlalchemy.orm import Session
 
 from caravel import telemetry
 from caravel.clock import Clock, SystemClock
-from caravel.envelope import prepare
 from caravel.errors import IdempotencyConflictError, ValidationError
 from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
 from caravel.outbox.table import OutboxEnvelope
+from caravel.preparation import prepare_job
 from caravel.registry import JobRegistry
 
 __all__ = ["Outbox", "StagedIntent"]
@@ -88,7 +88,7 @@ class Outbox:
 
     def _envelope(self, job: object, dispatch: DispatchOptions) -> OutboxEnvelope:
         now = self.clock.now_ms()
-        row = prepare(self.registry, self.options, job, dispatch, now)
+        row = prepare_job(self.registry, self.options, job, dispatch, now)
         return self.envelope(
             id=row.id,
             queue=row.queue,

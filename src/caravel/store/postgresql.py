@@ -9,7 +9,7 @@ import itertools
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util.concurrency import greenlet_spawn
 
 from caravel.jobs import JobState, Lease
-from caravel.store.api import ClaimBatch, ClaimSource, InsertOutcome, NewJob
+from caravel.store.base import SqlStore, claimed_from_rows
+from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore, claimed_from_rows
 from caravel.store.urls import async_url
 
 __all__ = ["PostgresStore", "create_engine"]
@@ -52,19 +52,27 @@ CONNECT_ARGS: dict[str, Any] = {
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 
 
-def create_engine(url: str | sa.URL, *, pool_size: int = 20) -> AsyncEngine:
+def create_engine(
+    url: str | sa.URL, *, pool_size: int = 20, read_only: bool = False
+) -> AsyncEngine:
     """An async engine for a PostgreSQL URL, through psycopg 3.
 
     The pool keeps up to ``pool_size`` connections open and opens up to as many again under
     a burst. Connections beyond the pool size are closed when returned, so size the pool for
     the process's usual concurrency (enqueueing request handlers, a worker's fetcher, its
     acknowledgement writers and renewals): opening a connection costs more than the statement.
+    With ``read_only`` every session starts with ``default_transaction_read_only``, so the
+    server refuses any write on it.
     """
+    connect_args = CONNECT_ARGS
+    if read_only:
+        options = f"{CONNECT_ARGS['options']} -c default_transaction_read_only=on"
+        connect_args = {**CONNECT_ARGS, "options": options}
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        connect_args=CONNECT_ARGS,
+        connect_args=connect_args,
     )
 
 
@@ -348,9 +356,8 @@ class PostgresStore(SqlStore):
     insert_chunk = 1000
     driver_errors = (psycopg.Error,)
 
-    def __init__(self, engine: AsyncEngine, *, read_only: bool = False) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
-        self._read_only = read_only
         self._announcer = _Announcer(engine)
         #: Per insert call (by its first job's id), the queues whose NOTIFY it carried.
         self._announced: dict[UUID, set[str]] = {}
@@ -516,24 +523,25 @@ class PostgresStore(SqlStore):
             await greenlet_spawn(fairy.invalidate)
         await greenlet_spawn(fairy.close)
 
-    async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+    async def job_insert_many(
+        self, chunks: Iterable[Sequence[NewJob]], *, total: int
+    ) -> InsertResult:
+        if total > SMALL_INSERT:
+            return await self._insert_chunks(iter(chunks))
+        new_jobs = [job for chunk in chunks for job in chunk]
         try:
-            if len(new_jobs) == 1 and not self._read_only:
+            if len(new_jobs) == 1:
                 outcome = await self._insert_one(new_jobs[0])
                 if outcome is not None:
-                    return [outcome]
-            if len(new_jobs) > SMALL_INSERT and not self._read_only:
-                return (await self.job_insert_chunks(iter([new_jobs])))[1]
+                    return InsertResult(new_jobs, [outcome])
             # A few jobs, or one that collided with an existing row: the general path inserts
             # in one transaction and looks the colliding rows up.
-            return await super().job_insert_many(new_jobs)
+            return InsertResult(new_jobs, await self._insert_general(new_jobs))
         finally:  # a failed insert never reached _after_commit
             if new_jobs:
                 self._announced.pop(new_jobs[0].id, None)
 
-    async def job_insert_chunks(
-        self, chunks: Iterator[Sequence[NewJob]]
-    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+    async def _insert_chunks(self, chunks: Iterator[Sequence[NewJob]]) -> InsertResult:
         """Many jobs in one transaction, written by COPY, each chunk while the caller prepares
         the next. COPY is the fastest way into a table, but it cannot skip a row that is already
         there: if any job collides (an existing idempotency key or id, or a key repeated within
@@ -541,8 +549,10 @@ class PostgresStore(SqlStore):
         skips such rows. A probe of the first job's key and id sends the common collision, a
         whole batch submitted again, straight there."""
         first = next(chunks, None)
-        if first is None or self._read_only:
-            return await super().job_insert_chunks(itertools.chain([first or ()], chunks))
+        while first is not None and not first:
+            first = next(chunks, None)
+        if first is None:
+            return InsertResult([], [])
         drawn: list[NewJob] = []
         call = first[0].id
         try:
@@ -567,7 +577,7 @@ class PostgresStore(SqlStore):
 
     async def _copy_chunks(
         self, first: Sequence[NewJob], chunks: Iterator[Sequence[NewJob]], drawn: list[NewJob]
-    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+    ) -> InsertResult:
         """COPY the chunks into the table, one COPY each, in one transaction. Raises
         :class:`_Collided` when a row was already there (without trying, when the first job's
         is). ``drawn`` collects the jobs drawn from ``chunks``."""
@@ -593,11 +603,9 @@ class PostgresStore(SqlStore):
             await self._announce(driver, drawn)
         inserted = {job.id for job in drawn}
         self._after_commit(drawn, inserted)
-        return drawn, [InsertOutcome(job.id, inserted=True) for job in drawn]
+        return InsertResult(drawn, [InsertOutcome(job.id, inserted=True) for job in drawn])
 
-    async def _insert_chunks_skipping(
-        self, chunks: Iterator[Sequence[NewJob]]
-    ) -> tuple[list[NewJob], list[InsertOutcome]]:
+    async def _insert_chunks_skipping(self, chunks: Iterator[Sequence[NewJob]]) -> InsertResult:
         """Insert the chunks in one transaction, skipping rows that are already there, each
         chunk while the caller prepares the next; then look the skipped jobs' rows up."""
         new_jobs: list[NewJob] = []
@@ -613,7 +621,7 @@ class PostgresStore(SqlStore):
             await self._announce(driver, new_jobs)
             outcomes = await self._outcomes(conn, new_jobs, inserted)
         self._after_commit(new_jobs, inserted)
-        return new_jobs, outcomes
+        return InsertResult(new_jobs, outcomes)
 
     async def _announce(
         self, driver: psycopg.AsyncConnection[Any], new_jobs: Sequence[NewJob]
@@ -636,12 +644,10 @@ class PostgresStore(SqlStore):
         self._after_commit([job], {job.id})
         return InsertOutcome(job.id, inserted=True)
 
-    async def job_claim_many(
-        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
-    ) -> ClaimBatch:
-        if self._read_only:
-            return await super().job_claim_many(queue, limit, now, lease_ms, source)
-        values = {"b_queue": queue, "b_now": now, "b_expires": now + lease_ms}
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        source, limit = request.source, request.limit
+        values = self._claim_params(request, request.now)
+        del values["b_limit"]  # written into the statement's text instead
         # The batch size is written into the statement (one prepared statement per size), so
         # the planner always knows how few rows the claim reads.
         sql, defaults = self._compiled(
@@ -661,8 +667,8 @@ class PostgresStore(SqlStore):
         return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
 
     async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
-        if not leases or self._read_only:
-            return await super().job_complete_many(leases, now)
+        if not leases:
+            return set()
         values = {**self._held_params(leases), "b_now": now}
         async with self._autocommit("job_complete", index_only=True) as driver:
             rows = await self._run(driver, "complete", self._complete_statement, values)
@@ -676,6 +682,8 @@ class PostgresStore(SqlStore):
             self._announcer.committed(queue, announced=queue in announced)
 
     async def close(self) -> None:
+        if self.closed:
+            return
         await self._announcer.close()
         self._closed = True
         hot, self._hot = self._hot, {False: [], True: []}
@@ -751,16 +759,14 @@ class PostgresStore(SqlStore):
     async def _transaction(
         self, *, readonly: bool, durable: bool = True, single: bool = False
     ) -> AsyncIterator[AsyncConnection]:
-        if single and durable and not self._read_only:
+        if single and durable:
             # One statement is its own transaction: no BEGIN and COMMIT round trips.
             async with self.engine.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
                 yield conn
             return
         async with self.engine.begin() as conn:
-            if self._read_only:
-                await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-            elif not durable:
+            if not durable:
                 # Acknowledgements only. The commit returns before it reaches disk; if the
                 # database server itself crashes in that window, the acknowledgement is lost and
                 # the job runs again after its lease expires (at-least-once allows that). Claims

@@ -10,7 +10,7 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -22,9 +22,9 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from caravel.jobs import Lease
-from caravel.store.api import ClaimBatch, ClaimSource, InsertOutcome, NewJob
+from caravel.store.base import SqlStore, claimed_from_rows
+from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
 from caravel.store.schema import jobs
-from caravel.store.sql import SqlStore, claimed_from_rows
 from caravel.store.urls import async_url
 
 __all__ = ["SqliteStore", "create_engine", "read_only_url"]
@@ -195,7 +195,10 @@ class SqliteStore(SqlStore):
         found: tuple[str, _Parameters] = self._statement("raw_insert", build)
         return found
 
-    async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+    async def job_insert_many(
+        self, chunks: Iterable[Sequence[NewJob]], *, total: int
+    ) -> InsertResult:
+        new_jobs = [job for chunk in chunks for job in chunk]
         if len(new_jobs) == 1:
             job = new_jobs[0]
             sql, parameters = self._raw_insert()
@@ -204,25 +207,18 @@ class SqliteStore(SqlStore):
                 "job_insert", lambda driver: driver.execute(sql, values).fetchone()
             )
             if row is not None:
-                return [InsertOutcome(job.id, inserted=True)]
+                return InsertResult(new_jobs, [InsertOutcome(job.id, inserted=True)])
         # Several jobs, or one that collided with an existing row: the general path inserts in
         # one transaction and looks the colliding rows up.
-        return await super().job_insert_many(new_jobs)
+        return InsertResult(new_jobs, await self._insert_general(new_jobs))
 
-    async def job_claim_many(
-        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
-    ) -> ClaimBatch:
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        source = request.source
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
 
         def claim(conn: sa.Connection, waited: int) -> list[Any]:
             # Where the claim had to wait for the write lock, the lease starts after the wait.
-            start = now + waited
-            params = {
-                "b_queue": queue,
-                "b_limit": limit,
-                "b_now": start,
-                "b_expires": start + lease_ms,
-            }
+            params = self._claim_params(request, request.now + waited)
             return list(conn.execute(stmt, params).all())
 
         return claimed_from_rows(await self._in_writer("job_claim", claim))
@@ -237,6 +233,8 @@ class SqliteStore(SqlStore):
         )
 
     async def close(self) -> None:
+        if self.closed:
+            return
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._thread, self._blocking.dispose)
         self._thread.shutdown(wait=False)

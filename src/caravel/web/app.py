@@ -31,10 +31,11 @@ from starlette.types import Message, Receive, Scope, Send
 
 from caravel.clock import Clock, from_ms
 from caravel.errors import SchemaNotReadyError, StoreError, ValidationError
+from caravel.inspector import QueueInspector
 from caravel.jobs import FailureCategory, JobState, JobStatus
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
-from caravel.store.api import QueueCounts, ThroughputBucket
+from caravel.store.protocol import QueueCounts, ThroughputBucket
 from caravel.validation import check_identifier, check_queue_name
 from caravel.web.auth import LOCAL_OPERATOR, Authorize, Principal, refusal_reason
 from caravel.web.charts import Series, bar_chart, sparkline
@@ -199,7 +200,7 @@ class Dashboard:
 
     def __init__(
         self,
-        reader: DatabaseQueue,
+        reader: QueueInspector,
         writer: DatabaseQueue,
         *,
         authorize: Authorize | None,
@@ -888,7 +889,7 @@ def dashboard(
     if lost_after <= timedelta(0):
         raise ValidationError("lost_after", "must be positive")
     registry = JobRegistry()  # replay and reads need no handlers
-    reader = DatabaseQueue(queue_url, registry, clock=clock, read_only=True)
+    reader = QueueInspector(queue_url, clock=clock)
     writer = DatabaseQueue(queue_url, registry, clock=reader.clock)
     return Dashboard(
         reader,

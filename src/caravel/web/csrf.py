@@ -17,6 +17,8 @@ import hashlib
 import hmac
 import secrets
 
+from caravel.errors import ValidationError
+
 __all__ = ["COOKIE", "FIELD", "CsrfSigner"]
 
 COOKIE = "caravel_dashboard_csrf"
@@ -35,7 +37,7 @@ class CsrfSigner:
 
     def __init__(self, secret: bytes | None = None) -> None:
         if secret is not None and len(secret) < 16:
-            raise ValueError("the anti-forgery secret must be at least 16 bytes")
+            raise ValidationError("csrf_secret", "must be at least 16 bytes")
         self._secret = secret if secret is not None else secrets.token_bytes(32)
 
     @staticmethod

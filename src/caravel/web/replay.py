@@ -15,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from caravel.errors import CaravelError
+from caravel.inspector import QueueInspector
 from caravel.jobs import JobState
 from caravel.queue import DatabaseQueue
 from caravel.web.filters import Filters
@@ -27,7 +28,7 @@ CHUNK = 50
 KEEP_RUNS = 20
 
 
-async def count_dead_letters(reader: DatabaseQueue, filters: Filters) -> int:
+async def count_dead_letters(reader: QueueInspector, filters: Filters) -> int:
     """How many dead letters match ``filters``, counting at most :data:`MAX_SELECTION`."""
     if filters.tenant is None and filters.job_type is None:
         counts = await reader.queue_counts(filters.queue)
@@ -64,7 +65,7 @@ class ReplayRun:
 class ReplayRuns:
     """The runs of one dashboard, and their background tasks."""
 
-    def __init__(self, reader: DatabaseQueue, writer: DatabaseQueue) -> None:
+    def __init__(self, reader: QueueInspector, writer: DatabaseQueue) -> None:
         self._reader = reader
         self._writer = writer
         self._runs: OrderedDict[str, ReplayRun] = OrderedDict()

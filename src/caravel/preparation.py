@@ -1,24 +1,25 @@
-"""Turning an application's job value and dispatch options into a validated, serialized row.
+"""Preparing new jobs: an application's job value and dispatch options become a validated,
+serialized row ready to insert.
 
-Enqueue and outbox staging both go through :func:`prepare`, so a job is checked the same way
+Enqueue and outbox staging both go through :func:`prepare_job`, so a job is checked the same way
 whichever path it takes.
 """
 
 from __future__ import annotations
 
+from caravel._ids import uuid7
 from caravel.clock import to_ms_ceil
 from caravel.codec import encode_payload
 from caravel.errors import ValidationError
-from caravel.ids import uuid7
 from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
 from caravel.registry import JobRegistry
-from caravel.store.api import NewJob
+from caravel.store.protocol import NewJob
 
-__all__ = ["prepare"]
+__all__ = ["prepare_job"]
 
 
-def prepare(
+def prepare_job(
     registry: JobRegistry,
     options: QueueOptions,
     job: object,

@@ -1,4 +1,5 @@
-"""The store's operations as portable SQLAlchemy Core, shared by every dialect.
+"""The shared base of the SQL stores: every operation of the store protocol written once, in
+portable SQLAlchemy Core.
 
 Dialect modules subclass :class:`SqlStore` and supply only what differs: the INSERT construct with
 ``ON CONFLICT``, how claim candidates are locked, how a transaction begins, how schema errors are
@@ -8,7 +9,7 @@ recognised, and any push wake-ups.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from uuid import UUID
@@ -19,15 +20,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from caravel.clock import from_ms
 from caravel.errors import IdempotencyConflictError, SchemaNotReadyError, StoreError
 from caravel.jobs import ClaimedJob, FailureCategory, JobState, JobStatus, Lease
-from caravel.store.api import (
+from caravel.store.protocol import (
     ClaimBatch,
+    ClaimRequest,
     ClaimSource,
     FailedAttempt,
+    Heartbeat,
     InsertOutcome,
+    InsertResult,
     JobFilter,
+    JobRef,
     NewJob,
     QueueCounts,
     ThroughputBucket,
+    ThroughputQuery,
     WorkerRecord,
 )
 from caravel.store.schema import VERSION_TABLE, jobs, workers
@@ -144,12 +150,13 @@ class SqlStore:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self.closed = False
 
     # ----- dialect hooks -------------------------------------------------------------------
 
     def _insert(self) -> Any:
         """The dialect's INSERT construct (it must offer ``on_conflict_do_nothing``)."""
-        raise NotImplementedError
+        return sa.insert(jobs)
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
         """The rows a claim updates: those ``candidates`` picks (locking them where the
@@ -157,7 +164,8 @@ class SqlStore:
         return jobs.c.id.in_(candidates.scalar_subquery())
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
-        raise NotImplementedError
+        """Whether a driver error means the queue's tables or columns are missing."""
+        return False
 
     @asynccontextmanager
     async def _transaction(
@@ -231,7 +239,15 @@ class SqlStore:
 
     # ----- enqueue -------------------------------------------------------------------------
 
-    async def job_insert_many(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+    async def job_insert_many(
+        self, chunks: Iterable[Sequence[NewJob]], *, total: int
+    ) -> InsertResult:
+        new_jobs = [job for chunk in chunks for job in chunk]
+        return InsertResult(new_jobs, await self._insert_general(new_jobs))
+
+    async def _insert_general(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
+        """Insert in one transaction, skipping rows that are already there, and look the
+        skipped jobs' rows up (the path every dialect can take)."""
         if not new_jobs:
             return []
         # One job is one INSERT statement (any duplicate lookup after it only reads committed
@@ -241,12 +257,6 @@ class SqlStore:
             outcomes = await self._outcomes(conn, new_jobs, inserted)
         self._after_commit(new_jobs, inserted)
         return outcomes
-
-    async def job_insert_chunks(
-        self, chunks: Iterator[Sequence[NewJob]]
-    ) -> tuple[list[NewJob], list[InsertOutcome]]:
-        new_jobs = [job for chunk in chunks for job in chunk]
-        return new_jobs, await self.job_insert_many(new_jobs)
 
     async def _outcomes(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
@@ -388,13 +398,20 @@ class SqlStore:
             .returning(*_CLAIM_RETURNING)
         )
 
-    async def job_claim_many(
-        self, queue: str, limit: int, now: int, lease_ms: int, source: ClaimSource = "any"
-    ) -> ClaimBatch:
+    @staticmethod
+    def _claim_params(request: ClaimRequest, now: int) -> dict[str, Any]:
+        return {
+            "b_queue": request.queue,
+            "b_limit": request.limit,
+            "b_now": now,
+            "b_expires": now + request.lease_ms,
+        }
+
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        source = request.source
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         async with self._write("job_claim", single=True) as conn:
-            params = {"b_queue": queue, "b_limit": limit, "b_now": now, "b_expires": now + lease_ms}
-            rows = (await conn.execute(stmt, params)).all()
+            rows = (await conn.execute(stmt, self._claim_params(request, request.now))).all()
         return claimed_from_rows(rows)
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
@@ -493,25 +510,27 @@ class SqlStore:
     # ----- status and replay ---------------------------------------------------------------
 
     @staticmethod
-    def _owned(job_id: UUID, queue: str, tenant_id: str) -> sa.ColumnElement[bool]:
-        return sa.and_(jobs.c.id == job_id, jobs.c.queue == queue, jobs.c.tenant_id == tenant_id)
+    def _owned(ref: JobRef) -> sa.ColumnElement[bool]:
+        return sa.and_(
+            jobs.c.id == ref.job_id, jobs.c.queue == ref.queue, jobs.c.tenant_id == ref.tenant_id
+        )
 
-    async def job_get(self, job_id: UUID, queue: str, tenant_id: str) -> JobStatus | None:
-        stmt = sa.select(*_STATUS_COLUMNS).where(self._owned(job_id, queue, tenant_id))
+    async def job_get(self, ref: JobRef) -> JobStatus | None:
+        stmt = sa.select(*_STATUS_COLUMNS).where(self._owned(ref))
         async with self._read("job_get") as conn:
             row = (await conn.execute(stmt)).one_or_none()
         return None if row is None else _status(row)
 
-    async def job_get_payload(self, job_id: UUID, queue: str, tenant_id: str) -> str | None:
-        stmt = sa.select(jobs.c.payload).where(self._owned(job_id, queue, tenant_id))
+    async def job_get_payload(self, ref: JobRef) -> str | None:
+        stmt = sa.select(jobs.c.payload).where(self._owned(ref))
         async with self._read("job_get_payload") as conn:
             payload: str | None = (await conn.execute(stmt)).scalar_one_or_none()
         return payload
 
-    async def job_replay(self, job_id: UUID, queue: str, tenant_id: str, now: int) -> bool:
+    async def job_replay(self, ref: JobRef, now: int) -> bool:
         stmt = (
             sa.update(jobs)
-            .where(self._owned(job_id, queue, tenant_id), jobs.c.state == _DEAD)
+            .where(self._owned(ref), jobs.c.state == _DEAD)
             .values(
                 state=_READY,
                 attempt=0,
@@ -590,9 +609,8 @@ class SqlStore:
             for row in rows
         ]
 
-    async def job_throughput(
-        self, queue: str | None, since: int, until: int, bucket_ms: int
-    ) -> list[ThroughputBucket]:
+    async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
+        queue, since, until, bucket_ms = query.queue, query.since, query.until, query.bucket_ms
         finished = jobs.c.finished_at
         conditions = [
             finished >= since,
@@ -646,14 +664,13 @@ class SqlStore:
         async with self._write("worker_register", durable=False) as conn:
             await conn.execute(sa.insert(workers).values(values))
 
-    async def worker_heartbeat(
-        self, worker_id: UUID, now: int, in_flight: int, *, stopped: bool = False
-    ) -> None:
-        values: dict[str, Any] = {"heartbeat_at": now, "in_flight": in_flight}
-        if stopped:
-            values["stopped_at"] = now
+    async def worker_heartbeat(self, beat: Heartbeat) -> None:
+        values: dict[str, Any] = {"heartbeat_at": beat.now, "in_flight": beat.in_flight}
+        if beat.stopped:
+            values["stopped_at"] = beat.now
+        stmt = sa.update(workers).where(workers.c.id == beat.worker_id).values(values)
         async with self._write("worker_heartbeat", durable=False) as conn:
-            await conn.execute(sa.update(workers).where(workers.c.id == worker_id).values(values))
+            await conn.execute(stmt)
 
     async def worker_list(self, since: int) -> list[WorkerRecord]:
         stmt = (
@@ -694,8 +711,7 @@ class SqlStore:
         return None
 
     async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         await self.engine.dispose()
-
-
-#: Builds a store for an engine; each dialect module exposes one.
-StoreFactory = Callable[[AsyncEngine], SqlStore]

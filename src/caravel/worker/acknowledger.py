@@ -1,13 +1,13 @@
-"""Recording outcomes in batches.
+"""Recording outcomes: the one place that persists what a worker's attempts ended with, for the
+continuous worker (in batches) and for ``run_once`` (at once) alike.
 
 Handlers finish one by one; their outcomes are queued and written by two flushers, each with one
 write in flight at a time. While writes are in flight the next outcomes accumulate, so under load
 many acknowledgements share one statement and one commit (and two such statements overlap, one
 being executed while the other's reply and commit travel), and when idle an outcome is written at
-once. Every row is still guarded
-by its own lease token: a stale lease in a batch changes nothing and is reported back to its job
-alone. A crash that loses queued acknowledgements only means those jobs run again once their
-leases expire, which at-least-once delivery already allows.
+once. Every row is still guarded by its own lease token: a stale lease in a batch changes nothing
+and is reported back to its job alone. A crash that loses queued acknowledgements only means those
+jobs run again once their leases expire, which at-least-once delivery already allows.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import contextlib
 from collections.abc import Callable
 from uuid import UUID
 
-from caravel.execution import Outcome
-from caravel.failpoints import failpoint
+from caravel._failpoints import failpoint
 from caravel.jobs import ClaimedJob
-from caravel.queue import DatabaseQueue
-from caravel.store.api import FailedAttempt
+from caravel.worker.leases import Leases
+from caravel.worker.runner import Outcome
 
 __all__ = ["Acknowledger"]
 
@@ -30,11 +29,12 @@ Written = Callable[[ClaimedJob, Outcome, bool], None]
 
 
 class Acknowledger:
-    """Batches complete/fail writes for one worker.
+    """Writes complete/fail outcomes for one worker.
 
-    :meth:`post` queues an outcome and returns at once, so a finished handler frees its slot
-    without waiting for the database. ``writers`` flushers write what is queued, one batch per
-    statement each, and report each outcome through ``on_written(claimed, outcome, held)``
+    :meth:`write` records outcomes now (``run_once``). :meth:`post` queues an outcome and
+    returns at once, so a finished handler frees its slot without waiting for the database.
+    ``writers`` flushers write what is queued, one batch per statement each. Either way each
+    outcome is reported through ``on_written(claimed, outcome, held)``
     (``held`` is false when the lease was no longer current and nothing changed). A write that
     fails because the database failed goes to ``on_error`` and stops its flusher; the outcomes it
     carried are lost, so those jobs run again once their leases expire.
@@ -42,7 +42,7 @@ class Acknowledger:
 
     def __init__(
         self,
-        queue: DatabaseQueue,
+        leases: Leases,
         *,
         on_written: Written,
         on_error: Callable[[BaseException], None],
@@ -50,7 +50,7 @@ class Acknowledger:
         max_pending: int = 5000,
         writers: int = 2,
     ) -> None:
-        self._queue = queue
+        self._leases = leases
         self._on_written = on_written
         self._on_error = on_error
         self._max_batch = max_batch
@@ -61,6 +61,17 @@ class Acknowledger:
         self._writers = writers
         self._flusher: asyncio.Future[list[None]] | None = None
         self._closing = False
+
+    async def write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> None:
+        """Write ``batch`` now and report each outcome. A database failure propagates to the
+        caller (and nothing is reported)."""
+        held = await self._write(batch)
+        self._written(batch, held)
+
+    def _written(self, batch: list[tuple[ClaimedJob, Outcome]], held: set[UUID]) -> None:
+        failpoint("after_ack")
+        for claimed, outcome in batch:
+            self._on_written(claimed, outcome, outcome.lease.job_id in held)
 
     def post(self, claimed: ClaimedJob, outcome: Outcome) -> None:
         """Queue one outcome for writing."""
@@ -119,20 +130,14 @@ class Acknowledger:
                     self._drained.set()
                     self._on_error(exc)
                     return
-                failpoint("after_ack")
-                for claimed, outcome in batch:
-                    self._on_written(claimed, outcome, outcome.lease.job_id in held)
+                self._written(batch, held)
             if self._closing:
                 return
 
     async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
-        now = self._queue.clock.now_ms()
-        completes = [outcome.lease for _, outcome in batch if outcome.failure is None]
-        failures: list[FailedAttempt] = [
-            self._queue.failure_for(outcome.lease, outcome.failure.value, now)
-            for _, outcome in batch
-            if outcome.failure is not None
-        ]
-        held = await self._queue.store.job_complete_many(completes, now)
-        held |= await self._queue.store.job_fail_many(failures, now)
-        return held
+        return await self._leases.record_many(
+            [
+                (outcome.lease, None if outcome.failure is None else outcome.failure.value)
+                for _, outcome in batch
+            ]
+        )

@@ -10,7 +10,12 @@ entry instead of a timer of its own. At that moment the loop:
 * or, when a renewal fails because the database failed, cancels the job's task with that error
   attached, so the job raises it and the worker stops.
 
-Timing uses the queue's clock, so a test's :class:`~caravel.testing.ManualClock` drives it.
+A renewed lease's next renewal is due one interval after the moment the renewal computed the new
+expiry, not after the renewal returned: a renewal slow to return must not push the next one
+towards (or past) the expiry.
+
+Timing uses the queue's clock, so a test's :class:`~caravel.testing.ManualClock` drives it, and
+:meth:`LeaseWatchdog.run_once` attends to what is due without waiting.
 """
 
 from __future__ import annotations
@@ -25,10 +30,10 @@ from dataclasses import dataclass, field
 from caravel.clock import duration_ms
 from caravel.context import JobContext
 from caravel.jobs import Lease
-from caravel.queue import DatabaseQueue
 from caravel.telemetry import record_renewal
+from caravel.worker.leases import Leases
 
-__all__ = ["Abandoned", "LeaseWatch", "Watched"]
+__all__ = ["Abandoned", "LeaseWatchdog", "Watched"]
 
 
 class Abandoned(enum.StrEnum):
@@ -57,12 +62,14 @@ class Watched:
     renewing: bool = False
 
 
-class LeaseWatch:
-    """The watchdog; :meth:`watch` registers the current task's lease, :meth:`release` ends it."""
+class LeaseWatchdog:
+    """The watchdog; :meth:`watch` registers the current task's lease, :meth:`release` ends it.
+    The loop (:meth:`run`) starts with the first watched lease."""
 
-    def __init__(self, queue: DatabaseQueue) -> None:
-        self._queue = queue
-        renewal = queue.options.lease_renewal_interval
+    def __init__(self, leases: Leases) -> None:
+        self._leases = leases
+        self._clock = leases.clock
+        renewal = leases.options.lease_renewal_interval
         self._renew_every = None if renewal is None else duration_ms(renewal)
         self._heap: list[tuple[int, int, int, Watched]] = []
         self._renewals: set[asyncio.Task[None]] = set()
@@ -73,16 +80,17 @@ class LeaseWatch:
         self._loop: asyncio.Task[None] | None = None
 
     def watch(self, lease: Lease, context: JobContext[object]) -> Watched:
+        """Watch ``lease`` for the job running in the current task."""
         task = asyncio.current_task()
         assert task is not None, "watch() runs inside the job's task"
-        now = self._queue.clock.now_ms()
+        now = self._clock.now_ms()
         renew_at = None if self._renew_every is None else now + self._renew_every
         entry = Watched(task=task, lease=lease, context=context, renew_at=renew_at)
         self._active += 1
         self._schedule(entry)
         if self._loop is None or self._loop.done():
             self._wake = asyncio.Event()
-            self._loop = asyncio.create_task(self._run(), name="caravel-lease-watch")
+            self._loop = asyncio.create_task(self.run(), name="caravel-lease-watch")
         return entry
 
     def release(self, entry: Watched) -> None:
@@ -109,7 +117,7 @@ class LeaseWatch:
         return item[3].active and item[2] == item[3].version
 
     def _next_event(self, entry: Watched) -> int:
-        deadline = self._queue.lease_deadline_ms(entry.lease)
+        deadline = self._leases.deadline_ms(entry.lease)
         if entry.renew_at is None or entry.renewing:
             return deadline
         return min(deadline, entry.renew_at)
@@ -129,18 +137,26 @@ class LeaseWatch:
         entry.context.cancelled.set()
         entry.task.cancel()
 
-    async def _run(self) -> None:
-        assert self._wake is not None
-        clock = self._queue.clock
+    async def run(self) -> None:
+        """Attend to leases as their moments come, sleeping on the clock in between."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        while True:
+            self._target = await self.run_once()
+            self._wake.clear()
+            now = self._clock.now_ms()
+            if self._target is None or self._target > now:
+                await self._sleep(None if self._target is None else self._target - now)
+
+    async def run_once(self) -> int | None:
+        """Attend to every lease whose moment has come by the clock: renew it, or cancel its
+        job. Returns when the next lease needs attention (``None`` when none is watched)."""
         while True:
             while self._heap and not self._current(self._heap[0]):
                 heapq.heappop(self._heap)
-            now = clock.now_ms()
+            now = self._clock.now_ms()
             if not self._heap or self._heap[0][0] > now:
-                self._target = self._heap[0][0] if self._heap else None
-                self._wake.clear()
-                await self._sleep(None if self._target is None else self._target - now)
-                continue
+                return self._heap[0][0] if self._heap else None
             entry = heapq.heappop(self._heap)[3]
             renewal = self._attend(entry, now)
             if renewal is not None:
@@ -152,7 +168,7 @@ class LeaseWatch:
         if milliseconds is None:
             await woken
             return
-        timer = asyncio.ensure_future(self._queue.clock.sleep(milliseconds / 1000))
+        timer = asyncio.ensure_future(self._clock.sleep(milliseconds / 1000))
         try:
             await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -172,10 +188,10 @@ class LeaseWatch:
 
     def _attend(self, entry: Watched, now: int) -> asyncio.Task[None] | None:
         """Act on one entry whose event time came; returns the renewal started, if any."""
-        queue = self._queue
+        leases = self._leases
         renewing = self._renew_every is not None
-        lifetime_over = now >= queue.lifetime_end_ms(entry.lease)
-        if now >= queue.lease_deadline_ms(entry.lease):
+        lifetime_over = now >= leases.lifetime_end_ms(entry.lease)
+        if now >= leases.deadline_ms(entry.lease):
             reached = renewing and lifetime_over
             self._abandon(entry, Abandoned.LIFETIME_REACHED if reached else Abandoned.LEASE_EXPIRED)
             return None
@@ -189,15 +205,14 @@ class LeaseWatch:
         # watchdog from enforcing every other deadline (this job's included).
         entry.renewing = True
         self._schedule(entry)
-        task = asyncio.create_task(self._renew(entry), name="caravel-lease-renewal")
+        task = asyncio.create_task(self._renew(entry, now), name="caravel-lease-renewal")
         self._renewals.add(task)
         task.add_done_callback(self._renewals.discard)
         return task
 
-    async def _renew(self, entry: Watched) -> None:
-        queue = self._queue
+    async def _renew(self, entry: Watched, now: int) -> None:
         try:
-            renewed = await queue.renew(entry.lease)
+            renewed = await self._leases.renew(entry.lease, now=now)
         except Exception as exc:  # the database failed: the job raises it, the worker stops
             entry.renewing = False
             if entry.active:
@@ -215,5 +230,6 @@ class LeaseWatch:
         entry.lease = renewed
         record_renewal(entry.context.queue)
         assert self._renew_every is not None
-        entry.renew_at = queue.clock.now_ms() + self._renew_every
+        # From the moment the new expiry was computed, however long the renewal took to return.
+        entry.renew_at = now + self._renew_every
         self._schedule(entry)

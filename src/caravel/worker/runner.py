@@ -1,5 +1,6 @@
 """Running one claimed job: decode it, open its scope, run its handler under its lease, and decide
-the outcome. Persisting the outcome is the caller's job (see :mod:`caravel.worker`).
+the outcome. Persisting the outcome is the acknowledger's job
+(:mod:`caravel.worker.acknowledger`).
 
 The handler is cancelled, and its outcome is not acknowledged, when:
 
@@ -25,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from caravel import telemetry
+from caravel.clock import Clock
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import JobContext
 from caravel.jobs import ClaimedJob, FailureCategory, Lease
-from caravel.leasewatch import Abandoned, LeaseWatch
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobType
+from caravel.registry import JobRegistration, JobRegistry
+from caravel.worker.watchdog import Abandoned, LeaseWatchdog
 
 __all__ = ["Abandoned", "Executor", "JobRunner", "Outcome", "ScopeFactory"]
 
@@ -57,24 +58,24 @@ class Outcome:
 
 
 class JobRunner:
-    """Runs claimed jobs for one queue facade; shared by ``run_once`` and the continuous
-    worker. Each job runs in its caller's task; one :class:`~caravel.leasewatch.LeaseWatch`
-    keeps every running job's lease."""
+    """Runs claimed jobs; shared by ``run_once`` and the continuous worker. Each job runs in its
+    caller's task, its handler found in ``registry``; ``watchdog`` keeps every running job's
+    lease."""
 
     def __init__(
         self,
-        queue: DatabaseQueue,
+        registry: JobRegistry,
+        clock: Clock,
+        watchdog: LeaseWatchdog,
         *,
         scope: ScopeFactory | None,
         threads: Executor,
     ) -> None:
-        self._queue = queue
+        self._registry = registry
+        self._clock = clock
         self._scope = scope
         self._threads = threads
-        self._watch = LeaseWatch(queue)
-
-    async def close(self) -> None:
-        await self._watch.close()
+        self._watch = watchdog
 
     async def run(self, claimed: ClaimedJob) -> Outcome:
         """Run one claimed job to an :class:`Outcome`. Raises only for infrastructure failures
@@ -83,14 +84,22 @@ class JobRunner:
         The run is one consumer span that continues the trace of the enqueue that created the
         job; a failure is described on it by exception type and category only."""
         started = time.perf_counter()
-        with telemetry.job_span(claimed, self._queue.clock.now_ms()) as span:
+        with telemetry.job_span(
+            queue=claimed.queue,
+            job_type=claimed.job_type,
+            job_id=claimed.job_id,
+            attempt=claimed.attempt,
+            due_at_ms=claimed.due_at_ms,
+            trace_context=claimed.trace_context,
+            now_ms=self._clock.now_ms(),
+        ) as span:
             outcome = await self._run(claimed, span)
         seconds = time.perf_counter() - started
         return Outcome(outcome.lease, outcome.failure, outcome.abandoned, seconds)
 
     async def _run(self, claimed: ClaimedJob, span: telemetry.Span) -> Outcome:
         lease = claimed.lease
-        entry = self._queue.registry.get(claimed.job_type)
+        entry = self._registry.get(claimed.job_type)
         if entry is None:
             telemetry.mark_failure(span, "UnknownJobType", FailureCategory.UNKNOWN_JOB_TYPE)
             return Outcome(lease, failure=FailureCategory.UNKNOWN_JOB_TYPE)
@@ -145,7 +154,7 @@ class JobRunner:
             self._watch.release(watched)
         return Outcome(watched.lease)
 
-    async def _invoke(self, entry: JobType, job: object, context: JobContext[Any]) -> None:
+    async def _invoke(self, entry: JobRegistration, job: object, context: JobContext[Any]) -> None:
         if entry.is_async:
             await entry.handler(job, context)  # type: ignore[misc]
             return

@@ -1,0 +1,197 @@
+"""What operators read: queue counts, job listings, throughput, workers, one job's status and
+payload.
+
+:class:`QueueInspector` needs no job registry and cannot write by construction: it holds a
+:class:`~caravel.store.protocol.ReadStore`, which offers no write operation, on connections the
+database itself keeps read-only (SQLite ``mode=ro``, PostgreSQL
+``default_transaction_read_only``). The command line and the dashboard read through it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import TracebackType
+from typing import Self
+from uuid import UUID
+
+from sqlalchemy.engine import URL
+
+from caravel.clock import Clock, SystemClock, duration_ms, from_ms
+from caravel.errors import ValidationError
+from caravel.jobs import JobState, JobStatus, WorkerInfo
+from caravel.lookup import job_ref
+from caravel.migrate import require_current_schema
+from caravel.store import open_reader
+from caravel.store.protocol import (
+    JobFilter,
+    QueueCounts,
+    ReadStore,
+    ThroughputBucket,
+    ThroughputQuery,
+    WorkerRecord,
+)
+from caravel.validation import check_identifier, check_int, check_queue_name, check_wire_name
+
+__all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector"]
+
+#: The most jobs one listing returns, and the most it may skip.
+MAX_LIST_LIMIT = 10_000
+MAX_LIST_OFFSET = 1_000_000
+#: The most buckets one throughput read covers.
+MAX_BUCKETS = 1000
+
+
+class QueueInspector:
+    """Read-only access to a queue database for operators (the command line, the dashboard,
+    your own monitoring).
+
+    ``target`` is a database URL (opened read-only) or a store opened with
+    :func:`~caravel.store.open_reader`. Use it as an async context manager, or call
+    :meth:`close`, to release its connections.
+    """
+
+    def __init__(self, target: str | URL | ReadStore, *, clock: Clock | None = None) -> None:
+        self.store: ReadStore = open_reader(target) if isinstance(target, str | URL) else target
+        self.clock: Clock = clock if clock is not None else SystemClock()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the database connections. Closing again does nothing."""
+        await self.store.close()
+
+    async def check_schema(self) -> None:
+        """Raise :class:`~caravel.errors.SchemaNotReadyError` unless the database is at the
+        library's newest migration."""
+        await require_current_schema(self.store)
+
+    async def get_status(self, job_id: UUID | str, queue: str, tenant_id: str) -> JobStatus | None:
+        """One job's status, matched exactly as :meth:`DatabaseQueue.get_status
+        <caravel.DatabaseQueue.get_status>` matches it."""
+        return await self.store.job_get(job_ref(job_id, queue, tenant_id))
+
+    async def get_payload(self, job_id: UUID | str, queue: str, tenant_id: str) -> str | None:
+        """One job's stored payload text, matched exactly. Show it only to those allowed."""
+        return await self.store.job_get_payload(job_ref(job_id, queue, tenant_id))
+
+    async def queue_counts(self, queue: str | None = None) -> list[QueueCounts]:
+        """Per-queue counts: ready (due now), delayed, running with a live lease, running with an
+        expired lease, dead letters and completed. ``queue`` limits it to one queue."""
+        if queue is not None:
+            check_queue_name(queue)
+        return await self.store.queue_counts(queue, self.clock.now_ms())
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        tenant_id: str | None = None,
+        state: JobState | None = None,
+        job_type: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        oldest_first: bool = False,
+    ) -> list[JobStatus]:
+        """Recent jobs, newest first (oldest first with ``oldest_first``), without payloads.
+        Every given filter must match. ``limit`` is 1 to 10000; ``offset`` skips that many
+        matching jobs first, for paging (0 to 1000000)."""
+        if queue is not None:
+            check_queue_name(queue)
+        if tenant_id is not None:
+            check_identifier(tenant_id, "tenant_id")
+        if job_type is not None:
+            check_wire_name(job_type, "job_type")
+        if state is not None and not isinstance(state, JobState):
+            raise ValidationError("state", "must be a JobState")
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        check_int("offset", offset, 0, MAX_LIST_OFFSET)
+        return await self.store.job_list(
+            JobFilter(
+                queue=queue,
+                tenant_id=tenant_id,
+                state=state,
+                job_type=job_type,
+                limit=limit,
+                offset=offset,
+                oldest_first=bool(oldest_first),
+            )
+        )
+
+    async def throughput(
+        self,
+        queue: str | None = None,
+        *,
+        window: timedelta = timedelta(hours=1),
+        bucket: timedelta = timedelta(minutes=5),
+    ) -> list[ThroughputBucket]:
+        """Jobs completed and moved to dead letter per queue, in ``bucket``-long buckets over
+        the last ``window``, read from the jobs' finish times.
+
+        Buckets are aligned to multiples of ``bucket`` since the epoch; the last one is the
+        bucket the current time falls in (still filling). Every queue that finished a job in
+        the window gets every bucket, oldest first, zeros included. Jobs deleted or replayed
+        since they finished no longer count. ``bucket`` is at least one second, ``window`` at
+        least one bucket and at most 1000 buckets.
+        """
+        if queue is not None:
+            check_queue_name(queue)
+        bucket_ms = duration_ms(bucket)
+        if bucket_ms < 1000:
+            raise ValidationError("bucket", "must be at least one second")
+        count = -(-duration_ms(window) // bucket_ms)
+        if not 1 <= count <= MAX_BUCKETS:
+            raise ValidationError("window", f"must span from 1 to {MAX_BUCKETS} buckets")
+        now = self.clock.now_ms()
+        last = now - now % bucket_ms
+        since = last - (count - 1) * bucket_ms
+        until = last + bucket_ms
+        found = await self.store.job_throughput(ThroughputQuery(queue, since, until, bucket_ms))
+        by_key = {(b.queue, b.start): b for b in found}
+        queues = sorted({b.queue for b in found} | ({queue} if queue is not None else set()))
+        return [
+            by_key.get((name, start), ThroughputBucket(name, start, 0, 0))
+            for name in queues
+            for start in range(since, until, bucket_ms)
+        ]
+
+    async def list_workers(
+        self,
+        *,
+        lost_after: timedelta = timedelta(seconds=60),
+        window: timedelta = timedelta(hours=24),
+    ) -> list[WorkerInfo]:
+        """Worker processes seen within ``window``, newest first. One whose heartbeat is older
+        than ``lost_after`` without a normal shutdown is reported as ``lost``."""
+        now = self.clock.now_ms()
+        lost_ms = duration_ms(lost_after)
+        records = await self.store.worker_list(now - duration_ms(window))
+        return [_worker_info(r, now, lost_ms) for r in records]
+
+
+def _worker_info(record: WorkerRecord, now: int, lost_ms: int) -> WorkerInfo:
+    if record.stopped_at is not None:
+        state = "stopped"
+    elif now - record.heartbeat_at > lost_ms:
+        state = "lost"
+    else:
+        state = "running"
+    return WorkerInfo(
+        worker_id=record.id,
+        host=record.host,
+        pid=record.pid,
+        queues=record.queues,
+        concurrency=record.concurrency,
+        started_at=from_ms(record.started_at),
+        heartbeat_at=from_ms(record.heartbeat_at),
+        in_flight=record.in_flight if record.stopped_at is None else 0,
+        state=state,
+    )

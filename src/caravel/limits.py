@@ -1,0 +1,45 @@
+"""Every size limit of the queue, defined once.
+
+Validation enforces them, the schema sizes its columns with them, and the outbox table (which
+holds the same fields before they reach the queue) uses the same numbers, so a value that passes
+validation always fits its column. Changing one here needs a migration.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_CATEGORY_LENGTH",
+    "MAX_HOST_LENGTH",
+    "MAX_JSON_DEPTH",
+    "MAX_KEY_LENGTH",
+    "MAX_PAYLOAD_LIMIT",
+    "MAX_QUEUE_LIST_LENGTH",
+    "MAX_QUEUE_NAME_LENGTH",
+    "MAX_STATE_LENGTH",
+    "MAX_TRACE_CONTEXT_LENGTH",
+    "MAX_WIRE_NAME_LENGTH",
+]
+
+#: Queue names: ``[a-z0-9._-]``, 1 to 64 characters.
+MAX_QUEUE_NAME_LENGTH = 64
+#: Wire names (a job type's persisted name): ``[a-z0-9._-]``, 1 to 128 characters.
+MAX_WIRE_NAME_LENGTH = 128
+#: Tenant ids and idempotency keys: nonblank, at most 128 characters.
+MAX_KEY_LENGTH = 128
+#: The deepest nesting a payload may have (``[]`` and ``{}`` are one level).
+MAX_JSON_DEPTH = 32
+#: The largest ``max_payload_bytes`` a queue may be configured with (1 MiB).
+MAX_PAYLOAD_LIMIT = 1024 * 1024
+#: The largest attempt budget of one job.
+MAX_ATTEMPTS = 100
+#: A stored failure category (``HandlerFailed``, ...) or relay failure reason.
+MAX_CATEGORY_LENGTH = 32
+#: A job state as stored (``dead_letter`` is the longest).
+MAX_STATE_LENGTH = 16
+#: The W3C trace context carried by a job, as JSON; a longer one is not stored.
+MAX_TRACE_CONTEXT_LENGTH = 512
+#: A worker's host name in the worker registry (longer names are cut).
+MAX_HOST_LENGTH = 255
+#: A worker's queue names, comma separated, in the worker registry.
+MAX_QUEUE_LIST_LENGTH = 1024

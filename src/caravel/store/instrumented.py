@@ -1,0 +1,171 @@
+"""The instrumented store: every store operation traced and measured in this one place.
+
+:func:`~caravel.store.open_store` always returns one, wrapped around the dialect's store, so no
+operation can run without its span and metrics (as Oban's engine wraps every callback). The
+spans and instruments themselves live in :mod:`caravel.telemetry`; this module turns each
+operation's parameters and result into the plain values they take.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from uuid import UUID
+
+from caravel import telemetry
+from caravel.jobs import FailureCategory, JobStatus, Lease
+from caravel.store.protocol import (
+    ClaimBatch,
+    ClaimRequest,
+    FailedAttempt,
+    Heartbeat,
+    InsertResult,
+    JobFilter,
+    JobRef,
+    NewJob,
+    QueueCounts,
+    Store,
+    ThroughputBucket,
+    ThroughputQuery,
+    WorkerRecord,
+)
+
+__all__ = ["InstrumentedStore", "instrumented"]
+
+
+def instrumented(store: Store) -> InstrumentedStore:
+    """``store`` with telemetry around every operation (itself when it already has it)."""
+    return store if isinstance(store, InstrumentedStore) else InstrumentedStore(store)
+
+
+class InstrumentedStore:
+    """Wraps a :class:`~caravel.store.protocol.Store`: a client span per operation, and the
+    metrics that follow from each operation's result. ``inner`` is the wrapped store."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.supports_listen_notify = inner.supports_listen_notify
+        self.db_system = inner.db_system
+
+    def _span(self, operation: str) -> AbstractContextManager[telemetry.Span]:
+        return telemetry.store_span(self.db_system, operation)
+
+    async def job_insert_many(
+        self, chunks: Iterable[Sequence[NewJob]], *, total: int
+    ) -> InsertResult:
+        if not telemetry.tracing():  # the one-job enqueue's hot path: no spans to open or carry
+            result = await self.inner.job_insert_many(chunks, total=total)
+            _count_enqueued(result)
+            return result
+        drawn = iter(chunks)
+        first = next(drawn, None)
+        if first is None:
+            return InsertResult([], [])
+        with telemetry.enqueue_span(first[0].queue if first else "", total) as span:
+            carrier = telemetry.carrier_for_current_context()
+            rest: Iterable[Sequence[NewJob]] = drawn
+            if carrier is not None:
+                first = [_with_trace(job, carrier) for job in first]
+                rest = ([_with_trace(job, carrier) for job in chunk] for chunk in drawn)
+            with self._span("job_insert"):
+                result = await self.inner.job_insert_many(
+                    itertools.chain([first], rest), total=total
+                )
+            if len(result.outcomes) == 1 and span.is_recording():
+                # The stored job's id: on an idempotent repeat, the original job's.
+                span.set_attribute("messaging.message.id", str(result.outcomes[0].job_id))
+        _count_enqueued(result)
+        return result
+
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        with self._span("job_claim"):
+            batch = await self.inner.job_claim_many(request)
+        for job_type, count in Counter(job.job_type for job in batch.claimed).items():
+            telemetry.record_claimed(request.queue, job_type, count)
+        if batch.dead_lettered:
+            telemetry.record_dead_lettered(
+                request.queue, FailureCategory.LEASE_EXPIRED.value, batch.dead_lettered
+            )
+        return batch
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        with self._span("job_complete"):
+            return await self.inner.job_complete_many(leases, now)
+
+    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+        with self._span("job_fail"):
+            return await self.inner.job_fail_many(failures, now)
+
+    async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
+        with self._span("job_renew_lease"):
+            return await self.inner.job_renew_lease(lease, now, expires_at)
+
+    async def job_get(self, ref: JobRef) -> JobStatus | None:
+        with self._span("job_get"):
+            return await self.inner.job_get(ref)
+
+    async def job_get_payload(self, ref: JobRef) -> str | None:
+        with self._span("job_get_payload"):
+            return await self.inner.job_get_payload(ref)
+
+    async def job_replay(self, ref: JobRef, now: int) -> bool:
+        with self._span("job_replay"):
+            done = await self.inner.job_replay(ref, now)
+        if done:
+            telemetry.record_replayed(ref.queue)
+        return done
+
+    async def job_list(self, where: JobFilter) -> list[JobStatus]:
+        with self._span("job_list"):
+            return await self.inner.job_list(where)
+
+    async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
+        with self._span("queue_counts"):
+            return await self.inner.queue_counts(queue, now)
+
+    async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
+        with self._span("job_throughput"):
+            return await self.inner.job_throughput(query)
+
+    async def worker_register(self, worker: WorkerRecord) -> None:
+        with self._span("worker_register"):
+            await self.inner.worker_register(worker)
+
+    async def worker_heartbeat(self, beat: Heartbeat) -> None:
+        with self._span("worker_heartbeat"):
+            await self.inner.worker_heartbeat(beat)
+
+    async def worker_list(self, since: int) -> list[WorkerRecord]:
+        with self._span("worker_list"):
+            return await self.inner.worker_list(since)
+
+    async def schema_revision(self) -> str | None:
+        return await self.inner.schema_revision()
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        return self.inner.wakeups(queues)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def _count_enqueued(result: InsertResult) -> None:
+    jobs, outcomes = result
+    counts: Mapping[tuple[str, str, bool], int]
+    if len(jobs) == 1:  # a one-job enqueue, without building a Counter
+        counts = {(jobs[0].queue, jobs[0].job_type, not outcomes[0].inserted): 1}
+    else:
+        counts = Counter(
+            (job.queue, job.job_type, not outcome.inserted)
+            for job, outcome in zip(jobs, outcomes, strict=True)
+        )
+    for (queue, job_type, repeated), count in counts.items():
+        telemetry.record_enqueued(queue, job_type, repeated=repeated, count=count)
+
+
+def _with_trace(job: NewJob, carrier: str) -> NewJob:
+    if job.trace_context is not None:
+        return job
+    return job._replace(trace_context=carrier)

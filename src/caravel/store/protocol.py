@@ -1,0 +1,289 @@
+"""The database seam: the one interface through which Caravel reads and writes the queue.
+
+Operations are named noun first (``job_insert_many``, ``job_claim_many``...), take typed
+parameters and return typed rows. Nothing above this seam builds SQL. Each dialect module
+implements it and declares what it can do through capability flags
+(``supports_listen_notify``), so callers never ask which database they are on.
+
+All times are whole milliseconds since the epoch, supplied by the caller's clock: the store never
+reads the database server's clock, so an injected test clock controls every lease and retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
+from uuid import UUID
+
+from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+
+__all__ = [
+    "ClaimBatch",
+    "ClaimRequest",
+    "ClaimSource",
+    "FailedAttempt",
+    "Heartbeat",
+    "InsertOutcome",
+    "InsertResult",
+    "JobFilter",
+    "JobRef",
+    "NewJob",
+    "QueueCounts",
+    "ReadStore",
+    "Store",
+    "ThroughputBucket",
+    "ThroughputQuery",
+    "WorkerRecord",
+]
+
+
+class NewJob(NamedTuple):
+    """A validated, serialized job ready to insert. (A named tuple: a bulk enqueue builds one
+    per job, and a tuple is built in less than half the time of a frozen dataclass.)"""
+
+    id: UUID
+    queue: str
+    job_type: str
+    tenant_id: str
+    idempotency_key: str | None
+    payload: str
+    max_attempts: int
+    due_at: int
+    created_at: int
+    trace_context: str | None = None
+
+
+class InsertOutcome(NamedTuple):
+    """For one :class:`NewJob`: the id it now has, and whether this call created it (false when
+    its idempotency key matched an existing job with the same type and payload)."""
+
+    job_id: UUID
+    inserted: bool
+
+
+class InsertResult(NamedTuple):
+    """What one insert call did: every job it was given, in order, and each one's outcome."""
+
+    jobs: list[NewJob]
+    outcomes: list[InsertOutcome]
+
+
+#: Which jobs a claim may take: ``"ready"`` waiting jobs that are due, ``"expired"`` running jobs
+#: whose lease ran out (a crashed or stalled worker's, taken over), ``"any"`` both.
+ClaimSource = Literal["any", "ready", "expired"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One claim: up to ``limit`` jobs of ``queue`` that are due (or whose lease expired) at
+    ``now``, each leased for ``lease_ms``; ``source`` narrows which of the two."""
+
+    queue: str
+    limit: int
+    now: int
+    lease_ms: int
+    source: ClaimSource = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim statement did: the jobs now leased to the caller, and how many jobs it
+    moved to dead letter instead because their last lease expired with no attempts left."""
+
+    claimed: list[ClaimedJob]
+    dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """A failed attempt to record: retry at ``retry_at`` or, when ``None``, dead-letter."""
+
+    lease: Lease
+    category: str
+    retry_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """One job as its tenant names it: id, queue and exact tenant all have to match."""
+
+    job_id: UUID
+    queue: str
+    tenant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Jobs per state in one queue at one moment."""
+
+    queue: str
+    ready: int
+    delayed: int
+    running: int
+    expired: int
+    dead_letter: int
+    completed: int
+    oldest_ready_due_ms: int | None = None
+    """When the oldest job that is due now became due (ms since the epoch), if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing returns (all given fields must match)."""
+
+    queue: str | None = None
+    tenant_id: str | None = None
+    state: JobState | None = None
+    job_type: str | None = None
+    limit: int = 50
+    offset: int = 0
+    """How many matching jobs to skip first (pagination)."""
+    oldest_first: bool = False
+    """List by creation time ascending instead of newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputQuery:
+    """Jobs that finished at or after ``since`` and before ``until``, counted per queue (or only
+    ``queue``) in ``bucket_ms``-long buckets starting at ``since``."""
+
+    queue: str | None
+    since: int
+    until: int
+    bucket_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket:
+    """How many jobs of one queue finished in one time bucket: completed, and moved to dead
+    letter. ``start`` is the bucket's first millisecond since the epoch."""
+
+    queue: str
+    start: int
+    completed: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A worker process as it registered itself, with its last heartbeat."""
+
+    id: UUID
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: int
+    heartbeat_at: int
+    in_flight: int
+    stopped_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A worker saying it is alive at ``now`` with ``in_flight`` handlers running, or, with
+    ``stopped``, that it shut down normally."""
+
+    worker_id: UUID
+    now: int
+    in_flight: int
+    stopped: bool = False
+
+
+class ReadStore(Protocol):
+    """The operations that only read: what operators look at. A store opened for reading
+    (:func:`~caravel.store.open_reader`) offers only these, on a connection the database itself
+    keeps read-only."""
+
+    #: The OpenTelemetry ``db.system.name`` of the database ("postgresql", "sqlite").
+    db_system: str
+
+    async def job_get(self, ref: JobRef) -> JobStatus | None:
+        """A job's status when id, queue and tenant all match exactly."""
+        ...
+
+    async def job_get_payload(self, ref: JobRef) -> str | None:
+        """A job's stored payload text when id, queue and tenant all match exactly."""
+        ...
+
+    async def job_list(self, where: JobFilter) -> list[JobStatus]:
+        """Recent jobs, newest first, without payloads."""
+        ...
+
+    async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
+        """Per-queue counts at ``now``."""
+        ...
+
+    async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
+        """Finished jobs (completed or dead-lettered) per queue and bucket. Only buckets with at
+        least one job are returned, ordered by queue and start."""
+        ...
+
+    async def worker_list(self, since: int) -> list[WorkerRecord]:
+        """Workers whose last heartbeat is at or after ``since``, newest first."""
+        ...
+
+    async def schema_revision(self) -> str | None:
+        """The applied migration revision, or ``None`` when the queue was never migrated."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections. Closing again does nothing."""
+        ...
+
+
+class Store(ReadStore, Protocol):
+    """Every queue operation on one database."""
+
+    #: Whether :meth:`wakeups` pushes enqueues from other processes (PostgreSQL's NOTIFY).
+    supports_listen_notify: bool
+
+    async def job_insert_many(
+        self, chunks: Iterable[Sequence[NewJob]], *, total: int
+    ) -> InsertResult:
+        """Insert ``total`` jobs, drawn chunk by chunk from ``chunks`` (the caller validates and
+        serializes each chunk as it is drawn), in one transaction: an exception raised while
+        drawing rolls back every chunk before it. A dialect may insert one chunk while the next
+        is drawn, and picks how to insert by ``total``.
+
+        A job whose (queue, tenant, key) or id already exists is not inserted: with the same
+        job type and payload its outcome names the existing job; with different content the
+        whole transaction rolls back and :class:`~caravel.errors.IdempotencyConflictError` is
+        raised."""
+        ...
+
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        """Lease jobs as ``request`` says. Each claimed job's attempt goes up by one and its
+        lease token changes. A job whose lease expired with its attempts used up is
+        dead-lettered (``LeaseExpired``) instead."""
+        ...
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        """Mark jobs completed; returns the ids whose lease was still current. Others are
+        untouched."""
+        ...
+
+    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+        """Record failed attempts; returns the ids whose lease was still current."""
+        ...
+
+    async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
+        """Extend an unexpired, current lease to ``expires_at``; ``None`` when rejected."""
+        ...
+
+    async def job_replay(self, ref: JobRef, now: int) -> bool:
+        """Make a dead-lettered job ready again with its attempts reset."""
+        ...
+
+    async def worker_register(self, worker: WorkerRecord) -> None:
+        """Record a starting worker process."""
+        ...
+
+    async def worker_heartbeat(self, beat: Heartbeat) -> None:
+        """Say the worker is alive (or that it shut down normally)."""
+        ...
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        """Queue names as enqueues announce them, where the database can push them."""
+        ...

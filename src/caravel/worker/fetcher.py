@@ -1,0 +1,162 @@
+"""Claiming work for the continuous worker: one fetcher per queue, sharing the worker's handler
+slots.
+
+A claim asks for every free slot at once, up to half of all slots. After a full batch the
+fetcher goes again as soon as a quarter of the slots are free (so a busy worker claims in large
+batches instead of one job per finished handler); after a short batch the queue is drained for
+now and it waits for a wake-up or the poll interval. The cap at half keeps the next claim in
+flight while the handlers of the previous batch run (``docs/performance.md`` has the
+measurements).
+
+Recovery: the batches a fetcher claims hold only waiting jobs. Jobs whose lease expired (their
+worker crashed or stalled) are taken over one at a time, at most one per process at once, looked
+for every ``poll_interval`` and again as soon as the previous one finishes. A job that kills its
+worker would otherwise be claimed again in a batch with the jobs that died beside it, and take
+them down with it on every retry until all of their attempts were spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from caravel._failpoints import failpoint
+from caravel.clock import Clock, duration_ms
+from caravel.jobs import ClaimedJob
+from caravel.options import WorkerOptions
+from caravel.signals import WakeupHub
+from caravel.worker.leases import Leases
+
+__all__ = ["Fetcher", "Slots"]
+
+JobTask = Callable[[ClaimedJob], Coroutine[Any, Any, None]]
+
+
+class Slots:
+    """The worker's handler slots: the tasks running jobs, and the one job taken over from an
+    expired lease (at most one per process at once)."""
+
+    def __init__(self, concurrency: int, run_job: JobTask) -> None:
+        self.concurrency = concurrency
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._run_job = run_job
+        self._freed = asyncio.Event()
+        #: The job taken over from an expired lease that is running, with its queue.
+        self.recovering: tuple[asyncio.Task[None], str] | None = None
+        #: Per queue, the clock time (ms) at which to look for expired leases next.
+        self.recovery_due: dict[str, int] = {}
+
+    @property
+    def free(self) -> int:
+        return self.concurrency - len(self.tasks)
+
+    async def freed(self) -> None:
+        """Wait until a running job finishes."""
+        self._freed.clear()
+        await self._freed.wait()
+
+    def start(self, claimed: ClaimedJob, *, recovered: str | None = None) -> asyncio.Task[None]:
+        """Run ``claimed`` in a task of its own; ``recovered`` names the queue when it was taken
+        over from an expired lease."""
+        task = asyncio.create_task(self._run_job(claimed), name=f"caravel-job-{claimed.job_id}")
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+        if recovered is not None:
+            self.recovering = (task, recovered)
+        return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if self.recovering is not None and self.recovering[0] is task:
+            # Look for the next expired lease of that queue right away.
+            self.recovery_due.pop(self.recovering[1], None)
+            self.recovering = None
+        self._freed.set()
+
+
+class Fetcher:
+    """Claims jobs of one queue into the worker's :class:`Slots` until ``stopping`` is set."""
+
+    def __init__(
+        self,
+        queue: str,
+        leases: Leases,
+        slots: Slots,
+        *,
+        wakeups: WakeupHub,
+        options: WorkerOptions,
+        clock: Clock,
+        push: bool,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.queue = queue
+        self._leases = leases
+        self._slots = slots
+        self._wakeups = wakeups
+        self._clock = clock
+        self._push = push
+        self._stopping = stopping
+        self._poll_ms = duration_ms(options.poll_interval)
+        self._min_poll = options.min_poll_interval.total_seconds()
+        self._longest = options.poll_interval.total_seconds()
+        self._refill = max(1, options.concurrency // 4)
+        self._batch = max(1, (options.concurrency + 1) // 2)
+
+    async def run(self) -> None:
+        """Claim while there are free slots; wait for a wake-up or the poll interval whenever
+        the queue is drained for now. Database errors propagate."""
+        idle = self._min_poll
+        event = self._wakeups.event(self.queue)
+        while not self._stopping.is_set():
+            if self._slots.free < self._refill:
+                await self._slots.freed()
+                continue
+            event.clear()
+            asked, claimed, _ = await self._step()
+            if claimed:
+                idle = self._min_poll
+            if not asked or claimed == asked:
+                continue  # a full batch: there may be more right behind it
+            await self._wakeups.wait(
+                self.queue, self._longest if self._push else idle, self._clock.sleep
+            )
+            if not self._push:
+                idle = min(idle * 2, self._longest)
+
+    async def run_once(self) -> int:
+        """One look at the queue, if enough slots are free: take over one expired lease when
+        it is time, then claim a batch of waiting jobs and start them. Returns how many jobs
+        were started."""
+        if self._slots.free < self._refill:
+            return 0
+        _, claimed, recovered = await self._step()
+        return claimed + recovered
+
+    async def _step(self) -> tuple[int, int, int]:
+        """How many waiting jobs were asked for and claimed, and how many expired leases were
+        taken over (0 or 1); every job claimed is started."""
+        free = self._slots.free
+        recovered = await self._recover()
+        asked = min(free - recovered, self._batch)
+        claimed = await self._leases.claim_many(self.queue, asked, source="ready") if asked else []
+        if claimed:
+            failpoint("after_claim")
+            for job in claimed:
+                self._slots.start(job)
+        return asked, len(claimed), recovered
+
+    async def _recover(self) -> int:
+        """Take over one job of this queue whose lease expired, when no other taken-over job
+        runs in this process and it is time to look. Returns how many were started (0 or 1)."""
+        slots = self._slots
+        now = self._clock.now_ms()
+        if slots.recovering is not None or now < slots.recovery_due.get(self.queue, now):
+            return 0
+        taken = await self._leases.claim_many(self.queue, 1, source="expired")
+        if not taken:
+            slots.recovery_due[self.queue] = now + self._poll_ms
+            return 0
+        failpoint("after_claim")
+        slots.start(taken[0], recovered=self.queue)
+        return 1

@@ -1,0 +1,150 @@
+"""The lease protocol: claim jobs, complete or fail them, renew their leases, and the arithmetic
+of lease deadlines and retries.
+
+The worker holds every lease through :class:`Leases`; infrastructure that runs jobs itself can
+too (``Leases(queue)``). Every write after a claim presents the lease, and a lease that is no
+longer current changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from caravel.clock import Clock, duration_ms, from_ms
+from caravel.errors import LeaseLostError, ValidationError
+from caravel.jobs import ClaimedJob, Lease
+from caravel.options import QueueOptions
+from caravel.queue import DatabaseQueue
+from caravel.store.protocol import ClaimRequest, ClaimSource, FailedAttempt, Store
+from caravel.validation import check_queue_name
+
+__all__ = ["FailureOutcome", "Leases"]
+
+_SOURCES = ("any", "ready", "expired")
+
+
+@dataclass(frozen=True, slots=True)
+class FailureOutcome:
+    """What a recorded failure did: the job retries at ``retry_at``, or, when ``retry_at`` is
+    ``None``, it used its last attempt and is now a dead letter."""
+
+    retry_at: datetime | None
+
+    @property
+    def dead_lettered(self) -> bool:
+        return self.retry_at is None
+
+
+class Leases:
+    """Claims, acknowledgements and renewals for the jobs of one :class:`~caravel.DatabaseQueue`
+    (its store, its :class:`~caravel.QueueOptions` and its clock)."""
+
+    def __init__(self, queue: DatabaseQueue) -> None:
+        if not isinstance(queue, DatabaseQueue):
+            raise ValidationError("queue", "must be a DatabaseQueue")
+        self._store: Store = queue.store
+        self.options: QueueOptions = queue.options
+        self.clock: Clock = queue.clock
+        self._lease_ms = duration_ms(self.options.lease_duration)
+        self._lifetime_ms = duration_ms(self.options.max_lease_lifetime)
+
+    # ----- claims ----------------------------------------------------------------------------
+
+    async def claim_many(
+        self, queue: str, limit: int, *, source: ClaimSource = "any"
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due jobs of ``queue``. Each claim counts as an attempt.
+
+        ``source`` narrows what is taken: ``"ready"`` only waiting jobs, ``"expired"`` only
+        running jobs whose lease ran out (taking over a crashed worker's job), ``"any"`` (the
+        default) both, oldest first.
+        """
+        check_queue_name(queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValidationError("limit", "must be a positive integer")
+        if source not in _SOURCES:
+            raise ValidationError("source", "must be 'any', 'ready' or 'expired'")
+        while True:
+            request = ClaimRequest(queue, limit, self.clock.now_ms(), self._lease_ms, source)
+            batch = await self._store.job_claim_many(request)
+            # Jobs dead-lettered on the way (their last lease expired) use up the limit without
+            # giving work; look again so a caller never sees "nothing due" while jobs wait.
+            if batch.claimed or batch.dead_lettered == 0:
+                return batch.claimed
+
+    async def claim(self, queue: str) -> ClaimedJob | None:
+        """Lease the next due job of ``queue``, or return ``None`` when none is due."""
+        claimed = await self.claim_many(queue, 1)
+        return claimed[0] if claimed else None
+
+    # ----- outcomes --------------------------------------------------------------------------
+
+    async def complete(self, lease: Lease) -> None:
+        """Record success. Raises :class:`~caravel.errors.LeaseLostError`, changing nothing,
+        when the lease is no longer current."""
+        if lease.job_id not in await self.record_many([(lease, None)]):
+            raise LeaseLostError(lease.job_id)
+
+    async def fail(self, lease: Lease, category: str) -> FailureOutcome:
+        """Record a failed attempt under a short category (never an exception message): a
+        retry after the backoff for this attempt, or a dead letter after the last.
+
+        Raises :class:`~caravel.errors.LeaseLostError`, changing nothing, when the lease is no
+        longer current.
+        """
+        now = self.clock.now_ms()
+        failure = self.failure_for(lease, category, now)
+        if lease.job_id not in await self._store.job_fail_many([failure], now):
+            raise LeaseLostError(lease.job_id)
+        return FailureOutcome(None if failure.retry_at is None else from_ms(failure.retry_at))
+
+    async def record_many(self, outcomes: Sequence[tuple[Lease, str | None]]) -> set[UUID]:
+        """Record many outcomes at once: each lease with ``None`` (success) or a failure
+        category. Returns the ids whose lease was still current; the others changed nothing."""
+        now = self.clock.now_ms()
+        completes = [lease for lease, category in outcomes if category is None]
+        failures = [
+            self.failure_for(lease, category, now)
+            for lease, category in outcomes
+            if category is not None
+        ]
+        held: set[UUID] = set()
+        if completes:
+            held |= await self._store.job_complete_many(completes, now)
+        if failures:
+            held |= await self._store.job_fail_many(failures, now)
+        return held
+
+    def failure_for(self, lease: Lease, category: str, now: int) -> FailedAttempt:
+        """The failed attempt to record: a retry after the backoff for this attempt, or a dead
+        letter when the attempt was the last."""
+        if lease.attempt >= lease.max_attempts:
+            return FailedAttempt(lease, category, retry_at=None)
+        backoff = duration_ms(self.options.retry_backoff(lease.attempt))
+        return FailedAttempt(lease, category, retry_at=now + backoff)
+
+    # ----- renewal and deadlines -------------------------------------------------------------
+
+    async def renew(self, lease: Lease, *, now: int | None = None) -> Lease | None:
+        """Extend a current, unexpired lease by the lease duration from ``now`` (the clock's
+        time by default), never past the maximum lease lifetime counted from the claim.
+
+        Returns the new lease to keep, or ``None`` when renewal was rejected: the lease expired,
+        was superseded, the job finished, or the lifetime is used up. A renewal is not an
+        attempt."""
+        at = self.clock.now_ms() if now is None else now
+        expires = min(at + self._lease_ms, self.lifetime_end_ms(lease))
+        if expires <= at:
+            return None
+        return await self._store.job_renew_lease(lease, at, expires)
+
+    def lifetime_end_ms(self, lease: Lease) -> int:
+        """When the claim behind ``lease`` reaches the maximum lease lifetime."""
+        return lease.claimed_at_ms + self._lifetime_ms
+
+    def deadline_ms(self, lease: Lease) -> int:
+        """The latest moment the holder of ``lease`` may keep working on it."""
+        return min(lease.expires_at_ms, self.lifetime_end_ms(lease))

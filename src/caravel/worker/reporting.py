@@ -1,0 +1,72 @@
+"""What the worker says about each attempt once it ended: the outcome metrics and one structured
+log line, never a payload or a handler's exception text."""
+
+from __future__ import annotations
+
+import logging
+
+from caravel import telemetry
+from caravel.jobs import ClaimedJob
+from caravel.worker.runner import Outcome
+
+__all__ = ["OutcomeReport", "log_job", "logger"]
+
+logger = logging.getLogger("caravel.worker")
+
+
+def log_job(level: int, message: str, claimed: ClaimedJob, **fields: object) -> None:
+    """One structured log line about a job: its id, queue, type and attempt. Builds nothing when
+    the level is off."""
+    if logger.isEnabledFor(level):
+        logger.log(
+            level,
+            message,
+            extra={
+                "job_id": str(claimed.job_id),
+                "queue": claimed.queue,
+                "job_type": claimed.job_type,
+                "attempt": claimed.attempt,
+                **fields,
+            },
+        )
+
+
+class OutcomeReport:
+    """Reports outcomes as they are written (or fenced off), and abandoned attempts."""
+
+    def __init__(self) -> None:
+        #: Outcomes a newer lease fenced off: their write changed nothing.
+        self.lost_acknowledgements = 0
+
+    def abandoned(self, claimed: ClaimedJob, outcome: Outcome) -> None:
+        """The attempt ended without an acknowledgement (``outcome.abandoned`` says why)."""
+        reason = None if outcome.abandoned is None else outcome.abandoned.value
+        telemetry.record_outcome(
+            claimed.queue,
+            claimed.job_type,
+            seconds=outcome.seconds,
+            category=None,
+            dead=False,
+            abandoned=reason,
+        )
+        log_job(logging.WARNING, "job abandoned without acknowledgement", claimed, reason=reason)
+
+    def written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
+        """An outcome reached the database (``held``) or was fenced off by a newer lease."""
+        last = claimed.attempt >= claimed.lease.max_attempts
+        category = None if outcome.failure is None else outcome.failure.value
+        telemetry.record_outcome(
+            claimed.queue,
+            claimed.job_type,
+            seconds=outcome.seconds,
+            category=category,
+            dead=category is not None and last,
+            abandoned=None if held else "ack_rejected",
+        )
+        if not held:
+            self.lost_acknowledgements += 1
+            log_job(logging.WARNING, "job acknowledgement rejected: lease lost", claimed)
+        elif category is not None:
+            log_job(logging.INFO, "job failed", claimed, category=category, dead_lettered=last)
+        else:
+            log_job(logging.DEBUG, "job completed", claimed)

@@ -1,0 +1,279 @@
+"""The worker service: composition only.
+
+``run_once`` takes one step and is what tests and custom schedulers drive. ``run`` is the
+continuous service built from the same pieces: one fetcher per queue claims as many jobs as there
+are free handler slots, each job runs in its own task under its lease, and the acknowledger writes
+outcomes in batches. Both run a job the same way and record its outcome through the same
+acknowledger.
+
+Stopping: :meth:`QueueWorker.stop` (the command line calls it on SIGTERM or SIGINT) stops
+claiming, lets in-flight handlers finish and be acknowledged for ``shutdown_grace``, then cancels
+the rest without acknowledging them; their jobs run again once their leases expire. A second stop
+request cancels at once. A database failure while claiming, acknowledging or renewing stops the
+worker too, and ``run`` raises it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Self
+from uuid import uuid4
+
+from caravel._failpoints import failpoint
+from caravel.errors import ValidationError
+from caravel.jobs import ClaimedJob
+from caravel.options import WorkerOptions
+from caravel.queue import DatabaseQueue
+from caravel.validation import check_queue_name
+from caravel.worker.acknowledger import Acknowledger
+from caravel.worker.fetcher import Fetcher, Slots
+from caravel.worker.leases import Leases
+from caravel.worker.presence import Presence, QueueGaugeCollector
+from caravel.worker.reporting import OutcomeReport, log_job, logger
+from caravel.worker.runner import JobRunner, Outcome, ScopeFactory
+from caravel.worker.wakeups import WakeupListener
+from caravel.worker.watchdog import LeaseWatchdog
+
+__all__ = ["QueueWorker"]
+
+
+class QueueWorker:
+    """Runs handlers for jobs claimed from a :class:`~caravel.queue.DatabaseQueue`.
+
+    ``scope`` is an optional factory of async context managers; the worker opens a fresh one
+    around each job, and the handler reaches its value as ``ctx.scope`` (a database session, a
+    unit of work, ...). Synchronous handlers run in a thread pool with one thread per concurrent
+    handler.
+    """
+
+    def __init__(
+        self,
+        queue: DatabaseQueue,
+        *,
+        options: WorkerOptions | None = None,
+        scope: ScopeFactory | None = None,
+    ) -> None:
+        if not isinstance(queue, DatabaseQueue):
+            raise ValidationError("queue", "must be a DatabaseQueue")
+        self.queue = queue
+        self.options = options if options is not None else WorkerOptions()
+        #: This process's id in the worker registry (``caravel workers``).
+        self.worker_id = uuid4()
+        self._threads = ThreadPoolExecutor(
+            max_workers=self.options.concurrency, thread_name_prefix="caravel-job"
+        )
+        self.leases = Leases(queue)
+        self._watchdog = LeaseWatchdog(self.leases)
+        self._runner = JobRunner(
+            queue.registry, queue.clock, self._watchdog, scope=scope, threads=self._threads
+        )
+        self._report = OutcomeReport()
+        self._acker = Acknowledger(
+            self.leases, on_written=self._report.written, on_error=self._failed
+        )
+        self._slots = Slots(self.options.concurrency, self._job)
+        self._presence = Presence(
+            queue.store,
+            queue.clock,
+            worker_id=self.worker_id,
+            concurrency=self.options.concurrency,
+            heartbeat_interval=self.options.heartbeat_interval,
+            in_flight=lambda: len(self._slots.tasks),
+        )
+        self._stop_requested = asyncio.Event()
+        self._cancel_now = asyncio.Event()
+        self._fault: BaseException | None = None
+        self._run_ended = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the handler threads (abandoned synchronous handlers are not waited for)."""
+        await self._acker.close()
+        await self._watchdog.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running right now."""
+        return len(self._slots.tasks)
+
+    @property
+    def lost_acknowledgements(self) -> int:
+        """Outcomes a newer lease fenced off since the worker was built."""
+        return self._report.lost_acknowledgements
+
+    # ----- one step ------------------------------------------------------------------------
+
+    async def run_once(self, queue: str) -> bool:
+        """Claim at most one job of ``queue``, run it and record its outcome.
+
+        Returns whether a job was claimed, not whether its handler succeeded. Database failures
+        while claiming or acknowledging propagate; they are never recorded as job failures.
+        """
+        check_queue_name(queue)
+        claimed = await self.leases.claim(queue)
+        if claimed is None:
+            return False
+        failpoint("after_claim")
+        outcome = await self._execute(claimed)
+        if outcome is not None:
+            await self._acker.write([(claimed, outcome)])
+        return True
+
+    async def _execute(self, claimed: ClaimedJob) -> Outcome | None:
+        """Run one claimed job; its outcome to record, or ``None`` when it was abandoned."""
+        outcome = await self._runner.run(claimed)
+        failpoint("after_handler_before_ack")
+        if outcome.abandoned is not None:
+            self._report.abandoned(claimed, outcome)
+            return None
+        return outcome
+
+    # ----- continuous ----------------------------------------------------------------------
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Ask :meth:`run` to stop. The first request drains gracefully; a second one (or
+        ``immediate=True``) cancels in-flight handlers at once."""
+        if self._stop_requested.is_set() or immediate:
+            self._cancel_now.set()
+        self._stop_requested.set()
+
+    async def run(self, queues: str | Sequence[str]) -> None:
+        """Process ``queues`` until :meth:`stop` is called or the database fails.
+
+        Checks first that the schema is migrated (raising
+        :class:`~caravel.errors.SchemaNotReadyError` otherwise). Returns normally after a stop;
+        raises the error that stopped it otherwise. It may be called again afterwards (a
+        supervisor restarting the loop after a database outage), once the previous call has
+        returned.
+        """
+        names = [queues] if isinstance(queues, str) else list(queues)
+        if not names:
+            raise ValidationError("queues", "must name at least one queue")
+        for name in names:
+            check_queue_name(name, "queues")
+        if self._run_ended:
+            # A fresh start after an earlier run: forget its stop request and its fault. (A stop
+            # requested before the first run still counts.)
+            self._stop_requested = asyncio.Event()
+            self._cancel_now = asyncio.Event()
+            self._fault = None
+            self._run_ended = False
+        await self.queue.check_schema()
+        await self._presence.register(names)
+        services = [self._service(f.run(), f"fetch-{f.queue}") for f in self._fetchers(names)]
+        services.append(self._service(self._presence.run(), "heartbeat"))
+        interval = self.options.queue_metrics_interval
+        if interval is not None:
+            gauges = QueueGaugeCollector(self.queue.store, self.queue.clock, interval)
+            services.append(self._service(gauges.run(), "gauges"))
+        listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
+        if listener is not None:
+            services.append(self._service(listener.run(), "listen"))
+        for name in names:
+            self.queue.wakeups.event(name)
+        try:
+            await self._stop_requested.wait()
+        finally:
+            for task in services:
+                task.cancel()
+            await asyncio.gather(*services, return_exceptions=True)
+            await self._drain()
+            if self._fault is None:  # else the database is likely unusable: it shows as lost
+                await self._presence.deregister()
+            self._run_ended = True
+        if self._fault is not None:
+            raise self._fault
+
+    def _fetchers(self, names: Sequence[str]) -> list[Fetcher]:
+        return [
+            Fetcher(
+                name,
+                self.leases,
+                self._slots,
+                wakeups=self.queue.wakeups,
+                options=self.options,
+                clock=self.queue.clock,
+                push=self.queue.store.supports_listen_notify,
+                stopping=self._stop_requested,
+            )
+            for name in names
+        ]
+
+    def _service(self, loop: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run one of the worker's loops; an error in it stops the worker."""
+
+        async def guarded() -> None:
+            try:
+                await loop
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed(exc)
+
+        return asyncio.create_task(guarded(), name=f"caravel-{name}")
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._fault is None:
+            self._fault = exc
+            logger.error(
+                "worker stopping: %s",
+                type(exc).__name__,
+                extra={
+                    "error_type": type(exc).__name__,
+                    "operation": getattr(exc, "operation", None),
+                },
+            )
+        self._cancel_now.set()
+        self._stop_requested.set()
+
+    async def _drain(self) -> None:
+        running = self._slots.tasks
+        if running and not self._cancel_now.is_set():
+            grace = self.options.shutdown_grace.total_seconds()
+            pending: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+            cancelled: asyncio.Future[Any] = asyncio.ensure_future(self._cancel_now.wait())
+            try:
+                await asyncio.wait(
+                    {pending, cancelled}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                cancelled.cancel()
+        for task in list(running):
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        if self._fault is None:
+            await self._acker.close()
+        else:
+            await self._acker.abort()
+
+    async def _job(self, claimed: ClaimedJob) -> None:
+        try:
+            outcome = await self._execute(claimed)
+            if outcome is None:
+                return
+            if not self._acker.has_room():
+                await self._acker.room()
+            # The slot frees now; the acknowledger writes the outcome with the next batch.
+            self._acker.post(claimed, outcome)
+        except asyncio.CancelledError:
+            log_job(
+                logging.WARNING, "job abandoned without acknowledgement", claimed, reason="shutdown"
+            )
+        except Exception as exc:
+            self._failed(exc)
