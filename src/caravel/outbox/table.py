@@ -9,6 +9,14 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from caravel.limits import (
+    MAX_CATEGORY_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_QUEUE_NAME_LENGTH,
+    MAX_TRACE_CONTEXT_LENGTH,
+    MAX_WIRE_NAME_LENGTH,
+)
+
 __all__ = ["OUTBOX_TABLE", "OutboxEnvelope", "add_outbox"]
 
 OUTBOX_TABLE = "caravel_outbox"
@@ -50,20 +58,20 @@ class OutboxEnvelope:
 def _columns(name: str) -> list[Any]:
     return [
         sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("queue", sa.String(64), nullable=False),
-        sa.Column("tenant_id", sa.String(128), nullable=False),
-        sa.Column("idempotency_key", sa.String(128), nullable=True),
-        sa.Column("job_type", sa.String(128), nullable=False),
+        sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+        sa.Column("tenant_id", sa.String(MAX_KEY_LENGTH), nullable=False),
+        sa.Column("idempotency_key", sa.String(MAX_KEY_LENGTH), nullable=True),
+        sa.Column("job_type", sa.String(MAX_WIRE_NAME_LENGTH), nullable=False),
         sa.Column("payload", sa.Text(), nullable=False),
         sa.Column("due_at", sa.BigInteger(), nullable=True),
         sa.Column("max_attempts", sa.Integer(), nullable=True),
         sa.Column("staged_at", sa.BigInteger(), nullable=False),
         sa.Column("dispatched_at", sa.BigInteger(), nullable=True),
         sa.Column("queue_job_id", sa.Uuid(), nullable=True),
-        sa.Column("relay_failure", sa.String(32), nullable=True),
+        sa.Column("relay_failure", sa.String(MAX_CATEGORY_LENGTH), nullable=True),
         sa.Column("relay_attempts", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("retry_at", sa.BigInteger(), nullable=True),
-        sa.Column("trace_context", sa.String(512), nullable=True),
+        sa.Column("trace_context", sa.String(MAX_TRACE_CONTEXT_LENGTH), nullable=True),
         sa.PrimaryKeyConstraint("id", name=f"pk_{name}"),
         sa.UniqueConstraint("queue", "tenant_id", "idempotency_key", name=f"uq_{name}_idempotency"),
         sa.Index(

@@ -17,6 +17,18 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from caravel.limits import (
+    MAX_ATTEMPTS,
+    MAX_CATEGORY_LENGTH,
+    MAX_HOST_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_QUEUE_LIST_LENGTH,
+    MAX_QUEUE_NAME_LENGTH,
+    MAX_STATE_LENGTH,
+    MAX_TRACE_CONTEXT_LENGTH,
+    MAX_WIRE_NAME_LENGTH,
+)
+
 __all__ = [
     "JOBS_TABLE",
     "VERSION_TABLE",
@@ -36,12 +48,12 @@ jobs = sa.Table(
     JOBS_TABLE,
     metadata,
     sa.Column("id", sa.Uuid(), nullable=False),
-    sa.Column("queue", sa.String(64), nullable=False),
-    sa.Column("job_type", sa.String(128), nullable=False),
-    sa.Column("tenant_id", sa.String(128), nullable=False),
-    sa.Column("idempotency_key", sa.String(128), nullable=True),
+    sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+    sa.Column("job_type", sa.String(MAX_WIRE_NAME_LENGTH), nullable=False),
+    sa.Column("tenant_id", sa.String(MAX_KEY_LENGTH), nullable=False),
+    sa.Column("idempotency_key", sa.String(MAX_KEY_LENGTH), nullable=True),
     sa.Column("payload", sa.Text(), nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(MAX_STATE_LENGTH), nullable=False),
     sa.Column("attempt", sa.Integer(), nullable=False),
     sa.Column("max_attempts", sa.Integer(), nullable=False),
     sa.Column("due_at", sa.BigInteger(), nullable=False),
@@ -52,8 +64,8 @@ jobs = sa.Table(
     sa.Column("finished_at", sa.BigInteger(), nullable=True),
     sa.Column("created_at", sa.BigInteger(), nullable=False),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
-    sa.Column("last_failure", sa.String(32), nullable=True),
-    sa.Column("trace_context", sa.String(512), nullable=True),
+    sa.Column("last_failure", sa.String(MAX_CATEGORY_LENGTH), nullable=True),
+    sa.Column("trace_context", sa.String(MAX_TRACE_CONTEXT_LENGTH), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter')",
@@ -61,7 +73,7 @@ jobs = sa.Table(
     ),
     sa.CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="ck_caravel_jobs_attempt"),
     sa.CheckConstraint(
-        "max_attempts >= 1 AND max_attempts <= 100", name="ck_caravel_jobs_max_attempts"
+        f"max_attempts >= 1 AND max_attempts <= {MAX_ATTEMPTS}", name="ck_caravel_jobs_max_attempts"
     ),
     # Idempotency: one job per key in a queue and tenant. Only keyed jobs have an entry, so a
     # keyless job costs this index nothing on insert, claim or acknowledgement.
@@ -111,9 +123,9 @@ workers = sa.Table(
     WORKERS_TABLE,
     metadata,
     sa.Column("id", sa.Uuid(), nullable=False),
-    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("host", sa.String(MAX_HOST_LENGTH), nullable=False),
     sa.Column("pid", sa.Integer(), nullable=False),
-    sa.Column("queues", sa.String(1024), nullable=False),
+    sa.Column("queues", sa.String(MAX_QUEUE_LIST_LENGTH), nullable=False),
     sa.Column("concurrency", sa.Integer(), nullable=False),
     sa.Column("started_at", sa.BigInteger(), nullable=False),
     sa.Column("heartbeat_at", sa.BigInteger(), nullable=False),
