@@ -1,39 +1,103 @@
 """Caravel: a durable job queue in your application's own PostgreSQL or SQLite database.
 
 The public API is exactly the names in ``__all__``; modules not listed here are internal.
+
+Each name is imported from its module when it is first used, so ``import caravel`` costs almost
+nothing and a program pays only for what it touches: a producer never loads the worker, a
+worker never loads the outbox or Alembic, and a database driver loads when a URL of its kind is
+opened.
 """
 
-from caravel.clock import Clock, SystemClock
-from caravel.context import JobContext
-from caravel.errors import (
-    CaravelError,
-    IdempotencyConflictError,
-    JobCancelledError,
-    LeaseLostError,
-    OptionsError,
-    RegistrationError,
-    SchemaNotReadyError,
-    StoreError,
-    UnknownJobTypeError,
-    ValidationError,
-)
-from caravel.inspector import QueueInspector
-from caravel.jobs import (
-    ClaimedJob,
-    DispatchOptions,
-    EnqueueResult,
-    FailureCategory,
-    JobState,
-    JobStatus,
-    Lease,
-    WorkerInfo,
-)
-from caravel.options import QueueOptions, WorkerOptions
-from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
-from caravel.store.protocol import QueueCounts
-from caravel.worker import FailureOutcome, Leases, QueueWorker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from caravel.clock import Clock, SystemClock
+    from caravel.context import JobContext
+    from caravel.errors import (
+        CaravelError,
+        IdempotencyConflictError,
+        JobCancelledError,
+        LeaseLostError,
+        OptionsError,
+        RegistrationError,
+        SchemaNotReadyError,
+        StoreError,
+        UnknownJobTypeError,
+        ValidationError,
+    )
+    from caravel.inspector import QueueInspector
+    from caravel.jobs import (
+        ClaimedJob,
+        DispatchOptions,
+        EnqueueResult,
+        FailureCategory,
+        JobState,
+        JobStatus,
+        Lease,
+        WorkerInfo,
+    )
+    from caravel.options import QueueOptions, WorkerOptions
+    from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
+    from caravel.queue import DatabaseQueue
+    from caravel.registry import JobRegistry
+    from caravel.store.protocol import QueueCounts
+    from caravel.worker import FailureOutcome, Leases, QueueWorker
+
+#: Where each public name lives.
+_HOMES = {
+    "Clock": "caravel.clock",
+    "SystemClock": "caravel.clock",
+    "JobContext": "caravel.context",
+    "CaravelError": "caravel.errors",
+    "IdempotencyConflictError": "caravel.errors",
+    "JobCancelledError": "caravel.errors",
+    "LeaseLostError": "caravel.errors",
+    "OptionsError": "caravel.errors",
+    "RegistrationError": "caravel.errors",
+    "SchemaNotReadyError": "caravel.errors",
+    "StoreError": "caravel.errors",
+    "UnknownJobTypeError": "caravel.errors",
+    "ValidationError": "caravel.errors",
+    "QueueInspector": "caravel.inspector",
+    "ClaimedJob": "caravel.jobs",
+    "DispatchOptions": "caravel.jobs",
+    "EnqueueResult": "caravel.jobs",
+    "FailureCategory": "caravel.jobs",
+    "JobState": "caravel.jobs",
+    "JobStatus": "caravel.jobs",
+    "Lease": "caravel.jobs",
+    "WorkerInfo": "caravel.jobs",
+    "QueueOptions": "caravel.options",
+    "WorkerOptions": "caravel.options",
+    "Outbox": "caravel.outbox",
+    "OutboxEnvelope": "caravel.outbox",
+    "OutboxRelay": "caravel.outbox",
+    "StagedIntent": "caravel.outbox",
+    "add_outbox": "caravel.outbox",
+    "DatabaseQueue": "caravel.queue",
+    "JobRegistry": "caravel.registry",
+    "QueueCounts": "caravel.store.protocol",
+    "FailureOutcome": "caravel.worker",
+    "Leases": "caravel.worker",
+    "QueueWorker": "caravel.worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'caravel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

@@ -94,3 +94,7 @@ def test_every_name_is_defined_inside_caravel(name: str) -> None:
 def test_version_matches_the_installed_distribution() -> None:
     assert isinstance(caravel.__version__, str)
     assert caravel.__version__ == importlib.metadata.version("caravel-queue")
+
+
+def test_every_public_name_has_a_home_and_nothing_else_does() -> None:
+    assert sorted(caravel._HOMES) == [name for name in PUBLIC_NAMES if name != "__version__"]

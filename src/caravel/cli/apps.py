@@ -7,9 +7,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from caravel.errors import ValidationError
-from caravel.registry import JobRegistry
+
+if TYPE_CHECKING:
+    from caravel.registry import JobRegistry
 
 __all__ = ["load_registry"]
 
@@ -20,6 +23,8 @@ def load_registry(path: str) -> JobRegistry:
     The attribute may also be a function taking no arguments that returns the registry. The
     current directory is importable, as with ``python -m``.
     """
+    from caravel.registry import JobRegistry
+
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ValidationError("app", "must look like package.module:registry")

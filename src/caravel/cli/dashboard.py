@@ -16,10 +16,10 @@ from typing import Annotated, Any
 
 import typer
 
+from caravel.cli.connect import open_inspector
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
 from caravel.errors import CaravelError
-from caravel.inspector import QueueInspector
 
 err = console(stderr=True)
 
@@ -128,7 +128,7 @@ def dashboard(
         raise typer.Exit(2) from None
 
     async def schema_ready() -> None:
-        async with QueueInspector(url) as reader:
+        async with open_inspector(url) as reader:
             await reader.check_schema()
 
     try:

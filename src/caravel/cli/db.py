@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from caravel import migrate
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console
 from caravel.errors import CaravelError
@@ -28,6 +27,8 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
     """Apply the queue migrations up to REVISION (default: the newest)."""
+    from caravel import migrate
+
     try:
         migrate.upgrade(url, revision)
         out.print(f"queue schema at {migrate.current(url)}", highlight=False)
@@ -44,6 +45,8 @@ def downgrade(
 
     Removing the jobs table deletes every job and idempotency key in it.
     """
+    from caravel import migrate
+
     try:
         migrate.downgrade(url, revision)
         out.print(f"queue schema at {migrate.current(url) or 'base'}", highlight=False)
@@ -54,6 +57,8 @@ def downgrade(
 @app.command()
 def current(url: DatabaseUrl, as_json: Json = False) -> None:
     """Print the applied queue revision (or 'none')."""
+    from caravel import migrate
+
     try:
         found = migrate.current(url)
     except CaravelError as exc:
@@ -68,6 +73,8 @@ def current(url: DatabaseUrl, as_json: Json = False) -> None:
 def check(url: DatabaseUrl, as_json: Json = False) -> None:
     """Exit 0 when the queue schema is at the newest revision and matches the model; 1 with the
     reason otherwise."""
+    from caravel import migrate
+
     try:
         report = migrate.check(url)
     except CaravelError as exc:

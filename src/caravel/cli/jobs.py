@@ -9,15 +9,12 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import typer
-from rich.progress import Progress
 
+from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, status_json, statuses_table
 from caravel.errors import CaravelError, ValidationError
-from caravel.inspector import QueueInspector
 from caravel.jobs import JobState
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
 
 app = typer.Typer(help="List, inspect and replay jobs.", no_args_is_help=True)
 out = console()
@@ -73,7 +70,7 @@ def list_jobs(
 
     async def go() -> list[dict[str, object]]:
         where = _filter(queue, tenant, state, job_type, limit)
-        async with QueueInspector(url) as reader:
+        async with open_inspector(url) as reader:
             found = await reader.list_jobs(**where)
         if not as_json:
             out.print(statuses_table(found))
@@ -100,7 +97,7 @@ def show(
 
     async def go() -> dict[str, object] | None:
         ident = _job_id(job_id)
-        async with QueueInspector(url) as reader:
+        async with open_inspector(url) as reader:
             found = await reader.get_status(ident, queue, tenant)
             if found is None:
                 return None
@@ -131,7 +128,7 @@ def replay(
     """
 
     async def go() -> bool:
-        async with DatabaseQueue(url, JobRegistry()) as q:
+        async with open_writer(url) as q:
             return await q.replay(_job_id(job_id), queue, tenant)
 
     try:
@@ -166,14 +163,16 @@ def replay_dead(
 
     async def targets() -> list[tuple[UUID, str, str]]:
         where = _filter(queue, tenant, "dead_letter", job_type, limit)
-        async with QueueInspector(url) as reader:
+        async with open_inspector(url) as reader:
             found = await reader.list_jobs(**where)
         return [(s.job_id, s.queue, s.tenant_id) for s in found]
 
     async def run(selected: list[tuple[UUID, str, str]]) -> int:
+        from rich.progress import Progress
+
         done = 0
         interactive = sys.stderr.isatty()
-        async with DatabaseQueue(url, JobRegistry()) as q:
+        async with open_writer(url) as q:
             with Progress(console=err, disable=not interactive) as progress:
                 task = progress.add_task("replaying dead letters", total=len(selected))
                 for ident, job_queue, job_tenant in selected:

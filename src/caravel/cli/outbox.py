@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,10 +14,10 @@ from caravel.cli.logs import configure_logging
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
 from caravel.errors import CaravelError
-from caravel.outbox.relay import OutboxRelay
-from caravel.outbox.table import OUTBOX_TABLE
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
+from caravel.outbox import OUTBOX_TABLE
+
+if TYPE_CHECKING:
+    from caravel.registry import JobRegistry
 
 app = typer.Typer(help="Deliver transactional-outbox intents to the queue.", no_args_is_help=True)
 err = console(stderr=True)
@@ -70,6 +70,9 @@ async def _serve(
     poll_interval: float,
     once: bool,
 ) -> None:
+    from caravel.outbox.relay import OutboxRelay
+    from caravel.queue import DatabaseQueue
+
     async with DatabaseQueue(url, registry) as queue:
         await queue.check_schema()
         relay = OutboxRelay(

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
+from caravel.cli.connect import open_inspector
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, counts_json, counts_table
 from caravel.errors import CaravelError
-from caravel.inspector import QueueInspector
 from caravel.store.protocol import QueueCounts
 from caravel.validation import check_queue_name
 
@@ -20,8 +20,10 @@ err = console(stderr=True)
 
 async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
     """Counts per queue through a read-only connection: SQLite opened with ``mode=ro``,
-    PostgreSQL in ``READ ONLY`` transactions. The database refuses any write."""
-    async with QueueInspector(url) as reader:
+    PostgreSQL sessions with ``default_transaction_read_only``. The database refuses any
+    write."""
+
+    async with open_inspector(url) as reader:
         return await reader.queue_counts(queue)
 
 

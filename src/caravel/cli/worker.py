@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,8 +15,9 @@ from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
 from caravel.errors import CaravelError
 from caravel.options import QueueOptions, WorkerOptions
-from caravel.queue import DatabaseQueue
-from caravel.worker import QueueWorker
+
+if TYPE_CHECKING:
+    from caravel.registry import JobRegistry
 
 err = console(stderr=True)
 
@@ -102,14 +103,14 @@ def worker(
 
 async def _serve(
     url: str,
-    registry: object,
+    registry: JobRegistry,
     queues: list[str],
     queue_options: QueueOptions,
     worker_options: WorkerOptions,
 ) -> None:
-    from caravel.registry import JobRegistry
+    from caravel.queue import DatabaseQueue
+    from caravel.worker import QueueWorker
 
-    assert isinstance(registry, JobRegistry)
     loop = asyncio.get_running_loop()
     async with (
         DatabaseQueue(url, registry, options=queue_options) as queue,

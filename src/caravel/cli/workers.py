@@ -11,10 +11,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from caravel.cli.connect import open_inspector
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console
 from caravel.errors import CaravelError
-from caravel.inspector import QueueInspector
 from caravel.jobs import WorkerInfo
 
 out = console()
@@ -32,7 +32,7 @@ def workers(
     heartbeat, jobs in flight, and whether each is running, stopped or lost. Read-only."""
 
     async def go() -> list[WorkerInfo]:
-        async with QueueInspector(url) as reader:
+        async with open_inspector(url) as reader:
             return await reader.list_workers(lost_after=timedelta(seconds=lost_after))
 
     try:

@@ -16,10 +16,10 @@ from caravel.limits import (
     MAX_TRACE_CONTEXT_LENGTH,
     MAX_WIRE_NAME_LENGTH,
 )
+from caravel.outbox import OUTBOX_TABLE
 
 __all__ = ["OUTBOX_TABLE", "OutboxEnvelope", "add_outbox"]
 
-OUTBOX_TABLE = "caravel_outbox"
 _ENVELOPE_CLASS = "caravel_envelope_class"
 
 

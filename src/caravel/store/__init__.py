@@ -1,13 +1,12 @@
 """The database seam. :func:`open_store` and :func:`open_reader` pick the dialect module for a URL
 and wrap its store in the instrumented store; everything above this package talks to the
 :class:`~caravel.store.protocol.Store` (or :class:`~caravel.store.protocol.ReadStore`) protocol
-only. A dialect module (and its driver) is imported when the first URL of its kind is opened."""
+only. SQLAlchemy, a dialect module and its driver are imported when the first URL of their kind
+is opened, so the row types in :mod:`~caravel.store.protocol` cost nothing to import."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-from caravel.store.urls import backend_of
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -20,6 +19,8 @@ __all__ = ["open_reader", "open_store"]
 
 
 def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore:
+    from caravel.store.urls import backend_of
+
     if backend_of(url) == "postgresql":
         from caravel.store import postgresql
 
