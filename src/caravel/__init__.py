@@ -10,8 +10,9 @@ opened.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from caravel.clock import Clock, SystemClock
@@ -86,13 +87,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'caravel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # found directly from now on
-    return value
+__getattr__ = lazy_attributes("caravel", globals(), _HOMES)
 
 
 def __dir__() -> list[str]:

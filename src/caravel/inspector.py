@@ -10,12 +10,10 @@ database itself keeps read-only (SQLite ``mode=ro``, PostgreSQL
 from __future__ import annotations
 
 from datetime import timedelta
-from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING
 from uuid import UUID
 
-from sqlalchemy.engine import URL
-
+from caravel._closing import AsyncClosing
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
 from caravel.errors import ValidationError
 from caravel.jobs import JobState, JobStatus, WorkerInfo
@@ -32,6 +30,9 @@ from caravel.store.protocol import (
 )
 from caravel.validation import check_identifier, check_int, check_queue_name, check_wire_name
 
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 __all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector"]
 
 #: The most jobs one listing returns, and the most it may skip.
@@ -41,7 +42,7 @@ MAX_LIST_OFFSET = 1_000_000
 MAX_BUCKETS = 1000
 
 
-class QueueInspector:
+class QueueInspector(AsyncClosing):
     """Read-only access to a queue database for operators (the command line, the dashboard,
     your own monitoring).
 
@@ -50,20 +51,9 @@ class QueueInspector:
     :meth:`close`, to release its connections.
     """
 
-    def __init__(self, target: str | URL | ReadStore, *, clock: Clock | None = None) -> None:
-        self.store: ReadStore = open_reader(target) if isinstance(target, str | URL) else target
+    def __init__(self, target: str | sa.URL | ReadStore, *, clock: Clock | None = None) -> None:
+        self.store: ReadStore = open_reader(target)
         self.clock: Clock = clock if clock is not None else SystemClock()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Release the database connections. Closing again does nothing."""

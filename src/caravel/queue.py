@@ -10,12 +10,10 @@ queue through :class:`~caravel.inspector.QueueInspector`; workers hold leases th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING
 from uuid import UUID
 
-from sqlalchemy.engine import URL
-
+from caravel._closing import AsyncClosing
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
 from caravel.jobs import DispatchOptions, EnqueueResult, JobStatus
@@ -26,8 +24,10 @@ from caravel.preparation import prepare_job
 from caravel.registry import JobRegistry
 from caravel.signals import WakeupHub
 from caravel.store import open_store
-from caravel.store.instrumented import instrumented
 from caravel.store.protocol import InsertResult, NewJob, Store
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = ["DatabaseQueue"]
 
@@ -35,7 +35,7 @@ __all__ = ["DatabaseQueue"]
 PREPARE_CHUNK = 250
 
 
-class DatabaseQueue:
+class DatabaseQueue(AsyncClosing):
     """A durable queue in a PostgreSQL or SQLite database.
 
     ``target`` is a database URL (``postgresql://...``, ``sqlite:///queue.db``) or an already
@@ -50,7 +50,7 @@ class DatabaseQueue:
 
     def __init__(
         self,
-        target: str | URL | Store,
+        target: str | sa.URL | Store,
         registry: JobRegistry,
         *,
         options: QueueOptions | None = None,
@@ -59,24 +59,11 @@ class DatabaseQueue:
         if not isinstance(registry, JobRegistry):
             raise ValidationError("registry", "must be a JobRegistry")
         # Every store operation is traced and measured at this one seam.
-        self.store: Store = (
-            open_store(target) if isinstance(target, str | URL) else instrumented(target)
-        )
+        self.store: Store = open_store(target)
         self.registry = registry
         self.options = options if options is not None else QueueOptions()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.wakeups = WakeupHub()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Release the database connections. Closing again does nothing."""

@@ -8,8 +8,9 @@ when first used, so naming the default table (the command line does) loads nothi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from caravel.outbox.relay import OutboxRelay
@@ -30,10 +31,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'caravel.outbox' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes("caravel.outbox", globals(), _HOMES)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from caravel.store.base import SqlStore
     from caravel.store.instrumented import InstrumentedStore
-    from caravel.store.protocol import ReadStore
+    from caravel.store.protocol import ReadStore, Store
 
 __all__ = ["open_reader", "open_store"]
 
@@ -30,17 +30,30 @@ def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore:
     return sqlite.SqliteStore(sqlite.create_engine(url, read_only=read_only))
 
 
-def open_store(url: str | sa.URL) -> InstrumentedStore:
-    """The store for ``url`` (``postgresql://`` or ``sqlite:///``), instrumented."""
-    from caravel.store.instrumented import InstrumentedStore
+def _is_url(target: object) -> bool:
+    if isinstance(target, str):
+        return True
+    from sqlalchemy.engine import URL
 
-    return InstrumentedStore(_dialect_store(url, read_only=False))
+    return isinstance(target, URL)
 
 
-def open_reader(url: str | sa.URL) -> ReadStore:
-    """A store for ``url`` that offers only reads, on connections the database itself keeps
+def open_store(target: str | sa.URL | Store) -> InstrumentedStore:
+    """The store for a URL (``postgresql://`` or ``sqlite:///``), instrumented; an already
+    opened store is instrumented (once) and used as it is."""
+    from caravel.store.instrumented import InstrumentedStore, instrumented
+
+    if _is_url(target):
+        return InstrumentedStore(_dialect_store(target, read_only=False))  # type: ignore[arg-type]
+    return instrumented(target)  # type: ignore[arg-type]
+
+
+def open_reader(target: str | sa.URL | ReadStore) -> ReadStore:
+    """A store for a URL that offers only reads, on connections the database itself keeps
     read-only: SQLite opened with ``mode=ro``, PostgreSQL sessions with
-    ``default_transaction_read_only``."""
+    ``default_transaction_read_only``. An already opened store is used as it is."""
     from caravel.store.instrumented import InstrumentedStore
 
-    return InstrumentedStore(_dialect_store(url, read_only=True))
+    if _is_url(target):
+        return InstrumentedStore(_dialect_store(target, read_only=True))  # type: ignore[arg-type]
+    return target  # type: ignore[return-value]

@@ -16,11 +16,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
 
-import sqlalchemy as sa
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 from starlette.datastructures import MutableHeaders
@@ -48,6 +47,9 @@ from caravel.web.filters import (
     parse_paging,
 )
 from caravel.web.replay import MAX_SELECTION, ReplayRuns, count_dead_letters
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = ["ROUTES", "Dashboard", "RouteSpec", "dashboard"]
 

@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from uuid import uuid4
 
+from caravel._closing import AsyncClosing
 from caravel._failpoints import failpoint
 from caravel.errors import ValidationError
 from caravel.jobs import ClaimedJob
@@ -41,7 +41,7 @@ from caravel.worker.watchdog import LeaseWatchdog
 __all__ = ["QueueWorker"]
 
 
-class QueueWorker:
+class QueueWorker(AsyncClosing):
     """Runs handlers for jobs claimed from a :class:`~caravel.queue.DatabaseQueue`.
 
     ``scope`` is an optional factory of async context managers; the worker opens a fresh one
@@ -88,17 +88,6 @@ class QueueWorker:
         self._cancel_now = asyncio.Event()
         self._fault: BaseException | None = None
         self._run_ended = False
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Release the handler threads (abandoned synchronous handlers are not waited for)."""
