@@ -1,0 +1,253 @@
+"""The continuous worker's loops, stepped in process: each has a ``run_once`` on the injected
+clock, so these tests move time by hand and wait on events, never on the wall clock.
+
+The fetcher (batches of half the slots, refills, one expired lease at a time), presence (the
+heartbeat row), the lease watchdog, and ``QueueWorker.run`` itself polling on a manual clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
+from uuid import uuid4
+
+from caravel import (
+    JobContext,
+    JobRegistry,
+    JobState,
+    Leases,
+    QueueInspector,
+    QueueWorker,
+    WorkerOptions,
+)
+from caravel.clock import from_ms
+from caravel.context import JobContext as Context
+from caravel.jobs import ClaimedJob
+from caravel.signals import WakeupHub
+from caravel.testing import ManualClock
+from caravel.worker.fetcher import Fetcher, Slots
+from caravel.worker.presence import Presence
+from caravel.worker.watchdog import Abandoned, LeaseWatchdog
+from tests.support import LEASE, Add, dispatch, inspector_of, open_queue
+
+T = TypeVar("T")
+
+#: A safety net against a hung test, never a way to let time pass.
+WAIT = 10.0
+
+
+async def within(awaitable: Awaitable[T]) -> T:
+    async with asyncio.timeout(WAIT):
+        return await awaitable
+
+
+def registry_for(handler: Any) -> JobRegistry:
+    registry = JobRegistry()
+    registry.register("tests.add.v1", Add, handler)
+    return registry
+
+
+async def noop(job: Add, ctx: JobContext[Any]) -> None:
+    return None
+
+
+class HeldSlots:
+    """Handler slots whose jobs run until the test releases them."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.release = asyncio.Event()
+        self.started: list[ClaimedJob] = []
+        self.slots = Slots(concurrency, self._run)
+
+    async def _run(self, claimed: ClaimedJob) -> None:
+        self.started.append(claimed)
+        await self.release.wait()
+
+
+def fetcher_for(
+    queue: Any, held: HeldSlots, *, concurrency: int, clock: ManualClock, push: bool = False
+) -> Fetcher:
+    return Fetcher(
+        "default",
+        Leases(queue),
+        held.slots,
+        wakeups=WakeupHub(),
+        options=WorkerOptions(concurrency=concurrency, poll_interval=timedelta(seconds=1)),
+        clock=clock,
+        push=push,
+        stopping=asyncio.Event(),
+    )
+
+
+async def states(queue: Any) -> dict[str, int]:
+    counts = await inspector_of(queue).queue_counts("default")
+    return {} if not counts else {"ready": counts[0].ready, "running": counts[0].running}
+
+
+async def test_a_fetch_claims_half_the_slots_and_refills_until_they_are_taken(
+    db_url: str,
+) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, registry_for(noop), clock=clock) as queue:
+        await queue.enqueue_many([(Add(n), dispatch()) for n in range(10)])
+        held = HeldSlots(8)
+        fetcher = fetcher_for(queue, held, concurrency=8, clock=clock)
+
+        assert await fetcher.run_once() == 4  # half of the eight slots per claim
+        await asyncio.sleep(0)  # let the started jobs begin
+        assert await fetcher.run_once() == 4  # four free slots are at least a quarter
+        assert await fetcher.run_once() == 0  # no slot free
+        assert await states(queue) == {"ready": 2, "running": 8}
+        assert len({job.job_id for job in held.started}) == 8
+
+        held.release.set()
+        await within(asyncio.gather(*held.slots.tasks))
+        assert held.slots.free == 8
+        assert await fetcher.run_once() == 2
+        held.release.set()
+
+
+async def test_expired_leases_are_taken_over_one_at_a_time_per_process(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, registry_for(noop), clock=clock) as queue:
+        await queue.enqueue_many([(Add(n), dispatch()) for n in range(2)])
+        crashed = await Leases(queue).claim_many("default", 2)  # a worker that then vanished
+        assert len(crashed) == 2
+        await clock.advance(LEASE)
+        await queue.enqueue(Add(9), dispatch())
+        held = HeldSlots(4)
+        fetcher = fetcher_for(queue, held, concurrency=4, clock=clock)
+
+        # One taken-over job beside a batch of waiting ones, never two at once.
+        assert await fetcher.run_once() == 2
+        assert held.slots.recovering is not None
+        await asyncio.sleep(0)  # let the started jobs begin
+        assert sorted(job.attempt for job in held.started) == [1, 2]
+        assert await fetcher.run_once() == 0
+        expired_left = await Leases(queue).claim_many("default", 4, source="expired")
+        assert [job.attempt for job in expired_left] == [2]  # the second one was left alone
+        held.release.set()
+
+
+async def test_recovery_looks_again_only_after_the_poll_interval(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, registry_for(noop), clock=clock) as queue:
+        held = HeldSlots(4)
+        fetcher = fetcher_for(queue, held, concurrency=4, clock=clock)
+        assert await fetcher.run_once() == 0  # nothing expired: the next look is in a second
+        await queue.enqueue(Add(1), dispatch())
+        assert await Leases(queue).claim("default") is not None
+        await clock.advance(LEASE)  # expired now, but the fetcher looked less than 1 s ago...
+        # ...on its clock: LEASE is longer than the poll interval, so it is time again.
+        assert await fetcher.run_once() == 1
+        assert held.slots.recovering is not None
+
+        held.release.set()
+        await within(asyncio.gather(*held.slots.tasks))
+        assert held.slots.recovering is None  # finished: look for the next one right away
+        assert "default" not in held.slots.recovery_due
+
+
+async def test_presence_registers_beats_and_records_the_shutdown(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, clock=clock) as queue:
+        running = 3
+        presence = Presence(
+            queue.store,
+            clock,
+            worker_id=uuid4(),
+            concurrency=4,
+            heartbeat_interval=timedelta(seconds=10),
+            in_flight=lambda: running,
+        )
+        await presence.register(["default", "other"])
+        await clock.advance(timedelta(seconds=10))
+        await presence.run_once()
+        inspector = QueueInspector(queue.store, clock=clock)
+        (seen,) = await inspector.list_workers()
+        assert (seen.state, seen.in_flight, seen.queues) == ("running", 3, ("default", "other"))
+        assert seen.heartbeat_at == from_ms(clock.now_ms())
+
+        await clock.advance(timedelta(minutes=2))
+        (lost,) = await inspector.list_workers()
+        assert lost.state == "lost"
+        await presence.deregister()
+        (stopped,) = await inspector.list_workers()
+        assert (stopped.state, stopped.in_flight) == ("stopped", 0)
+
+
+async def test_the_watchdog_cancels_a_job_whose_lease_ran_out(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, clock=clock) as queue:
+        await queue.enqueue(Add(1), dispatch())
+        leases = Leases(queue)
+        claimed = await leases.claim("default")
+        assert claimed is not None
+        watchdog = LeaseWatchdog(leases)
+        watching = asyncio.Event()
+        watched: list[Any] = []
+
+        async def job() -> None:
+            context: Context[object] = Context(
+                job_id=claimed.job_id,
+                queue="default",
+                tenant_id="tenant-a",
+                job_type="tests.add.v1",
+                attempt=1,
+                max_attempts=3,
+                scope=None,
+            )
+            watched.append(watchdog.watch(claimed.lease, context))
+            watching.set()
+            await asyncio.Event().wait()  # a handler that never finishes
+
+        task = asyncio.ensure_future(job())
+        await within(watching.wait())
+        assert await watchdog.run_once() == claimed.lease.expires_at_ms  # nothing due yet
+        assert not task.done()
+
+        await clock.advance(LEASE)
+        assert await watchdog.run_once() is None  # the only lease was attended to
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+        assert watched[0].reason is Abandoned.LEASE_EXPIRED
+        assert watched[0].context.is_cancelled
+        await watchdog.close()
+
+
+async def test_a_running_worker_polls_on_its_clock_for_a_job_that_comes_due(
+    db_url: str,
+) -> None:
+    """A job due later is found by polling (no wake-up is sent for it): the poll waits on the
+    queue's clock, so moving a manual clock past the due time is what lets the worker see it."""
+    clock = ManualClock()
+    first, done = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        ran.append(job.amount)
+        (first if job.amount == 1 else done).set()
+
+    # A minute between looks, longer than the test would ever wait on the wall clock.
+    minute = timedelta(seconds=60)
+    options = WorkerOptions(poll_interval=minute, min_poll_interval=minute)
+    async with (
+        open_queue(db_url, registry_for(handle), clock=clock) as queue,
+        QueueWorker(queue, options=options) as worker,
+    ):
+        await queue.enqueue(Add(1), dispatch())
+        later = await queue.enqueue(Add(2), dispatch(not_before=from_ms(clock.now_ms() + 60_000)))
+        task = asyncio.ensure_future(worker.run("default"))
+        try:
+            await within(first.wait())  # due now: claimed as the worker starts
+            await clock.advance(minute)
+            await within(done.wait())
+        finally:
+            worker.stop()
+            await within(task)
+        assert ran == [1, 2]
+        status = await queue.get_status(later.job_id, "default", "tenant-a")
+        assert status is not None
+        assert status.state is JobState.COMPLETED
