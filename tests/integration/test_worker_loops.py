@@ -67,14 +67,20 @@ class HeldSlots:
 
 
 def fetcher_for(
-    queue: Any, held: HeldSlots, *, concurrency: int, clock: ManualClock, push: bool = False
+    queue: Any,
+    held: HeldSlots,
+    *,
+    concurrency: int,
+    clock: ManualClock,
+    poll_interval: timedelta = timedelta(seconds=1),
+    push: bool = False,
 ) -> Fetcher:
     return Fetcher(
         "default",
         Leases(queue),
         held.slots,
         wakeups=WakeupHub(),
-        options=WorkerOptions(concurrency=concurrency, poll_interval=timedelta(seconds=1)),
+        options=WorkerOptions(concurrency=concurrency, poll_interval=poll_interval),
         clock=clock,
         push=push,
         stopping=asyncio.Event(),
@@ -133,14 +139,18 @@ async def test_expired_leases_are_taken_over_one_at_a_time_per_process(db_url: s
 
 async def test_recovery_looks_again_only_after_the_poll_interval(db_url: str) -> None:
     clock = ManualClock()
-    async with open_queue(db_url, registry_for(noop), clock=clock) as queue:
+    second = timedelta(seconds=1)
+    async with open_queue(db_url, registry_for(noop), clock=clock, lease_duration=second) as queue:
         held = HeldSlots(4)
-        fetcher = fetcher_for(queue, held, concurrency=4, clock=clock)
-        assert await fetcher.run_once() == 0  # nothing expired: the next look is in a second
+        poll = timedelta(seconds=5)
+        fetcher = fetcher_for(queue, held, concurrency=4, clock=clock, poll_interval=poll)
         await queue.enqueue(Add(1), dispatch())
-        assert await Leases(queue).claim("default") is not None
-        await clock.advance(LEASE)  # expired now, but the fetcher looked less than 1 s ago...
-        # ...on its clock: LEASE is longer than the poll interval, so it is time again.
+        assert await Leases(queue).claim("default") is not None  # a worker that then vanished
+        assert await fetcher.run_once() == 0  # nothing expired yet: the next look is in 5 s
+
+        await clock.advance(second)  # expired now, but the fetcher looked only a second ago
+        assert await fetcher.run_once() == 0
+        await clock.advance(poll - second)
         assert await fetcher.run_once() == 1
         assert held.slots.recovering is not None
 
@@ -217,12 +227,32 @@ async def test_the_watchdog_cancels_a_job_whose_lease_ran_out(db_url: str) -> No
         await watchdog.close()
 
 
+class SleepWatchingClock(ManualClock):
+    """A manual clock that tells the test when something starts sleeping for a given time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+        self._slept = asyncio.Condition()
+
+    async def sleep(self, seconds: float) -> None:
+        async with self._slept:
+            self.sleeps.append(seconds)
+            self._slept.notify_all()
+        await super().sleep(seconds)
+
+    async def until_sleeping(self, seconds: float, *, after: int = 0) -> None:
+        """Wait until a sleep of ``seconds`` starts, beyond the first ``after`` sleeps."""
+        async with self._slept:
+            await self._slept.wait_for(lambda: seconds in self.sleeps[after:])
+
+
 async def test_a_running_worker_polls_on_its_clock_for_a_job_that_comes_due(
     db_url: str,
 ) -> None:
     """A job due later is found by polling (no wake-up is sent for it): the poll waits on the
     queue's clock, so moving a manual clock past the due time is what lets the worker see it."""
-    clock = ManualClock()
+    clock = SleepWatchingClock()
     first, done = asyncio.Event(), asyncio.Event()
     ran: list[int] = []
 
@@ -242,6 +272,8 @@ async def test_a_running_worker_polls_on_its_clock_for_a_job_that_comes_due(
         task = asyncio.ensure_future(worker.run("default"))
         try:
             await within(first.wait())  # due now: claimed as the worker starts
+            # The queue is drained for now: the fetcher waits for the poll interval, on the clock.
+            await within(clock.until_sleeping(minute.total_seconds()))
             await clock.advance(minute)
             await within(done.wait())
         finally:
