@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any, TypeVar
+from uuid import UUID
 
 import pytest
 from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from caravel import (
     DatabaseQueue,
     DispatchOptions,
     JobContext,
     JobRegistry,
+    JobStatus,
     QueueInspector,
     QueueOptions,
 )
@@ -139,3 +143,47 @@ def inspector_of(queue: DatabaseQueue) -> QueueInspector:
     """An inspector over ``queue``'s own store and clock (not closed separately: the queue
     owns the connections)."""
     return QueueInspector(queue.store, clock=queue.clock)
+
+
+#: A safety net against a hung test, never a way to let time pass.
+WAIT = 10.0
+
+T = TypeVar("T")
+
+
+async def within(awaitable: Awaitable[T]) -> T:
+    """``awaitable``, failing the test if it takes longer than :data:`WAIT`."""
+    async with asyncio.timeout(WAIT):
+        return await awaitable
+
+
+async def status_of(
+    queue: DatabaseQueue, job_id: UUID, name: str = "default", tenant: str = "tenant-a"
+) -> JobStatus:
+    """A job's status, which must exist."""
+    status = await queue.get_status(job_id, name, tenant)
+    assert status is not None
+    return status
+
+
+async def noop(job: object, ctx: JobContext[Any]) -> None:
+    """A handler that does nothing."""
+    return None
+
+
+def registry_for(add: Any = noop, report: Any = None) -> JobRegistry:
+    """The test job types with these handlers (``report`` only when given)."""
+    registry = JobRegistry()
+    registry.register("tests.add.v1", Add, add)
+    if report is not None:
+        registry.register("tests.report.v1", Report, report)
+    return registry
+
+
+def engine_of(queue: DatabaseQueue) -> AsyncEngine:
+    """The SQLAlchemy engine under ``queue``'s store (below the telemetry layer)."""
+    from caravel.store.base import SqlStore
+
+    store = getattr(queue.store, "inner", queue.store)
+    assert isinstance(store, SqlStore)
+    return store.engine

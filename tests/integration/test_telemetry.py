@@ -18,7 +18,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -49,7 +49,6 @@ from sqlalchemy.orm import Session
 from caravel import (
     DatabaseQueue,
     JobContext,
-    JobRegistry,
     JobState,
     Leases,
     Outbox,
@@ -61,7 +60,6 @@ from caravel import (
 )
 from caravel.clock import from_ms
 from caravel.queue import PREPARE_CHUNK
-from caravel.store.base import SqlStore
 from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
 from caravel.store.urls import sync_url
@@ -75,15 +73,18 @@ from tests.support import (
     Report,
     SteppingClock,
     dispatch,
+    engine_of,
     inspector_of,
+    noop,
     open_queue,
+    registry_for,
     until_watching,
+    within,
 )
 
 T = TypeVar("T")
 
 #: A safety net against a hung test, never a way to let time pass.
-WAIT = 10.0
 SUBPROCESS_TIMEOUT = 120.0
 CANARY = "canary-7d3b9e51"
 
@@ -268,35 +269,12 @@ def db_system(url: str) -> str:
     return "postgresql" if url.startswith("postgresql") else "sqlite"
 
 
-async def within(awaitable: Awaitable[T]) -> T:
-    async with asyncio.timeout(WAIT):
-        return await awaitable
-
-
-def engine_of(queue: DatabaseQueue) -> Any:
-    store = getattr(queue.store, "inner", queue.store)  # unwrap the telemetry layer
-    assert isinstance(store, SqlStore)
-    return store.engine
-
-
 async def stored_trace_context(queue: DatabaseQueue, job_id: UUID) -> str | None:
     async with engine_of(queue).connect() as conn:
         value: str | None = await conn.scalar(
             sa.select(jobs.c.trace_context).where(jobs.c.id == job_id)
         )
         return value
-
-
-async def noop(job: object, ctx: JobContext[Any]) -> None:
-    return None
-
-
-def registry_for(add: Any = noop, report: Any = None) -> JobRegistry:
-    registry = JobRegistry()
-    registry.register("tests.add.v1", Add, add)
-    if report is not None:
-        registry.register("tests.report.v1", Report, report)
-    return registry
 
 
 def current_context() -> SpanContext:

@@ -8,14 +8,12 @@ heartbeat row), the lease watchdog, and ``QueueWorker.run`` itself polling on a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 from uuid import uuid4
 
 from caravel import (
     JobContext,
-    JobRegistry,
     JobState,
     Leases,
     QueueInspector,
@@ -30,27 +28,7 @@ from caravel.testing import ManualClock
 from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.presence import Presence
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog
-from tests.support import LEASE, Add, dispatch, inspector_of, open_queue
-
-T = TypeVar("T")
-
-#: A safety net against a hung test, never a way to let time pass.
-WAIT = 10.0
-
-
-async def within(awaitable: Awaitable[T]) -> T:
-    async with asyncio.timeout(WAIT):
-        return await awaitable
-
-
-def registry_for(handler: Any) -> JobRegistry:
-    registry = JobRegistry()
-    registry.register("tests.add.v1", Add, handler)
-    return registry
-
-
-async def noop(job: Add, ctx: JobContext[Any]) -> None:
-    return None
+from tests.support import LEASE, Add, dispatch, inspector_of, noop, open_queue, registry_for, within
 
 
 class HeldSlots:

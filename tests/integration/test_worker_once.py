@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -22,14 +22,12 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from caravel import (
     DatabaseQueue,
     JobContext,
     JobRegistry,
     JobState,
-    JobStatus,
     Leases,
     QueueOptions,
     QueueWorker,
@@ -37,49 +35,29 @@ from caravel import (
     StoreError,
 )
 from caravel.clock import from_ms
-from caravel.store.base import SqlStore
 from caravel.store.schema import jobs
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate, pg_database
-from tests.support import LEASE, Add, Report, SteppingClock, dispatch, open_queue, until_watching
+from tests.support import (
+    LEASE,
+    WAIT,
+    Add,
+    Report,
+    SteppingClock,
+    dispatch,
+    engine_of,
+    noop,
+    open_queue,
+    registry_for,
+    status_of,
+    until_watching,
+    within,
+)
 
 T = TypeVar("T")
 
 LEASE_MS = 30_000
 T0 = ManualClock().now_ms()
-#: A safety net against a hung test, never a way to let time pass.
-WAIT = 10.0
-
-
-async def within(awaitable: Awaitable[T]) -> T:
-    async with asyncio.timeout(WAIT):
-        return await awaitable
-
-
-async def status_of(
-    queue: DatabaseQueue, job_id: UUID, name: str = "default", tenant: str = "tenant-a"
-) -> JobStatus:
-    status = await queue.get_status(job_id, name, tenant)
-    assert status is not None
-    return status
-
-
-def engine_of(queue: DatabaseQueue) -> AsyncEngine:
-    store = getattr(queue.store, "inner", queue.store)  # unwrap the telemetry layer
-    assert isinstance(store, SqlStore)
-    return store.engine
-
-
-async def noop(job: object, ctx: JobContext[Any]) -> None:
-    return None
-
-
-def registry_for(add: Any = noop, report: Any = None) -> JobRegistry:
-    registry = JobRegistry()
-    registry.register("tests.add.v1", Add, add)
-    if report is not None:
-        registry.register("tests.report.v1", Report, report)
-    return registry
 
 
 # ----- claiming -----------------------------------------------------------------------------

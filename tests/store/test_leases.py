@@ -31,19 +31,11 @@ from caravel.queue import PREPARE_CHUNK
 from caravel.store.protocol import JobFilter, JobRef, QueueCounts
 from caravel.testing import ManualClock
 from tests.databases import SqliteTemplate
-from tests.support import LEASE, Add, Report, dispatch, open_queue
+from tests.support import LEASE, Add, Report, dispatch, open_queue, status_of
 
 LEASE_MS = 30_000
 T0 = ManualClock().now_ms()
 MS = timedelta(milliseconds=1)
-
-
-async def status_of(
-    queue: DatabaseQueue, job_id: UUID, name: str = "default", tenant: str = "tenant-a"
-) -> JobStatus:
-    status = await queue.get_status(job_id, name, tenant)
-    assert status is not None
-    return status
 
 
 async def all_jobs(queue: DatabaseQueue) -> list[JobStatus]:
