@@ -29,6 +29,7 @@ from caravel.clock import duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.errors import IdempotencyConflictError, OptionsError
 from caravel.jobs import EnqueueResult
+from caravel.outbox.conversion import job_for
 from caravel.outbox.table import OUTBOX_TABLE
 from caravel.queue import DatabaseQueue
 from caravel.retry import exponential_backoff
@@ -138,7 +139,8 @@ class OutboxRelay:
             if reason is not None:
                 stuck.append((row, reason))
                 continue
-            ready.append((row, self._job_for(row, now)))
+            job = job_for(row, now=now, default_max_attempts=self.queue.options.max_attempts)
+            ready.append((row, job))
         with telemetry.relay_span(len(rows)):
             delivered = await self._enqueue(ready, stuck)
             failpoint("relay_after_enqueue")
@@ -160,20 +162,6 @@ class OutboxRelay:
         except PayloadDecodeError:
             return "InvalidPayload"
         return None
-
-    def _job_for(self, row: PendingEnvelope, now: int) -> NewJob:
-        return NewJob(
-            id=row.id,
-            queue=row.queue,
-            job_type=row.job_type,
-            tenant_id=row.tenant_id,
-            idempotency_key=row.idempotency_key,
-            payload=row.payload,
-            max_attempts=row.max_attempts or self.queue.options.max_attempts,
-            due_at=row.due_at if row.due_at is not None else now,
-            created_at=now,
-            trace_context=row.trace_context,
-        )
 
     async def _enqueue(
         self, ready: Sequence[tuple[PendingEnvelope, NewJob]], stuck: list[_Stuck]

@@ -21,6 +21,7 @@ from caravel.clock import Clock, SystemClock
 from caravel.errors import IdempotencyConflictError, ValidationError
 from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
+from caravel.outbox.conversion import envelope_for
 from caravel.outbox.table import OutboxEnvelope
 from caravel.preparation import prepare_job
 from caravel.registry import JobRegistry
@@ -88,20 +89,10 @@ class Outbox:
 
     def _envelope(self, job: object, dispatch: DispatchOptions) -> OutboxEnvelope:
         now = self.clock.now_ms()
-        row = prepare_job(self.registry, self.options, job, dispatch, now)
-        return self.envelope(
-            id=row.id,
-            queue=row.queue,
-            tenant_id=row.tenant_id,
-            idempotency_key=row.idempotency_key,
-            job_type=row.job_type,
-            payload=row.payload,
-            due_at=None if dispatch.not_before is None else row.due_at,
-            max_attempts=dispatch.max_attempts,
-            staged_at=now,
-            # The request's trace continues into the job the relay creates from this intent.
-            trace_context=telemetry.carrier_for_current_context(),
-        )
+        prepared = prepare_job(self.registry, self.options, job, dispatch, now)
+        # The request's trace continues into the job the relay creates from this intent.
+        trace = telemetry.carrier_for_current_context()
+        return envelope_for(self.envelope, prepared, dispatch, staged_at=now, trace_context=trace)
 
     def _existing_query(self, envelope: OutboxEnvelope) -> sa.Select[Any]:
         model = self.envelope
