@@ -19,27 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from typing import TYPE_CHECKING
 
 from caravel import telemetry
 from caravel._failpoints import failpoint
 from caravel.clock import duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
-from caravel.errors import IdempotencyConflictError, OptionsError, StoreError
+from caravel.errors import IdempotencyConflictError, OptionsError
 from caravel.jobs import EnqueueResult
-from caravel.outbox.table import OUTBOX_TABLE, add_outbox, envelope_table
+from caravel.outbox import OUTBOX_TABLE
+from caravel.outbox.conversion import job_for
 from caravel.queue import DatabaseQueue
 from caravel.retry import exponential_backoff
-from caravel.store import postgresql, sqlite
+from caravel.store import open_outbox_store
+from caravel.store.outbox import PendingEnvelope, Undeliverable
 from caravel.store.protocol import NewJob
-from caravel.store.urls import backend_of
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["OutboxRelay"]
 
@@ -51,21 +51,8 @@ STUCK_RETRY = timedelta(minutes=1)
 STUCK_RETRY_MAX = timedelta(hours=1)
 
 
-@dataclass(frozen=True, slots=True)
-class _Stuck:
-    envelope_id: Any
-    queue: str
-    job_type: str
-    reason: str
-    attempts: int
-
-
-def _engine_for(target: AsyncEngine | str | sa.URL) -> AsyncEngine:
-    if isinstance(target, AsyncEngine):
-        return target
-    if backend_of(target) == "postgresql":
-        return postgresql.create_engine(target)
-    return sqlite.create_engine(target, set_wal=False)
+#: An envelope a pass could not deliver, and why.
+_Stuck = tuple[PendingEnvelope, str]
 
 
 class OutboxRelay:
@@ -94,21 +81,28 @@ class OutboxRelay:
             timedelta(milliseconds=10) <= poll_interval <= timedelta(hours=1)
         ):
             raise OptionsError("poll_interval", "must be from 10 milliseconds to 1 hour")
-        self._owns_engine = not isinstance(app, AsyncEngine)
-        self.engine = _engine_for(app)
+        self._outbox = open_outbox_store(app, table_name)
         self.queue = queue
         self.batch_size = batch_size
         self.poll_interval = poll_interval
-        self.table = envelope_table(add_outbox(sa.MetaData(), name=table_name))
         self._stop = asyncio.Event()
         self._last_pass_full = False
         self.dispatched = 0
         self.stuck = 0
 
+    @property
+    def engine(self) -> AsyncEngine:
+        """The application's engine the relay reads the outbox through."""
+        return self._outbox.engine
+
+    @property
+    def table(self) -> sa.Table:
+        """The outbox table the relay reads."""
+        return self._outbox.table
+
     async def close(self) -> None:
         """Release the application engine if the relay created it."""
-        if self._owns_engine:
-            await self.engine.dispose()
+        await self._outbox.close()
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current pass."""
@@ -128,54 +122,38 @@ class OutboxRelay:
             except TimeoutError:
                 pass
 
-    @asynccontextmanager
-    async def _app(self, operation: str) -> AsyncIterator[AsyncConnection]:
-        try:
-            async with self.engine.begin() as conn:
-                yield conn
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(operation) from exc
-
     async def run_once(self) -> int:
         """One pass: returns how many intents were dispatched."""
         now = self.queue.clock.now_ms()
-        t = self.table
-        pending = (
-            sa.select(t)
-            .where(t.c.dispatched_at.is_(None), sa.or_(t.c.retry_at.is_(None), t.c.retry_at <= now))
-            .order_by(t.c.staged_at, t.c.id)
-            .limit(self.batch_size)
-        )
-        waiting = sa.select(sa.func.count()).select_from(t).where(t.c.dispatched_at.is_(None))
-        async with self._app("outbox_read") as conn:
-            rows = (await conn.execute(pending)).all()
-            backlog = int((await conn.execute(waiting)).scalar_one())
+        rows = await self._outbox.outbox_list_pending(now, self.batch_size)
+        backlog = await self._outbox.outbox_count_pending()
         self._last_pass_full = len(rows) >= self.batch_size
+        table_name = self._outbox.table_name
         if not rows:
-            telemetry.record_outbox_pending(t.name, backlog)
+            telemetry.record_outbox_pending(table_name, backlog)
             return 0
-        ready: list[tuple[Any, NewJob]] = []
+        ready: list[tuple[PendingEnvelope, NewJob]] = []
         stuck: list[_Stuck] = []
         for row in rows:
             reason = self._undeliverable(row)
             if reason is not None:
-                stuck.append(_Stuck(row.id, row.queue, row.job_type, reason, row.relay_attempts))
+                stuck.append((row, reason))
                 continue
-            ready.append((row, self._job_for(row, now)))
+            job = job_for(row, now=now, default_max_attempts=self.queue.options.max_attempts)
+            ready.append((row, job))
         with telemetry.relay_span(len(rows)):
             delivered = await self._enqueue(ready, stuck)
             failpoint("relay_after_enqueue")
             await self._record(delivered, stuck)
-        by_id = {row.id: row for row in rows}
-        for envelope_id, _ in delivered:
-            telemetry.record_dispatched(by_id[envelope_id].queue, by_id[envelope_id].job_type)
-        for item in stuck:
-            telemetry.record_undeliverable(item.queue, item.reason)
-        telemetry.record_outbox_pending(t.name, backlog - len(delivered))
+        for row, _ in delivered:
+            telemetry.record_dispatched(row.queue, row.job_type)
+        for row, reason in stuck:
+            telemetry.record_undeliverable(row.queue, reason)
+        telemetry.record_outbox_pending(table_name, backlog - len(delivered))
         self.dispatched += len(delivered)
         return len(delivered)
 
-    def _undeliverable(self, row: Any) -> str | None:
+    def _undeliverable(self, row: PendingEnvelope) -> str | None:
         entry = self.queue.registry.get(row.job_type)
         if entry is None:
             return "UnknownJobType"
@@ -185,81 +163,54 @@ class OutboxRelay:
             return "InvalidPayload"
         return None
 
-    def _job_for(self, row: Any, now: int) -> NewJob:
-        return NewJob(
-            id=row.id,
-            queue=row.queue,
-            job_type=row.job_type,
-            tenant_id=row.tenant_id,
-            idempotency_key=row.idempotency_key,
-            payload=row.payload,
-            max_attempts=row.max_attempts or self.queue.options.max_attempts,
-            due_at=row.due_at if row.due_at is not None else now,
-            created_at=now,
-            trace_context=row.trace_context,
-        )
-
     async def _enqueue(
-        self, ready: Sequence[tuple[Any, NewJob]], stuck: list[_Stuck]
-    ) -> list[tuple[Any, EnqueueResult]]:
+        self, ready: Sequence[tuple[PendingEnvelope, NewJob]], stuck: list[_Stuck]
+    ) -> list[tuple[PendingEnvelope, EnqueueResult]]:
         if not ready:
             return []
         try:
             results = await self.queue.insert_prepared([job for _, job in ready])
-            return [(row.id, result) for (row, _), result in zip(ready, results, strict=True)]
+            return [(row, result) for (row, _), result in zip(ready, results, strict=True)]
         except IdempotencyConflictError:
             pass  # find the conflicting envelope(s) one by one; the rest still go through
-        delivered: list[tuple[Any, EnqueueResult]] = []
+        delivered: list[tuple[PendingEnvelope, EnqueueResult]] = []
         for row, job in ready:
             try:
                 (result,) = await self.queue.insert_prepared([job])
             except IdempotencyConflictError:
-                stuck.append(
-                    _Stuck(
-                        row.id, row.queue, row.job_type, "IdempotencyConflict", row.relay_attempts
-                    )
-                )
+                stuck.append((row, "IdempotencyConflict"))
                 continue
-            delivered.append((row.id, result))
+            delivered.append((row, result))
         return delivered
 
     async def _record(
-        self, delivered: Sequence[tuple[Any, EnqueueResult]], stuck: Sequence[_Stuck]
+        self, delivered: Sequence[tuple[PendingEnvelope, EnqueueResult]], stuck: Sequence[_Stuck]
     ) -> None:
         now = self.queue.clock.now_ms()
-        t = self.table
-        async with self._app("outbox_mark") as conn:
-            if delivered:
-                await conn.execute(
-                    sa.update(t)
-                    .where(t.c.id == sa.bindparam("b_id"), t.c.dispatched_at.is_(None))
-                    .values(
-                        dispatched_at=now,
-                        queue_job_id=sa.bindparam("b_job"),
-                        relay_failure=None,
-                        retry_at=None,
-                    ),
-                    [{"b_id": envelope_id, "b_job": r.job_id} for envelope_id, r in delivered],
-                )
-            for item in stuck:
-                delay = exponential_backoff(STUCK_RETRY, STUCK_RETRY_MAX, item.attempts + 1)
-                await conn.execute(
-                    sa.update(t)
-                    .where(t.c.id == item.envelope_id, t.c.dispatched_at.is_(None))
-                    .values(
-                        relay_failure=item.reason,
-                        relay_attempts=t.c.relay_attempts + 1,
-                        retry_at=now + duration_ms(delay),
-                    )
-                )
-        for item in stuck:
+        await self._outbox.outbox_mark_dispatched(
+            {row.id: result.job_id for row, result in delivered}, now
+        )
+        await self._outbox.outbox_mark_undeliverable(
+            [
+                Undeliverable(row.id, reason, now + self._retry_delay_ms(row))
+                for row, reason in stuck
+            ]
+        )
+        for row, reason in stuck:
             self.stuck += 1
             logger.warning(
                 "outbox envelope cannot be delivered; it stays pending",
                 extra={
-                    "outbox_id": str(item.envelope_id),
-                    "queue": item.queue,
-                    "job_type": item.job_type,
-                    "category": item.reason,
+                    "outbox_id": str(row.id),
+                    "queue": row.queue,
+                    "job_type": row.job_type,
+                    "category": reason,
                 },
             )
+
+    @staticmethod
+    def _retry_delay_ms(row: PendingEnvelope) -> int:
+        # Counting the attempt being recorded: the first retry waits STUCK_RETRY.
+        return duration_ms(
+            exponential_backoff(STUCK_RETRY, STUCK_RETRY_MAX, row.relay_attempts + 1)
+        )

@@ -21,6 +21,7 @@ from caravel.clock import Clock, SystemClock
 from caravel.errors import IdempotencyConflictError, ValidationError
 from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
+from caravel.outbox.conversion import envelope_for
 from caravel.outbox.table import OutboxEnvelope
 from caravel.preparation import prepare_job
 from caravel.registry import JobRegistry
@@ -88,53 +89,49 @@ class Outbox:
 
     def _envelope(self, job: object, dispatch: DispatchOptions) -> OutboxEnvelope:
         now = self.clock.now_ms()
-        row = prepare_job(self.registry, self.options, job, dispatch, now)
-        return self.envelope(
-            id=row.id,
-            queue=row.queue,
-            tenant_id=row.tenant_id,
-            idempotency_key=row.idempotency_key,
-            job_type=row.job_type,
-            payload=row.payload,
-            due_at=None if dispatch.not_before is None else row.due_at,
-            max_attempts=dispatch.max_attempts,
-            staged_at=now,
-            # The request's trace continues into the job the relay creates from this intent.
-            trace_context=telemetry.carrier_for_current_context(),
-        )
+        prepared = prepare_job(self.registry, self.options, job, dispatch, now)
+        # The request's trace continues into the job the relay creates from this intent.
+        trace = telemetry.carrier_for_current_context()
+        return envelope_for(self.envelope, prepared, dispatch, staged_at=now, trace_context=trace)
 
-    def _existing_query(self, envelope: OutboxEnvelope) -> sa.Select[Any]:
-        model = self.envelope
-        return sa.select(model).where(
-            sa.inspect(model).c.queue == envelope.queue,
-            sa.inspect(model).c.tenant_id == envelope.tenant_id,
-            sa.inspect(model).c.idempotency_key == envelope.idempotency_key,
+    def _lookup(self, envelope: OutboxEnvelope) -> sa.Select[Any] | None:
+        """The query for an intent already staged under the envelope's key (none without a
+        key)."""
+        if envelope.idempotency_key is None:
+            return None
+        columns = sa.inspect(self.envelope).c
+        return sa.select(self.envelope).where(
+            columns.queue == envelope.queue,
+            columns.tenant_id == envelope.tenant_id,
+            columns.idempotency_key == envelope.idempotency_key,
         )
 
     @staticmethod
-    def _resolve(existing: OutboxEnvelope, envelope: OutboxEnvelope) -> StagedIntent:
-        if (existing.job_type, existing.payload) != (envelope.job_type, envelope.payload):
-            raise IdempotencyConflictError(existing.id)
-        return StagedIntent(existing.id, already_staged=True)
+    def _resolve_or_add(
+        session: Session | AsyncSession, envelope: OutboxEnvelope, existing: OutboxEnvelope | None
+    ) -> StagedIntent:
+        """Staging once the lookup has run: the existing intent when its content matches, else
+        the envelope, added to the session."""
+        if existing is not None:
+            if (existing.job_type, existing.payload) != (envelope.job_type, envelope.payload):
+                raise IdempotencyConflictError(existing.id)
+            return StagedIntent(existing.id, already_staged=True)
+        session.add(envelope)
+        telemetry.record_staged(envelope.queue, envelope.job_type)
+        return StagedIntent(envelope.id, already_staged=False)
+
+    # The two shells differ only in how they run the lookup.
 
     def _stage_sync(self, session: Session, envelope: OutboxEnvelope) -> StagedIntent:
-        if envelope.idempotency_key is not None:
-            existing: OutboxEnvelope | None = session.scalars(
-                self._existing_query(envelope)
-            ).first()
-            if existing is not None:
-                return self._resolve(existing, envelope)
-        session.add(envelope)
-        telemetry.record_staged(envelope.queue, envelope.job_type)
-        return StagedIntent(envelope.id, already_staged=False)
+        lookup = self._lookup(envelope)
+        existing: OutboxEnvelope | None = None
+        if lookup is not None:
+            existing = session.scalars(lookup).first()
+        return self._resolve_or_add(session, envelope, existing)
 
     async def _stage_async(self, session: AsyncSession, envelope: OutboxEnvelope) -> StagedIntent:
-        if envelope.idempotency_key is not None:
-            existing: OutboxEnvelope | None = (
-                await session.scalars(self._existing_query(envelope))
-            ).first()
-            if existing is not None:
-                return self._resolve(existing, envelope)
-        session.add(envelope)
-        telemetry.record_staged(envelope.queue, envelope.job_type)
-        return StagedIntent(envelope.id, already_staged=False)
+        lookup = self._lookup(envelope)
+        existing: OutboxEnvelope | None = None
+        if lookup is not None:
+            existing = (await session.scalars(lookup)).first()
+        return self._resolve_or_add(session, envelope, existing)

@@ -1,5 +1,6 @@
 """The outbox table, added to the application's own SQLAlchemy metadata so the application's
-Alembic migrations create it. Nothing here creates tables at run time."""
+Alembic migrations create it. Nothing here creates tables at run time. The columns are defined
+in the store (:mod:`caravel.store.outbox`), beside the relay's statements that read them."""
 
 from __future__ import annotations
 
@@ -9,14 +10,8 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy import orm
 
-from caravel.limits import (
-    MAX_CATEGORY_LENGTH,
-    MAX_KEY_LENGTH,
-    MAX_QUEUE_NAME_LENGTH,
-    MAX_TRACE_CONTEXT_LENGTH,
-    MAX_WIRE_NAME_LENGTH,
-)
 from caravel.outbox import OUTBOX_TABLE
+from caravel.store.outbox import outbox_table
 
 __all__ = ["OUTBOX_TABLE", "OutboxEnvelope", "add_outbox"]
 
@@ -55,34 +50,6 @@ class OutboxEnvelope:
             setattr(self, name, value)
 
 
-def _columns(name: str) -> list[Any]:
-    return [
-        sa.Column("id", sa.Uuid(), nullable=False),
-        sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
-        sa.Column("tenant_id", sa.String(MAX_KEY_LENGTH), nullable=False),
-        sa.Column("idempotency_key", sa.String(MAX_KEY_LENGTH), nullable=True),
-        sa.Column("job_type", sa.String(MAX_WIRE_NAME_LENGTH), nullable=False),
-        sa.Column("payload", sa.Text(), nullable=False),
-        sa.Column("due_at", sa.BigInteger(), nullable=True),
-        sa.Column("max_attempts", sa.Integer(), nullable=True),
-        sa.Column("staged_at", sa.BigInteger(), nullable=False),
-        sa.Column("dispatched_at", sa.BigInteger(), nullable=True),
-        sa.Column("queue_job_id", sa.Uuid(), nullable=True),
-        sa.Column("relay_failure", sa.String(MAX_CATEGORY_LENGTH), nullable=True),
-        sa.Column("relay_attempts", sa.Integer(), nullable=False, server_default="0"),
-        sa.Column("retry_at", sa.BigInteger(), nullable=True),
-        sa.Column("trace_context", sa.String(MAX_TRACE_CONTEXT_LENGTH), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=f"pk_{name}"),
-        sa.UniqueConstraint("queue", "tenant_id", "idempotency_key", name=f"uq_{name}_idempotency"),
-        sa.Index(
-            f"ix_{name}_pending",
-            "staged_at",
-            postgresql_where=sa.text("dispatched_at IS NULL"),
-            sqlite_where=sa.text("dispatched_at IS NULL"),
-        ),
-    ]
-
-
 def add_outbox(metadata: sa.MetaData, *, name: str = OUTBOX_TABLE) -> type[OutboxEnvelope]:
     """Add the outbox table to ``metadata`` (your application's, e.g. ``Base.metadata``) and
     return the mapped envelope class to give :class:`~caravel.outbox.Outbox`.
@@ -94,15 +61,8 @@ def add_outbox(metadata: sa.MetaData, *, name: str = OUTBOX_TABLE) -> type[Outbo
     if existing is not None and _ENVELOPE_CLASS in existing.info:
         found: type[OutboxEnvelope] = existing.info[_ENVELOPE_CLASS]
         return found
-    table = sa.Table(name, metadata, *_columns(name))
+    table = outbox_table(metadata, name)
     envelope = type("OutboxEnvelope", (OutboxEnvelope,), {"__module__": __name__})
     orm.registry().map_imperatively(envelope, table)
     table.info[_ENVELOPE_CLASS] = envelope
     return envelope
-
-
-def envelope_table(envelope: type[OutboxEnvelope]) -> sa.Table:
-    """The table an envelope class is mapped to."""
-    table = sa.inspect(envelope).local_table
-    assert isinstance(table, sa.Table)
-    return table

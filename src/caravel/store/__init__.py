@@ -1,8 +1,9 @@
 """The database seam. :func:`open_store` and :func:`open_reader` pick the dialect module for a URL
 and wrap its store in the instrumented store; everything above this package talks to the
 :class:`~caravel.store.protocol.Store` (or :class:`~caravel.store.protocol.ReadStore`) protocol
-only. SQLAlchemy, a dialect module and its driver are imported when the first URL of their kind
-is opened, so the row types in :mod:`~caravel.store.protocol` cost nothing to import."""
+only. :func:`open_outbox_store` opens the outbox relay's store on the application's database.
+SQLAlchemy, a dialect module and its driver are imported when the first URL of their kind is
+opened, so the row types in :mod:`~caravel.store.protocol` cost nothing to import."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
     from caravel.store.base import SqlStore
     from caravel.store.instrumented import InstrumentedStore
+    from caravel.store.outbox import OutboxStore
     from caravel.store.protocol import ReadStore, Store
 
-__all__ = ["open_reader", "open_store"]
+__all__ = ["open_outbox_store", "open_reader", "open_store"]
 
 
 def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore:
@@ -57,3 +60,25 @@ def open_reader(target: str | sa.URL | ReadStore) -> ReadStore:
     if _is_url(target):
         return InstrumentedStore(_dialect_store(target, read_only=True))  # type: ignore[arg-type]
     return target  # type: ignore[return-value]
+
+
+def open_outbox_store(app: AsyncEngine | str | sa.URL, table_name: str) -> OutboxStore:
+    """The outbox store for the table ``table_name`` in the application's database: over
+    ``app`` itself when it is the application's engine (closing the store leaves it open), or
+    over an engine of the store's own for a URL. A SQLite file keeps the journal mode its
+    application chose."""
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from caravel.store.outbox import OutboxStore
+    from caravel.store.urls import backend_of
+
+    if isinstance(app, AsyncEngine):
+        return OutboxStore(app, table_name, owns_engine=False)
+    if backend_of(app) == "postgresql":
+        from caravel.store import postgresql
+
+        return OutboxStore(postgresql.create_engine(app), table_name, owns_engine=True)
+    from caravel.store import sqlite
+
+    engine = sqlite.create_engine(app, set_wal=False)
+    return OutboxStore(engine, table_name, owns_engine=True)

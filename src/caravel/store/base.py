@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from caravel.clock import from_ms
-from caravel.errors import IdempotencyConflictError, SchemaNotReadyError, StoreError
+from caravel.errors import IdempotencyConflictError, SchemaNotReadyError
 from caravel.jobs import ClaimedJob, FailureCategory, JobState, JobStatus, Lease
+from caravel.store.errors import ErrorTranslation
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -183,17 +184,10 @@ class SqlStore:
     #: The driver's own exceptions, for dialects that run some statements on it directly.
     driver_errors: tuple[type[Exception], ...] = ()
 
-    @asynccontextmanager
-    async def _translated(self, operation: str) -> AsyncIterator[None]:
-        errors: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError, *self.driver_errors)
-        try:
-            yield
-        except errors as exc:
-            if self._is_schema_missing(exc):
-                raise SchemaNotReadyError(f"{operation} found no queue table") from exc
-            raise StoreError(operation) from exc
-        except OSError as exc:
-            raise StoreError(operation) from exc
+    def _translated(self, operation: str) -> ErrorTranslation:
+        return ErrorTranslation(
+            operation, driver_errors=self.driver_errors, schema_missing=self._is_schema_missing
+        )
 
     #: The longest any one store operation may take, commit included. Past it the operation's
     #: connection is cut, so a link that silently stopped answering becomes a

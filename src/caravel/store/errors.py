@@ -1,0 +1,69 @@
+"""The store's one error translation: a SQLAlchemy or driver error raised during an operation
+becomes a :class:`~caravel.errors.StoreError` naming the operation (or, where the store can tell
+the queue's tables are missing, a :class:`~caravel.errors.SchemaNotReadyError`), with the original
+as its ``__cause__``. The queue's dialect stores and the outbox store all go through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+import sqlalchemy as sa
+
+from caravel.errors import SchemaNotReadyError, StoreError
+
+__all__ = ["ErrorTranslation"]
+
+
+class ErrorTranslation:
+    """Translates database errors raised in its block, entered with ``with`` or ``async with``.
+
+    ``driver_errors`` are the driver's own exceptions (for statements a store runs on the driver
+    directly); ``schema_missing`` says whether an error means the queue's tables or columns are
+    missing. Any other exception propagates as it is.
+
+    A plain class, not a generator-based context manager: stores enter one per operation, the
+    one-job enqueue included."""
+
+    __slots__ = ("driver_errors", "operation", "schema_missing")
+
+    def __init__(
+        self,
+        operation: str,
+        *,
+        driver_errors: tuple[type[Exception], ...] = (),
+        schema_missing: Callable[[BaseException], bool] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.driver_errors = driver_errors
+        self.schema_missing = schema_missing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, (sa.exc.SQLAlchemyError, *self.driver_errors)):
+            if self.schema_missing is not None and self.schema_missing(exc):
+                raise SchemaNotReadyError(f"{self.operation} found no queue table") from exc
+            raise StoreError(self.operation) from exc
+        if isinstance(exc, OSError):
+            raise StoreError(self.operation) from exc
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.__exit__(kind, exc, traceback)
