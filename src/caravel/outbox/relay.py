@@ -36,6 +36,7 @@ from caravel.retry import exponential_backoff
 from caravel.store import open_outbox_store
 from caravel.store.outbox import PendingEnvelope, Undeliverable
 from caravel.store.protocol import NewJob
+from caravel.validation import check_duration, check_int
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -73,14 +74,15 @@ class OutboxRelay:
         batch_size: int = 100,
         poll_interval: timedelta = timedelta(seconds=1),
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise OptionsError("batch_size", "must be an integer from 1 to 1000")
-        if not (1 <= batch_size <= MAX_BATCH):
-            raise OptionsError("batch_size", "must be from 1 to 1000")
-        if not isinstance(poll_interval, timedelta) or not (
-            timedelta(milliseconds=10) <= poll_interval <= timedelta(hours=1)
-        ):
-            raise OptionsError("poll_interval", "must be from 10 milliseconds to 1 hour")
+        check_int("batch_size", batch_size, 1, MAX_BATCH, error=OptionsError)
+        check_duration(
+            "poll_interval",
+            poll_interval,
+            timedelta(milliseconds=10),
+            timedelta(hours=1),
+            "must be from 10 milliseconds to 1 hour",
+            error=OptionsError,
+        )
         self._outbox = open_outbox_store(app, table_name)
         self.queue = queue
         self.batch_size = batch_size
