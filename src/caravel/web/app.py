@@ -30,7 +30,7 @@ from starlette.routing import Route, Router
 from starlette.types import Message, Receive, Scope, Send
 
 from caravel.clock import Clock, from_ms
-from caravel.errors import SchemaNotReadyError, StoreError, ValidationError
+from caravel.errors import PrincipalTypeError, SchemaNotReadyError, StoreError, ValidationError
 from caravel.inspector import QueueInspector
 from caravel.jobs import FailureCategory, JobState, JobStatus
 from caravel.queue import DatabaseQueue
@@ -281,7 +281,7 @@ class Dashboard:
             if inspect.isawaitable(found):
                 found = await found
             if found is not None and not isinstance(found, Principal):
-                raise TypeError("authorize must return a caravel.web.Principal or None")
+                raise PrincipalTypeError
             principal = found
         scope[_PRINCIPAL] = principal
         await self.router(scope, receive, send)
