@@ -23,11 +23,10 @@ from uuid import UUID
 import sqlalchemy as sa
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
-from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from caravel.clock import Clock, from_ms
 from caravel.errors import PrincipalTypeError, SchemaNotReadyError, StoreError, ValidationError
@@ -48,6 +47,7 @@ from caravel.web.filters import (
     parse_paging,
 )
 from caravel.web.replay import MAX_SELECTION, ReplayRuns, count_dead_letters
+from caravel.web.security import SecurityHeaders
 
 __all__ = ["ROUTES", "Dashboard", "RouteSpec", "dashboard"]
 
@@ -60,17 +60,6 @@ BUCKET = timedelta(minutes=5)
 MAX_FORM_BYTES = 8 * 1024
 
 _PRINCIPAL = "caravel.web.principal"
-
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-}
 
 FAILURE_MEANINGS = {
     FailureCategory.HANDLER_FAILED.value: "the handler raised an exception",
@@ -255,6 +244,7 @@ class Dashboard:
             ],
             default=self._not_found,
         )
+        self._http = SecurityHeaders(self._serve)
 
     # ----- ASGI --------------------------------------------------------------------------
 
@@ -265,7 +255,9 @@ class Dashboard:
         if scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})
             return
-        send = _with_security_headers(send)
+        await self._http(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         principal: Principal | None
         if self._authorize is None:
@@ -840,18 +832,6 @@ def _lease(job: JobStatus, now: datetime) -> str | None:
         f"The lease expired {_span(left)} ago without an acknowledgement: the next claim takes "
         "the job over (or moves it to dead letter if it has no attempts left)."
     )
-
-
-def _with_security_headers(send: Send) -> Send:
-    async def sender(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers = MutableHeaders(scope=message)
-            for name, value in SECURITY_HEADERS.items():
-                if name not in headers:
-                    headers[name] = value
-        await send(message)
-
-    return sender
 
 
 def dashboard(
