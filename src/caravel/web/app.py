@@ -9,12 +9,10 @@ handler runs.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
-from urllib.parse import parse_qsl
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -24,7 +22,7 @@ from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
 from caravel.clock import Clock, from_ms
-from caravel.errors import PrincipalTypeError, SchemaNotReadyError, StoreError, ValidationError
+from caravel.errors import ValidationError
 from caravel.inspector import QueueInspector
 from caravel.jobs import JobState, JobStatus
 from caravel.queue import DatabaseQueue
@@ -33,21 +31,19 @@ from caravel.store.protocol import QueueCounts, ThroughputBucket
 from caravel.validation import check_identifier, check_queue_name
 from caravel.web.assets import load_assets
 from caravel.web.auth import (
-    LOCAL_OPERATOR,
     Authorize,
-    Principal,
     principal_of,
-    refusal_reason,
     remember_principal,
 )
 from caravel.web.charts import Series, bar_chart, sparkline
-from caravel.web.csrf import COOKIE, FIELD, CsrfSigner
+from caravel.web.csrf import CsrfSigner
 from caravel.web.filters import (
     Filters,
     Paging,
     parse_filters,
     parse_paging,
 )
+from caravel.web.guard import Guard, Need, Refusal
 from caravel.web.presentation import (
     Renderer,
     lease_note,
@@ -61,13 +57,9 @@ from caravel.web.security import SecurityHeaders
 
 __all__ = ["ROUTES", "Dashboard", "RouteSpec", "dashboard"]
 
-Need = Literal["public", "read", "operate"]
-
 #: Throughput charts: the last hour in five-minute buckets.
 WINDOW = timedelta(hours=1)
 BUCKET = timedelta(minutes=5)
-#: The largest form body a POST may carry.
-MAX_FORM_BYTES = 8 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +90,6 @@ ROUTES: tuple[RouteSpec, ...] = (
 )
 
 
-class _Refusal(Exception):
-    """Stop handling a request and answer with ``response``."""
-
-    def __init__(self, response: Response) -> None:
-        self.response = response
-
-
 class Dashboard:
     """The operations dashboard over one queue database, as an ASGI application.
 
@@ -130,7 +115,6 @@ class Dashboard:
         self.refresh_seconds = refresh_seconds
         self.lost_after = lost_after
         self.replays = ReplayRuns(reader, writer)
-        self._authorize = authorize
         self._signer = CsrfSigner(csrf_secret)
         self._static = load_assets()
         self._view = Renderer(
@@ -140,6 +124,7 @@ class Dashboard:
             clock=reader.clock,
             assets=self._static,
         )
+        self._guard = Guard(authorize, self._signer, self._view)
         handlers: dict[str, Callable[[Request], Awaitable[Response]]] = {
             "overview": self.overview,
             "jobs": self.jobs,
@@ -157,7 +142,7 @@ class Dashboard:
             routes=[
                 Route(
                     spec.path,
-                    self._guarded(spec, handlers[spec.name]),
+                    self._guard.protect(spec.needs, spec.method, handlers[spec.name]),
                     methods=[spec.method],
                     name=spec.name,
                 )
@@ -179,23 +164,11 @@ class Dashboard:
         await self._http(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        principal: Principal | None
-        if self._authorize is None:
-            reason = refusal_reason(request)
-            if reason is not None:
-                await self._view.refused(reason)(scope, receive, send)
-                return
-            principal = LOCAL_OPERATOR
-        elif _route_path(scope).startswith("/static/"):
-            principal = None
-        else:
-            found = self._authorize(request)
-            if inspect.isawaitable(found):
-                found = await found
-            if found is not None and not isinstance(found, Principal):
-                raise PrincipalTypeError
-            principal = found
+        try:
+            principal = await self._guard.identify(Request(scope, receive))
+        except Refusal as refusal:
+            await refusal.response(scope, receive, send)
+            return
         remember_principal(scope, principal)
         await self.router(scope, receive, send)
 
@@ -214,107 +187,6 @@ class Dashboard:
         await self.replays.close()
         await self.reader.close()
         await self.writer.close()
-
-    # ----- the guard -----------------------------------------------------------------------
-
-    def _guarded(
-        self, spec: RouteSpec, handler: Callable[[Request], Awaitable[Response]]
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            principal = principal_of(request)
-            try:
-                if spec.needs != "public":
-                    if principal is None:
-                        raise _Refusal(
-                            self._view.error(
-                                request,
-                                401,
-                                "Sign in first",
-                                "This dashboard needs to know who you are. Sign in to the "
-                                "application that serves it, then come back.",
-                            )
-                        )
-                    allowed = principal.can_read and (spec.needs == "read" or principal.can_operate)
-                    if not allowed:
-                        raise _Refusal(
-                            self._view.error(
-                                request,
-                                403,
-                                "Not allowed",
-                                "Your account may not replay jobs."
-                                if spec.needs == "operate" and principal.can_read
-                                else "Your account may not use this dashboard.",
-                            )
-                        )
-                if spec.method == "POST":
-                    assert principal is not None
-                    request.state.form = await self._checked_form(request, principal)
-                return await handler(request)
-            except _Refusal as refusal:
-                return refusal.response
-            except SchemaNotReadyError:
-                return self._view.error(
-                    request,
-                    503,
-                    "The queue is not migrated",
-                    "The queue database is not at the library's newest migration. Run "
-                    "caravel db upgrade.",
-                )
-            except StoreError as exc:
-                return self._view.error(
-                    request,
-                    503,
-                    "The database did not answer",
-                    f"The queue database failed ({type(exc).__name__}: {exc}). The page will "
-                    "try again.",
-                )
-
-        return endpoint
-
-    async def _checked_form(self, request: Request, principal: Principal) -> dict[str, str]:
-        media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media != "application/x-www-form-urlencoded":
-            raise _Refusal(self._view.error(request, 415, "Unsupported form", "Send an HTML form."))
-        declared = request.headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > MAX_FORM_BYTES:
-            raise _Refusal(
-                self._view.error(request, 413, "Form too large", "The form is too large.")
-            )
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise _Refusal(
-                    self._view.error(request, 413, "Form too large", "The form is too large.")
-                )
-        form: dict[str, str] = {}
-        try:
-            pairs = parse_qsl(
-                body.decode("utf-8"),
-                keep_blank_values=True,
-                max_num_fields=32,
-                strict_parsing=False,
-            )
-        except (UnicodeDecodeError, ValueError):
-            pairs = None
-        if pairs is None or len({name for name, _ in pairs}) != len(pairs):
-            raise _Refusal(
-                self._view.error(request, 400, "Bad form", "The form could not be read.")
-            )
-        form.update(pairs)
-        if not self._signer.valid(request.cookies.get(COOKIE), principal.name, form.get(FIELD)):
-            raise _Refusal(
-                self._view.error(
-                    request,
-                    403,
-                    "The form has expired",
-                    "This form's anti-forgery token is missing or not valid for you. Load the "
-                    "page again and repeat the action.",
-                )
-            )
-        return form
-
-    # ----- pages ---------------------------------------------------------------------------
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -457,7 +329,7 @@ class Dashboard:
         else:
             found = await self.reader.get_status(job_id, queue, tenant)
         if found is None:
-            raise _Refusal(
+            raise Refusal(
                 self._view.error(
                     request,
                     404,
@@ -610,13 +482,6 @@ class Dashboard:
 
 
 _WORKER_STATES: tuple[str, ...] = ("running", "lost", "stopped")
-
-
-def _route_path(scope: Scope) -> str:
-    """The path below the dashboard's mount point."""
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def _bucket_starts(flows: list[ThroughputBucket], now_ms: int) -> list[int]:
