@@ -29,7 +29,7 @@ from caravel.web.assets import load_assets
 from caravel.web.auth import Authorize, remember_principal
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
-from caravel.web.pages import Pages
+from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.presentation import Renderer
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
@@ -105,11 +105,11 @@ class Dashboard:
         replay = ReplayPages(pages, writer, self.replays)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
-            "jobs": pages.jobs,
+            "jobs": pages.listing(JOBS),
             "job": pages.job,
             "replay_one_confirm": replay.replay_one_confirm,
             "replay_one": replay.replay_one,
-            "dead_letters": pages.dead_letters,
+            "dead_letters": pages.listing(DEAD_LETTERS),
             "replay_selection_confirm": replay.replay_selection_confirm,
             "replay_selection": replay.replay_selection,
             "replay_progress": replay.replay_progress,

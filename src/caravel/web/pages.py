@@ -8,6 +8,7 @@ behind the guard, which has already checked the permission of its route.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
@@ -24,8 +25,8 @@ from caravel.validation import check_identifier, check_queue_name
 from caravel.web.assets import StaticAsset
 from caravel.web.auth import principal_of
 from caravel.web.charts import Series, bar_chart, sparkline
-from caravel.web.filters import Filters, Paging, parse_filters, parse_paging
-from caravel.web.guard import Refusal
+from caravel.web.filters import parse_filters, parse_paging
+from caravel.web.guard import Handler, Refusal
 from caravel.web.presentation import (
     Renderer,
     lease_note,
@@ -35,13 +36,31 @@ from caravel.web.presentation import (
     timeline,
 )
 
-__all__ = ["BUCKET", "WINDOW", "Pages"]
+__all__ = ["BUCKET", "DEAD_LETTERS", "JOBS", "WINDOW", "Listing", "Pages"]
 
 #: Throughput charts: the last hour in five-minute buckets.
 WINDOW = timedelta(hours=1)
 BUCKET = timedelta(minutes=5)
 
 _WORKER_STATES: tuple[str, ...] = ("running", "lost", "stopped")
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one job listing page is: where it lives, its template and title, and the one state
+    it lists (``None``: every state, with a state filter)."""
+
+    path: str
+    template: str
+    nav: str
+    page_title: str
+    only: JobState | None = None
+
+
+JOBS = Listing("/jobs", "jobs.html", "jobs", "Jobs")
+DEAD_LETTERS = Listing(
+    "/dead-letters", "dead_letters.html", "dead", "Dead letters", only=JobState.DEAD_LETTER
+)
 
 
 class Pages:
@@ -135,54 +154,38 @@ class Pages:
             bucket_minutes=minutes,
         )
 
-    async def _listing(
-        self, request: Request, *, dead_only: bool
-    ) -> tuple[Filters, Paging, list[JobStatus], bool, list[str]]:
-        filters, problems = parse_filters(request.query_params, with_state=not dead_only)
-        paging = parse_paging(request.query_params)
-        found = await self.reader.list_jobs(
-            queue=filters.queue,
-            tenant_id=filters.tenant,
-            state=JobState.DEAD_LETTER if dead_only else filters.state,
-            job_type=filters.job_type,
-            limit=paging.per_page + 1,
-            offset=paging.offset,
-            oldest_first=paging.oldest_first,
-        )
-        return filters, paging, found[: paging.per_page], len(found) > paging.per_page, problems
+    def listing(self, kind: Listing) -> Handler:
+        """The page that lists jobs of ``kind``: filtered, one page at a time, newest or oldest
+        first. One row more than a page is read to know whether a next page exists."""
 
-    async def jobs(self, request: Request) -> Response:
-        filters, paging, found, more, problems = await self._listing(request, dead_only=False)
-        return self.view.render(
-            request,
-            "jobs.html",
-            status=400 if problems else 200,
-            nav="jobs",
-            page_title="Jobs",
-            filters=filters,
-            paging=paging,
-            jobs=found,
-            more=more,
-            problems=problems,
-            states=[s.value for s in JobState],
-            path="/jobs",
-        )
+        async def page(request: Request) -> Response:
+            filters, problems = parse_filters(request.query_params, with_state=kind.only is None)
+            paging = parse_paging(request.query_params)
+            found = await self.reader.list_jobs(
+                queue=filters.queue,
+                tenant_id=filters.tenant,
+                state=kind.only if kind.only is not None else filters.state,
+                job_type=filters.job_type,
+                limit=paging.per_page + 1,
+                offset=paging.offset,
+                oldest_first=paging.oldest_first,
+            )
+            return self.view.render(
+                request,
+                kind.template,
+                status=400 if problems else 200,
+                nav=kind.nav,
+                page_title=kind.page_title,
+                filters=filters,
+                paging=paging,
+                jobs=found[: paging.per_page],
+                more=len(found) > paging.per_page,
+                problems=problems,
+                states=[s.value for s in JobState],
+                path=kind.path,
+            )
 
-    async def dead_letters(self, request: Request) -> Response:
-        filters, paging, found, more, problems = await self._listing(request, dead_only=True)
-        return self.view.render(
-            request,
-            "dead_letters.html",
-            status=400 if problems else 200,
-            nav="dead",
-            page_title="Dead letters",
-            filters=filters,
-            paging=paging,
-            jobs=found,
-            more=more,
-            problems=problems,
-            path="/dead-letters",
-        )
+        return page
 
     async def find_job(self, request: Request, values: Mapping[str, str]) -> JobStatus:
         """The job named by the path's id and the given queue and tenant, or a 404 page."""
