@@ -211,6 +211,8 @@ class Pages:
         return found
 
     def job_url(self, request: Request, job: JobStatus, suffix: str = "", **more: str) -> str:
+        """The job's page (or ``suffix`` below it), naming its queue and tenant, which a job id
+        alone does not: a job is found only within its own queue and tenant."""
         return self.view.url_builder(request)(
             f"/jobs/{job.job_id}{suffix}", {"queue": job.queue, "tenant": job.tenant_id}, **more
         )
