@@ -7,6 +7,7 @@
     │   ├── OptionsError           a QueueOptions / worker setting is out of range
     │   └── RegistrationError      a job type or wire name registered twice, or a bad handler
     ├── UnknownJobTypeError        enqueue of a value whose type is not registered
+    ├── PrincipalTypeError         a dashboard's authorize returned neither a Principal nor None
     ├── IdempotencyConflictError   same queue, tenant and key, different job type or payload
     ├── LeaseLostError             a complete/fail by a worker that no longer holds the lease
     ├── JobCancelledError          raised inside a handler whose job was cancelled
@@ -29,6 +30,7 @@ __all__ = [
     "JobCancelledError",
     "LeaseLostError",
     "OptionsError",
+    "PrincipalTypeError",
     "RegistrationError",
     "SchemaNotReadyError",
     "StoreError",
@@ -70,6 +72,15 @@ class UnknownJobTypeError(CaravelError, TypeError):
         super().__init__(
             f"job: type {type_name} is not registered; register it with JobRegistry.register"
         )
+
+
+class PrincipalTypeError(CaravelError, TypeError):
+    """The dashboard's ``authorize`` function returned something that is neither a
+    :class:`caravel.web.Principal` nor ``None``: a programming error in the host application,
+    so the request fails (500) instead of being answered as anonymous."""
+
+    def __init__(self) -> None:
+        super().__init__("authorize must return a caravel.web.Principal or None")
 
 
 class IdempotencyConflictError(CaravelError):

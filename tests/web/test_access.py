@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
+from caravel.errors import CaravelError, PrincipalTypeError
 from caravel.web import ROUTES, Dashboard, dashboard
 from caravel.web.app import RouteSpec
 from caravel.web.csrf import COOKIE
@@ -262,3 +263,15 @@ async def test_an_async_authorize_works_and_a_wrong_answer_is_an_error(
                 await http.get("/")
     finally:
         await wrong.close()
+
+
+async def test_a_wrong_authorize_answer_is_part_of_the_error_tree(db_url: str) -> None:
+    wrong = dashboard(db_url, authorize=lambda request: object())  # type: ignore[arg-type,return-value]
+    try:
+        async with client_for(wrong, "anonymous") as http:
+            with pytest.raises(PrincipalTypeError) as caught:
+                await http.get("/")
+    finally:
+        await wrong.close()
+    assert isinstance(caught.value, CaravelError)
+    assert isinstance(caught.value, TypeError)

@@ -1,91 +1,44 @@
-"""The dashboard application: every route, its permission, and how pages are rendered.
+"""The dashboard application: every route and its permission, and the ASGI entry that puts
+the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection and writes only
 to replay dead letters. Every route is listed in :data:`ROUTES` with the permission it needs,
-and one guard checks that permission (and, for a POST, the anti-forgery token) before any
-handler runs.
+and one guard (:mod:`caravel.web.guard`) checks that permission (and, for a POST, the
+anti-forgery token) before any page (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`)
+runs. Every answer passes :class:`~caravel.web.security.SecurityHeaders`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import json
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import parse_qsl, urlencode
-from uuid import UUID
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Literal
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
-from markupsafe import Markup
-from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from caravel.clock import Clock, from_ms
-from caravel.errors import SchemaNotReadyError, StoreError, ValidationError
+from caravel.clock import Clock
+from caravel.errors import ValidationError
 from caravel.inspector import QueueInspector
-from caravel.jobs import FailureCategory, JobState, JobStatus
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
-from caravel.store.protocol import QueueCounts, ThroughputBucket
-from caravel.validation import check_identifier, check_queue_name
-from caravel.web.auth import LOCAL_OPERATOR, Authorize, Principal, refusal_reason
-from caravel.web.charts import Series, bar_chart, sparkline
-from caravel.web.csrf import COOKIE, FIELD, CsrfSigner
-from caravel.web.filters import (
-    PER_PAGE_CHOICES,
-    Filters,
-    Paging,
-    parse_filters,
-    parse_paging,
-)
-from caravel.web.replay import MAX_SELECTION, ReplayRuns, count_dead_letters
+from caravel.validation import check_duration, check_int
+from caravel.web.assets import load_assets
+from caravel.web.auth import Authorize, remember_principal
+from caravel.web.csrf import CsrfSigner
+from caravel.web.guard import Guard, Handler, Need, Refusal
+from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
+from caravel.web.presentation import Renderer
+from caravel.web.replay import ReplayRuns
+from caravel.web.replay_pages import ReplayPages
+from caravel.web.security import SecurityHeaders
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
 __all__ = ["ROUTES", "Dashboard", "RouteSpec", "dashboard"]
-
-Need = Literal["public", "read", "operate"]
-
-#: Throughput charts: the last hour in five-minute buckets.
-WINDOW = timedelta(hours=1)
-BUCKET = timedelta(minutes=5)
-#: The largest form body a POST may carry.
-MAX_FORM_BYTES = 8 * 1024
-
-_PRINCIPAL = "caravel.web.principal"
-
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-}
-
-FAILURE_MEANINGS = {
-    FailureCategory.HANDLER_FAILED.value: "the handler raised an exception",
-    FailureCategory.INVALID_PAYLOAD.value: "the stored payload did not decode into the job type",
-    FailureCategory.UNKNOWN_JOB_TYPE.value: "no handler is registered for this job type",
-    FailureCategory.LEASE_EXPIRED.value: "the worker's lease ran out before it acknowledged",
-}
-
-STATIC_TYPES = {
-    "dashboard.css": "text/css; charset=utf-8",
-    "dashboard.js": "text/javascript; charset=utf-8",
-    "favicon.svg": "image/svg+xml",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,82 +69,6 @@ ROUTES: tuple[RouteSpec, ...] = (
 )
 
 
-class _Refusal(Exception):
-    """Stop handling a request and answer with ``response``."""
-
-    def __init__(self, response: Response) -> None:
-        self.response = response
-
-
-@dataclass
-class _Static:
-    body: bytes
-    media_type: str
-    version: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.version = hashlib.sha256(self.body).hexdigest()[:12]
-
-
-def _load_static() -> dict[str, _Static]:
-    folder = resources.files("caravel.web") / "static"
-    return {
-        name: _Static((folder / name).read_bytes(), media_type)
-        for name, media_type in STATIC_TYPES.items()
-    }
-
-
-def _when(moment: datetime | None, now: datetime, *, full: bool = False) -> Markup:
-    """A ``<time>`` element: the time of day for today, the date and time otherwise."""
-    if moment is None:
-        return Markup('<span class="none">\u2014</span>')
-    iso = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    complete = f"{moment:%Y-%m-%d %H:%M:%S}"
-    shown = complete if full or moment.date() != now.date() else f"{moment:%H:%M:%S}"
-    return Markup('<time datetime="{}" title="{} UTC">{}</time>').format(iso, complete, shown)
-
-
-def _short_id(job_id: UUID) -> str:
-    """The last 12 hex digits: the random part of a time-ordered (v7) id, so jobs created
-    together still look different."""
-    return job_id.hex[-12:]
-
-
-def _shown_state(job: JobStatus, now: datetime) -> str:
-    """The state to show: a ready job that is not due yet is ``delayed``."""
-    if job.state is JobState.READY and job.due_at > now:
-        return "delayed"
-    return job.state.value
-
-
-def _span(seconds: float) -> str:
-    seconds = abs(seconds)
-    if seconds < 60:
-        return f"{int(seconds)} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min"
-    if seconds < 86_400:
-        hours, rest = divmod(int(seconds), 3600)
-        return f"{hours} h {rest // 60} min" if rest >= 60 else f"{hours} h"
-    return f"{int(seconds // 86_400)} d"
-
-
-def _ago(moment: datetime | None, now: datetime) -> str:
-    if moment is None:
-        return ""
-    seconds = (now - moment).total_seconds()
-    if -1 < seconds < 1:
-        return "just now"
-    return f"{_span(seconds)} ago" if seconds > 0 else f"in {_span(seconds)}"
-
-
-def _pretty_payload(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
-        return text
-
-
 class Dashboard:
     """The operations dashboard over one queue database, as an ASGI application.
 
@@ -217,46 +94,44 @@ class Dashboard:
         self.refresh_seconds = refresh_seconds
         self.lost_after = lost_after
         self.replays = ReplayRuns(reader, writer)
-        self._authorize = authorize
         self._signer = CsrfSigner(csrf_secret)
-        self._static = _load_static()
-        self._templates = Environment(
-            loader=PackageLoader("caravel.web", "templates"),
-            autoescape=True,
-            undefined=StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
+        assets = load_assets()
+        self._view = Renderer(
+            title=title,
+            refresh_seconds=refresh_seconds,
+            signer=self._signer,
+            clock=reader.clock,
+            assets=assets,
         )
-        self._templates.globals.update(
-            failure_meanings=FAILURE_MEANINGS,
-            per_page_choices=PER_PAGE_CHOICES,
-            short_id=_short_id,
-        )
-        handlers: dict[str, Callable[[Request], Awaitable[Response]]] = {
-            "overview": self.overview,
-            "jobs": self.jobs,
-            "job": self.job,
-            "replay_one_confirm": self.replay_one_confirm,
-            "replay_one": self.replay_one,
-            "dead_letters": self.dead_letters,
-            "replay_selection_confirm": self.replay_selection_confirm,
-            "replay_selection": self.replay_selection,
-            "replay_progress": self.replay_progress,
-            "workers": self.workers,
-            "static": self.static,
+        self._guard = Guard(authorize, self._signer, self._view)
+        pages = Pages(reader, self._view, assets, lost_after=lost_after)
+        replay = ReplayPages(pages, writer, self.replays)
+        handlers: dict[str, Handler] = {
+            "overview": pages.overview,
+            "jobs": pages.listing(JOBS),
+            "job": pages.job,
+            "replay_one_confirm": replay.replay_one_confirm,
+            "replay_one": replay.replay_one,
+            "dead_letters": pages.listing(DEAD_LETTERS),
+            "replay_selection_confirm": replay.replay_selection_confirm,
+            "replay_selection": replay.replay_selection,
+            "replay_progress": replay.replay_progress,
+            "workers": pages.workers,
+            "static": pages.static,
         }
         self.router = Router(
             routes=[
                 Route(
                     spec.path,
-                    self._guarded(spec, handlers[spec.name]),
+                    self._guard.protect(spec.needs, spec.method, handlers[spec.name]),
                     methods=[spec.method],
                     name=spec.name,
                 )
                 for spec in ROUTES
             ],
-            default=self._not_found,
+            default=pages.not_found,
         )
+        self._http = SecurityHeaders(self._serve)
 
     # ----- ASGI --------------------------------------------------------------------------
 
@@ -267,25 +142,15 @@ class Dashboard:
         if scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})
             return
-        send = _with_security_headers(send)
-        request = Request(scope, receive)
-        principal: Principal | None
-        if self._authorize is None:
-            reason = refusal_reason(request)
-            if reason is not None:
-                await self._refused(reason)(scope, receive, send)
-                return
-            principal = LOCAL_OPERATOR
-        elif _route_path(scope).startswith("/static/"):
-            principal = None
-        else:
-            found = self._authorize(request)
-            if inspect.isawaitable(found):
-                found = await found
-            if found is not None and not isinstance(found, Principal):
-                raise TypeError("authorize must return a caravel.web.Principal or None")
-            principal = found
-        scope[_PRINCIPAL] = principal
+        await self._http(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            principal = await self._guard.identify(Request(scope, receive))
+        except Refusal as refusal:
+            await refusal.response(scope, receive, send)
+            return
+        remember_principal(scope, principal)
         await self.router(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -303,557 +168,6 @@ class Dashboard:
         await self.replays.close()
         await self.reader.close()
         await self.writer.close()
-
-    # ----- the guard -----------------------------------------------------------------------
-
-    def _guarded(
-        self, spec: RouteSpec, handler: Callable[[Request], Awaitable[Response]]
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            principal = _principal(request)
-            try:
-                if spec.needs != "public":
-                    if principal is None:
-                        raise _Refusal(
-                            self._error(
-                                request,
-                                401,
-                                "Sign in first",
-                                "This dashboard needs to know who you are. Sign in to the "
-                                "application that serves it, then come back.",
-                            )
-                        )
-                    allowed = principal.can_read and (spec.needs == "read" or principal.can_operate)
-                    if not allowed:
-                        raise _Refusal(
-                            self._error(
-                                request,
-                                403,
-                                "Not allowed",
-                                "Your account may not replay jobs."
-                                if spec.needs == "operate" and principal.can_read
-                                else "Your account may not use this dashboard.",
-                            )
-                        )
-                if spec.method == "POST":
-                    assert principal is not None
-                    request.state.form = await self._checked_form(request, principal)
-                return await handler(request)
-            except _Refusal as refusal:
-                return refusal.response
-            except SchemaNotReadyError:
-                return self._error(
-                    request,
-                    503,
-                    "The queue is not migrated",
-                    "The queue database is not at the library's newest migration. Run "
-                    "caravel db upgrade.",
-                )
-            except StoreError as exc:
-                return self._error(
-                    request,
-                    503,
-                    "The database did not answer",
-                    f"The queue database failed ({type(exc).__name__}: {exc}). The page will "
-                    "try again.",
-                )
-
-        return endpoint
-
-    async def _checked_form(self, request: Request, principal: Principal) -> dict[str, str]:
-        media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media != "application/x-www-form-urlencoded":
-            raise _Refusal(self._error(request, 415, "Unsupported form", "Send an HTML form."))
-        declared = request.headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > MAX_FORM_BYTES:
-            raise _Refusal(self._error(request, 413, "Form too large", "The form is too large."))
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise _Refusal(
-                    self._error(request, 413, "Form too large", "The form is too large.")
-                )
-        form: dict[str, str] = {}
-        try:
-            pairs = parse_qsl(
-                body.decode("utf-8"),
-                keep_blank_values=True,
-                max_num_fields=32,
-                strict_parsing=False,
-            )
-        except (UnicodeDecodeError, ValueError):
-            pairs = None
-        if pairs is None or len({name for name, _ in pairs}) != len(pairs):
-            raise _Refusal(self._error(request, 400, "Bad form", "The form could not be read."))
-        form.update(pairs)
-        if not self._signer.valid(request.cookies.get(COOKIE), principal.name, form.get(FIELD)):
-            raise _Refusal(
-                self._error(
-                    request,
-                    403,
-                    "The form has expired",
-                    "This form's anti-forgery token is missing or not valid for you. Load the "
-                    "page again and repeat the action.",
-                )
-            )
-        return form
-
-    # ----- rendering -----------------------------------------------------------------------
-
-    def _base(self, request: Request) -> str:
-        root: str = request.scope.get("root_path", "")
-        return root.rstrip("/")
-
-    def _url_builder(self, request: Request) -> Callable[..., str]:
-        base = self._base(request)
-
-        def url(path: str, query: Mapping[str, object] | None = None, **more: object) -> str:
-            params = {**(query or {}), **more}
-            pairs = [(name, str(value)) for name, value in params.items() if value is not None]
-            return base + path + ("?" + urlencode(pairs) if pairs else "")
-
-        return url
-
-    def _render(
-        self,
-        request: Request,
-        template: str,
-        *,
-        status: int = 200,
-        refresh: int | None = None,
-        **context: Any,
-    ) -> HTMLResponse:
-        principal = _principal(request)
-        nonce = request.cookies.get(COOKIE)
-        fresh_nonce: str | None = None
-        csrf: str | None = None
-        if principal is not None and principal.can_operate:
-            if not self._signer.usable_nonce(nonce):
-                nonce = fresh_nonce = self._signer.new_nonce()
-            assert nonce is not None
-            csrf = self._signer.token(nonce, principal.name)
-        now = from_ms(self.reader.clock.now_ms())
-        url = self._url_builder(request)
-
-        def static(name: str) -> str:
-            return url(f"/static/{name}", v=self._static[name].version)
-
-        html = self._templates.get_template(template).render(
-            title=self.title,
-            principal=principal,
-            csrf=csrf,
-            csrf_field=FIELD,
-            now=now,
-            ago=lambda moment: _ago(moment, now),
-            when=lambda moment, full=False: _when(moment, now, full=full),
-            shown_state=lambda job: _shown_state(job, now),
-            url=url,
-            static=static,
-            refresh=self.refresh_seconds if refresh is None else refresh,
-            **context,
-        )
-        response = HTMLResponse(html, status_code=status)
-        if fresh_nonce is not None:
-            response.set_cookie(
-                COOKIE,
-                fresh_nonce,
-                path=self._base(request) + "/",
-                httponly=True,
-                samesite="strict",
-                secure=request.url.scheme == "https",
-            )
-        return response
-
-    def _error(self, request: Request, status: int, heading: str, message: str) -> HTMLResponse:
-        return self._render(
-            request,
-            "error.html",
-            status=status,
-            refresh=0,
-            nav="",
-            page_title=heading,
-            message=message,
-        )
-
-    def _refused(self, reason: str) -> HTMLResponse:
-        html = self._templates.get_template("refused.html").render(reason=reason)
-        return HTMLResponse(html, status_code=403)
-
-    async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        response = self._error(request, 404, "Not found", "There is no such page.")
-        await response(scope, receive, send)
-
-    # ----- pages ---------------------------------------------------------------------------
-
-    async def overview(self, request: Request) -> Response:
-        counts = await self.reader.queue_counts()
-        flows = await self.reader.throughput(window=WINDOW, bucket=BUCKET)
-        workers = await self.reader.list_workers(lost_after=self.lost_after)
-        now_ms = self.reader.clock.now_ms()
-        starts = _bucket_starts(flows, now_ms)
-        names = sorted({c.queue for c in counts} | {b.queue for b in flows})
-        by_queue = {c.queue: c for c in counts}
-        flow = {(b.queue, b.start): b for b in flows}
-        minutes = int(BUCKET / timedelta(minutes=1))
-        start_times = [from_ms(s) for s in starts]
-
-        def series(queue: str | None, attr: str) -> Series:
-            values = [
-                sum(
-                    getattr(flow[(name, s)], attr)
-                    for name in ([queue] if queue is not None else names)
-                    if (name, s) in flow
-                )
-                for s in starts
-            ]
-            return Series(start_times, values, minutes)
-
-        rows = []
-        for name in names:
-            c = by_queue.get(name, QueueCounts(name, 0, 0, 0, 0, 0, 0))
-            oldest = None if c.oldest_ready_due_ms is None else (now_ms - c.oldest_ready_due_ms)
-            rows.append(
-                {
-                    "counts": c,
-                    "oldest_wait": None if oldest is None else _span(oldest / 1000),
-                    "spark_done": sparkline(
-                        series(name, "completed"),
-                        label=f"{name} completed",
-                        noun="completed",
-                        tone="ok",
-                    ),
-                    "spark_dead": sparkline(
-                        series(name, "dead_lettered"),
-                        label=f"{name} dead-lettered",
-                        noun="dead-lettered",
-                        tone="bad",
-                    ),
-                }
-            )
-        totals = {
-            key: sum(getattr(c, key) for c in counts)
-            for key in ("ready", "delayed", "running", "expired", "dead_letter", "completed")
-        }
-        done_all = series(None, "completed")
-        dead_all = series(None, "dead_lettered")
-        states = {state: sum(1 for w in workers if w.state == state) for state in _WORKER_STATES}
-        return self._render(
-            request,
-            "overview.html",
-            nav="overview",
-            page_title="Overview",
-            rows=rows,
-            totals=totals,
-            chart_done=bar_chart(
-                done_all, ident="chart-done", title="Completed", noun="completed", tone="ok"
-            ),
-            chart_dead=bar_chart(
-                dead_all,
-                ident="chart-dead",
-                title="Dead-lettered",
-                noun="dead-lettered",
-                tone="bad",
-            ),
-            done_total=done_all.total,
-            dead_total=dead_all.total,
-            worker_states=states,
-            bucket_minutes=minutes,
-        )
-
-    async def _listing(
-        self, request: Request, *, dead_only: bool
-    ) -> tuple[Filters, Paging, list[JobStatus], bool, list[str]]:
-        filters, problems = parse_filters(request.query_params, with_state=not dead_only)
-        paging = parse_paging(request.query_params)
-        found = await self.reader.list_jobs(
-            queue=filters.queue,
-            tenant_id=filters.tenant,
-            state=JobState.DEAD_LETTER if dead_only else filters.state,
-            job_type=filters.job_type,
-            limit=paging.per_page + 1,
-            offset=paging.offset,
-            oldest_first=paging.oldest_first,
-        )
-        return filters, paging, found[: paging.per_page], len(found) > paging.per_page, problems
-
-    async def jobs(self, request: Request) -> Response:
-        filters, paging, found, more, problems = await self._listing(request, dead_only=False)
-        return self._render(
-            request,
-            "jobs.html",
-            status=400 if problems else 200,
-            nav="jobs",
-            page_title="Jobs",
-            filters=filters,
-            paging=paging,
-            jobs=found,
-            more=more,
-            problems=problems,
-            states=[s.value for s in JobState],
-            path="/jobs",
-        )
-
-    async def dead_letters(self, request: Request) -> Response:
-        filters, paging, found, more, problems = await self._listing(request, dead_only=True)
-        return self._render(
-            request,
-            "dead_letters.html",
-            status=400 if problems else 200,
-            nav="dead",
-            page_title="Dead letters",
-            filters=filters,
-            paging=paging,
-            jobs=found,
-            more=more,
-            problems=problems,
-            path="/dead-letters",
-        )
-
-    async def _find_job(self, request: Request, values: Mapping[str, str]) -> JobStatus:
-        """The job named by the path's id and the given queue and tenant, or a 404 page."""
-        found = None
-        try:
-            job_id = UUID(request.path_params["job_id"])
-            queue = check_queue_name(values.get("queue", ""))
-            tenant = check_identifier(values.get("tenant", ""), "tenant_id")
-        except (ValueError, ValidationError):
-            pass
-        else:
-            found = await self.reader.get_status(job_id, queue, tenant)
-        if found is None:
-            raise _Refusal(
-                self._error(
-                    request,
-                    404,
-                    "No such job",
-                    "No job has this id in this queue for this tenant. Open jobs from the "
-                    "jobs table.",
-                )
-            )
-        return found
-
-    def _job_url(self, request: Request, job: JobStatus, suffix: str = "", **more: str) -> str:
-        return self._url_builder(request)(
-            f"/jobs/{job.job_id}{suffix}", {"queue": job.queue, "tenant": job.tenant_id}, **more
-        )
-
-    async def job(self, request: Request) -> Response:
-        job = await self._find_job(request, request.query_params)
-        principal = _principal(request)
-        payload = None
-        if principal is not None and principal.can_see_payloads:
-            text = await self.reader.get_payload(job.job_id, job.queue, job.tenant_id)
-            payload = None if text is None else _pretty_payload(text)
-        notice = {
-            "replayed": "Replayed: the job is ready again with its attempts reset, and runs as "
-            "soon as a worker is free."
-        }.get(request.query_params.get("notice", ""))
-        return self._render(
-            request,
-            "job.html",
-            nav="jobs",
-            page_title=f"Job \u2026{_short_id(job.job_id)}",
-            job=job,
-            timeline=_timeline(job),
-            lease=_lease(job, from_ms(self.reader.clock.now_ms())),
-            payload=payload,
-            notice=notice,
-            replay_url=self._job_url(request, job, "/replay"),
-        )
-
-    async def replay_one_confirm(self, request: Request) -> Response:
-        job = await self._find_job(request, request.query_params)
-        return self._render(
-            request,
-            "replay_one.html",
-            refresh=0,
-            nav="dead",
-            page_title="Replay a dead letter",
-            job=job,
-            job_url=self._job_url(request, job),
-            action=self._url_builder(request)(f"/jobs/{job.job_id}/replay"),
-        )
-
-    async def replay_one(self, request: Request) -> Response:
-        form: dict[str, str] = request.state.form
-        job = await self._find_job(request, form)
-        if not await self.writer.replay(job.job_id, job.queue, job.tenant_id):
-            return self._error(
-                request,
-                409,
-                "Nothing replayed",
-                "This job is no longer a dead letter (someone replayed it, or it changed), so "
-                "nothing was done.",
-            )
-        return RedirectResponse(self._job_url(request, job, notice="replayed"), status_code=303)
-
-    async def replay_selection_confirm(self, request: Request) -> Response:
-        filters, problems = parse_filters(request.query_params, with_state=False)
-        if problems:
-            return self._render(
-                request,
-                "error.html",
-                status=400,
-                refresh=0,
-                nav="dead",
-                page_title="Invalid filter",
-                message=" ".join(problems),
-            )
-        matching = await count_dead_letters(self.reader, filters)
-        return self._render(
-            request,
-            "replay_selection.html",
-            refresh=0,
-            nav="dead",
-            page_title="Replay dead letters",
-            filters=filters,
-            matching=matching,
-            capped=matching >= MAX_SELECTION,
-            action=self._url_builder(request)("/dead-letters/replay"),
-        )
-
-    async def replay_selection(self, request: Request) -> Response:
-        form: dict[str, str] = request.state.form
-        filters, problems = parse_filters(form, with_state=False)
-        if problems:
-            return self._error(request, 400, "Invalid filter", " ".join(problems))
-        matching = await count_dead_letters(self.reader, filters)
-        if matching == 0:
-            return self._error(
-                request, 409, "Nothing to replay", "No dead letters match these filters now."
-            )
-        principal = _principal(request)
-        assert principal is not None
-        run = self.replays.start(principal.name, filters, matching)
-        return RedirectResponse(self._url_builder(request)(f"/replays/{run.id}"), status_code=303)
-
-    async def replay_progress(self, request: Request) -> Response:
-        run = self.replays.get(request.path_params["run_id"])
-        if run is None:
-            return self._error(
-                request,
-                404,
-                "No such replay",
-                "This replay is unknown here: it may have run in another process, or be too "
-                "old to remember.",
-            )
-        return self._render(
-            request,
-            "replay_progress.html",
-            refresh=0 if run.finished else 1,
-            nav="dead",
-            page_title="Replaying dead letters",
-            run=run,
-        )
-
-    async def workers(self, request: Request) -> Response:
-        found = await self.reader.list_workers(lost_after=self.lost_after)
-        states = {state: sum(1 for w in found if w.state == state) for state in _WORKER_STATES}
-        return self._render(
-            request,
-            "workers.html",
-            nav="workers",
-            page_title="Workers",
-            workers=found,
-            worker_states=states,
-            lost_after=_span(self.lost_after.total_seconds()),
-            in_flight=sum(w.in_flight for w in found),
-        )
-
-    async def static(self, request: Request) -> Response:
-        asset = self._static.get(request.path_params["name"])
-        if asset is None:
-            return self._error(request, 404, "Not found", "There is no such file.")
-        return Response(
-            asset.body,
-            media_type=asset.media_type,
-            headers={"cache-control": "public, max-age=86400", "etag": f'"{asset.version}"'},
-        )
-
-
-_WORKER_STATES: tuple[str, ...] = ("running", "lost", "stopped")
-
-
-def _route_path(scope: Scope) -> str:
-    """The path below the dashboard's mount point."""
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    return path[len(root) :] if root and path.startswith(root) else path
-
-
-def _principal(request: Request) -> Principal | None:
-    found: Principal | None = request.scope.get(_PRINCIPAL)
-    return found
-
-
-def _bucket_starts(flows: list[ThroughputBucket], now_ms: int) -> list[int]:
-    """The bucket starts of the charts: those the queue returned, or (when nothing finished in
-    the window) the same alignment computed here."""
-    if flows:
-        return sorted({b.start for b in flows})
-    size = int(BUCKET / timedelta(milliseconds=1))
-    count = int(WINDOW / BUCKET)
-    last = now_ms - now_ms % size
-    return [last - (count - 1 - i) * size for i in range(count)]
-
-
-@dataclass(frozen=True, slots=True)
-class _Event:
-    label: str
-    at: datetime
-    note: str
-
-
-def _timeline(job: JobStatus) -> list[_Event]:
-    """What the stored timestamps tell about the job, in time order."""
-    events = [
-        _Event("Created", job.created_at, "enqueued and committed"),
-        _Event("Due", job.due_at, _due_note(job)),
-    ]
-    if job.started_at is not None:
-        events.append(_Event("Last claimed", job.started_at, f"attempt {job.attempt} started"))
-    if job.lease_expires_at is not None:
-        events.append(_Event("Lease expires", job.lease_expires_at, "unless renewed"))
-    if job.finished_at is not None:
-        outcome = "completed" if job.state is JobState.COMPLETED else "moved to dead letter"
-        events.append(_Event("Finished", job.finished_at, outcome))
-    if all(event.at != job.updated_at for event in events):
-        events.append(_Event("Last change", job.updated_at, f"state is now {job.state.value}"))
-    return sorted(events, key=lambda e: e.at)
-
-
-def _due_note(job: JobStatus) -> str:
-    if job.attempt == 0:
-        return "runs no earlier than this"
-    if job.state is JobState.READY:
-        return f"attempt {job.attempt + 1} runs no earlier than this (retry backoff)"
-    return f"attempt {job.attempt} was due"
-
-
-def _lease(job: JobStatus, now: datetime) -> str | None:
-    if job.state is not JobState.RUNNING or job.lease_expires_at is None:
-        return None
-    left = (job.lease_expires_at - now).total_seconds()
-    if left > 0:
-        return f"Held by a worker; the lease expires in {_span(left)}."
-    return (
-        f"The lease expired {_span(left)} ago without an acknowledgement: the next claim takes "
-        "the job over (or moves it to dead letter if it has no attempts left)."
-    )
-
-
-def _with_security_headers(send: Send) -> Send:
-    async def sender(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers = MutableHeaders(scope=message)
-            for name, value in SECURITY_HEADERS.items():
-                if name not in headers:
-                    headers[name] = value
-        await send(message)
-
-    return sender
 
 
 def dashboard(
@@ -882,14 +196,12 @@ def dashboard(
         lost_after: a worker whose heartbeat is older than this is shown as lost.
         clock: the queue's clock (tests pass a :class:`~caravel.testing.ManualClock`).
     """
-    if isinstance(refresh_seconds, bool) or not isinstance(refresh_seconds, int):
-        raise ValidationError("refresh_seconds", "must be an integer from 0 to 3600")
-    if not 0 <= refresh_seconds <= 3600:
-        raise ValidationError("refresh_seconds", "must be an integer from 0 to 3600")
+    check_int("refresh_seconds", refresh_seconds, 0, 3600)
     if authorize is not None and not callable(authorize):
         raise ValidationError("authorize", "must be a function of the request")
-    if lost_after <= timedelta(0):
-        raise ValidationError("lost_after", "must be positive")
+    check_duration(
+        "lost_after", lost_after, timedelta.resolution, timedelta.max, "must be positive"
+    )
     registry = JobRegistry()  # replay and reads need no handlers
     reader = QueueInspector(queue_url, clock=clock)
     writer = DatabaseQueue(queue_url, registry, clock=reader.clock)

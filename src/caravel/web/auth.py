@@ -14,8 +14,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection, Request
+from starlette.types import Scope
 
-__all__ = ["Authorize", "Principal", "local_request", "refusal_reason"]
+__all__ = [
+    "Authorize",
+    "Principal",
+    "local_request",
+    "principal_of",
+    "refusal_reason",
+    "remember_principal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,9 @@ Authorize = Callable[[Request], Principal | Awaitable[Principal | None] | None]
 
 #: The principal of an allowed local request when no ``authorize`` was given.
 LOCAL_OPERATOR = Principal("local operator", can_read=True, can_operate=True, can_see_payloads=True)
+
+#: Where the guard leaves the principal of a request, for the pages and the renderer.
+_SCOPE_KEY = "caravel.web.principal"
 
 _PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
 _LOCAL_NAMES = {"localhost", "localhost.", "ip6-localhost"}
@@ -98,3 +109,14 @@ def refusal_reason(conn: HTTPConnection) -> str | None:
 def local_request(conn: HTTPConnection) -> bool:
     """Whether the request was made on this machine, to a loopback address, without a proxy."""
     return refusal_reason(conn) is None
+
+
+def remember_principal(scope: Scope, principal: Principal | None) -> None:
+    """Record who makes this request, once, before any route runs."""
+    scope[_SCOPE_KEY] = principal
+
+
+def principal_of(conn: HTTPConnection) -> Principal | None:
+    """Who makes this request: ``None`` when anonymous (or for a static file)."""
+    found: Principal | None = conn.scope.get(_SCOPE_KEY)
+    return found
