@@ -1,0 +1,74 @@
+"""The stores the conformance suite runs against, and the fixtures every test takes.
+
+Each test runs once per entry of :data:`DATABASES`: ``store`` is what
+:func:`~caravel.store.open_store` returns for a fresh, migrated, empty queue of that kind, and
+``reader`` what :func:`~caravel.store.open_reader` returns for the same queue. A new store joins
+the suite by adding its entry here; no test names a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from caravel.store import open_reader, open_store
+from caravel.store.protocol import ReadStore, Store
+from tests.databases import SqliteTemplate
+
+
+def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    template: SqliteTemplate = request.getfixturevalue("sqlite_template")
+    return template.copy_to(tmp_path / "queue.db")
+
+
+def _postgresql(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    url: str = request.getfixturevalue("pg_url")  # the session's database, truncated
+    return url
+
+
+#: Every store under test, by name: how to get the URL of a migrated, empty queue.
+DATABASES: dict[str, Callable[[pytest.FixtureRequest, Path], str]] = {
+    "sqlite": _sqlite,
+    "postgresql": _postgresql,
+}
+
+
+@pytest.fixture(params=tuple(DATABASES))
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return DATABASES[backend](request, tmp_path)
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    opened = open_store(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def second_store(db_url: str) -> AsyncIterator[Store]:
+    """Another store on the same queue, as a second process would open it."""
+    opened = open_store(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def reader(db_url: str) -> AsyncIterator[ReadStore]:
+    opened = open_reader(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
