@@ -254,9 +254,7 @@ class SqlStore:
         # rows), so it needs no explicit transaction around it.
         async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
             inserted = await self._insert_rows(conn, new_jobs)
-            outcomes = await self._outcomes(conn, new_jobs, inserted)
-        self._after_commit(new_jobs, inserted)
-        return outcomes
+            return await self._outcomes(conn, new_jobs, inserted)
 
     async def _outcomes(
         self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
@@ -301,9 +299,6 @@ class SqlStore:
         return self._statement(
             "insert", lambda: self._insert().on_conflict_do_nothing().returning(jobs.c.id)
         )
-
-    def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
-        """Runs once the inserted jobs are committed (PostgreSQL announces new work here)."""
 
     @staticmethod
     def _row_values(job: NewJob) -> dict[str, Any]:

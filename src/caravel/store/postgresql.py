@@ -9,9 +9,10 @@ import itertools
 import logging
 import re
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -169,6 +170,31 @@ _BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 #: a row collides, through arrays).
 SMALL_INSERT = 8
 
+InsertStrategy = Literal["one_row", "values", "copy"]
+
+#: How one call inserts its jobs, by the ``total`` its caller gives: the first row whose bound
+#: holds it. Every strategy inserts in one transaction and returns an :class:`Inserted`.
+#:
+#: * ``one_row``: one ``INSERT ... RETURNING`` on a hot autocommit connection, carrying the
+#:   queue's NOTIFY when this enqueue leads; a job that collided goes to ``values``.
+#: * ``values``: VALUES rows through SQLAlchemy, then the rows that kept jobs out looked up.
+#: * ``copy``: one binary COPY per chunk, each while the caller prepares the next; when a row
+#:   collides, the call is inserted again through unnested arrays that skip existing rows.
+INSERT_STRATEGIES: tuple[tuple[int, InsertStrategy], ...] = (
+    (1, "one_row"),
+    (SMALL_INSERT, "values"),
+    (sys.maxsize, "copy"),
+)
+
+
+class Inserted(NamedTuple):
+    """What one insert strategy did: the call's result, and the queues whose NOTIFY its
+    transaction carried (PostgreSQL delivers them when it commits)."""
+
+    result: InsertResult
+    announced: frozenset[str] = frozenset()
+
+
 #: Connections the one-statement hot paths keep checked out of the pool between uses, for the
 #: one-job enqueue and, as many again, for the worker's claims and acknowledgement batches.
 HOT_CONNECTIONS = 4
@@ -255,6 +281,12 @@ class _Announcer:
             return False
         self._last[queue] = now
         return True
+
+    def leading(self, new_jobs: Sequence[NewJob]) -> frozenset[str]:
+        """The queues whose NOTIFY an insert of ``new_jobs`` carries: those it brings jobs due
+        now, each where this insert is the first in its cooldown."""
+        due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
+        return frozenset(queue for queue in due_now if self.lead(queue))
 
     def committed(self, queue: str, *, announced: bool) -> None:
         """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own."""
@@ -359,8 +391,6 @@ class PostgresStore(SqlStore):
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
         self._announcer = _Announcer(engine)
-        #: Per insert call (by its first job's id), the queues whose NOTIFY it carried.
-        self._announced: dict[UUID, set[str]] = {}
         #: Pooled connections kept checked out, in autocommit mode, for :meth:`_autocommit`: by
         #: whether they plan with index scans only.
         self._hot: dict[bool, list[Any]] = {False: [], True: []}
@@ -380,20 +410,6 @@ class PostgresStore(SqlStore):
     def _is_schema_missing(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
-
-    def _leading(self, new_jobs: Sequence[NewJob], call: UUID) -> set[str]:
-        """The queues whose NOTIFY this insert carries (jobs due now, first in their cooldown),
-        noted under ``call`` (the insert call's first job id) for :meth:`_after_commit`."""
-        due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
-        leading = {queue for queue in due_now if self._announcer.lead(queue)}
-        if leading:
-            self._announced.setdefault(call, set()).update(leading)
-        return leading
-
-    async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
-        # A few jobs as VALUES rows (larger batches go through job_insert_chunks).
-        await self._announce(await _driver_of(conn), new_jobs)
-        return await super()._insert_rows(conn, new_jobs)
 
     async def _insert_array(
         self, driver: psycopg.AsyncConnection[Any], new_jobs: Sequence[NewJob]
@@ -526,22 +542,45 @@ class PostgresStore(SqlStore):
     async def job_insert_many(
         self, chunks: Iterable[Sequence[NewJob]], *, total: int
     ) -> InsertResult:
-        if total > SMALL_INSERT:
-            return await self._insert_chunks(iter(chunks))
-        new_jobs = [job for chunk in chunks for job in chunk]
-        try:
-            if len(new_jobs) == 1:
-                outcome = await self._insert_one(new_jobs[0])
-                if outcome is not None:
-                    return InsertResult(new_jobs, [outcome])
-            # A few jobs, or one that collided with an existing row: the general path inserts
-            # in one transaction and looks the colliding rows up.
-            return InsertResult(new_jobs, await self._insert_general(new_jobs))
-        finally:  # a failed insert never reached _after_commit
-            if new_jobs:
-                self._announced.pop(new_jobs[0].id, None)
+        drawn = iter(chunks)
+        strategy = next(name for largest, name in INSERT_STRATEGIES if total <= largest)
+        if strategy == "copy":
+            done = await self._insert_copy(drawn)
+        else:
+            new_jobs = [job for chunk in drawn for job in chunk]
+            if strategy == "one_row" and len(new_jobs) == 1:
+                done = await self._insert_one_row(new_jobs)
+            else:
+                done = await self._insert_values(new_jobs)
+        self._after_commit(done)
+        return done.result
 
-    async def _insert_chunks(self, chunks: Iterator[Sequence[NewJob]]) -> InsertResult:
+    async def _insert_one_row(self, new_jobs: list[NewJob]) -> Inserted:
+        """The common one-job enqueue: one cached statement (carrying the NOTIFY when this
+        enqueue leads), its own transaction. A job that collided with an existing row goes to
+        the VALUES strategy, which looks that row up."""
+        (job,) = new_jobs
+        leading = self._announcer.leading(new_jobs)
+        build = _insert_one_notify_statement if leading else _insert_one_statement
+        values = {f"b_{k}": v for k, v in self._row_values(job).items()}
+        async with self._autocommit("job_insert") as driver:
+            rows = await self._run(driver, build.__name__, build, values)
+        if not rows:  # nothing inserted, so no NOTIFY was sent either
+            return await self._insert_values(new_jobs)
+        return Inserted(InsertResult(new_jobs, [InsertOutcome(job.id, inserted=True)]), leading)
+
+    async def _insert_values(self, new_jobs: list[NewJob]) -> Inserted:
+        """A few jobs as VALUES rows in one transaction (one job is one statement, which needs
+        none), skipping rows that are already there; then the skipped jobs' rows looked up."""
+        if not new_jobs:
+            return Inserted(InsertResult([], []))
+        async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
+            announced = await self._announce(await _driver_of(conn), new_jobs)
+            inserted = await self._insert_rows(conn, new_jobs)
+            outcomes = await self._outcomes(conn, new_jobs, inserted)
+        return Inserted(InsertResult(new_jobs, outcomes), announced)
+
+    async def _insert_copy(self, chunks: Iterator[Sequence[NewJob]]) -> Inserted:
         """Many jobs in one transaction, written by COPY, each chunk while the caller prepares
         the next. COPY is the fastest way into a table, but it cannot skip a row that is already
         there: if any job collides (an existing idempotency key or id, or a key repeated within
@@ -552,17 +591,13 @@ class PostgresStore(SqlStore):
         while first is not None and not first:
             first = next(chunks, None)
         if first is None:
-            return InsertResult([], [])
+            return Inserted(InsertResult([], []))
         drawn: list[NewJob] = []
-        call = first[0].id
         try:
-            try:
-                return await self._copy_chunks(first, chunks, drawn)
-            except _Collided:
-                pending = [] if drawn else first  # what was drawn is in `drawn`
-            return await self._insert_chunks_skipping(itertools.chain([drawn, pending], chunks))
-        finally:
-            self._announced.pop(call, None)
+            return await self._copy_chunks(first, chunks, drawn)
+        except _Collided:
+            pending = [] if drawn else first  # what was drawn is in `drawn`
+        return await self._insert_arrays(itertools.chain([drawn, pending], chunks))
 
     async def _seen_before(self, driver: psycopg.AsyncConnection[Any], job: NewJob) -> bool:
         """Whether a row already holds ``job``'s id or idempotency key."""
@@ -577,7 +612,7 @@ class PostgresStore(SqlStore):
 
     async def _copy_chunks(
         self, first: Sequence[NewJob], chunks: Iterator[Sequence[NewJob]], drawn: list[NewJob]
-    ) -> InsertResult:
+    ) -> Inserted:
         """COPY the chunks into the table, one COPY each, in one transaction. Raises
         :class:`_Collided` when a row was already there (without trying, when the first job's
         is). ``drawn`` collects the jobs drawn from ``chunks``."""
@@ -600,12 +635,11 @@ class PostgresStore(SqlStore):
                 await _while_drawing(itertools.chain([first], chunks), drawn, copy_chunk)
             except psycopg.errors.UniqueViolation as exc:
                 raise _Collided from exc
-            await self._announce(driver, drawn)
-        inserted = {job.id for job in drawn}
-        self._after_commit(drawn, inserted)
-        return InsertResult(drawn, [InsertOutcome(job.id, inserted=True) for job in drawn])
+            announced = await self._announce(driver, drawn)
+        outcomes = [InsertOutcome(job.id, inserted=True) for job in drawn]
+        return Inserted(InsertResult(drawn, outcomes), announced)
 
-    async def _insert_chunks_skipping(self, chunks: Iterator[Sequence[NewJob]]) -> InsertResult:
+    async def _insert_arrays(self, chunks: Iterator[Sequence[NewJob]]) -> Inserted:
         """Insert the chunks in one transaction, skipping rows that are already there, each
         chunk while the caller prepares the next; then look the skipped jobs' rows up."""
         new_jobs: list[NewJob] = []
@@ -618,31 +652,19 @@ class PostgresStore(SqlStore):
                 inserted.update(await self._insert_array(driver, chunk))
 
             await _while_drawing(chunks, new_jobs, insert_chunk)
-            await self._announce(driver, new_jobs)
+            announced = await self._announce(driver, new_jobs)
             outcomes = await self._outcomes(conn, new_jobs, inserted)
-        self._after_commit(new_jobs, inserted)
-        return InsertResult(new_jobs, outcomes)
+        return Inserted(InsertResult(new_jobs, outcomes), announced)
 
     async def _announce(
         self, driver: psycopg.AsyncConnection[Any], new_jobs: Sequence[NewJob]
-    ) -> None:
+    ) -> frozenset[str]:
         """NOTIFY, in the insert's transaction, the queues this insert leads (see
         :class:`_Announcer`); PostgreSQL delivers them when it commits."""
-        for queue in sorted(self._leading(new_jobs, new_jobs[0].id)):
+        leading = self._announcer.leading(new_jobs)
+        for queue in sorted(leading):
             await self._run(driver, "notify", lambda: _NOTIFY, {"queue": queue})
-
-    async def _insert_one(self, job: NewJob) -> InsertOutcome | None:
-        """The common one-job enqueue: one cached statement (carrying the NOTIFY when this
-        enqueue leads), its own transaction. ``None`` when the job was not inserted."""
-        leads = self._leading([job], job.id)
-        build = _insert_one_notify_statement if leads else _insert_one_statement
-        values = {f"b_{k}": v for k, v in self._row_values(job).items()}
-        async with self._autocommit("job_insert") as driver:
-            rows = await self._run(driver, build.__name__, build, values)
-        if not rows:
-            return None
-        self._after_commit([job], {job.id})
-        return InsertOutcome(job.id, inserted=True)
+        return leading
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         source, limit = request.source, request.limit
@@ -674,12 +696,18 @@ class PostgresStore(SqlStore):
             rows = await self._run(driver, "complete", self._complete_statement, values)
         return {row[0] for row in rows}
 
-    def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
-        # Queues that received jobs due now are announced (delayed jobs are left to polling).
-        announced = self._announced.pop(new_jobs[0].id, set())
-        due_now = {j.queue for j in new_jobs if j.id in inserted and j.due_at <= j.created_at}
+    def _after_commit(self, done: Inserted) -> None:
+        """Once a call's jobs are committed: each queue that received jobs due now is
+        announced, by a trailing wake-up unless the call's own transaction carried its NOTIFY
+        (delayed jobs are left to polling)."""
+        new_jobs, outcomes = done.result
+        due_now = {
+            job.queue
+            for job, outcome in zip(new_jobs, outcomes, strict=True)
+            if outcome.inserted and job.due_at <= job.created_at
+        }
         for queue in sorted(due_now):
-            self._announcer.committed(queue, announced=queue in announced)
+            self._announcer.committed(queue, announced=queue in done.announced)
 
     async def close(self) -> None:
         if self.closed:
