@@ -149,10 +149,9 @@ class SqliteStore(SqlStore):
 
     async def _in_writer_raw(self, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work(connection)`` inside one ``BEGIN IMMEDIATE`` transaction on the writer thread,
-        on the pooled connection's own sqlite3 connection. SQLAlchemy's transaction and execution
-        work cost as much as the insert and its commit together (155 against 80 µs a one-job
-        enqueue, measured on the writer thread). A connection that failed mid-transaction is
-        discarded, which also rolls its transaction back."""
+        on the pooled connection's own sqlite3 connection: SQLAlchemy's transaction and execution
+        work would cost about as much as the insert and its commit together. A connection that
+        failed mid-transaction is discarded, which also rolls its transaction back."""
 
         def run() -> T:
             pooled = self._blocking.raw_connection()

@@ -82,7 +82,7 @@ class PostgresStore(InsertingStore):
         # drive it: one primary-key probe per lease. The server reuses a generic plan for a
         # prepared statement, and for that plan it cannot know how many pairs there are; written
         # as ``(id, token) IN (SELECT ... unnest(...))`` it chose to re-scan the pairs for every
-        # row, which cost 150 ms for a batch of 1,000 instead of 10.
+        # row, which made a large batch many times slower (figures in docs/performance.md).
         ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
         tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
         held = sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived("held")
