@@ -5,7 +5,7 @@ only. A dialect module (and its driver) is imported when the first URL of its ki
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from caravel.store.urls import backend_of
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["open_reader", "open_store"]
 
 
-def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore:
+def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore[Any]:
     if backend_of(url) == "postgresql":
         from caravel.store import postgresql
 

@@ -185,7 +185,7 @@ class HotConnections:
                 await self.give_back(fairy, index_only=index_only)
 
 
-class ConnectedStore(SqlStore):
+class ConnectedStore(SqlStore[AsyncConnection]):
     """The PostgreSQL store's ways to its connections: SQLAlchemy transactions (one statement
     in autocommit, acknowledgements without waiting for the disk), the hot connections, and
     statements run straight on psycopg."""
