@@ -115,21 +115,10 @@ class HotConnections:
         self.idle: dict[bool, list[Any]] = {False: [], True: []}
         self._closed = False
 
-    @asynccontextmanager
-    async def lend(
-        self, *, index_only: bool, deadline: float
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A psycopg connection in autocommit mode, cut if it is still in use after
-        ``deadline`` seconds."""
+    async def take(self, *, index_only: bool) -> Any:
+        """A connection kept checked out, or one from SQLAlchemy's pool set up as such."""
         idle = self.idle[index_only]
-        fairy = idle.pop() if idle else await self.check_out(index_only=index_only)
-        driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
-        timer = asyncio.get_running_loop().call_later(deadline, cut, lambda: driver)
-        try:
-            yield driver
-        finally:
-            timer.cancel()
-            await self._check_in(fairy, index_only=index_only)
+        return idle.pop() if idle else await self.check_out(index_only=index_only)
 
     async def check_out(self, *, index_only: bool) -> Any:
         """A connection from SQLAlchemy's pool, set up as a hot one."""
@@ -144,7 +133,8 @@ class HotConnections:
             raise
         return fairy
 
-    async def _check_in(self, fairy: Any, *, index_only: bool) -> None:
+    async def put(self, fairy: Any, *, index_only: bool) -> None:
+        """Keep a connection :meth:`take` gave for the next use, or give it back to the pool."""
         driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
         idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         kept = self.idle[index_only]
@@ -204,11 +194,17 @@ class ConnectedStore(SqlStore[AsyncConnection]):
         one-job enqueue, a claim, an acknowledgement batch): each statement is its own
         transaction. Errors are translated and the deadline holds as on every other operation.
         With ``index_only`` the connection plans without bitmap or sequential scans."""
-        async with (
-            self._translated(operation),
-            self._hot.lend(index_only=index_only, deadline=self.operation_timeout) as driver,
-        ):
-            yield driver
+        async with self._translated(operation):
+            fairy = await self._hot.take(index_only=index_only)
+            driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+            timer = asyncio.get_running_loop().call_later(
+                self.operation_timeout, cut, lambda: driver
+            )
+            try:
+                yield driver
+            finally:
+                timer.cancel()
+                await self._hot.put(fairy, index_only=index_only)
 
     def _compiled(self, name: str, build: Callable[[], Any]) -> tuple[str, dict[str, Any]]:
         """A statement's SQL text and default parameters for psycopg, compiled once."""

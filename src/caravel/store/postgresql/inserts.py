@@ -52,6 +52,13 @@ INSERT_STRATEGIES: tuple[tuple[int, InsertStrategy], ...] = (
 )
 
 
+def _strategy_for(total: int) -> InsertStrategy:
+    for largest, strategy in INSERT_STRATEGIES:
+        if total <= largest:
+            return strategy
+    raise AssertionError("the last strategy takes any total")  # pragma: no cover
+
+
 class Inserted(NamedTuple):
     """What one insert strategy did: the call's result, and the queues whose NOTIFY its
     transaction carried (PostgreSQL delivers them when it commits)."""
@@ -119,7 +126,7 @@ class InsertingStore(ConnectedStore):
         self, chunks: Iterable[Sequence[NewJob]], *, total: int
     ) -> InsertResult:
         drawn = iter(chunks)
-        strategy = next(name for largest, name in INSERT_STRATEGIES if total <= largest)
+        strategy = _strategy_for(total)
         if strategy == "copy":
             done = await self._insert_copy(drawn)
         else:
