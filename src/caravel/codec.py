@@ -182,7 +182,7 @@ def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> st
 
     The text is the canonical form of pydantic's JSON-mode dump. The checks need the Python-mode
     dump; when that holds only JSON's own types and the type has no custom serializer, it is the
-    JSON-mode dump already, and a second dump is skipped (a third of the cost of a small job)."""
+    JSON-mode dump already, and the second dump, a large part of a small job's cost, is skipped."""
     try:
         python = adapter.dump_python(job, mode="python")
         depth, native = _walk(python, check=True)

@@ -38,17 +38,7 @@ _NAME = re.compile(r"[a-z0-9._-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-#: Names already found valid, per length limit: an application uses a handful of queue names
-#: for millions of jobs, and the look-up costs a tenth of the pattern match. Bounded, so names
-#: from outside cannot grow it without limit.
-_VALID_NAMES: dict[int, set[str]] = {MAX_QUEUE_NAME_LENGTH: set(), MAX_WIRE_NAME_LENGTH: set()}
-_REMEMBERED_NAMES = 1024
-
-
 def _check_name(field: str, value: object, limit: int) -> str:
-    known = _VALID_NAMES[limit]
-    if type(value) is str and value in known:
-        return value
     if not isinstance(value, str):
         raise ValidationError(field, "must be a string")
     if not value or len(value) > limit or _NAME.fullmatch(value) is None:
@@ -56,8 +46,6 @@ def _check_name(field: str, value: object, limit: int) -> str:
             field,
             f"must be 1 to {limit} characters of lowercase letters, digits, '.', '-' or '_'",
         )
-    if type(value) is str and len(known) < _REMEMBERED_NAMES:
-        known.add(value)
     return value
 
 

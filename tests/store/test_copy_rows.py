@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job
 from caravel.store.base import SqlStore
-from caravel.store.postgresql import _COPY_COLUMNS, _copy_row
+from caravel.store.postgresql.insert_statements import COPY_COLUMNS, copy_row
 from caravel.store.schema import jobs
 from tests.support import Add, dispatch, make_registry
 
@@ -17,10 +17,10 @@ def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
         make_registry(), QueueOptions(), Add(5, note="n"), dispatch("key"), 1_700_000_000_123
     )
     job = job._replace(trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000)
-    copied = dict(zip((name for name, _ in _COPY_COLUMNS), _copy_row(job), strict=True))
+    copied = dict(zip((name for name, _ in COPY_COLUMNS), copy_row(job), strict=True))
     assert copied == SqlStore._row_values(job)
     # Every column the COPY names exists, and is sent in the binary format of its type.
-    for name, kind in _COPY_COLUMNS:
+    for name, kind in COPY_COLUMNS:
         column_type = jobs.c[name].type
         if isinstance(column_type, sa.Uuid):
             expected = "uuid"

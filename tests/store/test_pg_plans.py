@@ -170,12 +170,12 @@ async def test_only_the_workers_statements_plan_with_index_scans_only(fresh_pg_u
         job = await queue.enqueue(Add(1), dispatch())  # a one-job enqueue: a hot connection
         claimed = await Leases(queue).claim_many("default", 1)  # a claim: one kept for the worker
         assert [c.job_id for c in claimed] == [job.job_id]
-        (for_enqueues,) = store._hot[False]
-        (for_the_worker,) = store._hot[True]
+        (for_enqueues,) = store._hot.idle[False]
+        (for_the_worker,) = store._hot.idle[True]
         assert await _settings(for_enqueues.driver_connection) == ("on", "on")
         assert await _settings(for_the_worker.driver_connection) == ("off", "off")
         await Leases(queue).complete(claimed[0].lease)  # the acknowledgement takes the same one
-        assert store._hot[True] == [for_the_worker]
+        assert store._hot.idle[True] == [for_the_worker]
 
 
 async def test_a_connection_given_back_to_the_pool_plans_with_the_server_defaults(
@@ -183,11 +183,11 @@ async def test_a_connection_given_back_to_the_pool_plans_with_the_server_default
 ) -> None:
     async with open_queue(fresh_pg_url) as queue:
         store = _store(queue)
-        fairy = await store._check_out(index_only=True)
+        fairy = await store._hot.check_out(index_only=True)
         hot: psycopg.AsyncConnection[Any] = fairy.driver_connection
         hot_pid = hot.info.backend_pid
         assert await _settings(hot) == ("off", "off")
-        await store._give_back(fairy, index_only=True)
+        await store._hot.give_back(fairy, index_only=True)
         async with _pooled_connection(store) as pooled:  # the pool's one idle connection
             assert pooled.info.backend_pid == hot_pid
             assert await _settings(pooled) == ("on", "on")
@@ -207,14 +207,14 @@ async def test_a_connection_the_server_dropped_is_discarded_on_its_way_back(
 ) -> None:
     async with open_queue(fresh_pg_url) as queue:
         store = _store(queue)
-        fairy = await store._check_out(index_only=True)
+        fairy = await store._hot.check_out(index_only=True)
         dropped = fairy.driver_connection.info.backend_pid
         dsn = fresh_pg_url.replace("postgresql+psycopg://", "postgresql://")
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
             # With a timeout, it returns once the backend has gone.
             await admin.execute("SELECT pg_terminate_backend(%s, 10000)", (dropped,))
         # Giving its settings back fails; the connection is discarded instead of pooled.
-        await store._give_back(fairy, index_only=True)
+        await store._hot.give_back(fairy, index_only=True)
         async with _pooled_connection(store) as pooled:
             assert pooled.info.backend_pid != dropped
         await queue.enqueue(Add(1), dispatch())

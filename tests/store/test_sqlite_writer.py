@@ -1,16 +1,22 @@
 """SQLite's one-job enqueue runs on the writer thread's own sqlite3 connection, outside
 SQLAlchemy: it must store what the general insert stores, and a failure must leave nothing
-behind and not poison the next enqueue."""
+behind and not poison the next enqueue. A claim's lease starts after any wait for the write
+lock, and opening a connection is no such wait."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
-from caravel import StoreError
-from tests.support import Add, dispatch, open_queue
+from caravel import Leases, StoreError
+from caravel.store.sqlite import LOCK_WAIT_NOTED_MS
+from caravel.testing import ManualClock
+from tests.support import LEASE, Add, dispatch, open_queue
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
 
@@ -104,3 +110,20 @@ async def test_a_failed_insert_writes_nothing_and_the_next_one_works(db_url: str
             conn.rollback()
         finally:
             conn.close()
+
+
+async def test_opening_a_connection_does_not_delay_the_lease(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, clock=clock) as queue:
+        await queue.enqueue(Add(1), dispatch())
+        store: Any = queue.store.inner  # type: ignore[attr-defined]
+        opening = (LOCK_WAIT_NOTED_MS + 100) / 1000
+
+        def slow_to_open(*_: object) -> None:
+            time.sleep(opening)
+
+        store._blocking.dispose()  # the claim opens a connection of its own
+        event.listen(store._blocking, "connect", slow_to_open)
+        claimed = await Leases(queue).claim("default")
+    assert claimed is not None
+    assert claimed.lease.expires_at_ms == clock.now_ms() + int(LEASE.total_seconds() * 1000)

@@ -7,7 +7,7 @@ opened, so the row types in :mod:`~caravel.store.protocol` cost nothing to impor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["open_outbox_store", "open_reader", "open_store"]
 
 
-def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore:
+def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore[Any]:
     from caravel.store.urls import backend_of
 
     if backend_of(url) == "postgresql":

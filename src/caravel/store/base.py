@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from caravel.clock import from_ms
 from caravel.errors import IdempotencyConflictError, SchemaNotReadyError
@@ -39,7 +39,7 @@ from caravel.store.protocol import (
 )
 from caravel.store.schema import VERSION_TABLE, jobs, workers
 
-__all__ = ["SqlStore", "claimed_from_rows"]
+__all__ = ["Connection", "SqlStore", "claimed_from_rows"]
 
 _RUNNING = JobState.RUNNING.value
 _READY = JobState.READY.value
@@ -141,8 +141,19 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
     return ClaimBatch(claimed=claimed, dead_lettered=dead)
 
 
-class SqlStore:
-    """Queue operations over one SQLAlchemy async engine."""
+class Connection(Protocol):
+    """What the shared operations need of a connection inside a transaction: to execute a
+    statement and return its result (SQLAlchemy's ``AsyncConnection`` is one)."""
+
+    async def execute(self, statement: Any, parameters: Any = None, /) -> sa.Result[Any]: ...
+
+
+ConnectionT = TypeVar("ConnectionT", bound=Connection)
+
+
+class SqlStore(Generic[ConnectionT]):
+    """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
+    :meth:`_transaction` provides."""
 
     supports_listen_notify = False
     db_system = "sql"
@@ -168,16 +179,15 @@ class SqlStore:
         """Whether a driver error means the queue's tables or columns are missing."""
         return False
 
-    @asynccontextmanager
-    async def _transaction(
+    def _transaction(
         self, *, readonly: bool, durable: bool = True, single: bool = False
-    ) -> AsyncIterator[AsyncConnection]:
-        """A transaction. ``durable=False`` lets a dialect skip waiting for the commit to reach
-        disk (acknowledgements only: losing one means the job runs again). ``single=True`` says
-        the work is one statement (or statements that need not be atomic together), so a
-        dialect may run it without an explicit BEGIN and COMMIT."""
-        async with self.engine.begin() as conn:
-            yield conn
+    ) -> AbstractAsyncContextManager[ConnectionT]:
+        """A transaction (every dialect provides it). ``durable=False`` lets a dialect skip
+        waiting for the commit to reach disk (acknowledgements only: losing one means the job
+        runs again). ``single=True`` says the work is one statement (or statements that need
+        not be atomic together), so a dialect may run it without an explicit BEGIN and
+        COMMIT."""
+        raise NotImplementedError
 
     # ----- plumbing ------------------------------------------------------------------------
 
@@ -194,12 +204,12 @@ class SqlStore:
     #: :class:`~caravel.errors.StoreError` in bounded time instead of a hang.
     operation_timeout = 45.0
 
-    def _sever(self, conn: AsyncConnection) -> None:
+    def _sever(self, conn: ConnectionT) -> None:
         """Cut a connection that is stuck mid-operation (dialects that can, do)."""
 
     @asynccontextmanager
-    async def _deadline(self, **kwargs: bool) -> AsyncIterator[AsyncConnection]:
-        holder: list[AsyncConnection] = []
+    async def _deadline(self, **kwargs: bool) -> AsyncIterator[ConnectionT]:
+        holder: list[ConnectionT] = []
 
         def expire() -> None:
             if holder:
@@ -216,7 +226,7 @@ class SqlStore:
     @asynccontextmanager
     async def _write(
         self, operation: str, *, durable: bool = True, single: bool = False
-    ) -> AsyncIterator[AsyncConnection]:
+    ) -> AsyncIterator[ConnectionT]:
         async with (
             self._translated(operation),
             self._deadline(readonly=False, durable=durable, single=single) as conn,
@@ -224,7 +234,7 @@ class SqlStore:
             yield conn
 
     @asynccontextmanager
-    async def _read(self, operation: str) -> AsyncIterator[AsyncConnection]:
+    async def _read(self, operation: str) -> AsyncIterator[ConnectionT]:
         async with (
             self._translated(operation),
             self._deadline(readonly=True, single=True) as conn,
@@ -248,12 +258,10 @@ class SqlStore:
         # rows), so it needs no explicit transaction around it.
         async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
             inserted = await self._insert_rows(conn, new_jobs)
-            outcomes = await self._outcomes(conn, new_jobs, inserted)
-        self._after_commit(new_jobs, inserted)
-        return outcomes
+            return await self._outcomes(conn, new_jobs, inserted)
 
     async def _outcomes(
-        self, conn: AsyncConnection, new_jobs: Sequence[NewJob], inserted: set[UUID]
+        self, conn: ConnectionT, new_jobs: Sequence[NewJob], inserted: set[UUID]
     ) -> list[InsertOutcome]:
         """Each job's outcome once the batch is inserted: its own row, or the row that kept it
         out. Raises :class:`~caravel.errors.IdempotencyConflictError` (rolling the batch back)
@@ -279,7 +287,7 @@ class SqlStore:
             outcomes.append(InsertOutcome(row.id, inserted=False))
         return outcomes
 
-    async def _insert_rows(self, conn: AsyncConnection, new_jobs: Sequence[NewJob]) -> set[UUID]:
+    async def _insert_rows(self, conn: ConnectionT, new_jobs: Sequence[NewJob]) -> set[UUID]:
         """Insert what is new; return the ids inserted. No conflict target: a duplicate
         idempotency key and a duplicate id (a relay sending the same outbox intent twice) are
         both settled by the database, and the row is skipped."""
@@ -295,9 +303,6 @@ class SqlStore:
         return self._statement(
             "insert", lambda: self._insert().on_conflict_do_nothing().returning(jobs.c.id)
         )
-
-    def _after_commit(self, new_jobs: Sequence[NewJob], inserted: set[UUID]) -> None:
-        """Runs once the inserted jobs are committed (PostgreSQL announces new work here)."""
 
     @staticmethod
     def _row_values(job: NewJob) -> dict[str, Any]:
@@ -320,7 +325,7 @@ class SqlStore:
         }
 
     async def _existing(
-        self, conn: AsyncConnection, duplicates: Sequence[NewJob]
+        self, conn: ConnectionT, duplicates: Sequence[NewJob]
     ) -> tuple[dict[tuple[str, str, str | None], Any], dict[UUID, Any]]:
         """The rows that kept ``duplicates`` from being inserted: by idempotency key where the
         job has one, and by id (for a job inserted before under the same id)."""

@@ -40,7 +40,7 @@ __all__ = [
 
 class NewJob(NamedTuple):
     """A validated, serialized job ready to insert. (A named tuple: a bulk enqueue builds one
-    per job, and a tuple is built in less than half the time of a frozen dataclass.)"""
+    per job, and a tuple is much cheaper to build than a frozen dataclass.)"""
 
     id: UUID
     queue: str

@@ -7,11 +7,12 @@ lock at all."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from uuid import UUID
@@ -19,7 +20,8 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from caravel.jobs import Lease
 from caravel.store.base import SqlStore, claimed_from_rows
@@ -101,12 +103,12 @@ def create_engine(
 
 
 def _blocking_engine(engine: AsyncEngine) -> sa.Engine:
-    """A blocking (pysqlite) engine on the same file, with one connection, for the writer
-    thread."""
+    """A blocking (pysqlite) engine on the same file, for the store's two threads, each of which
+    has at most one connection in use at a time."""
     url = engine.url.set(drivername="sqlite+pysqlite")
     blocking = sa.create_engine(
         url,
-        pool_size=1,
+        pool_size=2,
         max_overflow=0,
         pool_reset_on_return=None,
         connect_args={"check_same_thread": False},
@@ -115,12 +117,85 @@ def _blocking_engine(engine: AsyncEngine) -> sa.Engine:
     return blocking
 
 
-class SqliteStore(SqlStore):
-    """The hot writes (a one-job enqueue, a claim, an acknowledgement batch) run on one writer
-    thread of this store, each as a whole transaction handed over at once: through aiosqlite
-    every statement, BEGIN and COMMIT is a round trip to its connection's thread, eight of them
-    for a one-job enqueue. Everything else goes through the async engine. An asyncio lock keeps
-    the two from contending for the file within the process."""
+_NO_ROWS = SimpleResultMetaData([])
+
+
+class ThreadConnection:
+    """A connection of the store's blocking engine as the shared operations use one: each
+    statement is handed to the thread that owns the connection and comes back with its rows
+    fetched. A write transaction keeps its connection from its first statement to its end; a
+    read takes one for each statement, which is its own read transaction (every read of the
+    shared operations is one statement)."""
+
+    def __init__(
+        self,
+        hand_over: Callable[[Callable[[], Any]], Awaitable[Any]],
+        engine: sa.Engine,
+        *,
+        read: bool,
+    ) -> None:
+        self._hand_over = hand_over
+        self._engine = engine
+        self._read = read
+        self._conn: sa.Connection | None = None
+
+    async def execute(self, statement: Any, parameters: Any = None) -> sa.Result[Any]:
+        def run() -> sa.FrozenResult[Any] | None:
+            if self._read:
+                with self._engine.connect() as conn:
+                    conn.execution_options(**{_READONLY_OPTION: True})
+                    with conn.begin():
+                        return _frozen(conn.execute(statement, parameters))
+            if self._conn is None:
+                self._conn = self._engine.connect()
+                self._conn.begin()
+            return _frozen(self._conn.execute(statement, parameters))
+
+        frozen: sa.FrozenResult[Any] | None = await self._hand_over(run)
+        if frozen is None:
+            return IteratorResult(_NO_ROWS, iter([]))
+        return frozen()
+
+    async def end(self, *, commit: bool) -> None:
+        """Commit (or roll back) the write transaction and give its connection back. Handed
+        over like a statement, so it follows every statement handed over before it, also those
+        whose caller was cancelled before they ran."""
+
+        def run() -> None:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with conn:  # closing it rolls back what a failed commit left open
+                    if commit:
+                        conn.commit()
+
+        await self._hand_over(run)
+
+
+def _pass_on(done: Future[T], waiter: asyncio.Future[T]) -> None:
+    if waiter.cancelled():  # the caller stopped waiting and reports its own cancellation
+        return
+    error = done.exception()
+    if error is not None:
+        waiter.set_exception(error)
+    else:
+        waiter.set_result(done.result())
+
+
+def _frozen(result: sa.CursorResult[Any]) -> sa.FrozenResult[Any] | None:
+    return result.freeze() if result.returns_rows else None
+
+
+class SqliteStore(SqlStore[ThreadConnection]):
+    """Every operation runs on a thread of this store, on connections of one blocking engine:
+    writes on the writer thread, reads on the reader thread (in WAL mode readers never wait for
+    the writer). The hot writes (a one-job enqueue, a claim, an acknowledgement batch) hand their
+    whole transaction over at once, where the shared operations hand over each statement (see
+    :class:`ThreadConnection`); the one-job enqueue runs on the pooled connection's own sqlite3
+    connection. An asyncio lock keeps one write transaction at a time, so that our own writes
+    never queue on SQLite's lock.
+
+    The async engine the store is given names the file; the store runs none of its own
+    statements on it."""
 
     db_system = "sqlite"
     insert_chunk = 200
@@ -130,29 +205,54 @@ class SqliteStore(SqlStore):
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
         self._writer = asyncio.Lock()
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite")
+        self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite")
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite-read")
         self._blocking = _blocking_engine(engine)
+
+    @staticmethod
+    async def _on(thread: ThreadPoolExecutor, work: Callable[[], T]) -> T:
+        """``work()`` on ``thread``. A caller cancelled meanwhile stops waiting, but the work
+        still runs, in order with what was handed over before and after it: the end of a
+        transaction handed over later always follows its statements."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[T] = loop.create_future()
+
+        def settle(done: Future[T]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_pass_on, done, waiter)
+
+        thread.submit(work).add_done_callback(settle)
+        return await waiter
+
+    def _on_writer(self, work: Callable[[], T]) -> Awaitable[T]:
+        return self._on(self._writes, work)
+
+    def _on_reader(self, work: Callable[[], T]) -> Awaitable[T]:
+        return self._on(self._reads, work)
 
     async def _in_writer(self, operation: str, work: Callable[[sa.Connection, int], T]) -> T:
         """``work(connection, waited_ms)`` inside one ``BEGIN IMMEDIATE`` transaction on the
         writer thread. ``waited_ms`` is how long the transaction waited for the write lock (the
-        asyncio lock and SQLite's own) when that was long enough to matter, else 0."""
+        asyncio lock and SQLite's own, not opening a connection) when that was long enough to
+        matter, else 0."""
         asked = time.monotonic()
-
-        def run() -> T:
-            with self._blocking.begin() as conn:
-                waited = int((time.monotonic() - asked) * 1000)
-                return work(conn, waited if waited >= LOCK_WAIT_NOTED_MS else 0)
-
         async with self._translated(operation), self._writer:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, run)
+            queued = time.monotonic() - asked
+
+            def run() -> T:
+                with self._blocking.connect() as conn:
+                    began = time.monotonic()
+                    with conn.begin():
+                        waited = int((queued + time.monotonic() - began) * 1000)
+                        return work(conn, waited if waited >= LOCK_WAIT_NOTED_MS else 0)
+
+            return await self._on_writer(run)
 
     async def _in_writer_raw(self, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work(connection)`` inside one ``BEGIN IMMEDIATE`` transaction on the writer thread,
-        on the pooled connection's own sqlite3 connection. SQLAlchemy's transaction and execution
-        work cost as much as the insert and its commit together (155 against 80 µs a one-job
-        enqueue, measured on the writer thread). A connection that failed mid-transaction is
-        discarded, which also rolls its transaction back."""
+        on the pooled connection's own sqlite3 connection: SQLAlchemy's transaction and execution
+        work would cost about as much as the insert and its commit together. A connection that
+        failed mid-transaction is discarded, which also rolls its transaction back."""
 
         def run() -> T:
             pooled = self._blocking.raw_connection()
@@ -169,7 +269,7 @@ class SqliteStore(SqlStore):
             return result
 
         async with self._translated(operation), self._writer:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, run)
+            return await self._on_writer(run)
 
     def _raw_insert(self) -> tuple[str, _Parameters]:
         """The one-job insert's SQL text (compiled once by SQLAlchemy, so it is the statement
@@ -235,9 +335,10 @@ class SqliteStore(SqlStore):
     async def close(self) -> None:
         if self.closed:
             return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._thread, self._blocking.dispose)
-        self._thread.shutdown(wait=False)
+        await self._on_reader(lambda: None)  # the reads handed over before finish first
+        await self._on_writer(self._blocking.dispose)
+        self._writes.shutdown(wait=False)
+        self._reads.shutdown(wait=False)
         await super().close()
 
     def _insert(self) -> Any:
@@ -258,12 +359,15 @@ class SqliteStore(SqlStore):
     @asynccontextmanager
     async def _transaction(
         self, *, readonly: bool, durable: bool = True, single: bool = False
-    ) -> AsyncIterator[AsyncConnection]:
+    ) -> AsyncIterator[ThreadConnection]:
         if readonly:
-            async with self.engine.connect() as conn:
-                await conn.execution_options(**{_READONLY_OPTION: True})
-                async with conn.begin():
-                    yield conn
+            yield ThreadConnection(self._on_reader, self._blocking, read=True)
             return
-        async with self._writer, self.engine.begin() as conn:
-            yield conn
+        async with self._writer:
+            conn = ThreadConnection(self._on_writer, self._blocking, read=False)
+            try:
+                yield conn
+            except BaseException:
+                await conn.end(commit=False)
+                raise
+            await conn.end(commit=True)

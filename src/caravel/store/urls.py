@@ -1,8 +1,9 @@
 """Database URLs: what a user writes, and what SQLAlchemy needs for each driver.
 
 Users write ``postgresql://...`` or ``sqlite:///path/to/queue.db`` (any explicit driver suffix is
-accepted too). The library talks to PostgreSQL through psycopg 3 and to SQLite through aiosqlite
-(async) or the standard ``sqlite3`` module (migrations).
+accepted too). The library talks to PostgreSQL through psycopg 3 and to SQLite through the
+standard ``sqlite3`` module (on the store's own threads, and for migrations) or aiosqlite (the
+async engine :func:`caravel.store.sqlite.create_engine` returns).
 """
 
 from __future__ import annotations

@@ -1,0 +1,255 @@
+"""How the PostgreSQL store reaches the server: the engine and its connection settings, the hot
+connections kept checked out in autocommit for the one-statement hot paths, and cutting a
+connection that is stuck past its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.util.concurrency import greenlet_spawn
+
+from caravel.store.base import SqlStore
+from caravel.store.postgresql.statements import compile_for_driver, execute
+from caravel.store.urls import async_url
+
+__all__ = ["CONNECT_ARGS", "HOT_CONNECTIONS", "ConnectedStore", "HotConnections", "create_engine"]
+
+logger = logging.getLogger("caravel.store")
+
+#: Shown in pg_stat_activity for every connection the queue opens.
+APPLICATION_NAME = "caravel"
+
+#: Every connection detects a dead peer in bounded time: TCP keepalives probe an idle link
+#: (about 25 s), ``tcp_user_timeout`` fails a write nobody acknowledges within 20 s, and no queue
+#: statement may run longer than 30 s. A link that silently drops packets therefore surfaces as
+#: a database error (and the worker stops) instead of a hang.
+CONNECT_ARGS: dict[str, Any] = {
+    "application_name": APPLICATION_NAME,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,
+    "connect_timeout": 10,
+    "options": "-c statement_timeout=30000",
+}
+
+
+def create_engine(
+    url: str | sa.URL, *, pool_size: int = 20, read_only: bool = False
+) -> AsyncEngine:
+    """An async engine for a PostgreSQL URL, through psycopg 3.
+
+    The pool keeps up to ``pool_size`` connections open and opens up to as many again under
+    a burst. Connections beyond the pool size are closed when returned, so size the pool for
+    the process's usual concurrency (enqueueing request handlers, a worker's fetcher, its
+    acknowledgement writers and renewals): opening a connection costs more than the statement.
+    With ``read_only`` every session starts with ``default_transaction_read_only``, so the
+    server refuses any write on it.
+    """
+    connect_args = CONNECT_ARGS
+    if read_only:
+        options = f"{CONNECT_ARGS['options']} -c default_transaction_read_only=on"
+        connect_args = {**CONNECT_ARGS, "options": options}
+    return create_async_engine(
+        async_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        connect_args=connect_args,
+    )
+
+
+#: Connections the one-statement hot paths keep checked out of the pool between uses, for the
+#: one-job enqueue and, as many again, for the worker's claims and acknowledgement batches.
+HOT_CONNECTIONS = 4
+
+# The worker's statements are driven by an index: a claim walks the claim index in due order
+# and stops after its batch; an acknowledgement batch probes the primary key once per lease.
+# Without column statistics (a table that filled up faster than autovacuum analyses it) the
+# planner guesses that a handful of rows are due, and prefers a bitmap scan of every due row
+# followed by a sort, or a sequential scan to find the picked rows: each claim would then read
+# the whole backlog. The connections kept for those statements turn both scan types off for
+# their session, and a connection given back to the pool gets the server's defaults again.
+_INDEX_ONLY = "SET enable_bitmapscan = off; SET enable_seqscan = off"
+_DEFAULT_PLANS = "RESET enable_bitmapscan; RESET enable_seqscan"
+
+
+async def driver_of(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection under a SQLAlchemy connection."""
+    raw = await conn.get_raw_connection()
+    driver: psycopg.AsyncConnection[Any] = raw.driver_connection  # type: ignore[assignment]
+    return driver
+
+
+def cut(driver: Callable[[], Any]) -> None:
+    """Shut the socket of ``driver()`` down (without closing the descriptor under the event
+    loop): whatever is waiting on it gets end-of-file at once and fails as a lost connection.
+    Runs from a timer, so it never raises."""
+    try:
+        fd = driver().pgconn.socket
+        with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # already closed, or not a socket: nothing to cut
+        logger.debug("could not cut a stuck connection")
+    else:
+        logger.warning("a database operation exceeded its deadline; its connection was cut")
+
+
+class HotConnections:
+    """Pooled connections kept checked out between uses, already in autocommit, by whether they
+    plan with index scans only (see ``_INDEX_ONLY``): taking one from SQLAlchemy's pool and
+    giving it back would cost about as much as all of Caravel's own work in a one-job enqueue.
+    Up to :data:`HOT_CONNECTIONS` of each kind are kept. One left mid-statement is discarded; a
+    broken one takes the idle ones with it (a server that went away took them all)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self.idle: dict[bool, list[Any]] = {False: [], True: []}
+        self._closed = False
+
+    async def take(self, *, index_only: bool) -> Any:
+        """A connection kept checked out, or one from SQLAlchemy's pool set up as such."""
+        idle = self.idle[index_only]
+        return idle.pop() if idle else await self.check_out(index_only=index_only)
+
+    async def check_out(self, *, index_only: bool) -> Any:
+        """A connection from SQLAlchemy's pool, set up as a hot one."""
+        fairy = await self._engine.raw_connection()
+        try:
+            driver: psycopg.AsyncConnection[Any] = fairy.driver_connection  # type: ignore[assignment]
+            await driver.set_autocommit(True)
+            if index_only:
+                await driver.execute(_INDEX_ONLY)
+        except BaseException:
+            await self.give_back(fairy, index_only=index_only)
+            raise
+        return fairy
+
+    async def put(self, fairy: Any, *, index_only: bool) -> None:
+        """Keep a connection :meth:`take` gave for the next use, or give it back to the pool."""
+        driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+        idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        kept = self.idle[index_only]
+        if idle and not self._closed and len(kept) < HOT_CONNECTIONS:
+            kept.append(fairy)
+            return
+        if driver.broken:
+            stale = [*self.idle[False], *self.idle[True]]
+            self.idle = {False: [], True: []}
+            for other in stale:
+                await greenlet_spawn(other.invalidate)
+                await greenlet_spawn(other.close)
+        await self.give_back(fairy, index_only=index_only)
+
+    @staticmethod
+    async def give_back(fairy: Any, *, index_only: bool) -> None:
+        """Return a connection to SQLAlchemy's pool as it lent it, or discard it when it was
+        left mid-statement, is broken, or could not be given its default settings back."""
+        driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+        reusable = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if reusable:
+            try:
+                if index_only:
+                    await driver.execute(_DEFAULT_PLANS)
+                await driver.set_autocommit(False)
+            except psycopg.Error:
+                reusable = False
+        if not reusable:
+            await greenlet_spawn(fairy.invalidate)
+        await greenlet_spawn(fairy.close)
+
+    async def close(self) -> None:
+        """Give every idle connection back; those in use go back when they are done."""
+        self._closed = True
+        idle, self.idle = self.idle, {False: [], True: []}
+        for index_only, fairies in idle.items():
+            for fairy in fairies:
+                await self.give_back(fairy, index_only=index_only)
+
+
+class ConnectedStore(SqlStore[AsyncConnection]):
+    """The PostgreSQL store's ways to its connections: SQLAlchemy transactions (one statement
+    in autocommit, acknowledgements without waiting for the disk), the hot connections, and
+    statements run straight on psycopg."""
+
+    driver_errors = (psycopg.Error,)
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self._hot = HotConnections(engine)
+
+    @asynccontextmanager
+    async def _autocommit(
+        self, operation: str, *, index_only: bool = False
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A hot psycopg connection in autocommit mode, for the one-statement hot paths (a
+        one-job enqueue, a claim, an acknowledgement batch): each statement is its own
+        transaction. Errors are translated and the deadline holds as on every other operation.
+        With ``index_only`` the connection plans without bitmap or sequential scans."""
+        async with self._translated(operation):
+            fairy = await self._hot.take(index_only=index_only)
+            driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
+            timer = asyncio.get_running_loop().call_later(
+                self.operation_timeout, cut, lambda: driver
+            )
+            try:
+                yield driver
+            finally:
+                timer.cancel()
+                await self._hot.put(fairy, index_only=index_only)
+
+    def _compiled(self, name: str, build: Callable[[], Any]) -> tuple[str, dict[str, Any]]:
+        """A statement's SQL text and default parameters for psycopg, compiled once."""
+        dialect = self.engine.dialect
+        found: tuple[str, dict[str, Any]] = self._statement(
+            f"driver_{name}", lambda: compile_for_driver(build(), dialect)
+        )
+        return found
+
+    async def _run(
+        self,
+        driver: psycopg.AsyncConnection[Any],
+        name: str,
+        build: Callable[[], Any],
+        values: dict[str, Any],
+    ) -> list[Any]:
+        """Run the statement ``build()`` straight on psycopg (see
+        :func:`~caravel.store.postgresql.statements.execute`), compiled once under ``name``."""
+        sql, defaults = self._compiled(name, build)
+        return await execute(driver, sql, {**defaults, **values})
+
+    def _sever(self, conn: AsyncConnection) -> None:
+        cut(lambda: conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
+
+    @asynccontextmanager
+    async def _transaction(
+        self, *, readonly: bool, durable: bool = True, single: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        if single and durable:
+            # One statement is its own transaction: no BEGIN and COMMIT round trips.
+            async with self.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+            return
+        async with self.engine.begin() as conn:
+            if not durable:
+                # Acknowledgements only. The commit returns before it reaches disk; if the
+                # database server itself crashes in that window, the acknowledgement is lost and
+                # the job runs again after its lease expires (at-least-once allows that). Claims
+                # and enqueues stay fully durable.
+                await conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+            yield conn
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        await self._hot.close()
+        await super().close()

@@ -1,0 +1,157 @@
+"""The statements that insert new jobs on PostgreSQL, and the rows a COPY of them sends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from caravel.jobs import JobState
+from caravel.store.postgresql.notifications import CHANNEL
+from caravel.store.protocol import NewJob
+from caravel.store.schema import jobs
+
+__all__ = [
+    "COPY_COLUMNS",
+    "COPY_SQL",
+    "COPY_TYPES",
+    "INSERTED_HERE",
+    "INSERT_UNNEST",
+    "SEEN_BEFORE",
+    "copy_row",
+    "insert_one_notify_statement",
+    "insert_one_statement",
+    "unnest_values",
+]
+
+INSERT_UNNEST = sa.text(
+    """
+    INSERT INTO caravel_jobs (
+        id, queue, job_type, tenant_id, idempotency_key, payload, state, attempt,
+        max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context
+    )
+    SELECT id, queue, job_type, tenant_id, key, payload, 'ready', 0,
+           max_attempts, due, due, 0, created, created, trace
+    FROM unnest(
+        CAST(:ids AS uuid[]), CAST(:queues AS text[]), CAST(:job_types AS text[]),
+        CAST(:tenants AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
+        CAST(:max_attempts AS integer[]), CAST(:due AS bigint[]), CAST(:created AS bigint[]),
+        CAST(:traces AS text[])
+    ) AS new (id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace)
+    ON CONFLICT DO NOTHING
+    """
+)
+
+#: After a batch insert that skipped rows: which of the batch's ids this transaction inserted (a
+#: skipped job may share its id with an older row, as when a relay resends an intent).
+INSERTED_HERE = sa.text(
+    "SELECT id FROM caravel_jobs WHERE id = ANY(CAST(:ids AS uuid[])) "
+    "AND xmin = pg_current_xact_id()::xid"
+)
+
+#: Whether a row already holds a job's id or idempotency key (checked for the first job of a
+#: COPY, so that a batch submitted again goes straight to the path that skips such rows).
+SEEN_BEFORE = sa.text(
+    "SELECT EXISTS (SELECT FROM caravel_jobs WHERE id = CAST(:id AS uuid)) "
+    "OR EXISTS (SELECT FROM caravel_jobs WHERE queue = CAST(:queue AS text) "
+    "AND tenant_id = CAST(:tenant_id AS text) AND idempotency_key = CAST(:key AS text))"
+)
+
+
+def unnest_values(new_jobs: Sequence[NewJob]) -> dict[str, Any]:
+    """The parameters of :data:`INSERT_UNNEST` for ``new_jobs``: one array per column."""
+    return {
+        "ids": [j.id for j in new_jobs],
+        "queues": [j.queue for j in new_jobs],
+        "job_types": [j.job_type for j in new_jobs],
+        "tenants": [j.tenant_id for j in new_jobs],
+        "keys": [j.idempotency_key for j in new_jobs],
+        "payloads": [j.payload for j in new_jobs],
+        "max_attempts": [j.max_attempts for j in new_jobs],
+        "due": [j.due_at for j in new_jobs],
+        "created": [j.created_at for j in new_jobs],
+        "traces": [j.trace_context for j in new_jobs],
+    }
+
+
+#: The columns a COPY of new jobs fills, in the order of :func:`copy_row`, and the binary
+#: format each is sent in.
+COPY_COLUMNS = (
+    ("id", "uuid"),
+    ("queue", "text"),
+    ("job_type", "text"),
+    ("tenant_id", "text"),
+    ("idempotency_key", "text"),
+    ("payload", "text"),
+    ("state", "text"),
+    ("attempt", "int4"),
+    ("max_attempts", "int4"),
+    ("due_at", "int8"),
+    ("available_at", "int8"),
+    ("lease_token", "int8"),
+    ("created_at", "int8"),
+    ("updated_at", "int8"),
+    ("trace_context", "text"),
+)
+COPY_SQL = (
+    f"COPY {jobs.name} ({', '.join(name for name, _ in COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+)
+COPY_TYPES = [kind for _, kind in COPY_COLUMNS]
+
+
+_READY = JobState.READY.value
+
+
+def copy_row(job: NewJob) -> tuple[Any, ...]:
+    """A new job's row as COPY sends it: the same values as an INSERT of the job."""
+    return (
+        job.id,
+        job.queue,
+        job.job_type,
+        job.tenant_id,
+        job.idempotency_key,
+        job.payload,
+        _READY,
+        0,
+        job.max_attempts,
+        job.due_at,
+        job.due_at,
+        0,
+        job.created_at,
+        job.created_at,
+        job.trace_context,
+    )
+
+
+def _insert_columns() -> list[sa.Column[Any]]:
+    skipped = ("lease_expires_at", "started_at", "finished_at", "last_failure")
+    return [c for c in jobs.c if c.name not in skipped]
+
+
+def insert_one_statement() -> sa.Insert:
+    """INSERT one job (bound as ``b_<column>``); the id comes back when it was inserted."""
+    return (
+        postgresql.insert(jobs)
+        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in _insert_columns()})
+        .on_conflict_do_nothing()
+        .returning(jobs.c.id)
+    )
+
+
+def insert_one_notify_statement() -> sa.Select[Any]:
+    """The same INSERT, sending the queue's NOTIFY when the job went in due now: one round
+    trip."""
+    inserted = (
+        postgresql.insert(jobs)
+        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in _insert_columns()})
+        .on_conflict_do_nothing()
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.due_at, jobs.c.created_at)
+        .cte("inserted")
+    )
+    due_now = inserted.c.due_at <= inserted.c.created_at
+    return sa.select(
+        inserted.c.id,
+        sa.case((due_now, sa.func.pg_notify(CHANNEL, inserted.c.queue)), else_=None),
+    )

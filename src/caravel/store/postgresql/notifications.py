@@ -1,0 +1,121 @@
+"""Wake-ups over LISTEN/NOTIFY: which enqueues announce new work (the announcer), and the feed
+of announced queue names a worker listens to."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from caravel.store.postgresql.connections import CONNECT_ARGS
+from caravel.store.protocol import NewJob
+
+__all__ = ["CHANNEL", "NOTIFY", "NOTIFY_COOLDOWN", "Announcer", "listen"]
+
+logger = logging.getLogger("caravel.store")
+
+#: The channel enqueues announce new work on; the payload is the queue name.
+CHANNEL = "caravel_jobs"
+LISTEN_RETRY_SECONDS = 1.0
+#: At most one enqueue transaction per queue and process carries a NOTIFY within this window.
+NOTIFY_COOLDOWN = 0.005
+NOTIFY = sa.text(f"SELECT pg_notify('{CHANNEL}', :queue)")
+#: The trailing wake-up sent on its own needs no durability: it does not wait for the disk.
+_NOTIFY_ALONE = sa.text(
+    f"SELECT set_config('synchronous_commit', 'off', true), pg_notify('{CHANNEL}', :queue)"
+)
+
+
+class Announcer:
+    """Decides which enqueues wake the workers, so that NOTIFY never throttles enqueueing.
+
+    A NOTIFY takes a database-wide lock when its transaction commits and holds it until the
+    commit is on disk, so if every enqueue sent one, concurrent enqueues would commit one at a
+    time. Instead, per queue, the first enqueue after a quiet ``NOTIFY_COOLDOWN`` carries the
+    NOTIFY in its own transaction (no extra round trip), and enqueues within the cooldown carry
+    none. Each of those, once committed, (re)arms a trailing wake-up that fires when the queue
+    has had no enqueue for the cooldown: a separate NOTIFY that does not wait for the disk. A
+    steady stream therefore sends about one NOTIFY per cooldown, all inside enqueues, and the
+    last job of a burst is announced at most a cooldown after its commit. A wake-up that fails to
+    send only delays workers until they poll.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self.cooldown = NOTIFY_COOLDOWN
+        self._last: dict[str, float] = {}
+        self._trailing: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def lead(self, queue: str) -> bool:
+        """Whether the enqueue about to run should carry the queue's NOTIFY."""
+        now = asyncio.get_running_loop().time()
+        if now - self._last.get(queue, -self.cooldown) < self.cooldown:
+            return False
+        self._last[queue] = now
+        return True
+
+    def leading(self, new_jobs: Sequence[NewJob]) -> frozenset[str]:
+        """The queues whose NOTIFY an insert of ``new_jobs`` carries: those it brings jobs due
+        now, each where this insert is the first in its cooldown."""
+        due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
+        return frozenset(queue for queue in due_now if self.lead(queue))
+
+    def committed(self, queue: str, *, announced: bool) -> None:
+        """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own."""
+        timer = self._trailing.pop(queue, None)
+        if timer is not None:
+            timer.cancel()
+        if not announced:
+            loop = asyncio.get_running_loop()
+            self._trailing[queue] = loop.call_later(self.cooldown, self._fire, queue)
+
+    def _fire(self, queue: str) -> None:
+        self._trailing.pop(queue, None)
+        self._last[queue] = asyncio.get_running_loop().time()
+        task = asyncio.create_task(self._send(queue), name=f"caravel-notify-{queue}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, queue: str) -> None:
+        try:
+            async with self._engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(_NOTIFY_ALONE, {"queue": queue})
+        except (sa.exc.SQLAlchemyError, OSError) as exc:
+            logger.debug(
+                "could not send a wake-up; workers will find the job by polling",
+                extra={"error_type": type(exc).__name__},
+            )
+
+    async def close(self) -> None:
+        """Send the wake-ups still waiting, then let them finish."""
+        for queue in list(self._trailing):
+            self._trailing.pop(queue).cancel()
+            self._fire(queue)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def listen(dsn: str, queues: frozenset[str]) -> AsyncIterator[str]:
+    """Queue names from NOTIFY that are in ``queues``, over a dedicated connection to ``dsn``
+    outside the pool. A lost connection is re-opened after a pause; polling covers the gap."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                dsn, autocommit=True, **CONNECT_ARGS
+            ) as conn:
+                await conn.execute(f"LISTEN {CHANNEL}")
+                async for note in conn.notifies():
+                    if note.payload in queues:
+                        yield note.payload
+        except psycopg.Error as exc:
+            logger.warning(
+                "wake-up listener lost its connection; polling until it is back",
+                extra={"error_type": type(exc).__name__},
+            )
+        await asyncio.sleep(LISTEN_RETRY_SECONDS)

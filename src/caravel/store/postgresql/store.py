@@ -1,0 +1,103 @@
+"""The PostgreSQL store: claims lock their rows with ``FOR UPDATE SKIP LOCKED`` so competing
+workers never wait on each other, acknowledgement batches match their leases through unnested
+arrays, and enqueues wake listening workers through NOTIFY."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from caravel.jobs import Lease
+from caravel.store.base import claimed_from_rows
+from caravel.store.postgresql.inserts import InsertingStore
+from caravel.store.postgresql.notifications import listen
+from caravel.store.postgresql.statements import execute
+from caravel.store.protocol import ClaimBatch, ClaimRequest
+from caravel.store.schema import jobs
+
+__all__ = ["PostgresStore"]
+
+_SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
+
+
+class PostgresStore(InsertingStore):
+    supports_listen_notify = True
+    db_system = "postgresql"
+    insert_chunk = 1000
+
+    def _insert(self) -> Any:
+        return postgresql.insert(jobs)
+
+    def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
+        # Lock the picked rows, skipping any another worker holds, and hand their ids over as
+        # one array: "id = ANY(array)" is answered from the primary key, whatever the table's
+        # size, where a join against the picked set may be planned as a scan of the table.
+        picked = candidates.with_for_update(skip_locked=True).subquery("picked")
+        ids = sa.select(sa.func.array_agg(picked.c.id)).scalar_subquery()
+        return jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.Uuid())))
+
+    def _is_schema_missing(self, exc: BaseException) -> bool:
+        orig = getattr(exc, "orig", exc)
+        return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
+
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        source, limit = request.source, request.limit
+        values = self._claim_params(request, request.now)
+        del values["b_limit"]  # written into the statement's text instead
+        # The batch size is written into the statement (one prepared statement per size), so
+        # the planner always knows how few rows the claim reads.
+        sql, defaults = self._compiled(
+            f"claim_{source}", lambda: self._claim_statement(source, literal_limit=False)
+        )
+        sql = sql.replace("%(b_limit)b", str(int(limit)))
+        async with self._autocommit("job_claim", index_only=True) as driver:
+            rows = await execute(driver, sql, {**defaults, **values})
+        return claimed_from_rows(rows)
+
+    def _complete_statement(self) -> sa.Update:
+        # Sent as one autocommit statement, so the commit's durability is set inside it: the
+        # acknowledgement's commit returns before it reaches disk. If the database server itself
+        # crashes in that window the acknowledgement is lost and the job runs again after its
+        # lease expires (at-least-once allows that). Claims and enqueues stay fully durable.
+        relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True))
+        return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
+
+    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+        if not leases:
+            return set()
+        values = {**self._held_params(leases), "b_now": now}
+        async with self._autocommit("job_complete", index_only=True) as driver:
+            rows = await self._run(driver, "complete", self._complete_statement, values)
+        return {row[0] for row in rows}
+
+    def _held_clause(self) -> sa.ColumnElement[bool]:
+        # Two arrays instead of one placeholder pair per lease: the statement text is the same
+        # for every batch size, so the server prepares it once.
+        # The statement joins the jobs to the unnested pairs (UPDATE ... FROM), so the pairs
+        # drive it: one primary-key probe per lease. The server reuses a generic plan for a
+        # prepared statement, and for that plan it cannot know how many pairs there are; written
+        # as ``(id, token) IN (SELECT ... unnest(...))`` it chose to re-scan the pairs for every
+        # row, which made a large batch many times slower (figures in docs/performance.md).
+        ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
+        tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
+        held = sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived("held")
+        return sa.and_(
+            jobs.c.id == held.c.id,
+            jobs.c.lease_token == held.c.token,
+            jobs.c.state == "running",
+        )
+
+    def _held_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {
+            "b_ids": [lease.job_id for lease in leases],
+            "b_tokens": [lease.token for lease in leases],
+        }
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
+        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        return listen(dsn, frozenset(queues))
