@@ -1,0 +1,315 @@
+"""The statements every SQL dialect shares, in portable SQLAlchemy Core: built from plain
+parameters, with the dialect's choices (how claimed rows are picked and locked, how held leases
+are matched) passed in. :class:`~caravel.store.base.SqlStore` runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from caravel.jobs import FailureCategory, JobState
+from caravel.store.protocol import (
+    ClaimSource,
+    FailedAttempt,
+    Heartbeat,
+    JobFilter,
+    JobRef,
+    NewJob,
+    ThroughputQuery,
+)
+from caravel.store.rows import CLAIM_RETURNING, STATUS_COLUMNS
+from caravel.store.schema import VERSION_TABLE, jobs, workers
+
+__all__ = [
+    "claim",
+    "complete",
+    "counts",
+    "existing_by_id",
+    "existing_by_key",
+    "fail",
+    "heartbeat",
+    "job_list",
+    "owned",
+    "payload",
+    "renew",
+    "replay",
+    "same_content",
+    "schema_revision",
+    "status",
+    "throughput",
+    "worker_list",
+]
+
+RUNNING = JobState.RUNNING.value
+READY = JobState.READY.value
+DEAD = JobState.DEAD_LETTER.value
+COMPLETED = JobState.COMPLETED.value
+
+#: The columns that tell whether a skipped job is a repeat or a conflict.
+_IDENTITY = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.idempotency_key,
+    jobs.c.job_type,
+    jobs.c.payload,
+)
+
+
+def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
+    return sa.func.coalesce(sa.func.sum(sa.case((condition, 1), else_=0)), 0)
+
+
+def owned(ref: JobRef) -> sa.ColumnElement[bool]:
+    """The one job with this id, in this queue, of this exact tenant."""
+    return sa.and_(
+        jobs.c.id == ref.job_id, jobs.c.queue == ref.queue, jobs.c.tenant_id == ref.tenant_id
+    )
+
+
+# ----- inserts -------------------------------------------------------------------------------
+
+
+def existing_by_key(keys: Sequence[tuple[str, str, str | None]]) -> sa.Select[Any]:
+    """The rows holding these (queue, tenant, idempotency key) triples."""
+    condition = sa.tuple_(jobs.c.queue, jobs.c.tenant_id, jobs.c.idempotency_key).in_(keys)
+    return sa.select(*_IDENTITY).where(condition)
+
+
+def existing_by_id(ids: Sequence[Any]) -> sa.Select[Any]:
+    """The rows holding these ids."""
+    return sa.select(*_IDENTITY).where(jobs.c.id.in_(ids))
+
+
+def same_content(row: Any, job: NewJob) -> bool:
+    """Whether ``row`` holds what ``job`` would have stored (a repeat, not a conflict)."""
+    return (row.queue, row.tenant_id, row.job_type, row.payload) == (
+        job.queue,
+        job.tenant_id,
+        job.job_type,
+        job.payload,
+    )
+
+
+# ----- claims and acknowledgements -----------------------------------------------------------
+
+
+def claim(
+    source: ClaimSource,
+    target: Any,
+    *,
+    literal_limit: bool = True,
+) -> sa.Update:
+    """The claim for one source of jobs (see :data:`~caravel.store.protocol.ClaimSource`),
+    bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``. ``target(candidates)`` is
+    the dialect's condition for the rows the candidates pick; ``literal_limit`` writes the batch
+    size into the SQL text instead of binding it."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    expires = sa.bindparam("b_expires", type_=sa.BigInteger())
+    candidates = sa.select(jobs.c.id).where(
+        jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now
+    )
+    # The state as literal SQL, so the planner can match the partial lease index.
+    if source == "ready":
+        candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{READY}'"))
+    elif source == "expired":
+        candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{RUNNING}'"))
+    candidates = candidates.order_by(jobs.c.available_at).limit(
+        sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
+    )
+    exhausted = sa.and_(jobs.c.state == RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
+
+    def pick(if_exhausted: Any, otherwise: Any) -> sa.Case[Any]:
+        return sa.case((exhausted, if_exhausted), else_=otherwise)
+
+    return (
+        sa.update(jobs)
+        .where(target(candidates))
+        .values(
+            state=pick(DEAD, RUNNING),
+            attempt=pick(jobs.c.attempt, jobs.c.attempt + 1),
+            lease_token=jobs.c.lease_token + 1,
+            lease_expires_at=pick(sa.null(), expires),
+            available_at=pick(sa.null(), expires),
+            started_at=pick(jobs.c.started_at, now),
+            finished_at=pick(now, sa.null()),
+            last_failure=pick(FailureCategory.LEASE_EXPIRED.value, jobs.c.last_failure),
+            updated_at=now,
+        )
+        .returning(*CLAIM_RETURNING)
+    )
+
+
+def complete(held: sa.ColumnElement[bool]) -> sa.Update:
+    """Mark the rows ``held`` matches completed at ``b_now``; returns their ids."""
+    return (
+        sa.update(jobs)
+        .where(held)
+        .values(
+            state=COMPLETED,
+            available_at=None,
+            lease_expires_at=None,
+            finished_at=sa.bindparam("b_now"),
+            updated_at=sa.bindparam("b_now"),
+        )
+        .returning(jobs.c.id)
+    )
+
+
+def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.Update:
+    """Record one failed attempt on the row ``held`` matches: ready again at ``retry_at``, or a
+    dead letter when there is none. Returns its id."""
+    retry_at = failure.retry_at
+    return (
+        sa.update(jobs)
+        .where(held)
+        .values(
+            state=READY if retry_at is not None else DEAD,
+            due_at=retry_at if retry_at is not None else jobs.c.due_at,
+            available_at=retry_at,
+            lease_expires_at=None,
+            finished_at=None if retry_at is not None else now,
+            last_failure=failure.category,
+            updated_at=now,
+        )
+        .returning(jobs.c.id)
+    )
+
+
+def renew(held: sa.ColumnElement[bool], now: int, expires_at: int) -> sa.Update:
+    """Extend the unexpired lease ``held`` matches; returns its new expiry."""
+    return (
+        sa.update(jobs)
+        .where(held, jobs.c.lease_expires_at > now)
+        .values(lease_expires_at=expires_at, available_at=expires_at, updated_at=now)
+        .returning(jobs.c.lease_expires_at)
+    )
+
+
+# ----- status, replay and listings -----------------------------------------------------------
+
+
+def status(ref: JobRef) -> sa.Select[Any]:
+    return sa.select(*STATUS_COLUMNS).where(owned(ref))
+
+
+def payload(ref: JobRef) -> sa.Select[Any]:
+    return sa.select(jobs.c.payload).where(owned(ref))
+
+
+def replay(ref: JobRef, now: int) -> sa.Update:
+    """A dead letter of this queue and tenant made ready again: attempts reset, due now."""
+    return (
+        sa.update(jobs)
+        .where(owned(ref), jobs.c.state == DEAD)
+        .values(
+            state=READY,
+            attempt=0,
+            due_at=now,
+            available_at=now,
+            lease_expires_at=None,
+            started_at=None,
+            finished_at=None,
+            last_failure=None,
+            updated_at=now,
+        )
+        .returning(jobs.c.id)
+    )
+
+
+def job_list(where: JobFilter) -> sa.Select[Any]:
+    conditions: list[sa.ColumnElement[bool]] = []
+    if where.queue is not None:
+        conditions.append(jobs.c.queue == where.queue)
+    if where.tenant_id is not None:
+        conditions.append(jobs.c.tenant_id == where.tenant_id)
+    if where.state is not None:
+        conditions.append(jobs.c.state == where.state.value)
+    if where.job_type is not None:
+        conditions.append(jobs.c.job_type == where.job_type)
+    order = (
+        (jobs.c.created_at.asc(), jobs.c.id.asc())
+        if where.oldest_first
+        else (jobs.c.created_at.desc(), jobs.c.id.desc())
+    )
+    return (
+        sa.select(*STATUS_COLUMNS)
+        .where(*conditions)
+        .order_by(*order)
+        .limit(where.limit)
+        .offset(where.offset)
+    )
+
+
+def counts(queue: str | None, now: int) -> sa.Select[Any]:
+    """Per queue: ready, delayed, running, expired, dead_letter, completed and the oldest due
+    time of a ready job, at ``now``."""
+    ready = jobs.c.state == READY
+    running = jobs.c.state == RUNNING
+    due = sa.and_(ready, jobs.c.due_at <= now)
+    stmt = (
+        sa.select(
+            jobs.c.queue,
+            _count(due).label("ready"),
+            _count(sa.and_(ready, jobs.c.due_at > now)).label("delayed"),
+            _count(sa.and_(running, jobs.c.lease_expires_at > now)).label("running"),
+            _count(sa.and_(running, jobs.c.lease_expires_at <= now)).label("expired"),
+            _count(jobs.c.state == DEAD).label("dead_letter"),
+            _count(jobs.c.state == COMPLETED).label("completed"),
+            sa.func.min(sa.case((due, jobs.c.due_at))).label("oldest"),
+        )
+        .group_by(jobs.c.queue)
+        .order_by(jobs.c.queue)
+    )
+    return stmt if queue is None else stmt.where(jobs.c.queue == queue)
+
+
+def throughput(query: ThroughputQuery) -> sa.Select[Any]:
+    """Finished jobs per queue and bucket (only buckets with a job), ordered."""
+    finished = jobs.c.finished_at
+    conditions = [
+        finished >= query.since,
+        finished < query.until,
+        jobs.c.state.in_((COMPLETED, DEAD)),
+    ]
+    if query.queue is not None:
+        conditions.append(jobs.c.queue == query.queue)
+    # Integer division on both databases (finished_at - since is never negative here).
+    bucket = ((finished - query.since) // query.bucket_ms).label("bucket")
+    inner = sa.select(jobs.c.queue, jobs.c.state, bucket).where(*conditions).subquery()
+    return (
+        sa.select(
+            inner.c.queue,
+            inner.c.bucket,
+            _count(inner.c.state == COMPLETED).label("completed"),
+            _count(inner.c.state == DEAD).label("dead_lettered"),
+        )
+        .group_by(inner.c.queue, inner.c.bucket)
+        .order_by(inner.c.queue, inner.c.bucket)
+    )
+
+
+# ----- the worker registry and the schema ----------------------------------------------------
+
+
+def heartbeat(beat: Heartbeat) -> sa.Update:
+    values: dict[str, Any] = {"heartbeat_at": beat.now, "in_flight": beat.in_flight}
+    if beat.stopped:
+        values["stopped_at"] = beat.now
+    return sa.update(workers).where(workers.c.id == beat.worker_id).values(values)
+
+
+def worker_list(since: int) -> sa.Select[Any]:
+    return (
+        sa.select(workers)
+        .where(workers.c.heartbeat_at >= since)
+        .order_by(workers.c.started_at.desc())
+        .limit(500)
+    )
+
+
+def schema_revision() -> sa.Select[Any]:
+    version = sa.table(VERSION_TABLE, sa.column("version_num", sa.String()))
+    return sa.select(version.c.version_num)

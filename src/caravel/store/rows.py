@@ -1,0 +1,197 @@
+"""Between rows and values: the columns the shared statements return, and how a row becomes a
+job status, a claimed job, a count or a worker record (and a new job becomes a row). Shared by
+every SQL dialect."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from caravel.clock import from_ms
+from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+from caravel.store.protocol import (
+    ClaimBatch,
+    NewJob,
+    QueueCounts,
+    ThroughputBucket,
+    WorkerRecord,
+)
+from caravel.store.schema import jobs
+
+__all__ = [
+    "CLAIM_RETURNING",
+    "STATUS_COLUMNS",
+    "claimed_from_rows",
+    "counts_from_row",
+    "job_row",
+    "status_from_row",
+    "throughput_from_row",
+    "worker_from_row",
+    "worker_row",
+]
+
+RUNNING = JobState.RUNNING.value
+READY = JobState.READY.value
+
+#: What a job's status is read from.
+STATUS_COLUMNS = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.job_type,
+    jobs.c.state,
+    jobs.c.attempt,
+    jobs.c.max_attempts,
+    jobs.c.due_at,
+    jobs.c.created_at,
+    jobs.c.updated_at,
+    jobs.c.started_at,
+    jobs.c.finished_at,
+    jobs.c.lease_expires_at,
+    jobs.c.last_failure,
+)
+
+#: What a claim returns, in the order :func:`claimed_from_rows` reads it.
+CLAIM_RETURNING = (
+    jobs.c.id,
+    jobs.c.state,
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.job_type,
+    jobs.c.payload,
+    jobs.c.attempt,
+    jobs.c.max_attempts,
+    jobs.c.lease_token,
+    jobs.c.lease_expires_at,
+    jobs.c.started_at,
+    jobs.c.due_at,
+    jobs.c.trace_context,
+)
+
+
+def _optional_time(ms: int | None) -> Any:
+    return None if ms is None else from_ms(ms)
+
+
+def status_from_row(row: Any) -> JobStatus:
+    return JobStatus(
+        job_id=row.id,
+        queue=row.queue,
+        tenant_id=row.tenant_id,
+        job_type=row.job_type,
+        state=JobState(row.state),
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        due_at=from_ms(row.due_at),
+        created_at=from_ms(row.created_at),
+        updated_at=from_ms(row.updated_at),
+        started_at=_optional_time(row.started_at),
+        finished_at=_optional_time(row.finished_at),
+        lease_expires_at=_optional_time(row.lease_expires_at),
+        last_failure=row.last_failure,
+    )
+
+
+def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
+    """The jobs a claim returned (columns in :data:`CLAIM_RETURNING` order), oldest due first;
+    rows the claim dead-lettered instead (their last lease had expired) are only counted."""
+    claimed: list[ClaimedJob] = []
+    dead = 0
+    for row in rows:
+        (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
+         started, due, trace) = row  # fmt: skip
+        if state != RUNNING:
+            dead += 1
+            continue
+        lease = Lease(
+            job_id=job_id,
+            token=token,
+            expires_at_ms=expires,
+            claimed_at_ms=started,
+            attempt=attempt,
+            max_attempts=max_attempts,
+        )
+        claimed.append(
+            ClaimedJob(
+                lease=lease,
+                queue=queue,
+                tenant_id=tenant,
+                job_type=job_type,
+                payload=payload,
+                due_at_ms=due,
+                trace_context=trace,
+            )
+        )
+    claimed.sort(key=lambda job: job.due_at_ms)
+    return ClaimBatch(claimed=claimed, dead_lettered=dead)
+
+
+def counts_from_row(row: Any) -> QueueCounts:
+    return QueueCounts(
+        queue=row.queue,
+        ready=int(row.ready),
+        delayed=int(row.delayed),
+        running=int(row.running),
+        expired=int(row.expired),
+        dead_letter=int(row.dead_letter),
+        completed=int(row.completed),
+        oldest_ready_due_ms=None if row.oldest is None else int(row.oldest),
+    )
+
+
+def throughput_from_row(row: Any, since: int, bucket_ms: int) -> ThroughputBucket:
+    return ThroughputBucket(
+        queue=row.queue,
+        start=since + int(row.bucket) * bucket_ms,
+        completed=int(row.completed),
+        dead_lettered=int(row.dead_lettered),
+    )
+
+
+def worker_from_row(row: Any) -> WorkerRecord:
+    return WorkerRecord(
+        id=row.id,
+        host=row.host,
+        pid=row.pid,
+        queues=tuple(q for q in row.queues.split(",") if q),
+        concurrency=row.concurrency,
+        started_at=row.started_at,
+        heartbeat_at=row.heartbeat_at,
+        in_flight=row.in_flight,
+        stopped_at=row.stopped_at,
+    )
+
+
+def worker_row(worker: WorkerRecord) -> dict[str, Any]:
+    return {
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": ",".join(worker.queues),
+        "concurrency": worker.concurrency,
+        "started_at": worker.started_at,
+        "heartbeat_at": worker.heartbeat_at,
+        "in_flight": worker.in_flight,
+        "stopped_at": None,
+    }
+
+
+def job_row(job: NewJob) -> dict[str, Any]:
+    """A new job's row, as every insert path writes it."""
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "job_type": job.job_type,
+        "tenant_id": job.tenant_id,
+        "idempotency_key": job.idempotency_key,
+        "payload": job.payload,
+        "state": READY,
+        "attempt": 0,
+        "max_attempts": job.max_attempts,
+        "due_at": job.due_at,
+        "available_at": job.due_at,
+        "lease_token": 0,
+        "created_at": job.created_at,
+        "updated_at": job.created_at,
+        "trace_context": job.trace_context,
+    }
