@@ -17,7 +17,7 @@ and Caravel's failure category only.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 from uuid import UUID
@@ -29,19 +29,16 @@ from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, Stat
 from caravel.limits import MAX_TRACE_CONTEXT_LENGTH
 
 __all__ = [
-    "QueueGauges",
     "Span",
     "carrier_for_current_context",
     "enqueue_span",
     "job_span",
     "mark_failure",
-    "queue_gauges",
     "record_claimed",
     "record_dead_lettered",
     "record_dispatched",
     "record_enqueued",
     "record_lease_lost",
-    "record_outbox_pending",
     "record_outcome",
     "record_renewal",
     "record_replayed",
@@ -320,89 +317,3 @@ def relay_span(count: int) -> Iterator[Span]:
                 {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
             )
         yield span
-
-
-# ----- queue depth, read from the database ---------------------------------------------------
-
-
-class QueueGauges:
-    """Observable gauges for queue depth per state and the age of the oldest ready job.
-
-    The gauges report the last snapshot given to :meth:`update`: per queue, the count of jobs in
-    each state, and how long its oldest due job has waited (in seconds). One collector per
-    deployment (a worker with ``WorkerOptions(queue_metrics_interval=...)``) is enough, so the
-    database is not queried by every process. Use :func:`queue_gauges` for the process-wide
-    instance.
-    """
-
-    def __init__(self) -> None:
-        self.depths: dict[str, dict[str, int]] = {}
-        self.oldest_ready_age: dict[str, float] = {}
-        meter.create_observable_gauge(
-            "caravel.queue.depth",
-            callbacks=[self._depth],
-            unit="{job}",
-            description="Jobs per queue and state (ready, delayed, running, expired, "
-            "dead_letter, completed)",
-        )
-        meter.create_observable_gauge(
-            "caravel.queue.oldest_ready_age",
-            callbacks=[self._age],
-            unit="s",
-            description="How long the oldest due job of each queue has waited",
-        )
-
-    def update(
-        self, depths: Mapping[str, Mapping[str, int]], oldest_ready_age: Mapping[str, float]
-    ) -> None:
-        self.depths = {queue: dict(states) for queue, states in depths.items()}
-        self.oldest_ready_age = dict(oldest_ready_age)
-
-    def _depth(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        for queue, states in self.depths.items():
-            for state, count in states.items():
-                yield metrics.Observation(
-                    count, {"messaging.destination.name": queue, "caravel.state": state}
-                )
-
-    def _age(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        for queue, age in self.oldest_ready_age.items():
-            yield metrics.Observation(age, {"messaging.destination.name": queue})
-
-
-_gauges: QueueGauges | None = None
-
-
-def queue_gauges() -> QueueGauges:
-    """The process-wide queue gauges (created, and registered with the meter, on first use)."""
-    global _gauges
-    if _gauges is None:
-        _gauges = QueueGauges()
-    return _gauges
-
-
-class OutboxGauge:
-    """``caravel.outbox.pending``: intents not yet dispatched, as the relay last counted them."""
-
-    def __init__(self) -> None:
-        self.pending: dict[str, int] = {}
-        meter.create_observable_gauge(
-            "caravel.outbox.pending",
-            callbacks=[self._observe],
-            unit="{intent}",
-            description="Outbox intents not yet dispatched, per outbox table",
-        )
-
-    def _observe(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        for table, count in self.pending.items():
-            yield metrics.Observation(count, {"caravel.outbox.table": table})
-
-
-_outbox_gauge: OutboxGauge | None = None
-
-
-def record_outbox_pending(table: str, count: int) -> None:
-    global _outbox_gauge
-    if _outbox_gauge is None:
-        _outbox_gauge = OutboxGauge()
-    _outbox_gauge.pending[table] = count

@@ -56,9 +56,9 @@ from caravel import (
     QueueWorker,
     WorkerOptions,
     add_outbox,
-    telemetry,
 )
 from caravel.clock import from_ms
+from caravel.gauges import queue_gauges
 from caravel.queue import PREPARE_CHUNK
 from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
@@ -795,7 +795,7 @@ async def test_queue_gauges_report_depth_per_state_and_the_oldest_ready_age(
     db_url: str, otel: Telemetry
 ) -> None:
     clock = ManualClock()
-    gauges = telemetry.queue_gauges()
+    gauges = queue_gauges()
     gauges.update({}, {})  # forget earlier tests' snapshots
     async with (
         open_queue(db_url, clock=clock, max_attempts=1) as queue,
@@ -857,7 +857,7 @@ async def test_a_worker_with_queue_metrics_publishes_the_gauges(
     db_url: str, otel: Telemetry
 ) -> None:
     clock = ManualClock()
-    gauges = telemetry.queue_gauges()
+    gauges = queue_gauges()
     gauges.update({}, {})
     where = {"messaging.destination.name": "watched"}
     async with open_queue(db_url, clock=clock) as queue:

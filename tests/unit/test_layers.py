@@ -112,6 +112,8 @@ def test_the_facade_and_the_inspector_do_not_import_the_worker_or_the_outbox() -
 def test_telemetry_is_a_leaf() -> None:
     caravel_imports = {n for n in MODULES["caravel.telemetry"] if _inside(n, "caravel")}
     assert caravel_imports <= {"caravel.limits", "caravel.limits.MAX_TRACE_CONTEXT_LENGTH"}
+    gauges_imports = {n for n in MODULES["caravel.gauges"] if _inside(n, "caravel")}
+    assert gauges_imports <= {"caravel.telemetry", "caravel.telemetry.meter"}
 
 
 def test_leaves_import_only_leaves() -> None:
@@ -141,7 +143,7 @@ def test_leaves_import_only_leaves() -> None:
         ("uvicorn", ("caravel.cli.dashboard",)),
         ("typer", ("caravel.cli",)),
         ("rich", ("caravel.cli",)),
-        ("opentelemetry", ("caravel.telemetry",)),
+        ("opentelemetry", ("caravel.telemetry", "caravel.gauges")),
         ("fastapi", ()),
         ("django", ()),
     ],

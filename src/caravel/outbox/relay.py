@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from caravel import telemetry
+from caravel import gauges, telemetry
 from caravel._failpoints import failpoint
 from caravel.clock import duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
@@ -132,7 +132,7 @@ class OutboxRelay:
         self._last_pass_full = len(rows) >= self.batch_size
         table_name = self._outbox.table_name
         if not rows:
-            telemetry.record_outbox_pending(table_name, backlog)
+            gauges.record_outbox_pending(table_name, backlog)
             return 0
         ready: list[tuple[PendingEnvelope, NewJob]] = []
         stuck: list[_Stuck] = []
@@ -151,7 +151,7 @@ class OutboxRelay:
             telemetry.record_dispatched(row.queue, row.job_type)
         for row, reason in stuck:
             telemetry.record_undeliverable(row.queue, reason)
-        telemetry.record_outbox_pending(table_name, backlog - len(delivered))
+        gauges.record_outbox_pending(table_name, backlog - len(delivered))
         self.dispatched += len(delivered)
         return len(delivered)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from uuid import UUID
 
-from caravel import telemetry
+from caravel import gauges
 from caravel.clock import Clock
 from caravel.errors import CaravelError
 from caravel.limits import MAX_HOST_LENGTH
@@ -105,7 +105,7 @@ class QueueGaugeCollector:
         self._store = store
         self._clock = clock
         self._every = interval.total_seconds()
-        self._gauges = telemetry.queue_gauges()
+        self._gauges = gauges.queue_gauges()
 
     async def run(self) -> None:
         while True:
