@@ -55,7 +55,7 @@ from tests.faults.netns import NetworkHost, network_host, require_namespaces
 from tests.faults.pgserver import PrivateCluster
 from tests.faults.proxy import Action, FaultProxy, Timing, Trigger
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.serial]
 
 LEASE = 2.0
 RENEW = ("--lease-renewal-interval", "0.5")
