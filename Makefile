@@ -1,12 +1,19 @@
 # Everything a newcomer needs: `make demo` runs Caravel end to end on SQLite; `make test` runs
 # lint, types and the whole suite against SQLite and PostgreSQL. Both create .venv themselves.
+# `make check` is the fast tier: lint, types and every test not marked slow (tests/README.md).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck pytest bench soak clean
+# The suite runs on this many pytest-xdist workers (each with databases of its own; tests marked
+# `serial` share one worker). PYTEST_WORKERS=0 runs it in this process; PYTEST_ARGS go last, so
+# `PYTEST_ARGS="-n 0 -x tests/unit"` works too.
+PYTEST_WORKERS ?= 3
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+
+.PHONY: install demo test check lint typecheck pytest pytest-fast bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +34,14 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+pytest-fast: $(STAMP)
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+check: lint typecheck pytest-fast
 
 # Throughput and latency on PostgreSQL and SQLite, and the peers (pgqueuer, procrastinate) on
 # PostgreSQL; medians of three runs; prints a table and writes JSON under bench/results/.

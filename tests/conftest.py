@@ -1,5 +1,10 @@
 """Shared fixtures. ``db_url`` runs a test once per database: a fresh SQLite file and a clean,
-migrated PostgreSQL database."""
+migrated PostgreSQL database.
+
+Under pytest-xdist (``make test`` runs with ``-n``) every worker process has databases of its
+own: the session's PostgreSQL database is named after the process id, SQLite files live in each
+test's ``tmp_path``. Tests marked ``serial`` all run on one worker, one after another (the
+``serial`` xdist group, with ``--dist loadgroup``), never side by side with each other."""
 
 from __future__ import annotations
 
@@ -12,6 +17,14 @@ from caravel.store.schema import metadata
 from tests.databases import SqliteTemplate, pg_database, truncate_pg
 
 BACKENDS = ("sqlite", "postgresql")
+SERIAL_GROUP = "serial"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``serial`` tests join one xdist group (it takes effect with ``--dist loadgroup``)."""
+    for item in items:
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,10 @@
 
 PostgreSQL is found at ``CARAVEL_TEST_POSTGRES_URL`` (default: the local server, user root). When
 ``CI=true`` a test that needs PostgreSQL and cannot reach it fails; elsewhere it is skipped with
-the reason.
+the reason. Every database is created with a name of its own (the process id and a random
+suffix), so processes running tests side by side (pytest-xdist workers, other checkouts) never
+share one. ``admin_url`` names another server (the fault suite's private cluster,
+:mod:`tests.faults.pgserver`); by default it is ``ADMIN_URL``.
 """
 
 from __future__ import annotations
@@ -24,39 +27,52 @@ ADMIN_URL = os.environ.get("CARAVEL_TEST_POSTGRES_URL", "postgresql://root@127.0
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
-def _admin_dsn() -> str:
-    url = make_url(ADMIN_URL)
+def _admin_dsn(admin_url: str = ADMIN_URL) -> str:
+    url = make_url(admin_url)
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def postgres_unavailable(reason: str) -> None:
+def _server(url: str) -> tuple[str | None, int]:
+    parsed = make_url(url)
+    return parsed.host, parsed.port or 5432
+
+
+def postgres_unavailable(reason: str, admin_url: str = ADMIN_URL) -> None:
     """Fail in CI, skip elsewhere."""
-    message = f"PostgreSQL is not reachable at {ADMIN_URL}: {reason}"
+    message = f"PostgreSQL is not reachable at {admin_url}: {reason}"
     if IN_CI:
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
 
 
-def create_pg_database(prefix: str = "caravel_test") -> str:
-    """Create an empty database and return its URL."""
+def create_pg_database(prefix: str = "caravel_test", *, admin_url: str = ADMIN_URL) -> str:
+    """Create an empty database on ``admin_url``'s server and return its URL."""
     name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
     try:
-        with psycopg.connect(_admin_dsn(), autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(_admin_dsn(admin_url), autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as exc:
-        postgres_unavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    return make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        postgres_unavailable(reason, admin_url)
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
 def drop_pg_database(url: str) -> None:
+    """Drop ``url``'s database, through ``ADMIN_URL`` when it lives on that server and through
+    the server's ``postgres`` database otherwise."""
     name = make_url(url).database
-    with psycopg.connect(_admin_dsn(), autocommit=True, connect_timeout=5) as conn:
+    admin = ADMIN_URL if _server(url) == _server(ADMIN_URL) else _with_database(url, "postgres")
+    with psycopg.connect(_admin_dsn(admin), autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _with_database(url: str, database: str) -> str:
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
 @contextmanager
-def pg_database(*, migrated: bool) -> Iterator[str]:
-    url = create_pg_database()
+def pg_database(*, migrated: bool, admin_url: str = ADMIN_URL) -> Iterator[str]:
+    url = create_pg_database(admin_url=admin_url)
     try:
         if migrated:
             migrate.upgrade(url)

@@ -18,6 +18,8 @@ from sqlalchemy.engine import make_url
 from caravel import migrate
 from tests.databases import create_pg_database, drop_pg_database, sqlite_url
 
+pytestmark = pytest.mark.slow  # every test runs the console script in a subprocess
+
 BIN_DIR = Path(sys.executable).parent
 UPGRADE_HINT = "caravel db upgrade"
 

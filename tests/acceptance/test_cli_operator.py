@@ -31,6 +31,8 @@ from caravel.testing import ManualClock
 from tests.processes import CARAVEL, ROOT, run_cli, wait_until
 from tests.support import Add, Report, dispatch, open_queue
 
+pytestmark = pytest.mark.slow  # every test runs the console script in a subprocess
+
 #: A distinctive string stored only inside one payload: it must never leak into listings.
 CANARY = "zq-canary-payload-5e1f0b9d"
 

@@ -22,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.backend.serving import REAL_PASSWORD, command, serving, sign_in_over_http
 from tests.backend.test_limits import padded_event
 
+pytestmark = pytest.mark.slow  # the sample's commands as subprocesses, a real uvicorn
+
 LIMIT = 16 * 1024
 
 

@@ -127,15 +127,16 @@ def _uuid(value: object) -> str:
 # ----- the app database ----------------------------------------------------------------------
 
 
-def create_app_database(backend: str, directory: Path) -> str:
+def create_app_database(backend: str, directory: Path, *, admin_url: str | None = None) -> str:
     """A new, empty app database with the effects and ledger tables; returns its URL. On
-    PostgreSQL it is a new database on the test server: drop it with :func:`drop_app_database`."""
+    PostgreSQL it is a new database on the test server (or on ``admin_url``'s): drop it with
+    :func:`drop_app_database`."""
     if backend == "sqlite":
         url = f"sqlite:///{directory / 'app.db'}"
     else:
-        from tests.databases import create_pg_database
+        from tests.databases import ADMIN_URL, create_pg_database
 
-        url = create_pg_database("caravel_faults_app")
+        url = create_pg_database("caravel_faults_app", admin_url=admin_url or ADMIN_URL)
     create_app_schema(url)
     return url
 
@@ -148,8 +149,8 @@ def drop_app_database(url: str) -> None:
 
 
 @contextlib.contextmanager
-def app_database(backend: str, directory: Path) -> Iterator[str]:
-    url = create_app_database(backend, directory)
+def app_database(backend: str, directory: Path, *, admin_url: str | None = None) -> Iterator[str]:
+    url = create_app_database(backend, directory, admin_url=admin_url)
     try:
         yield url
     finally:

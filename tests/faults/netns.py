@@ -8,7 +8,9 @@ for (unlike :class:`tests.faults.proxy.FaultProxy`'s blackhole, where the proxy'
 acknowledges everything). :meth:`NetworkHost.delete_link` removes the pair altogether.
 
 PostgreSQL usually listens on localhost only, so the host side runs a
-:class:`~tests.faults.proxy.FaultProxy` bound to :attr:`NetworkHost.host_address`.
+:class:`~tests.faults.proxy.FaultProxy` bound to :attr:`NetworkHost.host_address`, forwarding to
+the server the queue URL names (:meth:`FaultProxy.to`; in ``test_postgres_faults.py`` the private
+cluster). Nothing here touches a PostgreSQL server: only the namespace and its veth pair.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The proxy runs its own asyncio loop in a background thread, so a synchronous test (one that drives
 real worker processes) can call it directly. Workers reach PostgreSQL through it by using
-:meth:`FaultProxy.url` as their queue URL.
+:meth:`FaultProxy.url` as their queue URL; :meth:`FaultProxy.to` puts the proxy in front of the
+server a database URL names (the shared test server, or the fault suite's private cluster).
 
 It follows the PostgreSQL wire protocol just far enough to know which statement a connection is
 running (``Parse``/``Bind``/``Query`` messages, including named prepared statements), so a test can
@@ -255,6 +256,13 @@ class FaultProxy:
         self.seen: Counter[str] = Counter()
         self.statements: list[tuple[float, int, str]] = []  # (time, link, kind) of queue SQL
         self.events: list[tuple[float, int, str]] = []  # (time, link, what) for diagnostics
+
+    @classmethod
+    def to(cls, database_url: str, *, listen_host: str = "127.0.0.1") -> FaultProxy:
+        """A proxy in front of the server ``database_url`` names (its host and port), rather
+        than the default ``127.0.0.1:5432``."""
+        url = make_url(database_url)
+        return cls(url.host or "127.0.0.1", url.port or 5432, listen_host=listen_host)
 
     # ----- lifecycle -----------------------------------------------------------------------
 

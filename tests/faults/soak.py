@@ -97,7 +97,7 @@ def run_soak(
     with contextlib.ExitStack() as stack:
         proxy = None
         if queue_url.startswith("postgresql"):
-            proxy = stack.enter_context(FaultProxy())
+            proxy = stack.enter_context(FaultProxy.to(queue_url))
         report, supervisor = _run(
             queue_url, app_url, log_dir, profile, progress, rng, schedule, client, proxy
         )

@@ -12,6 +12,10 @@ acknowledged enqueue exists, every job is terminal, at most one effect per job, 
 was written by the holder of the last claim, and so on. The documented contract under test: a
 database failure while claiming, acknowledging or renewing stops the worker with exit code 1 and
 is never recorded as a job failure; the job's lease expires and it runs again.
+
+Every database here lives on the private cluster of this test process (``pg_cluster``, see
+:mod:`tests.faults.pgserver`), never on the shared test server: ``pg_url`` and ``pg_app_url``
+are overridden below, and the proxies forward to the cluster's port.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import pgserver
 from tests.faults.effects_app import APP_URL_ENV
 from tests.faults.harness import (
     APP_MODULE,
@@ -39,7 +42,6 @@ from tests.faults.harness import (
     Worker,
     all_terminal,
     check,
-    clear_app_database,
     create_app_database,
     enqueue_effects,
     job_rows,
@@ -50,9 +52,10 @@ from tests.faults.harness import (
     wait_until,
 )
 from tests.faults.netns import NetworkHost, network_host, require_namespaces
+from tests.faults.pgserver import PrivateCluster
 from tests.faults.proxy import Action, FaultProxy, Timing, Trigger
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.serial]
 
 LEASE = 2.0
 RENEW = ("--lease-renewal-interval", "0.5")
@@ -62,10 +65,17 @@ DETECTION_BOUND = 90.0
 
 
 @pytest.fixture
-def pg_app_url(pg_app_session_url: str) -> str:
-    """The PostgreSQL application database (effects and ledger), emptied."""
-    clear_app_database(pg_app_session_url)
-    return pg_app_session_url
+def pg_url(cluster_queue_url: str) -> str:
+    """The migrated queue database, emptied: on the private cluster (this module restarts the
+    server and terminates sessions)."""
+    return cluster_queue_url
+
+
+@pytest.fixture
+def pg_app_url(cluster_app_url: str) -> str:
+    """The PostgreSQL application database (effects and ledger) on the private cluster,
+    emptied."""
+    return cluster_app_url
 
 
 def nonzero_exits(supervisor: Supervisor) -> list[int]:
@@ -91,16 +101,15 @@ def all_completed(queue_url: str, ids: Sequence[str]) -> bool:
 
 
 def test_postgres_restarted_immediately_under_load_loses_nothing(
-    pg_url: str, pg_app_url: str, logs: Path
+    pg_cluster: PrivateCluster, pg_url: str, pg_app_url: str, logs: Path
 ) -> None:
-    pgserver.require_control()
     # Both databases live on the restarted server: a handler whose app write hits the restart
     # fails that attempt (a genuine HandlerFailed), so allow a few attempts.
     client = Client(pg_url, max_attempts=5)
     upfront = client.enqueue(Effect(value=i, sleep=0.2) for i in range(200))
     feeder = Client(pg_url, max_attempts=5)
     with (
-        pgserver.kept_running(),
+        pg_cluster.kept_running(),
         Supervisor(
             pg_url, pg_app_url, logs, workers=4, concurrency=2, lease_duration=LEASE
         ) as supervisor,
@@ -108,7 +117,7 @@ def test_postgres_restarted_immediately_under_load_loses_nothing(
         wait_until(lambda: job_states(pg_url)["completed"] >= 20, timeout=60, what="work to flow")
         feeder.start((Effect(value=1000 + i, sleep=0.05) for i in range(60)), pause=0.05)
         completed_before = job_states(pg_url)["completed"]
-        took = pgserver.restart("immediate")
+        took = pg_cluster.restart("immediate")
         feeder.join(timeout=120)
         acknowledged = [*upfront, *feeder.acknowledged]
         wait_until(
@@ -158,7 +167,7 @@ def test_a_connection_reset_mid_operation_stops_the_worker_and_the_job_is_settle
 ) -> None:
     sleep = 1.2 if kind == "renew" else 0.2  # long enough for a renewal at 0.5 s
     ids = enqueue_effects(pg_url, 6, sleep=sleep)
-    with FaultProxy() as proxy:
+    with FaultProxy.to(pg_url) as proxy:
         trigger = proxy.arm(Trigger(kind, timing, Action.RESET))
         with Supervisor(
             proxy.url(pg_url),
@@ -226,7 +235,7 @@ def test_a_silently_stalled_connection_is_detected_in_bounded_time(
     the statement): only a deadline on the client side bounds it. Packet loss on the path, which
     keepalives do catch, is the ``deleted`` case of the network-namespace test below."""
     ids = enqueue_effects(pg_url, 3, sleep=0.2)
-    with FaultProxy() as proxy:
+    with FaultProxy.to(pg_url) as proxy:
         trigger = proxy.arm(Trigger("complete", Timing.REQUEST, Action.BLACKHOLE, everywhere=True))
         stalled = start_worker(
             proxy.url(pg_url), pg_app_url, logs / "stalled.log", lease_duration=LEASE
@@ -260,7 +269,7 @@ def test_a_renewal_that_hangs_does_not_keep_a_handler_running_past_its_lease(
     worker's handler must be cancelled at its lease deadline (workers.md: "a handler still
     running when its lease expires is cancelled"), not keep running next to the takeover."""
     (job_id,) = enqueue_effects(pg_url, 1, sleep=6.0, sleep_attempts=1)
-    with FaultProxy() as proxy:
+    with FaultProxy.to(pg_url) as proxy:
         trigger = proxy.arm(Trigger("renew", Timing.REQUEST, Action.BLACKHOLE))
         stalled = start_worker(
             proxy.url(pg_url),
@@ -294,7 +303,7 @@ def test_a_renewal_that_hangs_does_not_keep_a_handler_running_past_its_lease(
 
 
 def test_worker_sessions_terminated_every_few_seconds_fail_no_job(
-    pg_url: str, pg_app_url: str, logs: Path
+    pg_cluster: PrivateCluster, pg_url: str, pg_app_url: str, logs: Path
 ) -> None:
     """Every few seconds, once the workers are back and busy, every session they hold is
     terminated (``application_name = 'caravel'``: pooled connections and listeners; the handlers'
@@ -314,12 +323,12 @@ def test_worker_sessions_terminated_every_few_seconds_fail_no_job(
     def terminator() -> None:
         while not stop.is_set():
             back = time.monotonic() + 20
-            while pgserver.sessions(pg_url) < 2 and time.monotonic() < back:
+            while pg_cluster.sessions(pg_url) < 2 and time.monotonic() < back:
                 if stop.wait(0.1):
                     return
             if stop.wait(1.0):  # let them claim and run a little
                 return
-            rounds.append((pgserver.terminate_sessions(pg_url), unfinished()))
+            rounds.append((pg_cluster.terminate_sessions(pg_url), unfinished()))
 
     killer = threading.Thread(target=terminator, daemon=True)
     with Supervisor(
@@ -352,18 +361,19 @@ def test_worker_sessions_terminated_every_few_seconds_fail_no_job(
 
 
 @pytest.fixture
-def own_queue_url() -> Iterator[str]:
-    """A migrated queue database of its own (this test changes database-level settings)."""
-    from tests.databases import pg_database
-
-    with pg_database(migrated=True) as url:
+def own_queue_url(pg_cluster: PrivateCluster) -> Iterator[str]:
+    """A migrated queue database of its own on the private cluster (this test changes
+    database-level settings)."""
+    with pg_cluster.database(migrated=True) as url:
         try:
             yield url
         finally:
-            pgserver.set_read_only(url, False)
+            pg_cluster.set_read_only(url, False)
 
 
-def test_a_read_only_database_fails_no_job(own_queue_url: str, pg_app_url: str, logs: Path) -> None:
+def test_a_read_only_database_fails_no_job(
+    pg_cluster: PrivateCluster, own_queue_url: str, pg_app_url: str, logs: Path
+) -> None:
     """The queue database turns read-only and the workers' sessions are terminated, so every
     session from then on is read-only. Workers restarted meanwhile must stop with exit code 1 on
     their first write (never marking a job failed); once the database is writable again the
@@ -372,7 +382,7 @@ def test_a_read_only_database_fails_no_job(own_queue_url: str, pg_app_url: str, 
     ids = enqueue_effects(url, 80, sleep=0.2)
     with Supervisor(url, pg_app_url, logs, workers=2, concurrency=2, lease_duration=LEASE) as sup:
         wait_until(lambda: job_states(url)["completed"] >= 10, timeout=60, what="work to flow")
-        with pgserver.read_only(url):
+        with pg_cluster.read_only(url):
             entered = {w.pid for w in sup.workers_ever()}
 
             def newcomers_stopped() -> list[int]:
@@ -482,7 +492,7 @@ def test_a_worker_whose_network_link_is_cut_mid_job_is_taken_over(
     soon as the lease expires."""
     require_namespaces()
     app_url = create_app_database("sqlite", tmp_path)
-    with network_host() as host, FaultProxy(listen_host=host.host_address) as proxy:
+    with network_host() as host, FaultProxy.to(pg_url, listen_host=host.host_address) as proxy:
         local = start_worker(pg_url, app_url, logs / "local.log", lease_duration=LEASE)
         remote: HostedWorker | None = None
         try:

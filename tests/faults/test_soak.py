@@ -12,7 +12,7 @@ import pytest
 
 from tests.faults.soak import Profile, run_soak
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def test_short_soak(db_url: str, app_url: str, logs: Path, backend: str) -> None:
