@@ -1,8 +1,10 @@
 """The stores the conformance suite runs against, and the fixtures every test takes.
 
-Each test runs once per entry of :data:`DATABASES`: ``store`` is what
-:func:`~caravel.store.open_store` returns for a fresh, migrated, empty queue of that kind, and
-``reader`` what :func:`~caravel.store.open_reader` returns for the same queue. A new store joins
+Each test runs once per entry of :data:`DATABASES`: ``store`` is the dialect's store under the
+instrumented wrapper :func:`~caravel.store.open_store` returns, for a fresh, migrated, empty queue
+of that kind (the wrapper adds the current trace context to new jobs when a tracer provider is
+installed; the telemetry tests cover that), and ``reader`` what :func:`~caravel.store.open_reader`
+returns for the same queue. A new store joins
 the suite by adding its entry here; no test names a store.
 """
 
@@ -50,7 +52,7 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
 async def store(db_url: str) -> AsyncIterator[Store]:
     opened = open_store(db_url)
     try:
-        yield opened
+        yield opened.inner
     finally:
         await opened.close()
 
@@ -60,7 +62,7 @@ async def second_store(db_url: str) -> AsyncIterator[Store]:
     """Another store on the same queue, as a second process would open it."""
     opened = open_store(db_url)
     try:
-        yield opened
+        yield opened.inner
     finally:
         await opened.close()
 
