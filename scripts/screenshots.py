@@ -1,10 +1,10 @@
 """Screenshots of the dashboard for the docs: ``python scripts/screenshots.py``.
 
-Seeds a SQLite queue with the tests' believable last hour (``tests/web/seed.py``), serves the
-dashboard on a loopback port with uvicorn, and photographs each main page with Debian's
-Chromium through Playwright, 1280 px wide, plus the overview on a 390 px phone screen. Writes
-``docs/images/dashboard-*.png``. The clock is fixed, so the pictures change only when the pages
-do.
+Seeds a SQLite queue with the tests' believable last hour
+(``tests/support/dashboard/seed.py``), serves the dashboard on a loopback port with uvicorn, and
+photographs each main page with Debian's Chromium through Playwright, 1280 px wide, plus the
+overview on a 390 px phone screen. Writes ``docs/images/dashboard-*.png``. The clock is fixed,
+so the pictures change only when the pages do.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.web.browser import chromium, chromium_missing  # noqa: E402
-from tests.web.seed import END, seed  # noqa: E402
-from tests.web.server import serving  # noqa: E402
+from tests.support.dashboard.browser import chromium, chromium_missing  # noqa: E402
+from tests.support.dashboard.seed import END, seed  # noqa: E402
+from tests.support.dashboard.server import serving  # noqa: E402
 
 from caravel import migrate  # noqa: E402
 from caravel.testing import ManualClock  # noqa: E402

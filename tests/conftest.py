@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from caravel.store.schema import metadata
-from tests.databases import SqliteTemplate, pg_database, truncate_pg
+from tests.support.databases import SqliteTemplate, pg_database, truncate_pg
 
 BACKENDS = ("sqlite", "postgresql")
 SERIAL_GROUP = "serial"

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from caravel import migrate
-from tests.databases import create_pg_database, drop_pg_database, sqlite_url
+from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
 
 pytestmark = pytest.mark.slow  # every test runs the console script in a subprocess
 

@@ -28,8 +28,8 @@ from sqlalchemy.engine import make_url
 
 from caravel import DatabaseQueue, JobState, JobStatus, Leases, QueueInspector
 from caravel.testing import ManualClock
-from tests.processes import CARAVEL, ROOT, run_cli, wait_until
 from tests.support import Add, Report, dispatch, open_queue
+from tests.support.processes import CARAVEL, ROOT, run_cli, wait_until
 
 pytestmark = pytest.mark.slow  # every test runs the console script in a subprocess
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import WorkerProcess, run_cli, wait_until
+from tests.support.processes import WorkerProcess, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -21,13 +21,13 @@ from sqlalchemy.orm import Session
 from caravel import DispatchOptions, Outbox, add_outbox
 from caravel.store.schema import jobs
 from caravel.store.urls import sync_url
-from tests.apps.workload import Nap, registry
-from tests.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
-from tests.processes import CARAVEL, ROOT, wait_until
+from tests.support.apps.workload import Nap, registry
+from tests.support.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
+from tests.support.processes import CARAVEL, ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
-APP = "tests.apps.workload:registry"
+APP = "tests.support.apps.workload:registry"
 QUEUE = "naps"
 FAST = ("--poll-interval", "0.05")
 

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from caravel import DatabaseQueue, DispatchOptions, JobState, JobStatus
-from tests.apps.workload import Nap, Spin, registry
-from tests.databases import SqliteTemplate, create_pg_database, drop_pg_database
-from tests.processes import WorkerProcess, read_ledger, wait_until
+from tests.support.apps.workload import Nap, Spin, registry
+from tests.support.databases import SqliteTemplate, create_pg_database, drop_pg_database
+from tests.support.processes import WorkerProcess, read_ledger, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from caravel.store.schema import metadata
-from tests.databases import IN_CI, truncate_pg
 from tests.faults.harness import app_database, clear_app_database
 from tests.faults.pgserver import PrivateCluster
+from tests.support.databases import IN_CI, truncate_pg
 
 
 @pytest.fixture(scope="session")

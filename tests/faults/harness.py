@@ -134,7 +134,7 @@ def create_app_database(backend: str, directory: Path, *, admin_url: str | None 
     if backend == "sqlite":
         url = f"sqlite:///{directory / 'app.db'}"
     else:
-        from tests.databases import ADMIN_URL, create_pg_database
+        from tests.support.databases import ADMIN_URL, create_pg_database
 
         url = create_pg_database("caravel_faults_app", admin_url=admin_url or ADMIN_URL)
     create_app_schema(url)
@@ -143,7 +143,7 @@ def create_app_database(backend: str, directory: Path, *, admin_url: str | None 
 
 def drop_app_database(url: str) -> None:
     if not is_sqlite(url):
-        from tests.databases import drop_pg_database
+        from tests.support.databases import drop_pg_database
 
         drop_pg_database(url)
 

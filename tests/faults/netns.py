@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.databases import IN_CI
+from tests.support.databases import IN_CI
 
 __all__ = ["NetworkHost", "network_host", "require_namespaces"]
 

@@ -211,8 +211,8 @@ class PrivateCluster:
 
     @property
     def admin_url(self) -> str:
-        """The superuser's URL to the ``postgres`` database (what ``tests.databases`` calls an
-        admin URL: new databases are created through it)."""
+        """The superuser's URL to the ``postgres`` database (what ``tests.support.databases``
+        calls an admin URL: new databases are created through it)."""
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
 
     def owns(self, url: str) -> bool:
@@ -235,7 +235,7 @@ class PrivateCluster:
     @contextlib.contextmanager
     def database(self, *, migrated: bool) -> Iterator[str]:
         """A new database on this cluster (migrated to the queue schema when asked)."""
-        from tests.databases import pg_database
+        from tests.support.databases import pg_database
 
         with pg_database(migrated=migrated, admin_url=self.admin_url) as url:
             yield url

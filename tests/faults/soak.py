@@ -239,7 +239,7 @@ def _count(values: Any) -> dict[Any, int]:
 @contextlib.contextmanager
 def databases(backend: str, directory: Path) -> Iterator[tuple[str, str]]:
     """A migrated, empty queue database and an app database of ``backend``."""
-    from tests.databases import pg_database, sqlite_url
+    from tests.support.databases import pg_database, sqlite_url
 
     if backend == "sqlite":
         from caravel import migrate

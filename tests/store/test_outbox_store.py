@@ -22,7 +22,7 @@ from caravel.outbox import add_outbox
 from caravel.store import open_outbox_store
 from caravel.store.outbox import OutboxStore, PendingEnvelope, Undeliverable
 from caravel.store.urls import async_url, sync_url
-from tests.databases import sqlite_url
+from tests.support.databases import sqlite_url
 
 NOW = 1_000_000
 

@@ -26,8 +26,8 @@ from psycopg import sql
 
 from caravel import DatabaseQueue, Leases
 from caravel.store.postgresql import PostgresStore
-from tests.databases import pg_database
 from tests.support import Add, dispatch, open_queue
+from tests.support.databases import pg_database
 
 JOBS = 1000
 

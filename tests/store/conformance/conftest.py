@@ -17,7 +17,7 @@ import pytest
 
 from caravel.store import open_reader, open_store
 from caravel.store.protocol import ReadStore, Store
-from tests.databases import SqliteTemplate
+from tests.support.databases import SqliteTemplate
 
 
 def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> str:

@@ -1,0 +1,350 @@
+"""The dashboard in a real browser: Debian's Chromium, driven by Playwright, against a real
+uvicorn server on a loopback port, over a seeded queue on every database.
+
+Waiting here is for a real server and browser (Playwright's auto-waiting ``expect``); the queue
+itself runs on a hand-moved clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from html import escape
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from caravel import DatabaseQueue, JobState, QueueInspector, QueueWorker
+from caravel.testing import ManualClock
+from caravel.web import Dashboard
+from tests.support.dashboard.browser import chromium
+from tests.support.dashboard.fixtures import USER_COOKIE, USERS, make_dashboard
+from tests.support.dashboard.seed import (
+    END,
+    QUEUES,
+    STATES,
+    XSS_NOTE,
+    XSS_TENANT,
+    JobRef,
+    Seeded,
+    registry,
+)
+from tests.support.dashboard.server import serving
+
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to the end on a fresh event loop in another thread (Playwright's sync
+    API keeps its own loop running in this one)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.usefixtures("need_chromium")]
+
+
+@dataclass
+class Live:
+    base: str
+    app: Dashboard
+    seeded: Seeded
+    url: str
+
+    def dead_letters(self) -> int:
+        async def count() -> int:
+            async with QueueInspector(self.url) as reader:
+                return sum(c.dead_letter for c in await reader.queue_counts())
+
+        return run_async(count())
+
+    def status(self, ref: JobRef) -> JobState:
+        async def read() -> JobState:
+            async with QueueInspector(self.url) as reader:
+                found = await reader.get_status(ref.job_id, ref.queue, ref.tenant_id)
+                assert found is not None
+                return found.state
+
+        return run_async(read())
+
+
+@pytest.fixture
+def live(db_url: str, seeded_sync: Seeded) -> Iterator[Live]:
+    app = make_dashboard(db_url, refresh_seconds=1)
+    with serving(app) as base:
+        yield Live(base, app, seeded_sync, db_url)
+
+
+@pytest.fixture
+def browser() -> Iterator[BrowserContext]:
+    with chromium() as context:
+        yield context
+
+
+def as_user(browser: BrowserContext, live: Live, user: str) -> Page:
+    browser.clear_cookies()
+    if user != "anonymous":
+        browser.add_cookies([{"name": USER_COOKIE, "value": user, "url": live.base}])
+    page = browser.new_page()
+    page.on("dialog", lambda dialog: pytest.fail(f"a dialog opened: {dialog.message}"))
+    return page
+
+
+def job_path(ref: JobRef, suffix: str = "") -> str:
+    return f"/jobs/{ref.job_id}{suffix}?" + urlencode({"queue": ref.queue, "tenant": ref.tenant_id})
+
+
+def test_overview_shows_the_counts_of_the_seeded_database(
+    live: Live, browser: BrowserContext
+) -> None:
+    page = as_user(browser, live, "reader")
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(live.base + "/")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Overview")
+    for state in STATES:
+        expect(page.locator(f'[data-count="{state}"]')).to_have_text(str(live.seeded.total(state)))
+    for queue in QUEUES:
+        row = page.locator(f'tr[data-queue="{queue}"]')
+        for state in STATES:
+            expect(row.locator(f'[data-col="{state}"]')).to_have_text(
+                str(live.seeded.counts[queue][state])
+            )
+    charts = page.get_by_role("img", name=re.compile("^(Completed|Dead-lettered)$"))
+    expect(charts).to_have_count(2)
+    expect(
+        page.get_by_text(f"{live.seeded.total('completed')} completed, per 5 minutes")
+    ).to_be_visible()
+    # The stylesheet and script loaded from the dashboard itself, within its CSP.
+    assert page.evaluate("getComputedStyle(document.body).margin") == "0px"
+    expect(page.locator("#refresh-toggle")).to_be_visible()
+    assert errors == []
+
+
+def test_filtering_and_sorting_the_jobs_table(live: Live, browser: BrowserContext) -> None:
+    page = as_user(browser, live, "reader")
+    page.goto(live.base + "/jobs")
+    page.get_by_label("Queue", exact=True).fill("webhooks")
+    page.get_by_label("State", exact=True).select_option("dead_letter")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"queue=webhooks.*state=dead_letter"))
+    rows = page.locator("#jobs tbody tr")
+    expected = live.seeded.counts["webhooks"]["dead_letter"]
+    expect(rows).to_have_count(expected)
+    for i in range(expected):
+        expect(rows.nth(i)).to_contain_text("webhooks")
+        expect(rows.nth(i)).to_contain_text("dead letter")
+
+    page.get_by_label("Queue", exact=True).fill("")
+    page.get_by_label("State", exact=True).select_option("")
+    page.get_by_label("Tenant", exact=True).fill("initech")
+    page.get_by_label("Job type", exact=True).fill("billing.invoice.v1")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("#jobs tbody tr")
+    expect(rows.first).to_be_visible()
+    for i in range(rows.count()):
+        expect(rows.nth(i).locator("td.tenant")).to_have_text("initech")
+        expect(rows.nth(i)).to_contain_text("billing.invoice.v1")
+
+    newest = rows.first.get_attribute("data-job")
+    page.get_by_role("link", name=re.compile("^Created")).click()
+    expect(page.locator('th[aria-sort="ascending"]')).to_be_visible()
+    assert page.locator("#jobs tbody tr").last.get_attribute("data-job") == newest
+
+    page.goto(live.base + "/jobs?per_page=20")
+    first_page = page.locator("#jobs tbody tr").first.get_attribute("data-job")
+    page.get_by_role("link", name="Next →").click()
+    expect(page.get_by_text("Page 2", exact=True)).to_be_visible()
+    assert page.locator("#jobs tbody tr").first.get_attribute("data-job") != first_page
+    page.get_by_role("link", name="← Previous").click()
+    expect(page.locator("#jobs tbody tr").first).to_have_attribute("data-job", first_page or "")
+
+
+def test_replay_a_dead_letter_and_see_it_complete_after_a_worker_runs(
+    live: Live, browser: BrowserContext
+) -> None:
+    dead = next(
+        ref for ref in live.seeded.dead if ref.queue == "emails" and ref.tenant_id != XSS_TENANT
+    )
+    page = as_user(browser, live, "operator")
+    page.goto(live.base + "/dead-letters?queue=emails")
+    row = page.locator(f'tr[data-job="{dead.job_id}"]')
+    row.get_by_role("link", name=re.compile("^Replay")).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Replay a dead letter")
+    expect(
+        page.get_by_text("Any side effects of its earlier attempts happen again.")
+    ).to_be_visible()
+    page.get_by_role("button", name="Replay this job").click()
+
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Job")
+    expect(page.get_by_role("status")).to_contain_text("Replayed")
+    expect(page.locator("#job-state")).to_have_text("ready")
+    assert live.status(dead) is JobState.READY
+
+    async def work() -> int:
+        async with DatabaseQueue(live.url, registry, clock=ManualClock(END)) as queue:
+            worker = QueueWorker(queue)
+            ran = 0
+            while await worker.run_once("emails"):
+                ran += 1
+            await worker.close()
+            return ran
+
+    assert run_async(work()) >= 1
+    assert live.status(dead) is JobState.COMPLETED
+    # The open page updates itself (every second here) and shows the outcome.
+    expect(page.locator("#job-state")).to_have_text("completed", timeout=15_000)
+    expect(page.get_by_role("link", name="Replay this job…")).to_have_count(0)
+
+
+def test_replay_a_filtered_selection_with_confirmation_and_progress(
+    live: Live, browser: BrowserContext
+) -> None:
+    page = as_user(browser, live, "operator")
+    page.goto(live.base + "/dead-letters")
+    page.get_by_label("Queue", exact=True).fill("webhooks")
+    page.get_by_role("button", name="Filter").click()
+    expected = live.seeded.counts["webhooks"]["dead_letter"]
+    expect(page.locator("#dead-letters tbody tr")).to_have_count(expected)
+    page.get_by_role("link", name="Replay all matching…").click()
+    expect(page.locator("#matching")).to_have_text(str(expected))
+    before = live.dead_letters()
+    page.get_by_role("button", name=f"Replay {expected} dead letters").click()
+    expect(page.get_by_text("Replay finished")).to_be_visible(timeout=15_000)
+    progress = page.locator("#replay-progress")
+    expect(progress).to_have_attribute("max", str(expected))
+    expect(progress).to_have_attribute("value", str(expected))
+    expect(page.locator("#replay-summary")).to_contain_text(f"{expected} replayed")
+    assert live.dead_letters() == before - expected
+
+
+def test_csrf_and_authorization_in_the_browser(live: Live, browser: BrowserContext) -> None:
+    dead = live.seeded.dead[0]
+    gets = {
+        "/": "read",
+        "/jobs": "read",
+        job_path(dead): "read",
+        "/dead-letters": "read",
+        "/workers": "read",
+        job_path(dead, "/replay"): "operate",
+        "/dead-letters/replay?queue=emails": "operate",
+    }
+    before = live.dead_letters()
+    for user, principal in USERS.items():
+        page = as_user(browser, live, user)
+        for path, needs in gets.items():
+            response = page.goto(live.base + path)
+            assert response is not None
+            if principal is None:
+                assert response.status == 401, (user, path)
+                expect(page.get_by_role("heading", level=1)).to_have_text("Sign in first")
+            elif not principal.can_read or (needs == "operate" and not principal.can_operate):
+                assert response.status == 403, (user, path)
+                expect(page.get_by_role("heading", level=1)).to_have_text("Not allowed")
+            else:
+                assert response.status == 200, (user, path)
+        if principal is not None and principal.can_read:
+            page.goto(live.base + "/dead-letters")
+            replay_links = page.get_by_role("link", name=re.compile("^Replay"))
+            expect(replay_links).to_have_count(
+                live.seeded.total("dead_letter") + 1 if principal.can_operate else 0
+            )
+        # A POST this user's browser makes with whatever token it can find on the page.
+        page.goto(live.base + "/")
+        status = page.evaluate(
+            """async ([path, queue, tenant]) => {
+                const token = document.querySelector('input[name="csrf_token"]');
+                const body = new URLSearchParams({queue, tenant});
+                if (token) body.set('csrf_token', token.value);
+                const r = await fetch(path, {method: 'POST', body, redirect: 'manual'});
+                return r.status;
+            }""",
+            [f"/jobs/{dead.job_id}/replay", dead.queue, dead.tenant_id],
+        )
+        expected = 401 if principal is None else 403
+        assert status == expected, user
+        page.close()
+    assert live.dead_letters() == before
+
+
+def test_a_cross_site_form_cannot_replay(live: Live, browser: BrowserContext) -> None:
+    """An attacker's page on another origin submits a replay form into the operator's browser:
+    the cookies go along, but the attacker cannot know the token, so nothing happens."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    dead = live.seeded.dead[0]
+    target = f"{live.base}/jobs/{dead.job_id}/replay"
+    attack = f"""<!doctype html><form id="f" method="post" action="{escape(target)}">
+        <input name="queue" value="{escape(dead.queue)}">
+        <input name="tenant" value="{escape(dead.tenant_id)}">
+        <input name="csrf_token" value="guessed"></form>
+        <script>document.getElementById('f').submit()</script>"""
+
+    async def evil(request: object) -> HTMLResponse:
+        return HTMLResponse(attack)
+
+    attacker = Starlette(routes=[Route("/", evil)])
+    page = as_user(browser, live, "operator")
+    page.goto(live.base + "/dead-letters")  # the operator has a session and a token cookie
+    before = live.dead_letters()
+    with serving(attacker) as evil_base:
+        with page.expect_navigation(url=re.compile(re.escape(target))) as navigation:
+            page.goto(evil_base + "/")
+        response = navigation.value
+        assert response is not None
+        assert response.status == 403
+        expect(page.get_by_role("heading", level=1)).to_have_text("The form has expired")
+    assert live.dead_letters() == before
+    assert live.status(dead) is JobState.DEAD_LETTER
+
+
+def test_markup_in_tenant_ids_and_payloads_renders_as_text(
+    live: Live, browser: BrowserContext
+) -> None:
+    probe = live.seeded.xss_job
+    assert probe is not None
+    page = as_user(browser, live, "operator")
+    for path in (
+        "/jobs?queue=emails&per_page=200",
+        "/dead-letters",
+        job_path(probe),
+        job_path(probe, "/replay"),
+        "/jobs?" + urlencode({"tenant": XSS_TENANT}),
+    ):
+        page.goto(live.base + path)
+        assert page.evaluate("window.__xss") is None, path
+        assert page.locator("main img").count() == 0, path
+        assert page.locator("main b").count() == 0, path
+        cell = page.locator(".tenant", has_text="<img").first
+        expect(cell).to_have_text(XSS_TENANT)
+    page.goto(live.base + job_path(probe))
+    expect(page.locator("pre.payload")).to_contain_text(XSS_NOTE)
+    assert page.locator("pre.payload *:not(code)").count() == 0
+    # The filter box shows the probe back as typed, as a value, not as markup.
+    page.goto(live.base + "/jobs?" + urlencode({"tenant": XSS_TENANT}))
+    expect(page.get_by_label("Tenant", exact=True)).to_have_value(XSS_TENANT)
+    expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    # After the page has updated itself (the table is swapped in again), still only text.
+    expect(page.locator("#refresh-status")).to_contain_text("Updated")
+    expect(page.locator("#jobs .tenant")).to_have_text(XSS_TENANT)
+    assert page.evaluate("window.__xss") is None
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_pages_fit_the_screen(live: Live, width: int) -> None:
+    with chromium(width, 900) as context:
+        page = as_user(context, live, "operator")
+        for path in ("/", "/jobs", "/dead-letters", "/workers", job_path(live.seeded.dead[0])):
+            page.goto(live.base + path)
+            overflow = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, (width, path, overflow)
+            expect(page.get_by_role("navigation", name="Dashboard")).to_be_visible()

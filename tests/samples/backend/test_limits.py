@@ -1,0 +1,173 @@
+"""Body size, concurrency and sign-in limits, on SQLite and PostgreSQL. The real-server checks
+of the body limit are in ``test_server.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+from caravel_samples.backend.login_limit import FixedWindow
+from caravel_samples.backend.settings import Settings
+
+from tests.samples.backend.support import PASSWORD, add_user, count_rows, running, with_overrides
+
+LIMIT = 16 * 1024
+
+
+class CountingBody:
+    """A streamed request body that records how much of it the server pulled."""
+
+    def __init__(self, chunks: int, size: int = 1024, gate: asyncio.Event | None = None) -> None:
+        self.chunks, self.size, self.gate = chunks, size, gate
+        self.pulled = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for _ in range(self.chunks):
+            if self.gate is not None:
+                await self.gate.wait()
+            self.pulled += 1
+            yield b" " * self.size
+
+
+def padded_event(total_bytes: int) -> bytes:
+    """A valid event body padded with an ignored field to exactly ``total_bytes``."""
+    empty = json.dumps({"quantity": 5, "pad": ""}, separators=(",", ":")).encode()
+    body = json.dumps(
+        {"quantity": 5, "pad": "x" * (total_bytes - len(empty))}, separators=(",", ":")
+    ).encode()
+    assert len(body) == total_bytes
+    return body
+
+
+async def test_a_declared_oversized_body_is_refused_before_it_is_read(settings: Settings) -> None:
+    await add_user(settings, "alice@example.com")
+    async with running(settings) as run, run.browser() as alice:
+        await alice.sign_in("alice@example.com")
+        body = CountingBody(chunks=20)
+        response = await alice.client.post(
+            "/counter/events",
+            content=body,
+            headers=alice.headers(
+                **{"Idempotency-Key": "k", "Content-Length": str(20 * 1024)},
+            ),
+        )
+        assert response.status_code == 413
+        assert response.headers["connection"] == "close"
+        assert body.pulled == 0
+        # Before authentication, too: an anonymous oversized request is also a 413.
+        anonymous = await run.client.post("/auth/login", content=b"{" + b" " * LIMIT + b"}")
+        assert anonymous.status_code == 413
+    assert await count_rows(settings, "caravel_jobs") == 0
+
+
+async def test_a_chunked_body_is_cut_off_at_the_limit(settings: Settings) -> None:
+    await add_user(settings, "alice@example.com")
+    async with running(settings) as run, run.browser() as alice:
+        await alice.sign_in("alice@example.com")
+        body = CountingBody(chunks=64)
+        response = await alice.client.post(
+            "/counter/events",
+            content=body,
+            headers=alice.headers(**{"Idempotency-Key": "k", "Content-Type": "application/json"}),
+        )
+        assert response.status_code == 413
+        assert body.pulled == LIMIT // 1024 + 1  # stopped at the first chunk past the limit
+    assert await count_rows(settings, "caravel_jobs") == 0
+
+
+async def test_a_body_of_exactly_the_limit_is_accepted(settings: Settings) -> None:
+    await add_user(settings, "alice@example.com")
+    async with running(settings) as run, run.browser() as alice:
+        await alice.sign_in("alice@example.com")
+        headers = alice.headers(**{"Content-Type": "application/json"})
+        fits = await alice.client.post(
+            "/counter/events",
+            content=padded_event(LIMIT),
+            headers={**headers, "Idempotency-Key": "fits"},
+        )
+        assert fits.status_code == 202
+        too_big = await alice.client.post(
+            "/counter/events",
+            content=padded_event(LIMIT + 1),
+            headers={**headers, "Idempotency-Key": "too-big"},
+        )
+        assert too_big.status_code == 413
+    assert await count_rows(settings, "caravel_jobs") == 1
+
+
+async def test_the_concurrency_limit_refuses_at_once_and_spares_the_probes(
+    settings: Settings,
+) -> None:
+    async with running(with_overrides(settings, limits={"concurrency": 2})) as run:
+        gate = asyncio.Event()
+        slow = [
+            asyncio.create_task(
+                run.client.post(
+                    "/auth/login",
+                    content=CountingBody(chunks=1, gate=gate),
+                    headers={"Content-Type": "application/json"},
+                )
+            )
+            for _ in range(2)
+        ]
+        await asyncio.sleep(0.1)  # both are inside the application, waiting for their bodies
+        refused = await run.client.get("/auth/me")
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json() == {"detail": "too many requests; try again later"}
+        assert (await run.client.get("/health/live")).status_code == 200
+        assert (await run.client.get("/health/ready")).status_code == 200
+        gate.set()
+        assert [r.status_code for r in await asyncio.gather(*slow)] == [400, 400]
+        assert (await run.client.get("/auth/me")).status_code == 401  # admitted again
+
+
+async def test_the_sign_in_window_is_generic_and_spares_everything_else(
+    settings: Settings,
+) -> None:
+    await add_user(settings, "alice@example.com")
+    limited = with_overrides(settings, limits={"login_permit_limit": 3, "login_window_seconds": 60})
+    async with running(limited) as run, run.browser() as alice:
+        await alice.sign_in("alice@example.com")  # 1
+        for email in ("nobody@example.com", "alice@example.com"):  # 2, 3
+            response = await run.client.post(
+                "/auth/login", json={"email": email, "password": "wrong password"}
+            )
+            assert response.status_code == 401
+        refusals: list[httpx.Response] = [
+            await run.client.post(
+                "/auth/login", json={"email": "alice@example.com", "password": PASSWORD}
+            ),
+            await run.client.post(
+                "/auth/login", json={"email": "nobody@example.com", "password": PASSWORD}
+            ),
+            await run.client.post("/auth/login", content=b"not even json"),
+        ]
+        for response in refusals:
+            assert response.status_code == 429
+            assert 1 <= int(response.headers["retry-after"]) <= 60
+            assert response.json() == {"detail": "too many requests; try again later"}
+            assert "set-cookie" not in response.headers
+        # Signed-in work and the probes go on.
+        assert (await alice.client.get("/auth/me")).status_code == 200
+        note = await alice.client.post("/notes", json={"text": "hi"}, headers=alice.headers())
+        assert note.status_code == 201
+        assert (await run.client.get("/health/ready")).status_code == 200
+
+
+def test_the_fixed_window_resets_after_its_length() -> None:
+    now = [100.0]
+    window = FixedWindow(2, 60, clock=lambda: now[0])
+    assert window.acquire() is None
+    assert window.acquire() is None
+    assert window.acquire() == 60
+    now[0] += 59.5
+    assert window.acquire() == 1
+    now[0] += 0.5
+    assert window.acquire() is None
+    now[0] += 300  # several windows later
+    assert window.acquire() is None
+    assert window.acquire() is None
+    assert window.acquire() == 60

@@ -1,0 +1,64 @@
+"""A job registry for tests that run real worker processes (``caravel worker --app
+tests.support.apps.workload:registry``).
+
+Handlers leave evidence in the directory named by ``CARAVEL_TEST_EVIDENCE``: a line per execution
+in ``ledger-<pid>.log`` (``start``/``end`` with the job id, attempt and a monotonic time), so a
+test can tell runs from completions across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from caravel import JobContext, JobRegistry
+
+registry = JobRegistry()
+
+
+def _ledger(event: str, ctx: JobContext[object]) -> None:
+    directory = Path(os.environ["CARAVEL_TEST_EVIDENCE"])
+    line = f"{event} {ctx.job_id} {ctx.attempt} {time.time():.6f} {os.getpid()}\n"
+    with open(directory / f"ledger-{os.getpid()}.log", "a", encoding="utf-8") as out:
+        out.write(line)
+        out.flush()
+
+
+@dataclass(frozen=True)
+class Nap:
+    """Sleeps ``seconds`` (cooperatively), recording start and end. With
+    ``first_attempt_only`` later attempts finish at once."""
+
+    seconds: float
+    label: str = ""
+    first_attempt_only: bool = False
+
+
+@registry.handles("tests.nap.v1", Nap)
+async def nap(job: Nap, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    if ctx.attempt == 1 or not job.first_attempt_only:
+        await asyncio.sleep(job.seconds)
+    _ledger("end", ctx)
+
+
+@dataclass(frozen=True)
+class Spin:
+    """Holds the CPU in a synchronous handler for ``seconds``, checking for cancellation."""
+
+    seconds: float
+
+
+@registry.handles("tests.spin.v1", Spin)
+def spin(job: Spin, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    deadline = time.monotonic() + job.seconds
+    while time.monotonic() < deadline:
+        if ctx.is_cancelled:
+            _ledger("cancelled", ctx)
+            return
+        sum(range(2000))
+    _ledger("end", ctx)

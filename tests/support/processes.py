@@ -1,0 +1,97 @@
+"""Running the real command line as subprocesses, and reading the evidence their handlers leave
+(see ``tests/apps/workload.py``). Waiting here is for real processes, so it polls real time with
+a deadline instead of using the injected clock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CARAVEL = shutil.which("caravel", path=str(Path(sys.executable).parent)) or "caravel"
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    job_id: str
+    attempt: int
+    at: float
+    pid: int
+
+
+def read_ledger(directory: Path) -> list[Event]:
+    events: list[Event] = []
+    for path in sorted(directory.glob("ledger-*.log")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            kind, job_id, attempt, at, pid = line.split()
+            events.append(Event(kind, job_id, int(attempt), float(at), int(pid)))
+    return events
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+
+
+class WorkerProcess:
+    """``caravel worker`` in a subprocess, with the test workload registry."""
+
+    def __init__(
+        self,
+        url: str,
+        evidence: Path,
+        queues: Sequence[str],
+        *extra: str,
+        app: str = "tests.support.apps.workload:registry",
+    ) -> None:
+        args = [CARAVEL, "worker", "--url", url, "--app", app]
+        for queue in queues:
+            args += ["--queue", queue]
+        args += list(extra)
+        env = {**os.environ, "CARAVEL_TEST_EVIDENCE": str(evidence), "PYTHONPATH": str(ROOT)}
+        self.process = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 30.0) -> tuple[int, str]:
+        try:
+            _, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+            raise AssertionError(f"worker did not exit within {timeout}s; stderr:\n{err}") from None
+        return self.process.returncode, err
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CARAVEL, *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
