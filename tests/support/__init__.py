@@ -15,8 +15,10 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from caravel import (
+    ClaimedJob,
     DatabaseQueue,
     DispatchOptions,
+    EnqueueResult,
     JobContext,
     JobRegistry,
     JobStatus,
@@ -187,3 +189,34 @@ def engine_of(queue: DatabaseQueue) -> AsyncEngine:
     store = getattr(queue.store, "inner", queue.store)
     assert isinstance(store, SqlStore)
     return store.engine
+
+
+class NeverFinishes:
+    """A handler that runs until it is cancelled: ``started`` is set when it begins,
+    ``cancelled`` when its cancellation arrives."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self, job: object, ctx: JobContext[Any]) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+async def enqueue_and_claim(
+    queue: DatabaseQueue, job: object | None = None, where: DispatchOptions | None = None
+) -> tuple[EnqueueResult, ClaimedJob]:
+    """Enqueue ``job`` (``Add(1)`` by default) and claim it as a worker would; both results."""
+    from caravel import Leases
+
+    where = where if where is not None else dispatch()
+    accepted = await queue.enqueue(job if job is not None else Add(1), where)
+    claimed = await Leases(queue).claim(where.queue)
+    assert claimed is not None
+    assert claimed.job_id == accepted.job_id
+    return accepted, claimed

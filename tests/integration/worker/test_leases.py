@@ -30,7 +30,7 @@ from caravel.preparation import prepare_job
 from caravel.queue import PREPARE_CHUNK
 from caravel.store.protocol import JobFilter, JobRef, QueueCounts
 from caravel.testing import ManualClock
-from tests.support import LEASE, Add, Report, dispatch, open_queue, status_of
+from tests.support import LEASE, Add, Report, dispatch, enqueue_and_claim, open_queue, status_of
 from tests.support.databases import SqliteTemplate
 
 LEASE_MS = 30_000
@@ -144,9 +144,7 @@ async def test_claims_come_in_due_time_order(db_url: str) -> None:
 async def test_complete_with_current_lease_marks_completed(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        claimed = await Leases(queue).claim("default")
-        assert claimed is not None
+        job, claimed = await enqueue_and_claim(queue)
         await clock.advance(timedelta(seconds=3))
 
         await Leases(queue).complete(claimed.lease)
@@ -169,9 +167,7 @@ async def test_complete_with_current_lease_marks_completed(db_url: str) -> None:
 async def test_complete_with_stale_lease_raises_and_changes_nothing(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        first = await Leases(queue).claim("default")
-        assert first is not None
+        job, first = await enqueue_and_claim(queue)
         await clock.advance(LEASE)
         second = await Leases(queue).claim("default")
         assert second is not None
@@ -196,9 +192,7 @@ async def test_complete_with_stale_lease_raises_and_changes_nothing(db_url: str)
 async def test_expired_lease_is_claimable_again_with_new_token(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        first = await Leases(queue).claim("default")
-        assert first is not None
+        job, first = await enqueue_and_claim(queue)
 
         await clock.advance(LEASE - MS)
         assert await Leases(queue).claim("default") is None  # still leased
@@ -367,9 +361,7 @@ async def test_fail_schedules_retries_with_capped_backoff_then_dead_letters(db_u
 async def test_fail_on_the_only_attempt_dead_letters(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_attempts=1) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        claimed = await Leases(queue).claim("default")
-        assert claimed is not None
+        job, claimed = await enqueue_and_claim(queue)
         outcome = await Leases(queue).fail(claimed.lease, "HandlerFailed")
         assert outcome.dead_lettered
         status = await status_of(queue, job.job_id)
@@ -380,9 +372,7 @@ async def test_fail_on_the_only_attempt_dead_letters(db_url: str) -> None:
 async def test_fail_with_stale_lease_raises_and_changes_nothing(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        first = await Leases(queue).claim("default")
-        assert first is not None
+        job, first = await enqueue_and_claim(queue)
         await clock.advance(LEASE)
         second = await Leases(queue).claim("default")
         assert second is not None
@@ -408,9 +398,7 @@ async def test_fail_with_stale_lease_raises_and_changes_nothing(db_url: str) -> 
 async def test_renew_extends_the_lease_without_an_attempt(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        claimed = await Leases(queue).claim("default")
-        assert claimed is not None
+        job, claimed = await enqueue_and_claim(queue)
         await clock.advance(timedelta(seconds=10))
 
         renewed = await Leases(queue).renew(claimed.lease)
@@ -440,9 +428,7 @@ async def test_renew_extends_the_lease_without_an_attempt(db_url: str) -> None:
 async def test_renewal_of_an_expired_lease_is_rejected(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        claimed = await Leases(queue).claim("default")
-        assert claimed is not None
+        job, claimed = await enqueue_and_claim(queue)
         await clock.advance(LEASE)  # expired, not yet reclaimed
 
         before = await status_of(queue, job.job_id)
@@ -453,9 +439,7 @@ async def test_renewal_of_an_expired_lease_is_rejected(db_url: str) -> None:
 async def test_renewal_after_completion_is_rejected(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        claimed = await Leases(queue).claim("default")
-        assert claimed is not None
+        job, claimed = await enqueue_and_claim(queue)
         await Leases(queue).complete(claimed.lease)
         await clock.advance(timedelta(seconds=1))
 
@@ -468,9 +452,7 @@ async def test_renewal_after_completion_is_rejected(db_url: str) -> None:
 async def test_renewal_of_a_superseded_lease_is_rejected(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        first = await Leases(queue).claim("default")
-        assert first is not None
+        job, first = await enqueue_and_claim(queue)
         await clock.advance(LEASE)
         second = await Leases(queue).claim("default")
         assert second is not None
@@ -485,9 +467,7 @@ async def test_renewal_of_a_superseded_lease_is_rejected(db_url: str) -> None:
 async def test_renewal_never_passes_the_maximum_lease_lifetime(db_url: str) -> None:
     clock = ManualClock()
     async with open_queue(db_url, clock=clock, max_lease_lifetime=timedelta(seconds=45)) as queue:
-        job = await queue.enqueue(Add(1), dispatch())
-        claimed = await Leases(queue).claim("default")
-        assert claimed is not None
+        job, claimed = await enqueue_and_claim(queue)
         lease = claimed.lease
 
         await clock.advance(timedelta(seconds=10))

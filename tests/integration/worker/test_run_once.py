@@ -41,6 +41,7 @@ from tests.support import (
     LEASE,
     WAIT,
     Add,
+    NeverFinishes,
     Report,
     SteppingClock,
     dispatch,
@@ -367,15 +368,8 @@ async def test_async_handler_past_its_lease_is_cancelled_and_not_acknowledged(
     db_url: str,
 ) -> None:
     clock = SteppingClock()
-    started, cancelled, never = asyncio.Event(), asyncio.Event(), asyncio.Event()
-
-    async def handle(job: Add, ctx: JobContext[Any]) -> None:
-        started.set()
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    handle = NeverFinishes()
+    started, cancelled = handle.started, handle.cancelled
 
     async with (
         open_queue(db_url, registry_for(handle), clock=clock) as queue,
@@ -533,14 +527,8 @@ async def test_a_renewal_slow_to_return_does_not_delay_the_next(db_url: str) -> 
 
 async def test_handler_is_cancelled_when_the_lease_lifetime_is_reached(db_url: str) -> None:
     clock = SteppingClock()
-    cancelled, never = asyncio.Event(), asyncio.Event()
-
-    async def handle(job: Add, ctx: JobContext[Any]) -> None:
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    handle = NeverFinishes()
+    cancelled = handle.cancelled
 
     async with (
         open_queue(
@@ -578,14 +566,8 @@ async def test_handler_is_cancelled_when_the_lease_lifetime_is_reached(db_url: s
 
 async def test_renewal_rejected_after_supersession_cancels_without_ack(db_url: str) -> None:
     clock = SteppingClock()
-    cancelled, never = asyncio.Event(), asyncio.Event()
-
-    async def handle(job: Add, ctx: JobContext[Any]) -> None:
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    handle = NeverFinishes()
+    cancelled = handle.cancelled
 
     registry = registry_for(handle)
     rival_clock = ManualClock(start=from_ms(T0 + LEASE_MS + 1_000))  # sees the lease expired
