@@ -7,11 +7,19 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from caravel import IdempotencyConflictError, JobState, Leases, UnknownJobTypeError
+from caravel import (
+    DatabaseQueue,
+    IdempotencyConflictError,
+    JobState,
+    Leases,
+    QueueInspector,
+    QueueWorker,
+    UnknownJobTypeError,
+)
 from caravel.clock import from_ms
 from caravel.store.protocol import JobFilter
 from caravel.testing import ManualClock
-from tests.support import Add, Report, dispatch, open_queue
+from tests.support import Add, Report, dispatch, make_registry, open_queue
 
 
 async def test_enqueue_returns_id_and_stores_ready_job(db_url: str) -> None:
@@ -142,3 +150,15 @@ async def test_enqueues_within_the_notify_cooldown_share_one_trailing_wakeup(pg_
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
+
+
+async def test_closing_a_queue_an_inspector_or_a_worker_twice_is_harmless(db_url: str) -> None:
+    queue = DatabaseQueue(db_url, make_registry())
+    await queue.enqueue(Add(1), dispatch())
+    worker = QueueWorker(queue)
+    assert await worker.run_once("default") is True
+    inspector = QueueInspector(db_url)
+    assert (await inspector.queue_counts())[0].completed == 1
+    for closeable in (worker, queue, inspector):
+        await closeable.close()
+        await closeable.close()
