@@ -87,7 +87,10 @@ _HOMES = {
 }
 
 
-__getattr__ = lazy_attributes("caravel", globals(), _HOMES)
+#: Public modules, imported on first use as attributes too (``caravel.migrate.upgrade(...)``).
+_MODULES = ("migrate", "testing")
+
+__getattr__ = lazy_attributes("caravel", globals(), _HOMES, modules=_MODULES)
 
 
 def __dir__() -> list[str]:

@@ -4,23 +4,31 @@ caller touches."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = ["lazy_attributes"]
 
 
 def lazy_attributes(
-    package: str, namespace: dict[str, Any], homes: Mapping[str, str]
+    package: str,
+    namespace: dict[str, Any],
+    homes: Mapping[str, str],
+    *,
+    modules: Collection[str] = (),
 ) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package``: each name in ``homes`` is imported from the
-    module named there (a fixed table, never a name from outside) and kept in ``namespace``."""
+    module named there, and each of ``modules`` is the submodule of that name (fixed tables,
+    never a name from outside); what was found is kept in ``namespace``."""
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)
-        if home is None:
+        if home is not None:
+            value = getattr(importlib.import_module(home), name)
+        elif name in modules:
+            value = importlib.import_module(f"{package}.{name}")
+        else:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
         namespace[name] = value  # found directly from now on
         return value
 

@@ -8,6 +8,7 @@ step an operator or a deployment takes. Caravel keeps its history in its own ver
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from dataclasses import dataclass
 from importlib.resources import files
@@ -65,7 +66,8 @@ async def require_current_schema(store: ReadStore) -> None:
     found = await store.schema_revision()
     if found is None:
         raise SchemaNotReadyError("no queue migration has been applied")
-    newest = head()
+    # The first call reads the migration scripts (and imports Alembic): not on the event loop.
+    newest = await asyncio.to_thread(head)
     if found != newest:
         raise SchemaNotReadyError(f"at revision {found}, the newest is {newest}")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from caravel import Leases, StoreError
 from caravel.store.sqlite import LOCK_WAIT_NOTED_MS
@@ -127,3 +127,46 @@ async def test_opening_a_connection_does_not_delay_the_lease(db_url: str) -> Non
         claimed = await Leases(queue).claim("default")
     assert claimed is not None
     assert claimed.lease.expires_at_ms == clock.now_ms() + int(LEASE.total_seconds() * 1000)
+
+
+async def test_a_failed_commit_leaves_no_write_lock_held_and_the_next_write_works(
+    db_url: str,
+) -> None:
+    """A COMMIT that fails (here a deferred foreign key; a full disk is the real-world case)
+    must not give its connection back to the pool still inside ``BEGIN IMMEDIATE``: the write
+    lock would stay held against every other process, and the next write on it would fail."""
+    _execute(db_url, "CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    _execute(
+        db_url,
+        "CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent (id) "
+        "DEFERRABLE INITIALLY DEFERRED)",
+    )
+    async with open_queue(db_url) as queue:
+        store = queue.store.inner  # type: ignore[attr-defined]
+
+        @event.listens_for(store._blocking, "connect")  # type: ignore[misc]
+        def _foreign_keys(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute("PRAGMA foreign_keys = ON")
+
+        with pytest.raises(StoreError):
+            async with store._write("probe") as conn:
+                await conn.execute(text("INSERT INTO child VALUES (1, 999)"))
+
+        other = sqlite3.connect(_file(db_url), timeout=0.5)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # "database is locked" if the lock were held
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        await queue.enqueue(Add(1), dispatch())
+        assert _query(db_url, "SELECT COUNT(*) FROM caravel_jobs") == [(1,)]
+        assert _query(db_url, "SELECT COUNT(*) FROM child") == [(0,)]
+
+
+async def test_an_operation_after_close_is_a_store_error(db_url: str) -> None:
+    async with open_queue(db_url) as queue:
+        accepted = await queue.enqueue(Add(1), dispatch())
+    with pytest.raises(StoreError, match="job_get"):
+        await queue.get_status(accepted.job_id, "default", "tenant-a")
+    with pytest.raises(StoreError, match="job_insert"):
+        await queue.enqueue(Add(2), dispatch())

@@ -63,3 +63,14 @@ def test_opening_a_sqlite_queue_loads_sqlite_but_no_postgresql_driver(tmp_path: 
     )
     assert "aiosqlite" in found
     assert not {name for name in found if name.startswith(("psycopg", "alembic", "mako"))}
+
+
+def test_the_public_modules_are_attributes_of_the_package_too() -> None:
+    """``caravel.migrate.upgrade(url)`` works after a bare ``import caravel``, as documented;
+    naming the module still imports no Alembic (its functions do, when called)."""
+    found = loaded(
+        "import caravel\n"
+        "assert callable(caravel.migrate.upgrade)\n"
+        "assert caravel.testing.ManualClock is not None\n"
+    )
+    assert found == set()

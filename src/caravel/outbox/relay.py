@@ -127,8 +127,7 @@ class OutboxRelay:
     async def run_once(self) -> int:
         """One pass: returns how many intents were dispatched."""
         now = self.queue.clock.now_ms()
-        rows = await self._outbox.outbox_list_pending(now, self.batch_size)
-        backlog = await self._outbox.outbox_count_pending()
+        rows, backlog = await self._outbox.outbox_read_pass(now, self.batch_size)
         self._last_pass_full = len(rows) >= self.batch_size
         table_name = self._outbox.table_name
         if not rows:
@@ -189,14 +188,13 @@ class OutboxRelay:
         self, delivered: Sequence[tuple[PendingEnvelope, EnqueueResult]], stuck: Sequence[_Stuck]
     ) -> None:
         now = self.queue.clock.now_ms()
-        await self._outbox.outbox_mark_dispatched(
-            {row.id: result.job_id for row, result in delivered}, now
-        )
-        await self._outbox.outbox_mark_undeliverable(
+        await self._outbox.outbox_record_pass(
+            {row.id: result.job_id for row, result in delivered},
             [
                 Undeliverable(row.id, reason, now + self._retry_delay_ms(row))
                 for row, reason in stuck
-            ]
+            ],
+            now,
         )
         for row, reason in stuck:
             self.stuck += 1

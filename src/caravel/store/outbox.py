@@ -149,34 +149,53 @@ class OutboxStore:
         """Up to ``limit`` envelopes not yet dispatched and due for a try at ``now`` (never
         tried, or their retry time reached), oldest staged first, then by id."""
         async with self._transaction("outbox_read") as conn:
-            rows = (await conn.execute(self._list, {"now": now, "limit": limit})).all()
-        return [PendingEnvelope(*row) for row in rows]
+            return await self._pending(conn, now, limit)
 
     async def outbox_count_pending(self) -> int:
         """How many envelopes are not dispatched yet, due or not."""
         async with self._transaction("outbox_read") as conn:
-            return int((await conn.execute(self._count)).scalar_one())
+            return await self._backlog(conn)
+
+    async def outbox_read_pass(self, now: int, limit: int) -> tuple[list[PendingEnvelope], int]:
+        """What one relay pass reads, in one transaction: the envelopes
+        :meth:`outbox_list_pending` lists, and the count :meth:`outbox_count_pending` gives."""
+        async with self._transaction("outbox_read") as conn:
+            return await self._pending(conn, now, limit), await self._backlog(conn)
 
     async def outbox_mark_dispatched(self, job_ids: Mapping[UUID, UUID], now: int) -> None:
         """Record, for each envelope id, the queue job that now carries it, dispatched at
         ``now``; an envelope already marked dispatched is left as it is."""
-        if not job_ids:
-            return
-        rows = [{"b_id": envelope, "b_job": job, "b_now": now} for envelope, job in job_ids.items()]
-        async with self._transaction("outbox_mark") as conn:
-            await conn.execute(self._dispatched, rows)
+        await self.outbox_record_pass(job_ids, [], now)
 
     async def outbox_mark_undeliverable(self, envelopes: Sequence[Undeliverable]) -> None:
         """Record why each envelope could not be delivered, count the attempt, and hold it back
         until its retry time; an envelope dispatched meanwhile is left as it is."""
-        if not envelopes:
+        await self.outbox_record_pass({}, envelopes, 0)
+
+    async def outbox_record_pass(
+        self, job_ids: Mapping[UUID, UUID], undeliverable: Sequence[Undeliverable], now: int
+    ) -> None:
+        """What one relay pass records, in one transaction (all of it or none):
+        :meth:`outbox_mark_dispatched` and :meth:`outbox_mark_undeliverable` together."""
+        if not job_ids and not undeliverable:
             return
-        rows: list[dict[str, Any]] = [
-            {"b_id": e.envelope_id, "b_reason": e.reason, "b_retry_at": e.retry_at}
-            for e in envelopes
-        ]
         async with self._transaction("outbox_mark") as conn:
-            await conn.execute(self._undeliverable, rows)
+            if job_ids:
+                rows = [{"b_id": env, "b_job": job, "b_now": now} for env, job in job_ids.items()]
+                await conn.execute(self._dispatched, rows)
+            if undeliverable:
+                stuck: list[dict[str, Any]] = [
+                    {"b_id": e.envelope_id, "b_reason": e.reason, "b_retry_at": e.retry_at}
+                    for e in undeliverable
+                ]
+                await conn.execute(self._undeliverable, stuck)
+
+    async def _pending(self, conn: AsyncConnection, now: int, limit: int) -> list[PendingEnvelope]:
+        rows = (await conn.execute(self._list, {"now": now, "limit": limit})).all()
+        return [PendingEnvelope(*row) for row in rows]
+
+    async def _backlog(self, conn: AsyncConnection) -> int:
+        return int((await conn.execute(self._count)).scalar_one())
 
     async def close(self) -> None:
         """Dispose of the engine if this store created it."""

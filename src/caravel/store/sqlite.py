@@ -164,11 +164,25 @@ class ThreadConnection:
         def run() -> None:
             conn, self._conn = self._conn, None
             if conn is not None:
-                with conn:  # closing it rolls back what a failed commit left open
-                    if commit:
-                        conn.commit()
+                _finish(conn, commit=commit)
 
         await self._hand_over(run)
+
+
+def _finish(conn: sa.Connection, *, commit: bool) -> None:
+    """End ``conn``'s transaction and give it back to the pool. A failed COMMIT can leave the
+    transaction open (and SQLite's write lock held), so that connection is discarded, never
+    pooled."""
+    try:
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+    except BaseException:
+        conn.invalidate()
+        raise
+    finally:
+        conn.close()
 
 
 def _pass_on(done: Future[T], waiter: asyncio.Future[T]) -> None:
@@ -221,7 +235,11 @@ class SqliteStore(SqlStore[ThreadConnection]):
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(_pass_on, done, waiter)
 
-        thread.submit(work).add_done_callback(settle)
+        try:
+            submitted = thread.submit(work)
+        except RuntimeError:  # the store was closed: an error of the database's kind
+            raise sqlite3.ProgrammingError("the queue's SQLite store is closed") from None
+        submitted.add_done_callback(settle)
         return await waiter
 
     def _on_writer(self, work: Callable[[], T]) -> Awaitable[T]:
@@ -240,11 +258,18 @@ class SqliteStore(SqlStore[ThreadConnection]):
             queued = time.monotonic() - asked
 
             def run() -> T:
-                with self._blocking.connect() as conn:
+                conn = self._blocking.connect()
+                try:
                     began = time.monotonic()
-                    with conn.begin():
-                        waited = int((queued + time.monotonic() - began) * 1000)
-                        return work(conn, waited if waited >= LOCK_WAIT_NOTED_MS else 0)
+                    conn.begin()
+                    waited = int((queued + time.monotonic() - began) * 1000)
+                    result = work(conn, waited if waited >= LOCK_WAIT_NOTED_MS else 0)
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the first error is the one to report
+                        _finish(conn, commit=False)
+                    raise
+                _finish(conn, commit=True)
+                return result
 
             return await self._on_writer(run)
 
@@ -368,6 +393,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
             try:
                 yield conn
             except BaseException:
-                await conn.end(commit=False)
+                with contextlib.suppress(Exception):  # the first error is the one to report
+                    await conn.end(commit=False)
                 raise
             await conn.end(commit=True)

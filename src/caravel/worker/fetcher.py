@@ -151,7 +151,9 @@ class Fetcher:
         runs in this process and it is time to look. Returns how many were started (0 or 1)."""
         slots = self._slots
         now = self._clock.now_ms()
-        if slots.recovering is not None or now < slots.recovery_due.get(self.queue, now):
+        due = slots.recovery_due.get(self.queue, now)
+        # Not yet due, unless the clock was set back by more than a poll interval meanwhile.
+        if slots.recovering is not None or 0 < due - now <= self._poll_ms:
             return 0
         taken = await self._leases.claim_many(self.queue, 1, source="expired")
         if not taken:

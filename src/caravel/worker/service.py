@@ -165,14 +165,14 @@ class QueueWorker(AsyncClosing):
         await self.queue.check_schema()
         await self._presence.register(names)
         services = [self._service(f.run(), f"fetch-{f.queue}") for f in self._fetchers(names)]
-        services.append(self._service(self._presence.run(), "heartbeat"))
+        services.append(self._side_service(self._presence.run(), "heartbeat"))
         interval = self.options.queue_metrics_interval
         if interval is not None:
             gauges = QueueGaugeCollector(self.queue.store, self.queue.clock, interval)
-            services.append(self._service(gauges.run(), "gauges"))
+            services.append(self._side_service(gauges.run(), "gauges"))
         listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
         if listener is not None:
-            services.append(self._service(listener.run(), "listen"))
+            services.append(self._side_service(listener.run(), "listen"))
         for name in names:
             self.queue.wakeups.event(name)
         try:
@@ -213,6 +213,26 @@ class QueueWorker(AsyncClosing):
                 raise
             except Exception as exc:
                 self._failed(exc)
+
+        return asyncio.create_task(guarded(), name=f"caravel-{name}")
+
+    def _side_service(self, loop: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run a loop the worker can do without (heartbeat, gauges, the wake-up listener): an
+        error it does not handle itself ends that loop, logged, and the worker carries on
+        (claims poll without wake-ups; the registry shows the worker as lost)."""
+
+        async def guarded() -> None:
+            try:
+                await loop
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.error(
+                    "worker %s loop stopped: %s",
+                    name,
+                    type(exc).__name__,
+                    extra={"error_type": type(exc).__name__},
+                )
 
         return asyncio.create_task(guarded(), name=f"caravel-{name}")
 

@@ -12,7 +12,10 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import pytest
+
 from caravel import (
+    DatabaseQueue,
     JobContext,
     JobState,
     Leases,
@@ -261,3 +264,64 @@ async def test_a_running_worker_polls_on_its_clock_for_a_job_that_comes_due(
         status = await queue.get_status(later.job_id, "default", "tenant-a")
         assert status is not None
         assert status.state is JobState.COMPLETED
+
+
+async def test_recovery_looks_at_once_when_the_clock_was_set_back(db_url: str) -> None:
+    """An empty look schedules the next one a poll interval later on the clock; if the wall
+    clock is then stepped back (NTP), the next look must not wait for it to catch up."""
+    clock = ManualClock()
+    async with open_queue(db_url, registry_for(noop), clock=clock) as queue:
+        held = HeldSlots(4)
+        fetcher = fetcher_for(queue, held, concurrency=4, clock=clock)
+        assert await fetcher.run_once() == 0  # nothing expired: the next look is in a second
+        clock._now -= 10 * 60_000  # stepped back ten minutes
+        await queue.enqueue(Add(1), dispatch())
+        assert await Leases(queue).claim("default") is not None  # a worker that then vanished
+        await clock.advance(LEASE)  # its lease expired, long before the look that was due
+        assert await fetcher.run_once() == 1
+        held.release.set()
+
+
+class FailingHeartbeats:
+    """The queue's real store, except that heartbeats fail with an error nothing expects."""
+
+    def __init__(self, url: str) -> None:
+        from caravel.store import open_store
+
+        self.inner = open_store(url)
+        self.failed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def worker_heartbeat(self, beat: Any) -> None:
+        if beat.stopped:  # the shutdown's own record goes through
+            await self.inner.worker_heartbeat(beat)
+            return
+        self.failed.set()
+        raise RuntimeError("a bug in the heartbeat")
+
+
+async def test_a_failing_heartbeat_ends_only_the_heartbeat(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = SleepWatchingClock()
+    done = asyncio.Event()
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        done.set()
+
+    store = FailingHeartbeats(db_url)
+    queue = DatabaseQueue(store, registry_for(handle), clock=clock)  # type: ignore[arg-type]
+    async with queue, QueueWorker(queue) as worker:
+        task = asyncio.ensure_future(worker.run("default"))
+        try:
+            await within(clock.until_sleeping(10.0))  # the heartbeat waits for its interval
+            await clock.advance(timedelta(seconds=10))
+            await within(store.failed.wait())
+            await queue.enqueue(Add(1), dispatch())  # the worker still works
+            await within(done.wait())
+        finally:
+            worker.stop()
+            await within(task)  # returns: the heartbeat's error did not stop the worker
+    assert "worker heartbeat loop stopped: RuntimeError" in caplog.text

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util.concurrency import greenlet_spawn
 
@@ -53,18 +54,33 @@ def create_engine(
     the process's usual concurrency (enqueueing request handlers, a worker's fetcher, its
     acknowledgement writers and renewals): opening a connection costs more than the statement.
     With ``read_only`` every session starts with ``default_transaction_read_only``, so the
-    server refuses any write on it.
+    server refuses any write on it; it is set again by a statement when the session opens, in
+    case something between us and the server (a connection pooler) drops startup options.
     """
     connect_args = CONNECT_ARGS
     if read_only:
         options = f"{CONNECT_ARGS['options']} -c default_transaction_read_only=on"
         connect_args = {**CONNECT_ARGS, "options": options}
-    return create_async_engine(
+    engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         connect_args=connect_args,
     )
+    if read_only:
+        event.listen(engine.sync_engine, "connect", _read_only_session)
+    return engine
+
+
+def _read_only_session(dbapi_connection: Any, _record: Any) -> None:
+    autocommit = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True
+    try:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        cursor.close()
+    finally:
+        dbapi_connection.autocommit = autocommit
 
 
 #: Connections the one-statement hot paths keep checked out of the pool between uses, for the
