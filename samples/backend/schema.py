@@ -18,16 +18,9 @@ from caravel_samples.backend.settings import Settings
 
 from caravel import migrate
 
-
-def include_object(
-    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
-) -> bool:
-    """Alembic filter: only the backend's own tables (and their indexes and constraints), so the
-    queue's tables in the same database are never compared or touched by this history."""
-    if type_ == "table":
-        return name in metadata.tables
-    table = getattr(obj, "table", None)
-    return table is None or getattr(table, "name", None) in metadata.tables
+#: Alembic filter: the queue's tables in the same database belong to Caravel's own history, so
+#: this one never compares or touches them.
+include_object = migrate.exclude_caravel_tables
 
 
 def _config(settings: Settings | None = None) -> Config:

@@ -34,10 +34,29 @@ __all__ = [
     "check",
     "current",
     "downgrade",
+    "exclude_caravel_tables",
     "head",
     "require_current_schema",
     "upgrade",
 ]
+
+
+def exclude_caravel_tables(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    """An ``include_object`` filter for *your application's* Alembic ``env.py`` when the queue
+    lives in the same database: everything but Caravel's own tables (the jobs and workers tables,
+    their indexes and constraints, and Caravel's version table), which Caravel's history
+    creates and changes. Without it, your autogenerate proposes dropping them. The outbox table
+    is yours and stays included::
+
+        context.configure(..., include_object=caravel.migrate.exclude_caravel_tables)
+    """
+    ours = {*metadata.tables, VERSION_TABLE}
+    if type_ == "table":
+        return name not in ours
+    table = getattr(obj, "table", None)
+    return getattr(table, "name", None) not in ours
 
 
 def _config(url: str | sa.URL) -> Config:

@@ -3,8 +3,6 @@ sees when it forgot to run them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,32 +14,10 @@ from sqlalchemy.engine import make_url
 from caravel import DatabaseQueue, Leases, SchemaNotReadyError, migrate
 from caravel.store.schema import include_object, metadata
 from tests.support import Add, dispatch, make_registry, open_queue
-from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
 
 JOBS = "caravel_jobs"
 VERSION = "caravel_alembic_version"
 UPGRADE_HINT = "caravel db upgrade"
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-]
-
-
-@pytest.fixture(params=BACKENDS)
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database with nothing in it: a brand new, empty SQLite file, or a new PostgreSQL
-    database."""
-    if request.param == "sqlite":
-        path = tmp_path / "empty.db"
-        path.touch()
-        yield sqlite_url(path)
-        return
-    url = create_pg_database("caravel_migrations")
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
 
 
 def _engine(url: str) -> sa.Engine:

@@ -4,6 +4,7 @@ in the store (:mod:`caravel.store.outbox`), beside the relay's statements that r
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 from uuid import UUID
 
@@ -15,7 +16,10 @@ from caravel.store.outbox import outbox_table
 
 __all__ = ["OUTBOX_TABLE", "OutboxEnvelope", "add_outbox"]
 
-_ENVELOPE_CLASS = "caravel_envelope_class"
+#: The envelope class mapped to each outbox table. Kept here, not in the table's ``info``: an
+#: application's Alembic autogenerate writes ``info`` into the migration it generates, and a
+#: class there is not Python it can run.
+_ENVELOPES: weakref.WeakKeyDictionary[sa.Table, type[OutboxEnvelope]] = weakref.WeakKeyDictionary()
 
 
 class OutboxEnvelope:
@@ -58,11 +62,11 @@ def add_outbox(metadata: sa.MetaData, *, name: str = OUTBOX_TABLE) -> type[Outbo
     migration for your application afterwards (``alembic revision --autogenerate``).
     """
     existing = metadata.tables.get(name)
-    if existing is not None and _ENVELOPE_CLASS in existing.info:
-        found: type[OutboxEnvelope] = existing.info[_ENVELOPE_CLASS]
+    found = None if existing is None else _ENVELOPES.get(existing)
+    if found is not None:
         return found
     table = outbox_table(metadata, name)
     envelope = type("OutboxEnvelope", (OutboxEnvelope,), {"__module__": __name__})
     orm.registry().map_imperatively(envelope, table)
-    table.info[_ENVELOPE_CLASS] = envelope
+    _ENVELOPES[table] = envelope
     return envelope
