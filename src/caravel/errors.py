@@ -127,8 +127,13 @@ class SchemaNotReadyError(CaravelError):
 
 class StoreError(CaravelError):
     """The database failed while Caravel was using it. The original driver error is the
-    ``__cause__``; the message names only the operation."""
+    ``__cause__``. The message names the operation and, when the driver's reason is about the
+    connection or the schema (connection refused to host and port, a database or role that does
+    not exist, a read-only database), that reason in one line; a reason that could quote stored
+    values (a constraint or data error) is left out."""
 
-    def __init__(self, operation: str) -> None:
+    def __init__(self, operation: str, reason: str | None = None) -> None:
         self.operation = operation
-        super().__init__(f"database error during {operation}")
+        self.reason = reason
+        message = f"database error during {operation}"
+        super().__init__(message if reason is None else f"{message}: {reason}")

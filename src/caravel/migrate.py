@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError, StoreError
+from caravel.store.errors import driver_reason
 from caravel.store.schema import VERSION_TABLE, include_object, metadata
 from caravel.store.urls import sync_url
 
@@ -98,7 +99,7 @@ def upgrade(url: str | sa.URL, revision: str = "head") -> None:
     try:
         command.upgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError("upgrade") from exc
+        raise StoreError("upgrade", driver_reason(exc)) from exc
 
 
 def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
@@ -108,7 +109,7 @@ def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
     try:
         command.downgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError("downgrade") from exc
+        raise StoreError("downgrade", driver_reason(exc)) from exc
 
 
 def _inspection_engine(url: str | sa.URL) -> sa.Engine:
@@ -139,7 +140,7 @@ def current(url: str | sa.URL) -> str | None:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError("current") from exc
+        raise StoreError("current", driver_reason(exc)) from exc
     finally:
         engine.dispose()
 
@@ -179,7 +180,7 @@ def check(url: str | sa.URL) -> SchemaReport:
                 () if found is None else tuple(str(d) for d in compare_metadata(context, metadata))
             )
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError("check") from exc
+        raise StoreError("check", driver_reason(exc)) from exc
     finally:
         engine.dispose()
     if found is None:

@@ -13,7 +13,23 @@ import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError, StoreError
 
-__all__ = ["ErrorTranslation"]
+__all__ = ["ErrorTranslation", "driver_reason"]
+
+#: Driver errors whose text can quote stored values (a key, a too-long string): never shown.
+_QUOTING = frozenset({"IntegrityError", "DataError"})
+_LONGEST_REASON = 240
+
+
+def driver_reason(exc: BaseException) -> str | None:
+    """The driver's own reason for ``exc`` in one line (its first), when that reason is about
+    the connection or the schema; ``None`` for an error whose text can quote stored values, or
+    one with no text."""
+    orig = getattr(exc, "orig", None) or exc
+    if any(kind.__name__ in _QUOTING for kind in type(orig).__mro__):
+        return None
+    first = next((line.strip() for line in str(orig).splitlines() if line.strip()), "")
+    printable = " ".join("".join(ch for ch in first if ch.isprintable()).split())
+    return printable[:_LONGEST_REASON] or None
 
 
 class ErrorTranslation:
@@ -53,9 +69,9 @@ class ErrorTranslation:
         if isinstance(exc, (sa.exc.SQLAlchemyError, *self.driver_errors)):
             if self.schema_missing is not None and self.schema_missing(exc):
                 raise SchemaNotReadyError(f"{self.operation} found no queue table") from exc
-            raise StoreError(self.operation) from exc
+            raise StoreError(self.operation, driver_reason(exc)) from exc
         if isinstance(exc, OSError):
-            raise StoreError(self.operation) from exc
+            raise StoreError(self.operation, driver_reason(exc)) from exc
 
     async def __aenter__(self) -> None:
         return None
