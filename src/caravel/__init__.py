@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from caravel.context import JobContext
     from caravel.errors import (
         CaravelError,
+        DatabaseNotFoundError,
         IdempotencyConflictError,
         JobCancelledError,
         LeaseLostError,
@@ -53,6 +54,7 @@ _HOMES = {
     "SystemClock": "caravel.clock",
     "JobContext": "caravel.context",
     "CaravelError": "caravel.errors",
+    "DatabaseNotFoundError": "caravel.errors",
     "IdempotencyConflictError": "caravel.errors",
     "JobCancelledError": "caravel.errors",
     "LeaseLostError": "caravel.errors",
@@ -103,6 +105,7 @@ __all__ = [
     "CaravelError",
     "ClaimedJob",
     "Clock",
+    "DatabaseNotFoundError",
     "DatabaseQueue",
     "DispatchOptions",
     "EnqueueResult",

@@ -13,6 +13,7 @@
     ├── JobCancelledError          raised inside a handler whose job was cancelled
     ├── SchemaNotReadyError        the database is not migrated to the library's head revision
     └── StoreError                 the database failed (connection lost, read-only, ...)
+        └── DatabaseNotFoundError  a SQLite URL names a file that does not exist
 
 Messages never contain payloads, tenant ids, idempotency keys or exception texts from handlers:
 they name the field, the rule and, where useful, the command to run. Driver exceptions are
@@ -26,6 +27,7 @@ from uuid import UUID
 
 __all__ = [
     "CaravelError",
+    "DatabaseNotFoundError",
     "IdempotencyConflictError",
     "JobCancelledError",
     "LeaseLostError",
@@ -137,3 +139,19 @@ class StoreError(CaravelError):
         self.reason = reason
         message = f"database error during {operation}"
         super().__init__(message if reason is None else f"{message}: {reason}")
+
+
+class DatabaseNotFoundError(StoreError):
+    """A SQLite URL names a file that does not exist. The queue never creates a database file,
+    so a mistyped or relative path fails here instead of starting an empty queue elsewhere.
+    ``path`` is the absolute path the URL names."""
+
+    def __init__(self, operation: str, path: str) -> None:
+        self.operation = operation
+        self.reason = "no such file"
+        self.path = path
+        CaravelError.__init__(
+            self,
+            f"there is no SQLite database file at {path}; check the URL (sqlite:///name.db is "
+            "relative to the directory the command runs in, sqlite:////abs/path.db absolute)",
+        )

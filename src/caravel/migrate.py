@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from caravel.errors import SchemaNotReadyError, StoreError
+from caravel.errors import (
+    DatabaseNotFoundError,
+    SchemaNotReadyError,
+    StoreError,
+    ValidationError,
+)
 from caravel.store.errors import driver_reason
 from caravel.store.schema import VERSION_TABLE, include_object, metadata
 from caravel.store.urls import sync_url
@@ -93,9 +98,17 @@ async def require_current_schema(store: ReadStore) -> None:
 
 
 def upgrade(url: str | sa.URL, revision: str = "head") -> None:
-    """Apply migrations up to ``revision`` (default: the newest)."""
+    """Apply migrations up to ``revision`` (default: the newest). An in-memory SQLite URL is
+    refused: the database would vanish when the call returns."""
     from alembic import command
 
+    target = sync_url(url)
+    if target.get_backend_name() == "sqlite" and target.database in (None, "", ":memory:"):
+        raise ValidationError(
+            "url",
+            "must name a database file (an in-memory SQLite database vanishes when the command "
+            "ends), such as sqlite:///queue.db",
+        )
     try:
         command.upgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
@@ -119,7 +132,7 @@ def _inspection_engine(url: str | sa.URL) -> sa.Engine:
     if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):
         path = Path(target.database or "")
         if not path.exists():
-            raise SchemaNotReadyError(f"there is no database file at {path}")
+            raise DatabaseNotFoundError("check", str(path.absolute()))
         target = target.set(
             database=f"file:{path}", query={**target.query, "mode": "ro", "uri": "true"}
         )

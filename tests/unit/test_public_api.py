@@ -14,6 +14,7 @@ PUBLIC_NAMES = [
     "CaravelError",
     "ClaimedJob",
     "Clock",
+    "DatabaseNotFoundError",
     "DatabaseQueue",
     "DispatchOptions",
     "EnqueueResult",

@@ -9,7 +9,7 @@ import typer
 
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console
-from caravel.errors import CaravelError
+from caravel.errors import CaravelError, ValidationError
 
 app = typer.Typer(help="Apply and inspect the queue's database migrations.", no_args_is_help=True)
 out = console()
@@ -17,8 +17,11 @@ err = console(stderr=True)
 
 
 def _fail(exc: CaravelError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False)
-    return typer.Exit(1)
+    """One line naming the problem; exit 2 for what the user typed, 1 for the database."""
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+    return typer.Exit(2 if isinstance(exc, ValidationError) else 1)
 
 
 @app.command()

@@ -17,7 +17,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from caravel.errors import IdempotencyConflictError, SchemaNotReadyError
+from caravel.errors import IdempotencyConflictError, SchemaNotReadyError, StoreError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import queries
 from caravel.store.errors import ErrorTranslation
@@ -108,8 +108,16 @@ class SqlStore(Generic[ConnectionT]):
 
     def _translated(self, operation: str) -> ErrorTranslation:
         return ErrorTranslation(
-            operation, driver_errors=self.driver_errors, schema_missing=self._is_schema_missing
+            operation,
+            driver_errors=self.driver_errors,
+            schema_missing=self._is_schema_missing,
+            explain=self._explain,
         )
+
+    def _explain(self, operation: str) -> StoreError | None:
+        """A better error than the driver's for an operation that failed, where the dialect can
+        tell why (a SQLite file that does not exist)."""
+        return None
 
     #: The longest any one store operation may take, commit included. Past it the operation's
     #: connection is cut, so a link that silently stopped answering becomes a

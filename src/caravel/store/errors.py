@@ -42,7 +42,7 @@ class ErrorTranslation:
     A plain class, not a generator-based context manager: stores enter one per operation, the
     one-job enqueue included."""
 
-    __slots__ = ("driver_errors", "operation", "schema_missing")
+    __slots__ = ("driver_errors", "explain", "operation", "schema_missing")
 
     def __init__(
         self,
@@ -50,10 +50,14 @@ class ErrorTranslation:
         *,
         driver_errors: tuple[type[Exception], ...] = (),
         schema_missing: Callable[[BaseException], bool] | None = None,
+        explain: Callable[[str], StoreError | None] | None = None,
     ) -> None:
         self.operation = operation
         self.driver_errors = driver_errors
         self.schema_missing = schema_missing
+        #: A better error for a failed operation, where the store can tell why (a SQLite file
+        #: that does not exist); asked only once an operation has failed.
+        self.explain = explain
 
     def __enter__(self) -> None:
         return None
@@ -66,12 +70,14 @@ class ErrorTranslation:
     ) -> None:
         if exc is None:
             return
-        if isinstance(exc, (sa.exc.SQLAlchemyError, *self.driver_errors)):
-            if self.schema_missing is not None and self.schema_missing(exc):
-                raise SchemaNotReadyError(f"{self.operation} found no queue table") from exc
-            raise StoreError(self.operation, driver_reason(exc)) from exc
-        if isinstance(exc, OSError):
-            raise StoreError(self.operation, driver_reason(exc)) from exc
+        if not isinstance(exc, (sa.exc.SQLAlchemyError, OSError, *self.driver_errors)):
+            return
+        explained = None if self.explain is None else self.explain(self.operation)
+        if explained is not None:
+            raise explained from exc
+        if self.schema_missing is not None and self.schema_missing(exc):
+            raise SchemaNotReadyError(f"{self.operation} found no queue table") from exc
+        raise StoreError(self.operation, driver_reason(exc)) from exc
 
     async def __aenter__(self) -> None:
         return None

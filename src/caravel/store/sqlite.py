@@ -23,6 +23,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from caravel.errors import DatabaseNotFoundError, StoreError
 from caravel.jobs import Lease
 from caravel.store.base import SqlStore, claimed_from_rows
 from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
@@ -369,12 +370,23 @@ class SqliteStore(SqlStore[ThreadConnection]):
     def _insert(self) -> Any:
         return sqlite.insert(jobs)
 
+    def _file(self) -> str | None:
+        """The absolute path of the database file, for a URL that names one."""
+        path = (self.engine.url.database or "").removeprefix("file:")
+        return None if not path or path == ":memory:" else os.path.abspath(path)
+
+    def _explain(self, operation: str) -> StoreError | None:
+        path = self._file()
+        if path is not None and not os.path.exists(path):
+            return DatabaseNotFoundError(operation, path)
+        return None
+
     async def schema_revision(self) -> str | None:
-        # A missing file is an unmigrated queue, not a broken connection: say so.
-        path = self.engine.url.database or ""
-        path = path.removeprefix("file:")
-        if path and path != ":memory:" and not await asyncio.to_thread(os.path.exists, path):
-            return None
+        # A missing file is a wrong URL, not an unmigrated queue: `caravel db upgrade` would
+        # create an empty database there.
+        path = self._file()
+        if path is not None and not await asyncio.to_thread(os.path.exists, path):
+            raise DatabaseNotFoundError("schema_revision", path)
         return await super().schema_revision()
 
     def _is_schema_missing(self, exc: BaseException) -> bool:

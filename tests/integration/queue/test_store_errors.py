@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -72,3 +73,26 @@ def test_a_reason_that_could_quote_stored_values_is_left_out(error: Exception) -
 def test_a_reason_is_one_printable_line() -> None:
     error = sqlite3.OperationalError("disk I/O error\nDETAIL:  second line\x07")
     assert driver_reason(error) == "disk I/O error"
+
+
+async def test_a_missing_sqlite_file_is_named_by_every_entry_point(tmp_path: Path) -> None:
+    from caravel import DatabaseNotFoundError, DatabaseQueue, QueueWorker
+    from tests.support import Add, dispatch, make_registry
+
+    missing = tmp_path / "missing.db"
+    url = f"sqlite:///{missing}"
+    async with DatabaseQueue(url, make_registry()) as queue:
+        with pytest.raises(DatabaseNotFoundError) as enqueued:
+            await queue.enqueue(Add(1), dispatch())
+        with pytest.raises(DatabaseNotFoundError):
+            await queue.check_schema()
+        async with QueueWorker(queue) as worker:
+            with pytest.raises(DatabaseNotFoundError):
+                await worker.run("default")
+    async with QueueInspector(url) as inspector:
+        with pytest.raises(DatabaseNotFoundError):
+            await inspector.queue_counts()
+    assert enqueued.value.path == str(missing)
+    assert str(missing) in str(enqueued.value)
+    assert "upgrade" not in str(enqueued.value)
+    assert not missing.exists()

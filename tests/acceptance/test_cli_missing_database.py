@@ -1,0 +1,48 @@
+"""A SQLite URL whose file does not exist: every command says so with the absolute path, exit 1,
+and never advises `caravel db upgrade` (which would create an empty database in the wrong
+place). An in-memory URL cannot be migrated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["jobs", "list"],
+        ["workers"],
+        ["worker", "--app", "tests.faults.effects_app:registry", "--queue", "effects"],
+        ["db", "check"],
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_missing_file_is_named_with_its_absolute_path(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "nowhere" / "queue.db"
+    done = run_cli(*command, "--url", f"sqlite:///{missing}")
+    assert done.returncode == 1, done.stderr
+    assert f"there is no SQLite database file at {missing}" in done.stderr
+    assert "db upgrade" not in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not missing.exists()
+
+
+def test_a_relative_path_is_shown_as_the_absolute_path_it_names(tmp_path: Path) -> None:
+    done = run_cli("status", "--url", "sqlite:///not-here.db")
+    assert done.returncode == 1
+    assert "there is no SQLite database file at /" in done.stderr
+    assert "not-here.db" in done.stderr
+
+
+def test_an_in_memory_database_cannot_be_migrated() -> None:
+    done = run_cli("db", "upgrade", "--url", "sqlite:///:memory:")
+    assert done.returncode == 2
+    assert "url: must name a database file" in done.stderr
+    assert "Traceback" not in done.stderr
