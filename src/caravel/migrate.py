@@ -101,6 +101,7 @@ def upgrade(url: str | sa.URL, revision: str = "head") -> None:
     """Apply migrations up to ``revision`` (default: the newest). An in-memory SQLite URL is
     refused: the database would vanish when the call returns."""
     from alembic import command
+    from alembic.util.exc import CommandError
 
     target = sync_url(url)
     if target.get_backend_name() == "sqlite" and target.database in (None, "", ":memory:"):
@@ -113,16 +114,36 @@ def upgrade(url: str | sa.URL, revision: str = "head") -> None:
         command.upgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError("upgrade", driver_reason(exc)) from exc
+    except CommandError as exc:
+        raise _unknown_revision(revision) from exc
 
 
 def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
     """Revert migrations down to ``revision`` (default: one step; ``"base"`` removes all)."""
     from alembic import command
+    from alembic.util.exc import CommandError
 
     try:
         command.downgrade(_config(url), revision)
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError("downgrade", driver_reason(exc)) from exc
+    except CommandError as exc:
+        raise _unknown_revision(revision) from exc
+
+
+def _unknown_revision(revision: str) -> ValidationError:
+    """What a revision Alembic cannot place (a typo, a revision of a newer release) becomes."""
+    from alembic.script import ScriptDirectory
+
+    known = [
+        script.revision
+        for script in ScriptDirectory.from_config(_config("sqlite://")).walk_revisions()
+    ]
+    return ValidationError(
+        "revision",
+        f"{revision!r} is not a queue migration: use head, base, -1, or one of "
+        + ", ".join(sorted(known)),
+    )
 
 
 def _inspection_engine(url: str | sa.URL) -> sa.Engine:

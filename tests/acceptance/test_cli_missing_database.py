@@ -46,3 +46,21 @@ def test_an_in_memory_database_cannot_be_migrated() -> None:
     assert done.returncode == 2
     assert "url: must name a database file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["db", "upgrade", "--url", "sqlite://nope.db"], "url: a SQLite URL takes three slashes"),
+        (["db", "upgrade", "--url", "{file}", "9999"], "revision: '9999' is not a queue migration"),
+        (["db", "downgrade", "--url", "{file}", "zzz"], "revision: 'zzz' is not a queue migration"),
+    ],
+    ids=["two-slashes", "unknown-upgrade", "unknown-downgrade"],
+)
+def test_a_typo_is_one_line_and_exit_two(tmp_path: Path, args: list[str], expected: str) -> None:
+    queue = tmp_path / "queue.db"
+    done = run_cli(*(arg.replace("{file}", f"sqlite:///{queue}") for arg in args))
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr

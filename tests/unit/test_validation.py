@@ -351,3 +351,12 @@ def test_dispatch_options_are_frozen() -> None:
     options = DispatchOptions(queue="default", tenant_id="tenant-a")
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.tenant_id = "\x00"  # type: ignore[misc]
+
+
+def test_a_sqlite_url_with_a_host_is_refused_with_the_slashes_explained() -> None:
+    from caravel.store.urls import backend_of
+
+    with pytest.raises(ValidationError, match="three slashes"):
+        backend_of("sqlite://queue.db")
+    assert backend_of("sqlite:///queue.db") == "sqlite"
+    assert backend_of("sqlite://") == "sqlite"

@@ -30,11 +30,19 @@ def _parse(url: str | URL) -> URL:
 
 
 def backend_of(url: str | URL) -> Backend:
-    """Which database a URL names; anything but PostgreSQL and SQLite is rejected."""
-    name = _parse(url).get_backend_name()
+    """Which database a URL names; anything but PostgreSQL and SQLite is rejected, and so is a
+    SQLite URL with a host (``sqlite://queue.db``: one slash too few)."""
+    parsed = _parse(url)
+    name = parsed.get_backend_name()
     if name in ("postgresql", "postgres"):
         return "postgresql"
     if name == "sqlite":
+        if parsed.host:
+            raise ValidationError(
+                "url",
+                "a SQLite URL takes three slashes before a relative path (sqlite:///queue.db) "
+                "and four before an absolute one (sqlite:////var/lib/queue.db)",
+            )
         return "sqlite"
     raise ValidationError("url", "must name a postgresql:// or sqlite:// database")
 
