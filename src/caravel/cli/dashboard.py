@@ -7,15 +7,13 @@ of the command line works without it.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import ipaddress
-import os
-import sys
 from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
 
+from caravel.cli.apps import load_attribute
 from caravel.cli.connect import open_inspector
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
@@ -53,16 +51,7 @@ def _loopback(host: str) -> bool:
 
 
 def _load_authorize(path: str) -> Any:
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ValueError("--authorize must look like package.module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise ValueError(f"--authorize: module {module_name!r} could not be imported") from None
-    target = getattr(module, attribute, None)
+    target = load_attribute(path, "--authorize", "function")
     if not callable(target):
         raise ValueError(f"--authorize: {path!r} is not a function")
     return target
@@ -123,7 +112,7 @@ def dashboard(
         raise typer.Exit(1) from None
     try:
         check = _load_authorize(authorize) if authorize is not None else None
-    except ValueError as exc:
+    except ValueError as exc:  # ValidationError included
         _say(f"caravel dashboard: {exc}")
         raise typer.Exit(2) from None
 

@@ -50,11 +50,16 @@ def relay(
     """Relay committed outbox intents into the queue until SIGTERM or SIGINT.
 
     Exit code 0 after a normal shutdown; 1 when either database fails, so a supervisor restarts
-    it (undispatched intents are sent again, and resolve to the same jobs).
+    it (undispatched intents are sent again, and resolve to the same jobs); 2 when --app does not
+    name a job registry.
     """
     configure_logging(verbose)
     try:
         registry = load_registry(registry_path)
+    except CaravelError as exc:
+        err.print(f"caravel outbox relay: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    try:
         asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
     except CaravelError as exc:
         err.print(f"caravel outbox relay: stopped: {exc}", markup=False, highlight=False)
