@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter
 
 from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
@@ -42,6 +43,48 @@ def _is_async_callable(handler: object) -> bool:
         return True
     call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects with async __call__
     return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _takes_job_and_context(handler: object) -> bool:
+    """Whether ``handler(job, ctx)`` binds; a callable whose signature cannot be read (some
+    built-ins) gets the benefit of the doubt."""
+    try:
+        signature = inspect.signature(handler)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
+
+
+def _adapter(wire_name: str, payload_type: type[Any]) -> TypeAdapter[Any]:
+    """The pydantic adapter of a payload type, or a :class:`RegistrationError` naming the wire
+    name and the field whose type pydantic cannot serialize."""
+    try:
+        return TypeAdapter(payload_type)
+    except PydanticSchemaGenerationError:
+        field = _unserializable_field(payload_type)
+        where = f"field {field!r}" if field is not None else "a field"
+        raise RegistrationError(
+            "payload_type",
+            f"for {wire_name}: {where} has a type that cannot be serialized to JSON "
+            "(use JSON-friendly types, or give the type a pydantic schema)",
+        ) from None
+
+
+def _unserializable_field(payload_type: type[Any]) -> str | None:
+    try:
+        hints = typing.get_type_hints(payload_type)
+    except Exception:  # an annotation that does not resolve: the field stays unnamed
+        return None
+    for name, hint in hints.items():
+        try:
+            TypeAdapter(hint)
+        except PydanticSchemaGenerationError:
+            return name
+    return None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -92,6 +135,10 @@ class JobRegistry:
             )
         if not callable(handler):
             raise RegistrationError("handler", "must be callable as handler(job, ctx)")
+        if not _takes_job_and_context(handler):
+            raise RegistrationError(
+                "handler", f"for {wire_name} must accept two arguments, handler(job, ctx)"
+            )
         if wire_name in self._by_name:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
@@ -101,7 +148,7 @@ class JobRegistry:
             payload_type=payload_type,
             handler=handler,
             is_async=_is_async_callable(handler),
-            adapter=TypeAdapter(payload_type),
+            adapter=_adapter(wire_name, payload_type),
         )
         self._by_name[wire_name] = entry
         self._by_type[payload_type] = entry

@@ -17,6 +17,7 @@ from caravel import (
     ValidationError,
 )
 from caravel.registry import JobRegistration
+from tests.support import Add
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,3 +284,52 @@ def test_unknown_type_error_names_the_type_not_the_value() -> None:
         registry.for_job(SendUrgentEmail(to="secret-address@example.com"))
     assert "SendUrgentEmail" in str(caught.value)
     assert "secret-address" not in str(caught.value)
+
+
+class NotSerializable:
+    """A field type pydantic has no schema for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WithOddField:
+    amount: int
+    odd: NotSerializable
+
+
+def test_a_payload_type_with_a_field_pydantic_cannot_serialize_names_the_field() -> None:
+    registry = JobRegistry()
+    with pytest.raises(RegistrationError) as caught:
+        registry.register("tests.odd.v1", WithOddField, _noop)
+    assert caught.value.field == "payload_type"
+    assert "tests.odd.v1" in caught.value.rule
+    assert "'odd'" in caught.value.rule
+    assert "tests.odd.v1" not in registry
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [lambda: None, lambda job: None, lambda job, ctx, extra: None],
+    ids=["no-arguments", "one-argument", "three-required"],
+)
+def test_a_handler_that_cannot_take_job_and_context_is_refused(handler: object) -> None:
+    registry = JobRegistry()
+    with pytest.raises(RegistrationError) as caught:
+        registry.register("tests.add.v9", Add, handler)  # type: ignore[arg-type]
+    assert caught.value.field == "handler"
+    assert "tests.add.v9" in caught.value.rule
+    assert "handler(job, ctx)" in caught.value.rule
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [lambda job, ctx: None, lambda job, ctx, extra=1: None, lambda *args: None],
+    ids=["two", "with-a-default", "varargs"],
+)
+def test_handlers_that_can_take_job_and_context_are_accepted(handler: object) -> None:
+    registry = JobRegistry()
+    registry.register("tests.add.v9", Add, handler)  # type: ignore[arg-type]
+    assert "tests.add.v9" in registry
+
+
+def _noop(job: object, ctx: object) -> None:
+    return None
