@@ -121,6 +121,9 @@ class WorkerOptions:
         queue_metrics_interval: when set (1 second to 1 hour), this worker reads the queue
             counts at that interval and publishes them as the ``caravel.queue.*`` gauges. Turn it
             on in one process per deployment, not in every worker. ``None`` (default) is off.
+        log_tracebacks: for development: a failed handler's log line carries its traceback
+            (which may quote the exception's message, and through it job data). Only the
+            worker's own log gets it, never the queue's rows or metrics. Off by default.
     """
 
     concurrency: int = 1
@@ -129,8 +132,11 @@ class WorkerOptions:
     shutdown_grace: timedelta = timedelta(seconds=30)
     queue_metrics_interval: timedelta | None = None
     heartbeat_interval: timedelta = timedelta(seconds=10)
+    log_tracebacks: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.log_tracebacks, bool):
+            raise OptionsError("log_tracebacks", "must be True or False")
         _int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         _duration(
             "poll_interval",

@@ -66,6 +66,13 @@ def worker(
         int, typer.Option(help="Default attempts per job for jobs enqueued by this process.")
     ] = 3,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every job.")] = False,
+    traceback: Annotated[
+        bool,
+        typer.Option(
+            "--traceback",
+            help="Development: log a failed handler's traceback (it may quote job data).",
+        ),
+    ] = False,
 ) -> None:
     """Run a worker for one or more queues until SIGTERM or SIGINT.
 
@@ -89,6 +96,7 @@ def worker(
             min_poll_interval=min(timedelta(milliseconds=50), timedelta(seconds=poll_interval)),
             shutdown_grace=timedelta(seconds=shutdown_grace),
             heartbeat_interval=timedelta(seconds=heartbeat_interval),
+            log_tracebacks=traceback,
         )
     except CaravelError as exc:
         err.print(f"caravel worker: {exc}", markup=False, highlight=False)

@@ -70,7 +70,9 @@ class JobRunner:
         *,
         scope: ScopeFactory | None,
         threads: Executor,
+        tracebacks: bool = False,
     ) -> None:
+        self._tracebacks = tracebacks
         self._registry = registry
         self._clock = clock
         self._scope = scope
@@ -138,8 +140,9 @@ class JobRunner:
             assert watched.reason is not None
             return Outcome(watched.lease, abandoned=watched.reason)
         except Exception as exc:  # the handler failed, or the scope failed to open or close
-            logger.info(
+            logger.warning(
                 "job handler failed",
+                exc_info=exc if self._tracebacks else None,
                 extra={
                     "job_id": str(claimed.job_id),
                     "queue": claimed.queue,

@@ -69,7 +69,12 @@ class QueueWorker(AsyncClosing):
         self.leases = Leases(queue)
         self._watchdog = LeaseWatchdog(self.leases)
         self._runner = JobRunner(
-            queue.registry, queue.clock, self._watchdog, scope=scope, threads=self._threads
+            queue.registry,
+            queue.clock,
+            self._watchdog,
+            scope=scope,
+            threads=self._threads,
+            tracebacks=self.options.log_tracebacks,
         )
         self._report = OutcomeReport()
         self._acker = Acknowledger(

@@ -33,6 +33,7 @@ from caravel import (
     QueueWorker,
     SchemaNotReadyError,
     StoreError,
+    WorkerOptions,
 )
 from caravel.clock import from_ms
 from caravel.store.schema import jobs
@@ -754,3 +755,37 @@ async def test_connection_lost_before_acknowledge_raises_store_error(pg_url: str
         assert status.state is JobState.RUNNING
         assert status.attempt == 1
         assert status.last_failure is None
+
+
+@pytest.mark.parametrize("tracebacks", [False, True], ids=["default", "log-tracebacks"])
+async def test_a_failed_handler_is_logged_at_warning_with_its_traceback_only_on_request(
+    db_url: str, tracebacks: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="caravel")
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        raise RuntimeError(f"could not process {job.note}")
+
+    options = WorkerOptions(log_tracebacks=tracebacks)
+    async with (
+        open_queue(db_url, registry_for(handle)) as queue,
+        QueueWorker(queue, options=options) as worker,
+    ):
+        job = await queue.enqueue(Add(1, note=CANARY), dispatch())
+        assert await worker.run_once("default") is True
+        async with engine_of(queue).connect() as conn:
+            rows = (await conn.execute(sa.select(jobs.c.last_failure))).all()
+    (failed,) = [r for r in caplog.records if r.getMessage() == "job handler failed"]
+    assert failed.levelno == logging.WARNING
+    assert (failed.job_id, failed.job_type, failed.error_type) == (  # type: ignore[attr-defined]
+        str(job.job_id),
+        "tests.add.v1",
+        "RuntimeError",
+    )
+    assert rows == [("HandlerFailed",)]  # the queue's rows never get it, either way
+    if tracebacks:
+        assert failed.exc_info is not None
+        assert "Traceback" in logging.Formatter().format(failed)
+    else:
+        assert failed.exc_info is None
+        assert CANARY not in caplog.text
