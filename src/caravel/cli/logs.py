@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["configure_logging"]
+from caravel.cli.flags import FlagError
+
+__all__ = ["LEVELS", "configure_logging", "parse_level"]
+
+#: What ``--log-level`` accepts; ``--verbose`` is ``debug``.
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 FIELDS = (
     "job_id",
@@ -32,10 +42,26 @@ class KeyValueFormatter(logging.Formatter):
         return f"{line} {' '.join(pairs)}" if pairs else line
 
 
-def configure_logging(verbose: bool = False) -> None:
+def parse_level(level: str | None, verbose: bool) -> int:
+    """The level ``--log-level`` and ``--verbose`` ask for (info when neither is given).
+    Raises :class:`~caravel.cli.flags.FlagError` naming the flag for a word it does not know,
+    or when the two disagree."""
+    if level is None:
+        return logging.DEBUG if verbose else logging.INFO
+    chosen = LEVELS.get(level.lower())
+    if chosen is None:
+        raise FlagError("--log-level must be one of " + ", ".join(LEVELS))
+    if verbose and chosen != logging.DEBUG:
+        raise FlagError(f"--verbose means --log-level debug; give one or the other, not {level}")
+    return chosen
+
+
+def configure_logging(verbose: bool = False, level: int | None = None) -> None:
+    """One handler on the ``caravel`` logger: ``level`` when given, else debug with
+    ``verbose`` and info without."""
     handler = logging.StreamHandler()
     handler.setFormatter(KeyValueFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("caravel")
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    root.setLevel(level if level is not None else logging.DEBUG if verbose else logging.INFO)
     root.propagate = False

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from caravel.cli.apps import load_registry
-from caravel.cli.logs import configure_logging
+from caravel.cli.flags import FlagError, flag_message, seconds
+from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
-from caravel.errors import CaravelError
+from caravel.errors import CaravelError, OptionsError
 from caravel.outbox import OUTBOX_TABLE
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Deliver transactional-outbox intents to the queue.", no_args_is_help=True)
 err = console(stderr=True)
+
+#: The flag behind each relay option field, for errors in the words the operator typed.
+FLAGS = {"batch_size": "--batch-size", "poll_interval": "--poll-interval"}
 
 
 @app.command()
@@ -45,7 +49,16 @@ def relay(
         float, typer.Option(help="Seconds between passes that found nothing more.")
     ] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Log every intent (the same as --log-level debug)."),
+    ] = False,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level", metavar="LEVEL", help="debug, info (the default), warning or error."
+        ),
+    ] = None,
 ) -> None:
     """Relay committed outbox intents into the queue until SIGTERM or SIGINT.
 
@@ -53,14 +66,20 @@ def relay(
     it (undispatched intents are sent again, and resolve to the same jobs); 2 when --app does not
     name a job registry.
     """
-    configure_logging(verbose)
     try:
+        configure_logging(level=parse_level(log_level, verbose))
+        seconds("--poll-interval", poll_interval)
         registry = load_registry(registry_path)
-    except CaravelError as exc:
+    except (FlagError, CaravelError) as exc:
         err.print(f"caravel outbox relay: {exc}", markup=False, highlight=False)
         raise typer.Exit(2) from None
     try:
         asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
+    except OptionsError as exc:  # a number out of its range, said with the flag
+        err.print(
+            f"caravel outbox relay: {flag_message(exc, FLAGS)}", markup=False, highlight=False
+        )
+        raise typer.Exit(2) from None
     except CaravelError as exc:
         err.print(f"caravel outbox relay: stopped: {exc}", markup=False, highlight=False)
         raise typer.Exit(1) from None
@@ -79,7 +98,8 @@ async def _serve(
     from caravel.queue import DatabaseQueue
 
     async with DatabaseQueue(url, registry) as queue:
-        await queue.check_schema()
+        # Built before the schema check, so a number out of range is said before any database
+        # is read.
         relay = OutboxRelay(
             app_url,
             queue,
@@ -88,6 +108,7 @@ async def _serve(
             poll_interval=timedelta(seconds=poll_interval),
         )
         try:
+            await queue.check_schema()
             if once:
                 sent = await relay.run_once()
                 err.print(f"caravel outbox relay: dispatched {sent}", markup=False)

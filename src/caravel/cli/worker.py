@@ -4,26 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from caravel.cli.apps import load_registry
-from caravel.cli.logs import configure_logging
+from caravel.cli.flags import FlagError, flag_message, seconds
+from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
-from caravel.errors import CaravelError
+from caravel.cli.shutdown import abandoned_line, stopped_line, stopping_line
+from caravel.errors import CaravelError, ValidationError
 from caravel.options import QueueOptions, WorkerOptions
 
 if TYPE_CHECKING:
     from caravel.registry import JobRegistry
+    from caravel.worker import QueueWorker
 
 err = console(stderr=True)
 
 
-def _seconds(value: float | None) -> timedelta | None:
-    return None if value is None else timedelta(seconds=value)
+#: The flag behind each option field, for errors in the words the operator typed.
+FLAGS = {
+    "concurrency": "--concurrency",
+    "poll_interval": "--poll-interval",
+    "min_poll_interval": "--poll-interval",
+    "shutdown_grace": "--shutdown-grace",
+    "heartbeat_interval": "--heartbeat-interval",
+    "lease_duration": "--lease-duration",
+    "lease_renewal_interval": "--lease-renewal-interval",
+    "max_lease_lifetime": "--max-lease-lifetime",
+}
 
 
 def worker(
@@ -62,10 +74,18 @@ def worker(
     heartbeat_interval: Annotated[
         float, typer.Option(help="Seconds between worker-registry heartbeats (1-300).")
     ] = 10.0,
-    max_attempts: Annotated[
-        int, typer.Option(help="Default attempts per job for jobs enqueued by this process.")
-    ] = 3,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every job.")] = False,
+    max_attempts: Annotated[int | None, typer.Option(hidden=True)] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log every job (the same as --log-level debug).")
+    ] = False,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="debug, info (the default), warning or error.",
+        ),
+    ] = None,
     traceback: Annotated[
         bool,
         typer.Option(
@@ -81,32 +101,55 @@ def worker(
     Exit code 0 after a normal shutdown; 1 when the database fails or is not migrated, so a
     service manager restarts it.
     """
-    configure_logging(verbose)
     try:
-        registry = load_registry(app)
+        if max_attempts is not None:
+            raise FlagError(
+                "--max-attempts is gone: a job's attempt budget is fixed when it is enqueued "
+                "(QueueOptions.max_attempts or DispatchOptions.max_attempts); a worker cannot "
+                "change it"
+            )
+        configure_logging(level=parse_level(log_level, verbose))
+        poll = seconds("--poll-interval", poll_interval)
+        renewal = lease_renewal_interval
         queue_options = QueueOptions(
-            lease_duration=timedelta(seconds=lease_duration),
-            lease_renewal_interval=_seconds(lease_renewal_interval),
-            max_lease_lifetime=timedelta(seconds=max_lease_lifetime),
-            max_attempts=max_attempts,
+            lease_duration=seconds("--lease-duration", lease_duration),
+            lease_renewal_interval=(
+                None if renewal is None else seconds("--lease-renewal-interval", renewal)
+            ),
+            max_lease_lifetime=seconds("--max-lease-lifetime", max_lease_lifetime),
         )
         worker_options = WorkerOptions(
             concurrency=concurrency,
-            poll_interval=timedelta(seconds=poll_interval),
-            min_poll_interval=min(timedelta(milliseconds=50), timedelta(seconds=poll_interval)),
-            shutdown_grace=timedelta(seconds=shutdown_grace),
-            heartbeat_interval=timedelta(seconds=heartbeat_interval),
+            poll_interval=poll,
+            min_poll_interval=min(timedelta(milliseconds=50), poll),
+            shutdown_grace=seconds("--shutdown-grace", shutdown_grace),
+            heartbeat_interval=seconds("--heartbeat-interval", heartbeat_interval),
             log_tracebacks=traceback,
         )
+        registry = load_registry(app)
+    except ValueError as exc:  # FlagError, and ValidationError with its field as a flag
+        shown = flag_message(exc, FLAGS) if isinstance(exc, ValidationError) else str(exc)
+        _say(shown)
+        raise typer.Exit(2) from None
     except CaravelError as exc:
-        err.print(f"caravel worker: {exc}", markup=False, highlight=False)
+        _say(str(exc))
         raise typer.Exit(2) from None
     try:
-        asyncio.run(_serve(url, registry, queue, queue_options, worker_options))
+        worker_ran = asyncio.run(_serve(url, registry, queue, queue_options, worker_options))
+    except KeyboardInterrupt:  # Ctrl+C before the worker took over the signals
+        _say("interrupted before it started; stopped")
+        raise typer.Exit(130) from None
     except CaravelError as exc:
-        err.print(f"caravel worker: stopped: {exc}", markup=False, highlight=False)
+        _say(f"stopped: {exc}")
         raise typer.Exit(1) from None
-    err.print("caravel worker: stopped", markup=False, highlight=False)
+    finally:
+        # From here on the worker is done: a late Ctrl+C must not end in a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _say(stopped_line(worker_ran))
+
+
+def _say(message: str) -> None:
+    err.print(f"caravel worker: {message}", markup=False, highlight=False)
 
 
 async def _serve(
@@ -115,7 +158,7 @@ async def _serve(
     queues: list[str],
     queue_options: QueueOptions,
     worker_options: WorkerOptions,
-) -> None:
+) -> QueueWorker:
     from caravel.queue import DatabaseQueue
     from caravel.worker import QueueWorker
 
@@ -124,12 +167,19 @@ async def _serve(
         DatabaseQueue(url, registry, options=queue_options) as queue,
         QueueWorker(queue, options=worker_options) as running,
     ):
+
+        def on_signal() -> None:
+            _say(stopping_line(running.stop()))
+
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, running.stop)
-        err.print(
-            f"caravel worker: processing {', '.join(queues)} "
-            f"(concurrency {worker_options.concurrency}); SIGTERM or Ctrl+C stops",
-            markup=False,
-            highlight=False,
+            loop.add_signal_handler(signum, on_signal)
+        _say(
+            f"processing {', '.join(queues)} "
+            f"(concurrency {worker_options.concurrency}); SIGTERM or Ctrl+C stops"
         )
-        await running.run(queues)
+        try:
+            await running.run(queues)
+        finally:
+            if running.abandoned_at_stop:
+                _say(abandoned_line(running.abandoned_at_stop, datetime.now(UTC)))
+    return running

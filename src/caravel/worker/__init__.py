@@ -10,6 +10,6 @@ imports the command line or the dashboard.
 """
 
 from caravel.worker.leases import FailureOutcome, Leases
-from caravel.worker.service import QueueWorker
+from caravel.worker.service import AbandonedJob, QueueWorker, Stopping
 
-__all__ = ["FailureOutcome", "Leases", "QueueWorker"]
+__all__ = ["AbandonedJob", "FailureOutcome", "Leases", "QueueWorker", "Stopping"]

@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from caravel._closing import AsyncClosing
 from caravel._failpoints import failpoint
 from caravel.errors import ValidationError
-from caravel.jobs import ClaimedJob
+from caravel.jobs import ClaimedJob, Lease
 from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
 from caravel.validation import check_queue_name
@@ -35,10 +36,31 @@ from caravel.worker.leases import Leases
 from caravel.worker.presence import Presence, QueueGaugeCollector
 from caravel.worker.reporting import OutcomeReport, log_job, logger
 from caravel.worker.runner import JobRunner, Outcome, ScopeFactory
+from caravel.worker.threads import HandlerThreads
 from caravel.worker.wakeups import WakeupListener
 from caravel.worker.watchdog import LeaseWatchdog
 
-__all__ = ["QueueWorker"]
+__all__ = ["AbandonedJob", "QueueWorker", "Stopping"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """What a stop request waits for: ``jobs`` handlers running, given ``grace`` to finish;
+    ``cancelling`` when they are being cancelled now instead (a second request, no grace)."""
+
+    jobs: int
+    grace: timedelta
+    cancelling: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedJob:
+    """A job the last stop cancelled without an acknowledgement: it runs again, on any worker,
+    once its lease ends at ``lease_expires_at``."""
+
+    job_id: UUID
+    queue: str
+    lease_expires_at: datetime
 
 
 class QueueWorker(AsyncClosing):
@@ -63,9 +85,7 @@ class QueueWorker(AsyncClosing):
         self.options = options if options is not None else WorkerOptions()
         #: This process's id in the worker registry (``caravel workers``).
         self.worker_id = uuid4()
-        self._threads = ThreadPoolExecutor(
-            max_workers=self.options.concurrency, thread_name_prefix="caravel-job"
-        )
+        self._threads = HandlerThreads(self.options.concurrency)
         self.leases = Leases(queue)
         self._watchdog = LeaseWatchdog(self.leases)
         self._runner = JobRunner(
@@ -93,6 +113,13 @@ class QueueWorker(AsyncClosing):
         self._cancel_now = asyncio.Event()
         self._fault: BaseException | None = None
         self._run_ended = False
+        self._leases_at_stop: dict[UUID, Lease] = {}
+        #: Jobs the last :meth:`run` cancelled at its stop, with when they run again.
+        self.abandoned_at_stop: list[AbandonedJob] = []
+        #: Synchronous handlers running when the last stop began, and those still running when
+        #: :meth:`run` returned (abandoned: nothing waits for them, the process may exit).
+        self.threads_at_stop = 0
+        self.threads_abandoned = 0
 
     async def close(self) -> None:
         """Release the handler threads (abandoned synchronous handlers are not waited for)."""
@@ -139,12 +166,15 @@ class QueueWorker(AsyncClosing):
 
     # ----- continuous ----------------------------------------------------------------------
 
-    def stop(self, *, immediate: bool = False) -> None:
-        """Ask :meth:`run` to stop. The first request drains gracefully; a second one (or
-        ``immediate=True``) cancels in-flight handlers at once."""
-        if self._stop_requested.is_set() or immediate:
+    def stop(self, *, immediate: bool = False) -> Stopping:
+        """Ask :meth:`run` to stop, and say what it waits for. The first request drains
+        gracefully; a second one (or ``immediate=True``) cancels in-flight handlers at once."""
+        grace = self.options.shutdown_grace
+        if self._stop_requested.is_set() or immediate or not grace:
             self._cancel_now.set()
         self._stop_requested.set()
+        cancelling = self._cancel_now.is_set()
+        return Stopping(self.in_flight, timedelta(0) if cancelling else grace, cancelling)
 
     async def run(self, queues: str | Sequence[str]) -> None:
         """Process ``queues`` until :meth:`stop` is called or the database fails.
@@ -167,6 +197,8 @@ class QueueWorker(AsyncClosing):
             self._cancel_now = asyncio.Event()
             self._fault = None
             self._run_ended = False
+        self.abandoned_at_stop = []
+        self.threads_at_stop = self.threads_abandoned = 0
         await self.queue.check_schema()
         await self._presence.register(names)
         services = [self._service(f.run(), f"fetch-{f.queue}") for f in self._fetchers(names)]
@@ -257,6 +289,7 @@ class QueueWorker(AsyncClosing):
 
     async def _drain(self) -> None:
         running = self._slots.tasks
+        self.threads_at_stop = self._threads.busy
         if running and not self._cancel_now.is_set():
             grace = self.options.shutdown_grace.total_seconds()
             pending: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
@@ -267,10 +300,14 @@ class QueueWorker(AsyncClosing):
                 )
             finally:
                 cancelled.cancel()
+        # The leases as last renewed: when the jobs cancelled now become claimable again.
+        self._leases_at_stop = self._watchdog.current_leases()
         for task in list(running):
             task.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+        # A cancelled synchronous handler's thread runs on until it returns; nothing waits.
+        self.threads_abandoned = self._threads.busy
         if self._fault is None:
             await self._acker.close()
         else:
@@ -286,6 +323,10 @@ class QueueWorker(AsyncClosing):
             # The slot frees now; the acknowledger writes the outcome with the next batch.
             self._acker.post(claimed, outcome)
         except asyncio.CancelledError:
+            lease = self._leases_at_stop.get(claimed.job_id, claimed.lease)
+            self.abandoned_at_stop.append(
+                AbandonedJob(claimed.job_id, claimed.queue, lease.expires_at)
+            )
             log_job(
                 logging.WARNING, "job abandoned without acknowledgement", claimed, reason="shutdown"
             )

@@ -26,6 +26,7 @@ import enum
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from caravel.clock import duration_ms
 from caravel.context import JobContext
@@ -102,6 +103,10 @@ class LeaseWatchdog:
         if len(self._heap) > 64 and len(self._heap) > 4 * self._active:
             self._heap = [item for item in self._heap if self._current(item)]
             heapq.heapify(self._heap)
+
+    def current_leases(self) -> dict[UUID, Lease]:
+        """The lease, as last renewed, of every job still watched."""
+        return {item[3].lease.job_id: item[3].lease for item in self._heap if item[3].active}
 
     async def close(self) -> None:
         loop, self._loop = self._loop, None

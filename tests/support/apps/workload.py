@@ -62,3 +62,44 @@ def spin(job: Spin, ctx: JobContext[object]) -> None:
             return
         sum(range(2000))
     _ledger("end", ctx)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Waits until the file ``name`` appears in the evidence directory, recording start and end
+    (an asyncio task: cancelled like any)."""
+
+    name: str
+
+
+def _gate_open(name: str) -> bool:
+    return (Path(os.environ["CARAVEL_TEST_EVIDENCE"]) / name).exists()
+
+
+@registry.handles("tests.gate.v1", Gate)
+async def gate(job: Gate, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    # Another process makes the file, so there is no event to wait on: poll for it.
+    while not _gate_open(job.name):  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+    _ledger("end", ctx)
+
+
+@dataclass(frozen=True)
+class SyncGate:
+    """:class:`Gate` in a synchronous handler (a thread of the worker); ``heed_cancel`` makes it
+    give up once cancelled, else only the file ends it."""
+
+    name: str
+    heed_cancel: bool = True
+
+
+@registry.handles("tests.sync-gate.v1", SyncGate)
+def sync_gate(job: SyncGate, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    while not _gate_open(job.name):
+        if job.heed_cancel and ctx.is_cancelled:
+            _ledger("cancelled", ctx)
+            return
+        time.sleep(0.02)
+    _ledger("end", ctx)
