@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.dashboard.seed import seed
+from tests.support.databases import SqliteTemplate
 from tests.support.processes import CARAVEL, ROOT, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
@@ -149,3 +150,19 @@ def test_a_bad_authorize_path_is_refused(tmp_path: Path) -> None:
         result = run_cli("dashboard", "--url", url, "--authorize", value)
         assert result.returncode == 2, value
         assert message in result.stderr, value
+
+
+def test_a_port_already_in_use_is_one_line_naming_it_and_exit_1(
+    sqlite_template: SqliteTemplate, tmp_path: Path
+) -> None:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_cli("dashboard", "--url", url, "--bind", f"127.0.0.1:{port}")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"caravel dashboard: port {port} on 127.0.0.1 is already in use; stop what holds it "
+        f"or choose another with --bind, e.g. --bind 127.0.0.1:{port % 65535 + 1}"
+    ]

@@ -7,7 +7,10 @@ of the command line works without it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import ipaddress
+import socket
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -132,11 +135,23 @@ def dashboard(
         _say(f"caravel dashboard: {exc}")
         raise typer.Exit(1) from None
     shown = f"[{host}]" if ":" in host else host
+    try:
+        listening = _listen(host, port)
+    except OSError as exc:
+        busy = exc.errno == errno.EADDRINUSE
+        _say(
+            f"caravel dashboard: port {port} on {shown} is already in use; stop what holds it "
+            f"or choose another with --bind, e.g. --bind {shown}:{port % 65535 + 1}"
+            if busy
+            else f"caravel dashboard: cannot listen on {shown}:{port}: {exc.strerror}; "
+            "choose another address with --bind"
+        )
+        raise typer.Exit(1) from None
     who = "requests decided by " + authorize if authorize else "requests from this machine only"
     if check is None and not _loopback(host):
         _say("caravel dashboard: no --authorize: requests from other machines will be refused")
     _say(f"caravel dashboard: serving http://{shown}:{port}/ ({who}); Ctrl+C stops it")
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -145,3 +160,26 @@ def dashboard(
         server_header=False,
         lifespan="on",
     )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the Ctrl+C it shut down on; uvicorn.run swallows it the same way.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[listening])
+    if not server.started:
+        raise typer.Exit(1)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here rather than by uvicorn: a busy port is then one line
+    of ours (exit 1: a runtime failure, not a usage error) instead of uvicorn's log."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
