@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     )
     from caravel.inspector import QueueInspector
     from caravel.jobs import (
+        DEFAULT_TENANT,
         ClaimedJob,
         DispatchOptions,
         EnqueueResult,
@@ -65,6 +66,7 @@ _HOMES = {
     "UnknownJobTypeError": "caravel.errors",
     "ValidationError": "caravel.errors",
     "QueueInspector": "caravel.inspector",
+    "DEFAULT_TENANT": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
     "DispatchOptions": "caravel.jobs",
     "EnqueueResult": "caravel.jobs",
@@ -102,6 +104,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_TENANT",
     "CaravelError",
     "ClaimedJob",
     "Clock",

@@ -9,13 +9,14 @@ the database is ever imported or evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from caravel.errors import ValidationError
@@ -177,12 +178,15 @@ def _has_custom_serializer(schema: object) -> bool:
     return False
 
 
-def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> str:
+def encode_payload(
+    adapter: TypeAdapter[Any], job: object, max_bytes: int, *, job_type: str | None = None
+) -> str:
     """The canonical JSON text for ``job``, after checking values, depth, encoding and size.
 
     The text is the canonical form of pydantic's JSON-mode dump. The checks need the Python-mode
     dump; when that holds only JSON's own types and the type has no custom serializer, it is the
-    JSON-mode dump already, and the second dump, a large part of a small job's cost, is skipped."""
+    JSON-mode dump already, and the second dump, a large part of a small job's cost, is skipped.
+    ``job_type`` (the wire name) is named by errors that point at one field."""
     try:
         python = adapter.dump_python(job, mode="python")
         depth, native = _walk(python, check=True)
@@ -199,7 +203,7 @@ def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> st
     except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
             raise
-        raise ValidationError("payload", "must serialize to JSON") from None
+        raise _serialization_error(job, job_type) from None
     try:
         text = _canonical(plain)
     except ValueError:
@@ -215,6 +219,55 @@ def encode_payload(adapter: TypeAdapter[Any], job: object, max_bytes: int) -> st
     if size > max_bytes:
         raise ValidationError("payload", f"must be at most {max_bytes} bytes of UTF-8 JSON")
     return text
+
+
+def _serialization_error(job: object, job_type: str | None) -> ValidationError:
+    """Why pydantic could not dump ``job`` to JSON, naming the field when it is bytes that are
+    not UTF-8 (pydantic writes bytes to JSON as UTF-8 text unless told otherwise)."""
+    path = _undecodable_bytes(job)
+    if path is None:
+        return ValidationError("payload", "must serialize to JSON")
+    of = f" (job type {job_type})" if job_type is not None else ""
+    return ValidationError(
+        f"payload{path}",
+        f"bytes must be valid UTF-8{of}: JSON carries bytes as UTF-8 text, so send text, or "
+        "binary data as base64 (a str field, or a model with ser_json_bytes and val_json_bytes "
+        "set to 'base64')",
+    )
+
+
+def _undecodable_bytes(job: object) -> str | None:
+    """Where ``job`` first holds bytes that are not UTF-8, as a path of field names and list
+    positions (``.parts[2].data``), or ``None``. Mapping keys are payload data, never schema, so
+    the path shows them as ``[*]``. Reached only after the depth check passed."""
+    pending: list[tuple[object, str, int]] = [(job, "", 0)]
+    while pending:
+        value, path, depth = pending.pop()
+        if isinstance(value, bytes | bytearray):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                return path
+            continue
+        if depth > MAX_JSON_DEPTH:
+            continue
+        children: list[tuple[object, str]]
+        if isinstance(value, BaseModel):
+            children = [(getattr(value, n), f"{path}.{n}") for n in type(value).model_fields]
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = dataclasses.fields(value)
+            children = [(getattr(value, f.name), f"{path}.{f.name}") for f in fields]
+        elif isinstance(value, dict):
+            children = [(c, f"{path}[*]") for item in value.items() for c in item]
+        elif isinstance(value, list | tuple):
+            children = [(c, f"{path}[{i}]") for i, c in enumerate(value)]
+        elif isinstance(value, set | frozenset):
+            children = [(c, f"{path}[*]") for c in value]
+        else:
+            continue
+        # Reversed onto the stack, so fields are searched in their declared order.
+        pending.extend((c, p, depth + 1) for c, p in reversed(children))
+    return None
 
 
 def decode_payload(adapter: TypeAdapter[Any], text: str) -> Any:

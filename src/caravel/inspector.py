@@ -16,7 +16,7 @@ from uuid import UUID
 from caravel._closing import AsyncClosing
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
 from caravel.errors import ValidationError
-from caravel.jobs import JobState, JobStatus, WorkerInfo
+from caravel.jobs import DEFAULT_TENANT, JobState, JobStatus, WorkerInfo
 from caravel.lookup import job_ref
 from caravel.migrate import require_current_schema
 from caravel.store import open_reader
@@ -64,12 +64,16 @@ class QueueInspector(AsyncClosing):
         library's newest migration."""
         await require_current_schema(self.store)
 
-    async def get_status(self, job_id: UUID | str, queue: str, tenant_id: str) -> JobStatus | None:
+    async def get_status(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> JobStatus | None:
         """One job's status, matched exactly as :meth:`DatabaseQueue.get_status
         <caravel.DatabaseQueue.get_status>` matches it."""
         return await self.store.job_get(job_ref(job_id, queue, tenant_id))
 
-    async def get_payload(self, job_id: UUID | str, queue: str, tenant_id: str) -> str | None:
+    async def get_payload(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> str | None:
         """One job's stored payload text, matched exactly. Show it only to those allowed."""
         return await self.store.job_get_payload(job_ref(job_id, queue, tenant_id))
 

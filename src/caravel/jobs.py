@@ -17,6 +17,7 @@ from caravel.validation import (
 )
 
 __all__ = [
+    "DEFAULT_TENANT",
     "ClaimedJob",
     "DispatchOptions",
     "EnqueueResult",
@@ -26,6 +27,12 @@ __all__ = [
     "Lease",
     "WorkerInfo",
 ]
+
+
+#: The tenant of a job enqueued without one, and the tenant every lookup without one matches
+#: (exactly, like any other tenant). For single-tenant applications: a multi-tenant application
+#: passes its verified caller's tenant everywhere and never uses this value for a real tenant.
+DEFAULT_TENANT = "default"
 
 
 class JobState(enum.StrEnum):
@@ -57,7 +64,9 @@ class DispatchOptions:
     Attributes:
         queue: 1 to 64 characters of ``[a-z0-9._-]``.
         tenant_id: the verified caller's tenant; nonblank, at most 128 characters, no control
-            characters. Take it from the signed-in user, never from a request body.
+            characters. Take it from the signed-in user, never from a request body. Left out,
+            it is :data:`DEFAULT_TENANT` (``"default"``), for single-tenant applications; an
+            explicit ``""`` or ``None`` is refused, never replaced by the default.
         idempotency_key: same rules as ``tenant_id``; with it, a retried submission returns the
             original job. ``None`` means every enqueue creates a new job.
         not_before: an aware datetime; the job never runs earlier (stored to the millisecond,
@@ -66,7 +75,7 @@ class DispatchOptions:
     """
 
     queue: str
-    tenant_id: str
+    tenant_id: str = DEFAULT_TENANT
     idempotency_key: str | None = None
     not_before: datetime | None = None
     max_attempts: int | None = None

@@ -4,16 +4,21 @@
 The library never creates or alters tables while it runs; these functions are the deliberate
 step an operator or a deployment takes. Caravel keeps its history in its own version table,
 ``caravel_alembic_version``, so an application's Alembic history can live in the same database.
+
+Each function has an awaitable form for async applications (``await upgrade_async(url)``): the
+same function, run in a worker thread so the event loop keeps serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
@@ -38,12 +43,16 @@ if TYPE_CHECKING:
 __all__ = [
     "SchemaReport",
     "check",
+    "check_async",
     "current",
+    "current_async",
     "downgrade",
+    "downgrade_async",
     "exclude_caravel_tables",
     "head",
     "require_current_schema",
     "upgrade",
+    "upgrade_async",
 ]
 
 
@@ -161,8 +170,8 @@ def _inspection_engine(url: str | sa.URL) -> sa.Engine:
 
 
 def current(url: str | sa.URL) -> str | None:
-    """The applied revision, or ``None`` when the queue was never migrated (or a SQLite file
-    does not exist yet). Changes nothing."""
+    """The applied revision, or ``None`` when the queue was never migrated. Changes nothing: a
+    SQLite file that does not exist raises :class:`~caravel.errors.DatabaseNotFoundError`."""
     from alembic.runtime.migration import MigrationContext
 
     try:
@@ -224,3 +233,44 @@ def check(url: str | sa.URL) -> SchemaReport:
     if diffs:
         raise SchemaNotReadyError(f"the tables differ from the model: {'; '.join(diffs)}")
     return SchemaReport(current=found, head=newest, differences=diffs)
+
+
+# ----- awaitable forms -----------------------------------------------------------------------
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Alembic keeps the running migration in module-level state, so two migrations at once in one
+#: process (say, two ``upgrade_async`` calls gathered) would see each other's; they take turns.
+_ONE_AT_A_TIME = threading.Lock()
+
+
+async def _in_thread(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``function(*args, **kwargs)`` in a worker thread, one at a time, its errors raised here."""
+
+    def locked() -> R:
+        with _ONE_AT_A_TIME:
+            return function(*args, **kwargs)
+
+    return await asyncio.to_thread(locked)
+
+
+async def upgrade_async(url: str | sa.URL, revision: str = "head") -> None:
+    """:func:`upgrade`, awaitable: it runs in a worker thread and raises what it raises."""
+    await _in_thread(upgrade, url, revision)
+
+
+async def downgrade_async(url: str | sa.URL, revision: str = "-1") -> None:
+    """:func:`downgrade`, awaitable (in a worker thread)."""
+    await _in_thread(downgrade, url, revision)
+
+
+async def current_async(url: str | sa.URL) -> str | None:
+    """:func:`current`, awaitable (in a worker thread)."""
+    return await _in_thread(current, url)
+
+
+async def check_async(url: str | sa.URL) -> SchemaReport:
+    """:func:`check`, awaitable (in a worker thread): the report, or
+    :class:`~caravel.errors.SchemaNotReadyError`."""
+    return await _in_thread(check, url)

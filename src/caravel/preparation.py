@@ -32,7 +32,9 @@ def prepare_job(
     if not isinstance(dispatch, DispatchOptions):
         raise ValidationError("dispatch", "must be a DispatchOptions")
     entry = registry.for_job(job)
-    payload = encode_payload(entry.adapter, job, options.max_payload_bytes)
+    payload = encode_payload(
+        entry.adapter, job, options.max_payload_bytes, job_type=entry.wire_name
+    )
     due = now if dispatch.not_before is None else to_ms_ceil(dispatch.not_before)
     return NewJob(
         id=uuid7(now),

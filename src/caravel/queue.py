@@ -16,7 +16,7 @@ from uuid import UUID
 from caravel._closing import AsyncClosing
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
-from caravel.jobs import DispatchOptions, EnqueueResult, JobStatus
+from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult, JobStatus
 from caravel.lookup import job_ref
 from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
@@ -131,17 +131,22 @@ class DatabaseQueue(AsyncClosing):
 
     # ----- status and replay ---------------------------------------------------------------
 
-    async def get_status(self, job_id: UUID | str, queue: str, tenant_id: str) -> JobStatus | None:
+    async def get_status(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> JobStatus | None:
         """The job's status, or ``None`` when no job has this id in this queue for this exact
-        tenant (matching is case-sensitive)."""
+        tenant (matching is case-sensitive). Without ``tenant_id`` the tenant is
+        :data:`~caravel.DEFAULT_TENANT`, the one jobs enqueued without a tenant have."""
         return await self.store.job_get(job_ref(job_id, queue, tenant_id))
 
-    async def get_payload(self, job_id: UUID | str, queue: str, tenant_id: str) -> str | None:
+    async def get_payload(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> str | None:
         """The job's stored payload (canonical JSON text), with the same exact matching as
         :meth:`get_status`. Payloads may be private: show them only to those allowed."""
         return await self.store.job_get_payload(job_ref(job_id, queue, tenant_id))
 
-    async def replay(self, job_id: UUID | str, queue: str, tenant_id: str) -> bool:
+    async def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
         """Make a dead-lettered job run again: same id and payload, attempts reset to zero, due
         now. Returns ``False`` (and changes nothing) for any job that is not a dead letter of
         this queue and tenant. Replay repeats side effects; treat it as an administrative

@@ -502,3 +502,68 @@ def test_decoding_deeply_nested_valid_json_fails_cleanly() -> None:
     text = '{"data":' + "[" * 100_000 + "]" * 100_000 + "}"
     with pytest.raises(PayloadDecodeError):
         decode_payload(DOC, text)
+
+
+# ----- bytes -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Attachment:
+    name: str
+    data: bytes
+
+
+class Mail(BaseModel):
+    subject: str
+    body: bytes = b""
+    attachments: list[Attachment] = []
+    headers: dict[str, bytes] = {}
+
+
+MAIL = TypeAdapter(Mail)
+NOT_UTF8 = b"\xff\xfe" + SECRET.encode()
+
+
+def test_bytes_that_are_utf8_are_stored_as_text_and_round_trip() -> None:
+    job = Mail(subject="s", body="hé".encode(), attachments=[Attachment("a", b"ok")])
+    text = encode_payload(MAIL, job, LIMIT, job_type="mail.send.v1")
+    assert json.loads(text)["body"] == "hé"
+    assert decode_payload(MAIL, text) == job
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        (Mail(subject="s", body=NOT_UTF8), "payload.body"),
+        (
+            Mail(subject="s", attachments=[Attachment("a", b"ok"), Attachment("b", NOT_UTF8)]),
+            "payload.attachments[1].data",
+        ),
+        # A mapping key is payload data: the path never shows it.
+        (Mail(subject="s", headers={SECRET: NOT_UTF8}), "payload.headers[*]"),
+        (Attachment("a", NOT_UTF8), "payload.data"),
+    ],
+    ids=["model-field", "nested-dataclass", "dict-value", "dataclass"],
+)
+def test_bytes_that_are_not_utf8_name_the_field_and_the_job_type(job: Any, field: str) -> None:
+    adapter = TypeAdapter(type(job))
+    with pytest.raises(ValidationError) as caught:
+        encode_payload(adapter, job, LIMIT, job_type="mail.send.v1")
+    assert caught.value.field == field
+    assert "UTF-8" in caught.value.rule
+    assert "mail.send.v1" in caught.value.rule
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
+    assert SECRET not in f"{caught.value} {caught.value!r} {caught.value.args}"
+
+
+def test_bytes_a_model_writes_as_base64_are_accepted() -> None:
+    from pydantic import ConfigDict
+
+    class Binary(BaseModel):
+        model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+        data: bytes
+
+    adapter = TypeAdapter(Binary)
+    text = encode_payload(adapter, Binary(data=NOT_UTF8), LIMIT)
+    assert decode_payload(adapter, text) == Binary(data=NOT_UTF8)

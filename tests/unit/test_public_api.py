@@ -11,6 +11,7 @@ import pytest
 import caravel
 
 PUBLIC_NAMES = [
+    "DEFAULT_TENANT",
     "CaravelError",
     "ClaimedJob",
     "Clock",
@@ -50,7 +51,10 @@ PUBLIC_NAMES = [
     "add_outbox",
 ]
 
-API_OBJECTS = [name for name in PUBLIC_NAMES if name != "__version__"]
+#: Public values rather than classes or functions: no docstring or ``__name__`` of their own.
+CONSTANTS = {"DEFAULT_TENANT", "__version__"}
+
+API_OBJECTS = [name for name in PUBLIC_NAMES if name not in CONSTANTS]
 
 
 def test_all_is_exactly_the_reviewed_list() -> None:
@@ -58,7 +62,8 @@ def test_all_is_exactly_the_reviewed_list() -> None:
 
 
 def test_reviewed_list_is_sorted_and_unique() -> None:
-    assert sorted(PUBLIC_NAMES) == PUBLIC_NAMES
+    # Constants first, then the rest alphabetically (ruff's order for ``__all__``).
+    assert sorted(PUBLIC_NAMES, key=lambda name: (not name.isupper(), name)) == PUBLIC_NAMES
     assert len(set(PUBLIC_NAMES)) == len(PUBLIC_NAMES)
 
 
@@ -92,10 +97,16 @@ def test_every_name_is_defined_inside_caravel(name: str) -> None:
     assert obj.__name__ == name
 
 
+def test_the_default_tenant_is_a_valid_tenant_id() -> None:
+    from caravel.validation import check_identifier
+
+    assert check_identifier(caravel.DEFAULT_TENANT, "tenant_id") == "default"
+
+
 def test_version_matches_the_installed_distribution() -> None:
     assert isinstance(caravel.__version__, str)
     assert caravel.__version__ == importlib.metadata.version("caravel-queue")
 
 
 def test_every_public_name_has_a_home_and_nothing_else_does() -> None:
-    assert sorted(caravel._HOMES) == [name for name in PUBLIC_NAMES if name != "__version__"]
+    assert sorted(caravel._HOMES) == sorted(name for name in PUBLIC_NAMES if name != "__version__")

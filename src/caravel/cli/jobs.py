@@ -14,7 +14,7 @@ from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, status_json, statuses_table
 from caravel.errors import CaravelError, ValidationError
-from caravel.jobs import JobState
+from caravel.jobs import DEFAULT_TENANT, JobState
 
 app = typer.Typer(help="List, inspect and replay jobs.", no_args_is_help=True)
 out = console()
@@ -89,10 +89,10 @@ def show(
     job_id: Annotated[str, typer.Argument(help="The job id.")],
     url: DatabaseUrl,
     queue: QueueOpt,
-    tenant: TenantOpt,
+    tenant: TenantOpt = DEFAULT_TENANT,
     payload: Annotated[bool, typer.Option("--payload", help="Include the stored payload.")] = False,
 ) -> None:
-    """Show one job as JSON (exact queue and tenant required). Exit 1 when there is no such
+    """Show one job as JSON (exact queue and tenant matched). Exit 1 when there is no such
     job."""
 
     async def go() -> dict[str, object] | None:
@@ -119,7 +119,7 @@ def replay(
     job_id: Annotated[str, typer.Argument(help="The dead-lettered job's id.")],
     url: DatabaseUrl,
     queue: QueueOpt,
-    tenant: TenantOpt,
+    tenant: TenantOpt = DEFAULT_TENANT,
 ) -> None:
     """Replay one dead-lettered job: same id and payload, attempts reset, due now.
 

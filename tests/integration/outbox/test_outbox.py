@@ -21,7 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from caravel import (
+    DEFAULT_TENANT,
     DatabaseQueue,
+    DispatchOptions,
     IdempotencyConflictError,
     JobState,
     OptionsError,
@@ -772,3 +774,17 @@ def test_due_time_survives_staging_to_the_millisecond(app_db: AppDb) -> None:
     not_before = datetime(2031, 5, 6, 7, 8, 9, 123_456, tzinfo=UTC)
     staged = stage_committed(app_db, Add(1), dispatch(not_before=not_before))
     assert app_db.envelope(staged.outbox_id).due_at == to_ms_ceil(not_before)
+
+
+async def test_an_intent_staged_without_tenant_becomes_a_job_of_the_default_tenant(
+    app_db: AppDb, queue_url: str
+) -> None:
+    staged = stage_committed(app_db, Add(3), DispatchOptions(queue="single"))
+    assert app_db.envelope(staged.outbox_id).tenant_id == DEFAULT_TENANT
+    async with open_queue(queue_url) as queue:
+        async with relay_for(app_db.url, queue) as relay:
+            assert await relay.run_once() == 1
+        status = await queue.get_status(staged.outbox_id, "single")
+        assert status is not None
+        assert status.tenant_id == DEFAULT_TENANT
+        assert await queue.get_status(staged.outbox_id, "single", "other") is None
