@@ -27,6 +27,7 @@ RULES: dict[str, str] = {
     "run_worker": "must be true or false",
     "allow_registration": "must be true or false",
     "secure_cookies": "must be true or false",
+    "api_docs": "must be true or false",
     "session_hours": "must be an integer from 1 to 720",
     "limits.concurrency": "must be an integer from 1 to 1024",
     "limits.login_permit_limit": "must be an integer from 1 to 1000",
@@ -74,8 +75,11 @@ class Settings(BaseSettings):
         database_provider: ``sqlite`` (default) or ``postgres``.
         run_worker: start a queue worker inside the web process (off by default).
         allow_registration: enable ``POST /auth/register`` (off by default).
-        secure_cookies: mark the session cookie ``Secure`` (on by default; browsers and curl
-            still send it to ``http://localhost``).
+        secure_cookies: mark the session cookie ``Secure`` and name it with the ``__Host-``
+            prefix (on by default; browsers and curl still send it to ``http://localhost``).
+        api_docs: serve the interactive API pages ``/docs`` and ``/redoc`` (off by default:
+            they load scripts from a CDN into the API's origin; for development only).
+            ``/openapi.json`` is always served.
         session_hours: how long a session lasts after sign-in (1 to 720, default 8).
     """
 
@@ -91,6 +95,7 @@ class Settings(BaseSettings):
     run_worker: bool = False
     allow_registration: bool = False
     secure_cookies: bool = True
+    api_docs: bool = False
     session_hours: int = Field(8, ge=1, le=720)
     limits: Limits = Limits()
     worker: WorkerSettings = WorkerSettings()
@@ -114,6 +119,12 @@ class Settings(BaseSettings):
                     f"{name}: with the postgres provider it must be a postgresql:// URL"
                 )
         return self
+
+    @property
+    def session_cookie(self) -> str:
+        """The session cookie's name: with ``Secure`` cookies the ``__Host-`` prefix makes
+        browsers refuse one set by another host or path, or over plain HTTP from afar."""
+        return "__Host-caravel_session" if self.secure_cookies else "caravel_session"
 
     @property
     def database_url(self) -> str:
