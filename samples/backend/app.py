@@ -1,10 +1,12 @@
 """The application factory: ``create_app(settings)`` builds the FastAPI app.
 
 Requests pass, from the outside in: the response hardening (``hardening.py``: nosniff,
-no-store, relative redirects), the body limit (413), the concurrency limit (429; the health
-probes are exempt), then routing, where each route class checks its session, antiforgery token
-or sign-in window before the endpoint reads its body. Resources are opened when the app starts
-(its lifespan) and released when it stops; nothing creates a database or a table.
+no-store, relative redirects), the body limit (413), the body deadline (the whole body is read
+first, 408 when it is too slow, so a slow client holds no slot), the concurrency limit (429; the
+health probes are exempt), then routing, where each route class checks its session,
+antiforgery token or sign-in window before the endpoint parses the body. Resources are opened
+when the app starts (its lifespan) and released when it stops; nothing creates a database or a
+table.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from caravel_samples.backend import (
     routes_jobs,
     routes_notes,
 )
+from caravel_samples.backend.body_deadline import BodyDeadlineMiddleware
 from caravel_samples.backend.body_limit import BodyLimitMiddleware
 from caravel_samples.backend.concurrency_limit import ConcurrencyLimitMiddleware
 from caravel_samples.backend.hardening import HardeningMiddleware
@@ -95,6 +98,11 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
         ConcurrencyLimitMiddleware,
         limit=settings.limits.concurrency,
         exempt_paths=health.PATHS,
+    )
+    app.add_middleware(
+        BodyDeadlineMiddleware,
+        timeout=settings.limits.body_timeout_seconds,
+        min_rate=settings.limits.body_min_bytes_per_second,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(HardeningMiddleware)

@@ -32,6 +32,8 @@ RULES: dict[str, str] = {
     "limits.concurrency": "must be an integer from 1 to 1024",
     "limits.login_permit_limit": "must be an integer from 1 to 1000",
     "limits.login_window_seconds": "must be an integer from 1 to 3600",
+    "limits.body_timeout_seconds": "must be a number of seconds above 0 and at most 300",
+    "limits.body_min_bytes_per_second": "must be an integer from 1 to 1048576",
     "worker.concurrency": "must be an integer from 1 to 1024",
     "worker.lease_seconds": "must be an integer from 1 to 3600",
 }
@@ -54,6 +56,10 @@ class Limits(BaseModel):
     concurrency: int = Field(32, ge=1, le=1024)
     login_permit_limit: int = Field(10, ge=1, le=1000)
     login_window_seconds: int = Field(60, ge=1, le=3600)
+    #: A request body must arrive whole within this long (else 408)...
+    body_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    #: ...and, after its first second, at least this fast on average.
+    body_min_bytes_per_second: int = Field(1024, ge=1, le=1024 * 1024)
 
 
 class WorkerSettings(BaseModel):

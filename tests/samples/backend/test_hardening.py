@@ -40,7 +40,9 @@ async def test_the_session_cookie_is_host_prefixed_when_secure(settings: Setting
         cookie = secure.headers["set-cookie"]
         assert SESSION_COOKIE == "__Host-caravel_session"
         assert cookie.startswith("__Host-caravel_session=")
-        assert "Secure" in cookie and "Path=/" in cookie and "Domain" not in cookie
+        assert "Secure" in cookie
+        assert "Path=/" in cookie
+        assert "Domain" not in cookie
         assert (await run.client.get("/auth/me")).status_code == 200
         # The old, unprefixed name is not a session.
         token = run.client.cookies[SESSION_COOKIE]

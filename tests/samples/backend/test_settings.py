@@ -26,6 +26,9 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         settings.limits.login_permit_limit,
         settings.limits.login_window_seconds,
     ) == (32, 10, 60)
+    assert settings.limits.body_timeout_seconds == 10.0
+    assert settings.limits.body_min_bytes_per_second == 1024
+    assert settings.api_docs is False
     assert settings.database_url == f"sqlite:///{Path('backend.db').resolve()}"
 
 
