@@ -1,9 +1,12 @@
 """The application factory: ``create_app(settings)`` builds the FastAPI app.
 
-Requests pass, from the outside in: the body limit (413), the concurrency limit (429; the health
-probes are exempt), then routing, where each route class checks its session, antiforgery token
-or sign-in window before the endpoint reads its body. Resources are opened when the app starts
-(its lifespan) and released when it stops; nothing creates a database or a table.
+Requests pass, from the outside in: the response hardening (``hardening.py``: nosniff,
+no-store, relative redirects), the body limit (413), the body deadline (the whole body is read
+first, 408 when it is too slow, so a slow client holds no slot), the concurrency limit (429; the
+health probes are exempt), then routing, where each route class checks its session,
+antiforgery token or sign-in window before the endpoint parses the body. Resources are opened
+when the app starts (its lifespan) and released when it stops; nothing creates a database or a
+table.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from caravel_samples.backend import (
     routes_jobs,
     routes_notes,
 )
+from caravel_samples.backend.body_deadline import BodyDeadlineMiddleware
 from caravel_samples.backend.body_limit import BodyLimitMiddleware
 from caravel_samples.backend.concurrency_limit import ConcurrencyLimitMiddleware
+from caravel_samples.backend.hardening import HardeningMiddleware
 from caravel_samples.backend.services import Services
 from caravel_samples.backend.settings import Settings
 from fastapi import FastAPI
@@ -70,6 +75,10 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
         version="0.1.0",
         summary="Sign-in, notes and a durable counter queue on Caravel.",
         lifespan=lifespan,
+        # The interactive pages load Swagger UI and ReDoc from a CDN: a third-party script in
+        # the API's own origin, where the session cookie lives. Development only.
+        docs_url="/docs" if settings.api_docs else None,
+        redoc_url="/redoc" if settings.api_docs else None,
     )
     errors.install(app)
     app.include_router(health.router)
@@ -90,6 +99,12 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
         limit=settings.limits.concurrency,
         exempt_paths=health.PATHS,
     )
+    app.add_middleware(
+        BodyDeadlineMiddleware,
+        timeout=settings.limits.body_timeout_seconds,
+        min_rate=settings.limits.body_min_bytes_per_second,
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(HardeningMiddleware)
     app.openapi = lambda: _openapi_with_400(app)  # type: ignore[method-assign]
     return app

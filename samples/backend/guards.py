@@ -19,7 +19,9 @@ from fastapi import Depends, Header, HTTPException, Request, Response, Security
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyCookie
 
-SESSION_COOKIE = "caravel_session"
+#: The session cookie's name with Secure cookies (the default); ``Settings.session_cookie``
+#: gives the name in use.
+SESSION_COOKIE = "__Host-caravel_session"
 CSRF_HEADER = "RequestVerificationToken"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_COOKIE_CHARS = 128
@@ -42,6 +44,16 @@ def services(request: Request) -> Services:
 def current_user(request: Request) -> User:
     """The signed-in user (only on routes of :class:`SignedInRoute`)."""
     return cast(User, request.state.user)
+
+
+def presented_session(request: Request, backend: Services | None = None) -> str | None:
+    """The session cookie's value, when it is plausible enough to look up. ``backend``: the
+    application's services, for a request of a mounted app (``request.app`` is not ours)."""
+    name = (backend or services(request)).settings.session_cookie
+    token = request.cookies.get(name)
+    if token and len(token) <= MAX_COOKIE_CHARS and token.isascii():
+        return token
+    return None
 
 
 def session_token(request: Request) -> str:
@@ -67,9 +79,9 @@ async def _document_csrf(
 async def authorize(request: Request) -> None:
     """Raise 401 without a live session, 403 without a valid antiforgery token on a
     state-changing request; otherwise remember the user on the request."""
-    token = request.cookies.get(SESSION_COOKIE)
+    token = presented_session(request)
     user = None
-    if token and len(token) <= MAX_COOKIE_CHARS and token.isascii():
+    if token is not None:
         user = await accounts.session_user(services(request).engine, token)
     if user is None or token is None:
         raise HTTPException(401, "sign in first")

@@ -7,7 +7,13 @@ from datetime import UTC, datetime
 from typing import Annotated
 from uuid import UUID
 
-from caravel_samples.backend.validation import Email, NewPassword, NoteText, Password
+from caravel_samples.backend.validation import (
+    Email,
+    LoginEmail,
+    NewPassword,
+    NoteText,
+    Password,
+)
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
@@ -32,7 +38,7 @@ class ApiModel(BaseModel):
 
 
 class LoginRequest(ApiModel):
-    email: Annotated[str, Field(min_length=1, max_length=254)]
+    email: LoginEmail
     password: Password
 
 

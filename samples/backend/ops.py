@@ -10,7 +10,7 @@ are POST forms carrying the dashboard's own anti-forgery token.
 from __future__ import annotations
 
 from caravel_samples.backend import accounts
-from caravel_samples.backend.guards import MAX_COOKIE_CHARS, SESSION_COOKIE
+from caravel_samples.backend.guards import presented_session
 from fastapi import FastAPI
 from starlette.requests import Request
 
@@ -24,8 +24,8 @@ def create_ops(app: FastAPI, database_url: str, *, clock: Clock | None = None) -
     """The dashboard over the application's queue, deciding access from ``app``'s sessions."""
 
     async def authorize(request: Request) -> Principal | None:
-        token = request.cookies.get(SESSION_COOKIE)
-        if not token or len(token) > MAX_COOKIE_CHARS or not token.isascii():
+        token = presented_session(request, app.state.services)
+        if token is None:
             return None
         user = await accounts.session_user(app.state.services.engine, token)
         if user is None:

@@ -13,10 +13,10 @@ from typing import Annotated
 from caravel_samples.backend import accounts, security
 from caravel_samples.backend.accounts import User
 from caravel_samples.backend.guards import (
-    SESSION_COOKIE,
     SignedInRoute,
     SignInRoute,
     current_user,
+    presented_session,
     services,
     session_token,
 )
@@ -34,7 +34,7 @@ INVALID_CREDENTIALS = "invalid email or password"
 
 def _set_session_cookie(response: Response, backend: Services, token: str) -> None:
     response.set_cookie(
-        SESSION_COOKIE,
+        backend.settings.session_cookie,
         token,
         max_age=int(backend.session_lifetime.total_seconds()),
         path="/",
@@ -46,7 +46,7 @@ def _set_session_cookie(response: Response, backend: Services, token: str) -> No
 
 def _clear_session_cookie(response: Response, backend: Services) -> None:
     response.delete_cookie(
-        SESSION_COOKIE,
+        backend.settings.session_cookie,
         path="/",
         secure=backend.settings.secure_cookies,
         httponly=True,
@@ -67,12 +67,8 @@ async def login(body: LoginRequest, request: Request) -> Response:
     user = await accounts.authenticate(backend.engine, email, body.password)
     if user is None:
         raise HTTPException(401, INVALID_CREDENTIALS)
-    previous = request.cookies.get(SESSION_COOKIE)
     token = await accounts.start_session(
-        backend.engine,
-        user,
-        backend.session_lifetime,
-        replacing=previous if previous and previous.isascii() else None,
+        backend.engine, user, backend.session_lifetime, replacing=presented_session(request)
     )
     response = Response(status_code=204)
     _set_session_cookie(response, backend, token)

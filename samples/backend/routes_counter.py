@@ -79,10 +79,14 @@ async def submit_event(
         str,
         Header(
             alias=KEY_HEADER,
-            min_length=1,
-            max_length=MAX_IDEMPOTENCY_KEY_CHARS,
-            pattern=KEY_PATTERN,
-            description="Names this submission for safe retries: nonblank, at most 128 "
+            # Documented only: the check below reads the raw bytes as UTF-8, which Starlette's
+            # Latin-1 text (what a validating parameter would see) cannot give back.
+            json_schema_extra={
+                "minLength": 1,
+                "maxLength": MAX_IDEMPOTENCY_KEY_CHARS,
+                "pattern": KEY_PATTERN,
+            },
+            description="Names this submission for safe retries: UTF-8, nonblank, at most 128 "
             "characters, no control characters",
         ),
     ],
@@ -91,8 +95,9 @@ async def submit_event(
     has run; a retry with the same key and quantity returns the same job."""
     # ``idempotency_key`` documents the header and rejects a missing one; the check below also
     # sees a repeated header, which a single parameter would hide.
+    name = KEY_HEADER.lower().encode("ascii")
     try:
-        key = check_idempotency_key(request.headers.getlist(KEY_HEADER))
+        key = check_idempotency_key([v for k, v in request.headers.raw if k.lower() == name])
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from None
     dispatch = DispatchOptions(queue=QUEUE, tenant_id=user.tenant_id, idempotency_key=key)

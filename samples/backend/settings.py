@@ -27,10 +27,13 @@ RULES: dict[str, str] = {
     "run_worker": "must be true or false",
     "allow_registration": "must be true or false",
     "secure_cookies": "must be true or false",
+    "api_docs": "must be true or false",
     "session_hours": "must be an integer from 1 to 720",
     "limits.concurrency": "must be an integer from 1 to 1024",
     "limits.login_permit_limit": "must be an integer from 1 to 1000",
     "limits.login_window_seconds": "must be an integer from 1 to 3600",
+    "limits.body_timeout_seconds": "must be a number of seconds above 0 and at most 300",
+    "limits.body_min_bytes_per_second": "must be an integer from 1 to 1048576",
     "worker.concurrency": "must be an integer from 1 to 1024",
     "worker.lease_seconds": "must be an integer from 1 to 3600",
 }
@@ -53,6 +56,10 @@ class Limits(BaseModel):
     concurrency: int = Field(32, ge=1, le=1024)
     login_permit_limit: int = Field(10, ge=1, le=1000)
     login_window_seconds: int = Field(60, ge=1, le=3600)
+    #: A request body must arrive whole within this long (else 408)...
+    body_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    #: ...and, after its first second, at least this fast on average.
+    body_min_bytes_per_second: int = Field(1024, ge=1, le=1024 * 1024)
 
 
 class WorkerSettings(BaseModel):
@@ -74,8 +81,11 @@ class Settings(BaseSettings):
         database_provider: ``sqlite`` (default) or ``postgres``.
         run_worker: start a queue worker inside the web process (off by default).
         allow_registration: enable ``POST /auth/register`` (off by default).
-        secure_cookies: mark the session cookie ``Secure`` (on by default; browsers and curl
-            still send it to ``http://localhost``).
+        secure_cookies: mark the session cookie ``Secure`` and name it with the ``__Host-``
+            prefix (on by default; browsers and curl still send it to ``http://localhost``).
+        api_docs: serve the interactive API pages ``/docs`` and ``/redoc`` (off by default:
+            they load scripts from a CDN into the API's origin; for development only).
+            ``/openapi.json`` is always served.
         session_hours: how long a session lasts after sign-in (1 to 720, default 8).
     """
 
@@ -91,6 +101,7 @@ class Settings(BaseSettings):
     run_worker: bool = False
     allow_registration: bool = False
     secure_cookies: bool = True
+    api_docs: bool = False
     session_hours: int = Field(8, ge=1, le=720)
     limits: Limits = Limits()
     worker: WorkerSettings = WorkerSettings()
@@ -114,6 +125,12 @@ class Settings(BaseSettings):
                     f"{name}: with the postgres provider it must be a postgresql:// URL"
                 )
         return self
+
+    @property
+    def session_cookie(self) -> str:
+        """The session cookie's name: with ``Secure`` cookies the ``__Host-`` prefix makes
+        browsers refuse one set by another host or path, or over plain HTTP from afar."""
+        return "__Host-caravel_session" if self.secure_cookies else "caravel_session"
 
     @property
     def database_url(self) -> str:

@@ -3,7 +3,8 @@
 Times are whole milliseconds since the Unix epoch (UTC). A window includes ``from`` and excludes
 ``to``; it must be longer than zero and at most 31 days. Without either bound it is the 24 hours
 ending now; with only ``to`` it starts 24 hours before ``to``; with only ``from`` it ends now.
-Both bounds must be written in UTC, with ``Z`` or ``+00:00``.
+Both bounds must be written in UTC, with ``Z`` or ``+00:00``, and lie from 1970-01-01T00:00:00Z
+up to (not including) 9999-01-01T00:00:00Z: outside that the answer is a 400 naming the bound.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ DEFAULT_SPAN = timedelta(hours=24)
 MAX_SPAN = timedelta(days=31)
 _MS = timedelta(milliseconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The latest bound accepted (exclusive): far enough from datetime's end that the default 24
+#: hours, rounding and nanoseconds never overflow it.
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 #: A full date and time (seconds, optional fraction) followed by an explicit UTC offset.
 UTC_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|\+00:00)$"
@@ -55,6 +59,10 @@ def parse_utc(text: str, name: str) -> int:
         moment = datetime.fromisoformat(base)
     except ValueError:
         raise TimeRangeError(f"{name} is not a valid date and time") from None
+    if not _EPOCH <= moment < _LATEST:
+        raise TimeRangeError(
+            f"{name} must be from 1970-01-01T00:00:00Z and before 9999-01-01T00:00:00Z"
+        )
     if fraction is not None:  # fromisoformat keeps at most microseconds; keep nanoseconds honest
         digits = fraction.group(1).ljust(9, "0")
         moment += timedelta(microseconds=int(digits[:6]))

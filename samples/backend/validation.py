@@ -1,8 +1,10 @@
 """Input rules shared by the request models and the command line.
 
 Every string that reaches the database or a hash must be encodable as UTF-8 (JSON can carry
-lone surrogates) and free of NUL (PostgreSQL text cannot hold it); otherwise the request is
-rejected with 400 rather than failing deep inside a driver.
+lone surrogates) and free of control characters (NUL above all: PostgreSQL text cannot hold it,
+SQLite can); otherwise the request is rejected with 400 naming the field, before any query, so
+both databases answer alike rather than one failing deep inside a driver. Note text may keep
+line breaks and tabs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ def has_control_characters(value: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 
+def check_text(value: str) -> str:
+    """Any text field: valid UTF-8 text without control characters."""
+    if not _encodable(value):
+        raise ValueError("must be valid text")
+    if has_control_characters(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
 def normalize_email(value: str) -> str:
     """The stored form of an email address: trimmed and lowercased. Raises ``ValueError`` when
     it is not a plausible ``local@domain`` address."""
@@ -50,10 +61,10 @@ def normalize_email(value: str) -> str:
 
 
 def check_password(value: str) -> str:
-    """Any password offered at sign-in: 1 to 1024 characters of text."""
+    """Any password offered at sign-in: 1 to 1024 characters of text, no control characters."""
     if not (1 <= len(value) <= MAX_PASSWORD_CHARS) or not _encodable(value):
         raise ValueError("must be 1 to 1024 characters of text")
-    return value
+    return check_text(value)
 
 
 def check_new_password(value: str) -> str:
@@ -74,18 +85,17 @@ def check_note_text(value: str) -> str:
     return value
 
 
-def check_idempotency_key(values: list[str]) -> str:
-    """The one ``Idempotency-Key`` header value: nonblank, at most 128 characters, no control
-    characters. Raises ``ValueError`` with the rule otherwise."""
+def check_idempotency_key(values: list[bytes]) -> str:
+    """The one ``Idempotency-Key`` header value, read as UTF-8 (not HTTP's historical Latin-1,
+    so ``price-€`` is the six characters it looks like): nonblank, at most 128 characters, no
+    control characters. Raises ``ValueError`` with the rule otherwise."""
     if len(values) != 1:
         raise ValueError("send exactly one Idempotency-Key header")
-    key = values[0]
-    if (
-        not key.strip()
-        or len(key) > MAX_IDEMPOTENCY_KEY_CHARS
-        or has_control_characters(key)
-        or not _encodable(key)
-    ):
+    try:
+        key = values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("Idempotency-Key must be valid UTF-8") from None
+    if not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY_CHARS or has_control_characters(key):
         raise ValueError(
             "Idempotency-Key must be nonblank, at most 128 characters, without control characters"
         )
@@ -95,6 +105,10 @@ def check_idempotency_key(values: list[str]) -> str:
 #: For the OpenAPI schema: nonblank text without control characters (the check above is exact).
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
 
+#: The email offered at sign-in: only text rules, so a malformed address is the generic 401.
+LoginEmail = Annotated[
+    str, Field(min_length=1, max_length=MAX_EMAIL_CHARS), AfterValidator(check_text)
+]
 Email = Annotated[str, Field(max_length=MAX_EMAIL_CHARS), AfterValidator(normalize_email)]
 Password = Annotated[
     str, Field(min_length=1, max_length=MAX_PASSWORD_CHARS), AfterValidator(check_password)

@@ -21,6 +21,7 @@ from caravel.lookup import job_ref
 from caravel.migrate import require_current_schema
 from caravel.store import open_reader
 from caravel.store.protocol import (
+    SHOWN_STATES,
     JobFilter,
     QueueCounts,
     ReadStore,
@@ -94,10 +95,13 @@ class QueueInspector(AsyncClosing):
         limit: int = 50,
         offset: int = 0,
         oldest_first: bool = False,
+        shown_state: str | None = None,
     ) -> list[JobStatus]:
         """Recent jobs, newest first (oldest first with ``oldest_first``), without payloads.
         Every given filter must match. ``limit`` is 1 to 10000; ``offset`` skips that many
-        matching jobs first, for paging (0 to 1000000)."""
+        matching jobs first, for paging (0 to 1000000). ``shown_state`` is one of the states
+        :meth:`queue_counts` counts, judged now: ``ready`` (due), ``delayed`` (not due yet),
+        ``running`` (lease live), ``expired`` (lease ended), ``dead_letter``, ``completed``."""
         if queue is not None:
             check_queue_name(queue)
         if tenant_id is not None:
@@ -106,6 +110,8 @@ class QueueInspector(AsyncClosing):
             check_wire_name(job_type, "job_type")
         if state is not None and not isinstance(state, JobState):
             raise ValidationError("state", "must be a JobState")
+        if shown_state is not None and shown_state not in SHOWN_STATES:
+            raise ValidationError("shown_state", "must be " + ", ".join(SHOWN_STATES))
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         check_int("offset", offset, 0, MAX_LIST_OFFSET)
         return await self.store.job_list(
@@ -117,6 +123,8 @@ class QueueInspector(AsyncClosing):
                 limit=limit,
                 offset=offset,
                 oldest_first=bool(oldest_first),
+                shown=shown_state,
+                now=self.clock.now_ms(),
             )
         )
 

@@ -124,6 +124,14 @@ def test_overview_shows_the_counts_of_the_seeded_database(
     assert page.evaluate("getComputedStyle(document.body).margin") == "0px"
     expect(page.locator("#refresh-toggle")).to_be_visible()
     assert errors == []
+    # The delayed and expired tiles open the jobs in exactly those states.
+    for state in ("delayed", "expired"):
+        page.goto(live.base + "/")
+        page.locator(f'a:has([data-count="{state}"])').click()
+        expect(page).to_have_url(re.compile(rf"/jobs\?state={state}$"))
+        rows = page.locator("tr[data-job]")
+        expect(rows).to_have_count(live.seeded.total(state))
+        expect(rows.locator(f".badge.job-{state}")).to_have_count(live.seeded.total(state))
 
 
 def test_filtering_and_sorting_the_jobs_table(live: Live, browser: BrowserContext) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol, get_args
 from uuid import UUID
 
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
 
 __all__ = [
+    "SHOWN_STATES",
     "ClaimBatch",
     "ClaimRequest",
     "ClaimSource",
@@ -31,6 +32,7 @@ __all__ = [
     "NewJob",
     "QueueCounts",
     "ReadStore",
+    "ShownState",
     "Store",
     "ThroughputBucket",
     "ThroughputQuery",
@@ -128,6 +130,13 @@ class QueueCounts:
     """When the oldest job that is due now became due (ms since the epoch), if any."""
 
 
+#: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and
+#: ``delayed`` before; a RUNNING one is ``running`` while its lease lasts and ``expired`` from the
+#: moment it ends (as :meth:`Store.queue_counts` counts them).
+ShownState = Literal["ready", "delayed", "running", "expired", "dead_letter", "completed"]
+SHOWN_STATES: tuple[ShownState, ...] = get_args(ShownState)
+
+
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """Which jobs a listing returns (all given fields must match)."""
@@ -141,6 +150,9 @@ class JobFilter:
     """How many matching jobs to skip first (pagination)."""
     oldest_first: bool = False
     """List by creation time ascending instead of newest first."""
+    shown: ShownState | None = None
+    """One of the states the operator tools show, judged at ``now``: see :data:`ShownState`."""
+    now: int = 0
 
 
 @dataclass(frozen=True, slots=True)

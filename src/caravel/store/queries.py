@@ -17,6 +17,7 @@ from caravel.store.protocol import (
     JobFilter,
     JobRef,
     NewJob,
+    ShownState,
     ThroughputQuery,
 )
 from caravel.store.rows import CLAIM_RETURNING, STATUS_COLUMNS
@@ -219,6 +220,17 @@ def replay(ref: JobRef, now: int) -> sa.Update:
     )
 
 
+def _shown(state: ShownState, now: int) -> sa.ColumnElement[bool]:
+    """The rows in ``state`` at ``now``, split exactly as :func:`counts` splits them."""
+    if state in ("ready", "delayed"):
+        due = jobs.c.due_at <= now if state == "ready" else jobs.c.due_at > now
+        return sa.and_(jobs.c.state == READY, due)
+    if state in ("running", "expired"):
+        lease = jobs.c.lease_expires_at
+        return sa.and_(jobs.c.state == RUNNING, lease > now if state == "running" else lease <= now)
+    return jobs.c.state == (DEAD if state == "dead_letter" else COMPLETED)
+
+
 def job_list(where: JobFilter) -> sa.Select[Any]:
     conditions: list[sa.ColumnElement[bool]] = []
     if where.queue is not None:
@@ -229,6 +241,8 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
         conditions.append(jobs.c.state == where.state.value)
     if where.job_type is not None:
         conditions.append(jobs.c.job_type == where.job_type)
+    if where.shown is not None:
+        conditions.append(_shown(where.shown, where.now))
     order = (
         (jobs.c.created_at.asc(), jobs.c.id.asc())
         if where.oldest_first

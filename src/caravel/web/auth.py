@@ -10,6 +10,7 @@ every action. Without ``authorize`` the dashboard answers only requests made on 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -64,44 +65,71 @@ LOCAL_OPERATOR = Principal("local operator", can_read=True, can_operate=True, ca
 #: Where the guard leaves the principal of a request, for the pages and the renderer.
 _SCOPE_KEY = "caravel.web.principal"
 
-_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+#: Headers a proxy (or a CDN in front of one) adds. Any ``X-Forwarded-*`` counts too.
+_PROXY_HEADERS = frozenset(
+    {
+        "forwarded",
+        "via",
+        "x-real-ip",
+        "true-client-ip",
+        "cf-connecting-ip",
+        "x-client-ip",
+        "x-original-forwarded-for",
+    }
+)
 _LOCAL_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+#: A Host header is a bracketed IPv6 literal or a host name (or IPv4 address), each with an
+#: optional port, and nothing else: ``[::1].evil.com`` is neither.
+_HOST = re.compile(
+    r"\[(?P<literal>[0-9a-f:.]+)\](?::[0-9]{1,5})?|(?P<name>[a-z0-9.-]+)(?::[0-9]{1,5})?",
+    re.ASCII,
+)
 
 
 def _is_loopback_address(host: str) -> bool:
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
 
-def _host_name(host_header: str) -> str:
-    """The name part of a Host header: ``[::1]:8765`` -> ``::1``, ``localhost:80`` ->
-    ``localhost``."""
-    value = host_header.strip().lower()
-    if value.startswith("["):
-        return value[1 : value.find("]")] if "]" in value else value
-    if value.count(":") == 1:
-        return value.partition(":")[0]
-    return value
+def _host_name(host_header: str) -> str | None:
+    """The name part of a Host header (``[::1]:8765`` -> ``::1``, ``localhost:80`` ->
+    ``localhost``), or ``None`` when it is not exactly one of the two forms."""
+    found = _HOST.fullmatch(host_header.strip().lower())
+    if found is None:
+        return None
+    literal = found.group("literal")
+    if literal is not None:
+        # Only a real IPv6 address belongs in brackets ([127.0.0.1] is not a Host).
+        return literal if ":" in literal and _is_loopback_address(literal) else None
+    return str(found.group("name"))
+
+
+def _through_proxy(conn: HTTPConnection) -> bool:
+    names = conn.headers.keys()
+    return any(name in _PROXY_HEADERS or name.startswith("x-forwarded-") for name in names)
 
 
 def refusal_reason(conn: HTTPConnection) -> str | None:
     """Why a request is not a local one, or ``None`` when it is.
 
     Local means all of: the TCP peer is a loopback address; the request did not come through a
-    proxy (no ``Forwarded``/``X-Forwarded-*``/``X-Real-IP`` header, since a proxy on this machine
-    would make every remote visitor look local); and the ``Host`` header names a loopback
-    address or ``localhost`` (so a web page that rebinds its own DNS name to 127.0.0.1 cannot
-    read the dashboard through the visitor's browser).
+    proxy (no ``Forwarded``, ``Via``, ``X-Forwarded-*``, ``X-Real-IP``, ``True-Client-IP``,
+    ``CF-Connecting-IP``, ``X-Client-IP`` or ``X-Original-Forwarded-For`` header, since a proxy
+    on this machine would make every remote visitor look local); and the ``Host`` header is
+    exactly a loopback address or ``localhost``, with an optional port (so a web page that
+    rebinds its own DNS name to 127.0.0.1 cannot read the dashboard through the visitor's
+    browser).
     """
     client = conn.client
     if client is None or not _is_loopback_address(client.host):
         return "the request did not come from a loopback address"
-    if any(name in conn.headers for name in _PROXY_HEADERS):
+    if _through_proxy(conn):
         return "the request came through a proxy"
-    host = _host_name(conn.headers.get("host", ""))
-    if host not in _LOCAL_NAMES and not _is_loopback_address(host):
+    hosts = conn.headers.getlist("host")
+    host = _host_name(hosts[0]) if len(hosts) == 1 else None
+    if host is None or (host not in _LOCAL_NAMES and not _is_loopback_address(host)):
         return "the request was not addressed to localhost or a loopback address"
     return None
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from caravel.errors import ValidationError
-from caravel.jobs import JobState
+from caravel.store.protocol import SHOWN_STATES, ShownState
 from caravel.validation import check_identifier, check_queue_name, check_wire_name
 
 __all__ = ["PER_PAGE_CHOICES", "Filters", "Paging", "clamp_int", "parse_filters", "parse_paging"]
@@ -36,7 +36,8 @@ class Filters:
 
     queue: str | None = None
     tenant: str | None = None
-    state: JobState | None = None
+    state: ShownState | None = None
+    """In ``caravel status``'s words (``delayed``, ``expired``, ...), judged at the page's now."""
     job_type: str | None = None
 
     def query(self) -> dict[str, str]:
@@ -44,7 +45,7 @@ class Filters:
         found = {
             "queue": self.queue,
             "tenant": self.tenant,
-            "state": self.state.value if self.state is not None else None,
+            "state": self.state,
             "type": self.job_type,
         }
         return {name: value for name, value in found.items() if value is not None}
@@ -90,12 +91,12 @@ def parse_filters(
     except ValidationError as exc:
         problems.append(f"Job type: {exc.rule}.")
         job_type = None
-    state: JobState | None = None
+    state: ShownState | None = None
     if state_text is not None:
-        try:
-            state = JobState(state_text)
-        except ValueError:
-            problems.append("State: must be ready, running, completed or dead_letter.")
+        if state_text in SHOWN_STATES:
+            state = state_text
+        else:
+            problems.append("State: must be " + ", ".join(SHOWN_STATES) + ".")
     return Filters(queue=queue, tenant=tenant, state=state, job_type=job_type), problems
 
 

@@ -20,7 +20,7 @@ from caravel.clock import from_ms
 from caravel.errors import ValidationError
 from caravel.inspector import QueueInspector
 from caravel.jobs import JobState, JobStatus
-from caravel.store.protocol import QueueCounts, ThroughputBucket
+from caravel.store.protocol import SHOWN_STATES, QueueCounts, ThroughputBucket
 from caravel.validation import check_identifier, check_queue_name
 from caravel.web.assets import StaticAsset
 from caravel.web.auth import principal_of
@@ -164,7 +164,8 @@ class Pages:
             found = await self.reader.list_jobs(
                 queue=filters.queue,
                 tenant_id=filters.tenant,
-                state=kind.only if kind.only is not None else filters.state,
+                state=kind.only,
+                shown_state=filters.state,
                 job_type=filters.job_type,
                 limit=paging.per_page + 1,
                 offset=paging.offset,
@@ -181,7 +182,7 @@ class Pages:
                 jobs=found[: paging.per_page],
                 more=len(found) > paging.per_page,
                 problems=problems,
-                states=[s.value for s in JobState],
+                states=SHOWN_STATES,
                 path=kind.path,
             )
 

@@ -66,9 +66,16 @@ def short_id(job_id: UUID) -> str:
 
 
 def shown_state(job: JobStatus, now: datetime) -> str:
-    """The state to show: a ready job that is not due yet is ``delayed``."""
+    """The state to show, in ``caravel status``'s words: a ready job that is not due yet is
+    ``delayed``; a running job whose lease has ended (at or before ``now``) is ``expired``."""
     if job.state is JobState.READY and job.due_at > now:
         return "delayed"
+    if (
+        job.state is JobState.RUNNING
+        and job.lease_expires_at is not None
+        and job.lease_expires_at <= now
+    ):
+        return "expired"
     return job.state.value
 
 

@@ -102,7 +102,7 @@ async def test_jobs_filter_by_queue_tenant_state_and_type(
         expected = await app.reader.list_jobs(
             queue=query.get("queue"),
             tenant_id=query.get("tenant"),
-            state=JobState(query["state"]) if "state" in query else None,
+            shown_state=query.get("state"),
             job_type=query.get("type"),
             limit=200,
         )
@@ -110,6 +110,37 @@ async def test_jobs_filter_by_queue_tenant_state_and_type(
         assert shown, query
     dead = (await operator.get("/jobs?state=dead_letter&per_page=200")).text
     assert len(ROW.findall(dead)) == seeded.total("dead_letter")
+
+
+SHOWN = ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+
+
+async def test_jobs_filter_and_show_states_in_the_status_words(
+    operator: httpx.AsyncClient, seeded: Seeded
+) -> None:
+    """Every state ``caravel status`` counts is a filter of the jobs table, matching the
+    overview's count, and each listed job shows that state: an ended lease is "expired", not
+    "running"."""
+    for state in SHOWN:
+        page = (await operator.get(f"/jobs?state={state}&per_page=200")).text
+        shown = ROW.findall(page)
+        assert len(shown) == seeded.total(state), state
+        badges = re.findall(r'<span class="badge job-([a-z_]+)">', page)
+        assert badges == [state] * len(shown), state
+        assert f'<option value="{state}" selected>' in page
+    assert seeded.total("expired") > 0
+    assert seeded.total("delayed") > 0
+    everything = (await operator.get("/jobs?per_page=200")).text
+    assert everything.count('class="badge job-expired"') == seeded.total("expired")
+
+
+async def test_each_overview_tile_links_to_its_own_jobs(operator: httpx.AsyncClient) -> None:
+    page = (await operator.get("/")).text
+    tiles = dict(re.findall(r'<a href="([^"]+)"><span class="n" data-count="([a-z_]+)">', page))
+    links = {state: html.unescape(href) for href, state in tiles.items()}
+    for state in ("ready", "delayed", "running", "expired", "completed"):
+        assert links[state] == f"/jobs?state={state}", state
+    assert links["dead_letter"] == "/dead-letters"
 
 
 async def test_jobs_page_and_sort_by_time(operator: httpx.AsyncClient, app: Dashboard) -> None:
@@ -157,7 +188,9 @@ async def test_invalid_filters_are_reported_not_used(operator: httpx.AsyncClient
     response = await operator.get("/jobs?queue=No%20Such!&state=exploded&type=A%2FB")
     assert response.status_code == 400
     assert "Queue: must be 1 to 64 characters" in response.text
-    assert "State: must be ready, running, completed or dead_letter." in response.text
+    assert (
+        "State: must be ready, delayed, running, expired, dead_letter, completed." in response.text
+    )
     assert "Job type: must be" in response.text
     assert "No Such!" not in response.text.replace("&#34;", '"')
     tenant = await operator.get("/jobs?tenant=%01bell")

@@ -267,3 +267,34 @@ async def test_registration_when_enabled_reveals_nothing_about_accounts(
         )
         assert stolen.status_code == 401
     assert await count_rows(settings, "users") == 2
+
+
+CONTROL = ["nul\u0000@example.com", "bell\u0007@example.com", "esc\u001b@example.com", "\u0085"]
+
+
+@pytest.mark.parametrize("text", CONTROL)
+async def test_control_characters_in_any_text_field_are_400_naming_it(
+    settings: Settings, text: str
+) -> None:
+    """The same 400 on SQLite and PostgreSQL, before any query (PostgreSQL cannot even hold a
+    NUL, so a query would fail there)."""
+    await add_user(settings, "alice@example.com")
+    registering = with_overrides(settings, allow_registration=True)
+    async with running(registering) as run, run.browser() as alice:
+        cases = [
+            ("/auth/login", {"email": text, "password": PASSWORD}, "email"),
+            ("/auth/login", {"email": "alice@example.com", "password": f"pw {text}"}, "password"),
+            ("/auth/register", {"email": text, "password": PASSWORD}, "email"),
+            ("/auth/register", {"email": "b@example.com", "password": PASSWORD + text}, "password"),
+        ]
+        for path, body, field in cases:
+            response = await run.client.post(path, json=body)
+            assert response.status_code == 400, (path, field, response.text)
+            assert f"{field}: " in response.json()["detail"], response.text
+            assert text not in response.text
+        await alice.sign_in("alice@example.com")
+        note = await alice.client.post("/notes", json={"text": text}, headers=alice.headers())
+        assert note.status_code == 400, note.text
+        assert "text: " in note.json()["detail"]
+    assert await count_rows(settings, "users") == 1
+    assert await count_rows(settings, "notes") == 0

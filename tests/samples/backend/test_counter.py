@@ -250,11 +250,16 @@ async def test_time_windows(settings: Settings) -> None:
             {"from": "2026-09-28T00:00:00Z", "to": "2026-09-28T00:00:00Z"},
             {"from": "2026-09-29T00:00:00Z", "to": "2026-09-28T00:00:00Z"},
             {"from": "2026-08-01T00:00:00Z", "to": "2026-09-01T00:00:00.001Z"},
+            {"to": "0001-01-01T00:00:00Z"},
+            {"to": "9999-12-31T23:59:59.999999999Z"},
         ]
         for params in bad:
             for path in ("/counter/summary", "/counter/results"):
                 response = await alice.client.get(path, params=params)
                 assert response.status_code == 400, (path, params, response.text)
+        for path in ("/counter/summary", "/counter/results"):
+            early = await alice.client.get(path, params={"to": "0001-01-01T00:00:00Z"})
+            assert early.json()["detail"].startswith("to must be from 1970-01-01T00:00:00Z")
         await alice.client.aclose()
 
 
@@ -321,4 +326,39 @@ async def test_submissions_survive_a_transport_retry(settings: Settings) -> None
         ids = {r.json()["jobId"] for r in responses}
         assert len(ids) == 1
         assert [r.json()["alreadyEnqueued"] for r in responses] == [False, True, True]
+        await alice.client.aclose()
+
+
+async def test_idempotency_keys_are_utf8_and_counted_in_characters(settings: Settings) -> None:
+    async with running(settings) as run:
+        alice = await _signed_in(run, settings, "alice@example.com")
+        assert alice.token is not None
+        token = alice.token.encode()
+
+        async def submit(key: bytes) -> httpx.Response:
+            return await alice.client.post(
+                "/counter/events",
+                json={"quantity": 1},
+                headers=[(b"RequestVerificationToken", token), (b"Idempotency-Key", key)],
+            )
+
+        euro = await submit("price-€".encode())
+        assert euro.status_code == 202, euro.text
+        again = await submit("price-€".encode())
+        assert again.json() == {"jobId": euro.json()["jobId"], "alreadyEnqueued": True}
+        longest = await submit(("€" * 128).encode())  # 384 bytes, 128 characters
+        assert longest.status_code == 202, longest.text
+        too_long = await submit(("€" * 129).encode())
+        assert too_long.status_code == 400
+        for invalid in (b"\xff\xfe", "price-€".encode("latin-1", errors="replace") + b"\x80"):
+            refused = await submit(invalid)
+            assert refused.status_code == 400
+            assert refused.json() == {"detail": "Idempotency-Key must be valid UTF-8"}
+        async with run.services.engine.connect() as conn:
+            keys = (
+                (await conn.execute(sa.text("SELECT idempotency_key FROM caravel_jobs")))
+                .scalars()
+                .all()
+            )
+        assert sorted(keys) == sorted(["price-€", "€" * 128])
         await alice.client.aclose()

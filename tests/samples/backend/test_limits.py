@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
+from caravel_samples.backend import security
+from caravel_samples.backend.body_deadline import (
+    GRACE_SECONDS,
+    BodyDeadlineMiddleware,
+    ReadBudget,
+)
 from caravel_samples.backend.login_limit import FixedWindow
 from caravel_samples.backend.settings import Settings
 
@@ -98,30 +106,72 @@ async def test_a_body_of_exactly_the_limit_is_accepted(settings: Settings) -> No
 
 
 async def test_the_concurrency_limit_refuses_at_once_and_spares_the_probes(
-    settings: Settings,
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Two sign-ins held inside the application, in their password check (a real thread), fill
+    # the limit. (A slow body no longer can: it is read before a slot is taken.)
+    inside, release = threading.Semaphore(0), threading.Event()
+    check = security.verify_password
+
+    def held_check(stored: str | None, password: str) -> bool:
+        inside.release()
+        release.wait(30)
+        return check(stored, password)
+
+    monkeypatch.setattr(security, "verify_password", held_check)
     async with running(with_overrides(settings, limits={"concurrency": 2})) as run:
-        gate = asyncio.Event()
-        slow = [
-            asyncio.create_task(
-                run.client.post(
-                    "/auth/login",
-                    content=CountingBody(chunks=1, gate=gate),
-                    headers={"Content-Type": "application/json"},
-                )
-            )
-            for _ in range(2)
-        ]
-        await asyncio.sleep(0.1)  # both are inside the application, waiting for their bodies
+        body = {"email": "nobody@example.com", "password": "wrong password"}
+        held = [asyncio.create_task(run.client.post("/auth/login", json=body)) for _ in range(2)]
+        for _ in range(2):
+            assert await asyncio.to_thread(inside.acquire, True, 30)
         refused = await run.client.get("/auth/me")
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
         assert refused.json() == {"detail": "too many requests; try again later"}
         assert (await run.client.get("/health/live")).status_code == 200
         assert (await run.client.get("/health/ready")).status_code == 200
-        gate.set()
-        assert [r.status_code for r in await asyncio.gather(*slow)] == [400, 400]
+        release.set()
+        assert [r.status_code for r in await asyncio.gather(*held)] == [401, 401]
         assert (await run.client.get("/auth/me")).status_code == 401  # admitted again
+
+
+async def test_a_slow_body_is_408_before_it_takes_a_slot(settings: Settings) -> None:
+    """The deadline's rules on an injected clock: a body whose next part is overdue is refused
+    without waiting, the connection is closed, and the slot was never taken."""
+    ticks = iter([0.0, 0.0, 0.5, 100.0])
+    app = BodyDeadlineMiddleware(
+        _never_called, timeout=10, min_rate=1024, clock=lambda: next(ticks)
+    )
+    sent: list[dict[str, object]] = []
+    parts = [
+        {"type": "http.request", "body": b"{", "more_body": True},
+        {"type": "http.request", "body": b'"a"', "more_body": True},
+    ]
+
+    async def receive() -> dict[str, object]:
+        return parts.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await app({"type": "http", "path": "/auth/login"}, receive, send)  # type: ignore[arg-type]
+    assert sent[0]["status"] == 408
+    assert (b"connection", b"close") in sent[0]["headers"]  # type: ignore[operator]
+    assert json.loads(sent[1]["body"]) == {"detail": "the request body arrived too slowly"}  # type: ignore[arg-type]
+
+
+async def _never_called(scope: object, receive: object, send: object) -> None:
+    raise AssertionError("a too-slow request reached the application")
+
+
+def test_the_read_budget_wants_the_whole_body_in_time_and_a_minimum_rate() -> None:
+    budget = ReadBudget(started=100.0, timeout=10, min_rate=1000)
+    assert budget.seconds_left(100.0, 0) == GRACE_SECONDS  # the first bytes may lag
+    assert budget.seconds_left(100.0 + GRACE_SECONDS, 0) == 0  # ... not longer
+    assert budget.seconds_left(103.0, 5000) == 3.0  # 5000 bytes buy 5 s after the grace
+    assert budget.seconds_left(107.0, 5000) < 0  # too slow on average
+    assert budget.seconds_left(105.0, 16 * 1024) == 5.0  # fast enough: the deadline rules
+    assert budget.seconds_left(110.0, 16 * 1024) == 0
 
 
 async def test_the_sign_in_window_is_generic_and_spares_everything_else(

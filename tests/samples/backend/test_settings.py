@@ -26,6 +26,9 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         settings.limits.login_permit_limit,
         settings.limits.login_window_seconds,
     ) == (32, 10, 60)
+    assert settings.limits.body_timeout_seconds == 10.0
+    assert settings.limits.body_min_bytes_per_second == 1024
+    assert settings.api_docs is False
     assert settings.database_url == f"sqlite:///{Path('backend.db').resolve()}"
 
 
@@ -59,6 +62,18 @@ def test_nested_names_use_double_underscores(monkeypatch: pytest.MonkeyPatch) ->
         ("CARAVEL__RUN_WORKER", "maybe", "must be true or false"),
         ("CARAVEL__SESSION_HOURS", "721", "must be an integer from 1 to 720"),
         ("CARAVEL__LIMITS__CONCURENCY", "5", "is not a known setting"),
+        (
+            "CARAVEL__LIMITS__BODY_TIMEOUT_SECONDS",
+            "0",
+            "must be a number of seconds above 0 and at most 300",
+        ),
+        (
+            "CARAVEL__LIMITS__BODY_TIMEOUT_SECONDS",
+            "301",
+            "must be a number of seconds above 0 and at most 300",
+        ),
+        ("CARAVEL__LIMITS__BODY_MIN_BYTES_PER_SECOND", "0", "must be an integer from 1 to 1048576"),
+        ("CARAVEL__API_DOCS", "sometimes", "must be true or false"),
     ],
 )
 def test_invalid_values_name_the_setting_and_its_range(

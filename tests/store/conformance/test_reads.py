@@ -8,8 +8,10 @@ from uuid import uuid4
 
 import pytest
 
+from caravel.clock import from_ms
 from caravel.jobs import JobState
 from caravel.store.protocol import (
+    SHOWN_STATES,
     JobFilter,
     JobRef,
     QueueCounts,
@@ -183,6 +185,29 @@ async def test_counts_tell_each_state_apart_at_the_moment_given(store: Store) ->
             oldest_ready_due_ms=T0,
         )
     ]
+
+
+async def test_list_by_shown_state_splits_as_the_counts_do(store: Store) -> None:
+    await _one_of_each_state(store)
+    for now in (T0 + 10, T0 + 1_000, T0 + 2_000):
+        counts = (await store.queue_counts(QUEUE, now))[0]
+        seen: set[object] = set()
+        for shown in SHOWN_STATES:
+            listed = await store.job_list(JobFilter(queue=QUEUE, shown=shown, now=now))
+            assert len(listed) == getattr(counts, shown), (now, shown)
+            seen |= {job.job_id for job in listed}
+        assert len(seen) == len(await store.job_list(JobFilter(queue=QUEUE)))  # each in one
+    # The edges: a lease ending at the very moment is expired; a job due then is ready.
+    expired = await store.job_list(JobFilter(shown="expired", now=T0 + 1_000))
+    assert [(j.state, j.lease_expires_at) for j in expired] == [
+        (JobState.RUNNING, from_ms(T0 + 1_000))
+    ]
+    delayed = await store.job_list(JobFilter(shown="delayed", now=T0 + 100))
+    assert [j.due_at for j in delayed] == [from_ms(T0 + 2_000)]
+    assert {j.queue for j in await store.job_list(JobFilter(shown="ready", now=T0 + 50))} == {
+        QUEUE,
+        "other",
+    }
 
 
 async def test_counts_cover_every_queue_in_name_order(store: Store) -> None:
