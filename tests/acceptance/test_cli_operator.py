@@ -514,6 +514,7 @@ def test_jobs_list_table_shows_jobs_but_never_payloads(db_url: str, mix: Seeded)
     assert CANARY not in done.stdout
     assert CANARY not in done.stderr
     assert "Jobs" in done.stdout
+    assert "created (UTC)" in done.stdout  # a table's times are UTC, and it says so
     for job_id in mix.ids.values():
         assert job_id in done.stdout
     (line,) = [ln for ln in done.stdout.splitlines() if mix["reports_dead"] in ln]

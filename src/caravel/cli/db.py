@@ -77,10 +77,10 @@ def current(url: DatabaseUrl, as_json: Json = False) -> None:
 
 @app.command()
 def check(url: DatabaseUrl, as_json: Json = False) -> None:
-    """Confirm the queue schema is at the newest revision and matches the model.
+    """Confirm the queue schema is current and matches the model.
 
-    Exit 0 when it is; 2 with the reason when it is not migrated, behind or different; 1 when
-    the database fails.
+    Current means at the newest revision. Exit 0 when it is; 2 with the reason when it is not
+    migrated, behind or different; 1 when the database fails.
     """
     from caravel import migrate
 

@@ -120,9 +120,10 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """Show one job as JSON; the exact queue and tenant are required.
+    """Show one job as JSON.
 
-    Exit 1 when there is no such job in that queue and tenant.
+    The exact queue and tenant are required. Exit 1 when there is no such job in that queue
+    and tenant.
     """
 
     async def go() -> dict[str, object]:
@@ -149,10 +150,10 @@ def replay(
     queue: QueueOpt,
     tenant: TenantOpt,
 ) -> None:
-    """Replay one dead-lettered job: same id and payload, attempts reset, due now.
+    """Replay one dead-lettered job.
 
-    Exit 1 when nothing was replayed (no such job, or not a dead letter). Replay repeats side
-    effects.
+    Same id and payload, attempts reset, due now. Exit 1 when nothing was replayed (no such job,
+    or not a dead letter). Replay repeats side effects.
     """
 
     async def go() -> bool:
@@ -180,10 +181,11 @@ def replay_dead(
     ] = 1000,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm without asking.")] = False,
 ) -> None:
-    """Replay every dead letter matching the filters, after a confirmation.
+    """Replay every dead letter matching the filters.
 
-    At most --limit, newest first. Shows a progress bar on a terminal and one line per job
-    otherwise. Exit 1 when nothing was replayed (nothing matched, or the answer was no).
+    Asks first, unless --yes. At most --limit, newest first. Shows a progress bar on a terminal
+    and one line per job otherwise. Exit 1 when nothing was replayed (nothing matched, or the
+    answer was no).
     """
 
     async def targets() -> list[tuple[UUID, str, str]]:

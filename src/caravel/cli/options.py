@@ -14,8 +14,7 @@ DatabaseUrl = Annotated[
     typer.Option(
         "--url",
         envvar="CARAVEL_DATABASE_URL",
-        help="Queue database URL, e.g. sqlite:///queue.db or postgresql://user@host/db. "
-        "Also read from CARAVEL_DATABASE_URL.",
+        help="Queue database URL, e.g. sqlite:///queue.db or postgresql://user@host/db.",
         show_envvar=True,
         metavar="URL",
     ),
@@ -24,6 +23,6 @@ Json = Annotated[
     bool,
     typer.Option(
         "--json",
-        help="Print one JSON object on stdout (docs/reference/cli.md); errors as JSON on stderr.",
+        help="Print one JSON object on stdout; errors as JSON on stderr.",
     ),
 ]

@@ -60,11 +60,12 @@ def relay(
         bool, typer.Option("--verbose", "-v", help="Log at DEBUG level, not INFO.")
     ] = False,
 ) -> None:
-    """Relay committed outbox intents into the queue until SIGTERM or SIGINT.
+    """Relay committed outbox intents into the queue.
 
-    Exit code 0 after a normal shutdown; 2 when --app does not name a job registry, a SQLite
-    file does not exist or the queue is not migrated; 1 when either database fails, so a
-    supervisor restarts it (undispatched intents are sent again, and resolve to the same jobs).
+    Runs until SIGTERM or SIGINT, or for one pass with --once. Exit code 0 after a normal
+    shutdown; 2 when --app does not name a job registry, a SQLite file does not exist or the
+    queue is not migrated; 1 when either database fails, so a supervisor restarts it
+    (undispatched intents are sent again, and resolve to the same jobs).
     """
     configure_logging(verbose)
     try:
