@@ -87,7 +87,7 @@ def _name_only(argument: Any) -> None:
     name = (argument.name or "value").upper()
     argument.metavar = name
     usage = name if argument.required else f"[{name}]"
-    # Instance attributes, read by Typer's help writer; Click's own ignore them.
+    # Instance attributes shadow the two methods Typer's help writer calls.
     argument.get_usage_pieces = lambda ctx: [usage]
     argument.display_type_rich = lambda ctx: None
 
