@@ -54,9 +54,9 @@ mkdir "$CARAVEL_WORKER_DIRECTORY"
 "${SAMPLE[@]}" check-model
 first="$("${SAMPLE[@]}" enqueue-demo)"
 second="$("${SAMPLE[@]}" enqueue-demo)"
-expect_eq "$(echo "$second" | grep -o '"alreadyEnqueued": true' | wc -l | tr -d ' ')" 3 \
+expect_eq "$(echo "$second" | grep -o '"already_enqueued": true' | wc -l | tr -d ' ')" 3 \
     "the repeated enqueue returns the original jobs"
-expect_eq "$(echo "$first" | grep -o '"jobId": "[^"]*"')" "$(echo "$second" | grep -o '"jobId": "[^"]*"')" \
+expect_eq "$(echo "$first" | grep -o '"job_id": "[^"]*"')" "$(echo "$second" | grep -o '"job_id": "[^"]*"')" \
     "job ids of the repeated enqueue"
 
 step "crash right after saving the first result, before acknowledging (exit 73)"
@@ -74,12 +74,12 @@ for _ in $(seq 1 10); do
     [ "$out" = '{"claimed": false}' ] && break
 done
 expect_eq "$out" '{"claimed": false}' "the queue drained"
-expect_eq "$("${SAMPLE[@]}" report)" '{"events":3,"total":6}' "report after recovery"
+expect_eq "$("${SAMPLE[@]}" report)" '{"events": 3, "total": 6}' "report after recovery"
 
 step "the demo enqueued again after completion changes nothing"
 "${SAMPLE[@]}" enqueue-demo >/dev/null
 expect_eq "$("${SAMPLE[@]}" work-once)" '{"claimed": false}' "no new work after re-enqueue"
-expect_eq "$("${SAMPLE[@]}" report)" '{"events":3,"total":6}' "report after re-enqueue"
+expect_eq "$("${SAMPLE[@]}" report)" '{"events": 3, "total": 6}' "report after re-enqueue"
 
 step "queue-status is read-only: the database files are byte-for-byte unchanged"
 before="$(sha256sum "$CARAVEL_WORKER_DIRECTORY/queue.db" "$CARAVEL_WORKER_DIRECTORY/results.db")"
@@ -96,7 +96,7 @@ mkdir "$CARAVEL_WORKER_DIRECTORY"
 "${SAMPLE[@]}" work &
 WORKER_PID=$!
 "${SAMPLE[@]}" enqueue-demo >/dev/null
-report_is_complete() { [ "$("${SAMPLE[@]}" report)" = '{"events":3,"total":6}' ]; }
+report_is_complete() { [ "$("${SAMPLE[@]}" report)" = '{"events": 3, "total": 6}' ]; }
 wait_for 30 "the continuous worker to finish the demo" report_is_complete
 kill -TERM "$WORKER_PID"
 set +e; wait "$WORKER_PID"; code=$?; set -e
@@ -120,12 +120,12 @@ kill -TERM "$WORKER_PID"
 set +e; wait "$WORKER_PID"; code=$?; set -e
 WORKER_PID=""
 expect_eq "$code" 0 "exit code after SIGTERM mid-job"
-expect_eq "$("${SAMPLE[@]}" report)" '{"events":0,"total":0}' "nothing recorded by the cancelled job"
+expect_eq "$("${SAMPLE[@]}" report)" '{"events": 0, "total": 0}' "nothing recorded by the cancelled job"
 sleep 5.5   # the cancelled job's 5-second lease expires
 for _ in $(seq 1 10); do
     out="$(CARAVEL_WORKER_LEASE_SECONDS=1 "${SAMPLE[@]}" work-once)"
     [ "$out" = '{"claimed": false}' ] && break
 done
-expect_eq "$("${SAMPLE[@]}" report)" '{"events":3,"total":6}' "report after recovery from SIGTERM"
+expect_eq "$("${SAMPLE[@]}" report)" '{"events": 3, "total": 6}' "report after recovery from SIGTERM"
 
 step "smoke test passed"

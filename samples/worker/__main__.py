@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import asdict
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -26,6 +24,10 @@ from caravel import (
     QueueWorker,
     WorkerOptions,
 )
+
+# The caravel command's JSON convention (docs/reference/cli.md): one object per line, snake_case
+# keys, UTC times with milliseconds and a Z.
+from caravel.cli.jsonout import counts_document, emit
 
 T = TypeVar("T")
 
@@ -99,9 +101,9 @@ def enqueue_demo() -> None:
                     for quantity in (1, 2, 3)
                 ]
             )
-        return [{"jobId": str(a.job_id), "alreadyEnqueued": a.already_enqueued} for a in accepted]
+        return [{"job_id": a.job_id, "already_enqueued": a.already_enqueued} for a in accepted]
 
-    typer.echo(json.dumps({"jobs": _run(go())}))
+    emit({"jobs": _run(go())})
 
 
 @app.command("work-once")
@@ -120,7 +122,7 @@ def work_once() -> None:
         finally:
             await engine.dispose()
 
-    typer.echo(json.dumps({"claimed": _run(go())}))
+    emit({"claimed": _run(go())})
 
 
 @app.command()
@@ -171,7 +173,7 @@ def report() -> None:
         finally:
             await engine.dispose()
 
-    typer.echo(json.dumps(_run(go()), separators=(",", ":")))
+    emit(_run(go()))
 
 
 @app.command("queue-status")
@@ -179,12 +181,11 @@ def queue_status() -> None:
     """Print the queue's counts, read-only (the database files are not changed)."""
     settings = _settings()
 
-    async def go() -> list[dict[str, object]]:
+    async def go() -> dict[str, object]:
         async with QueueInspector(settings.queue_url) as inspector:
-            counts = await inspector.queue_counts()
-        return [asdict(c) for c in counts]
+            return counts_document(await inspector.queue_counts())
 
-    typer.echo(json.dumps({"queues": _run(go())}, sort_keys=True))
+    emit(_run(go()))
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:

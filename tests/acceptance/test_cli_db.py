@@ -108,9 +108,10 @@ def test_upgrade_then_check_exits_zero(cli, empty_file: str) -> None:  # type: i
     assert checked.stderr == ""
 
 
-def test_check_on_an_empty_file_exits_one_and_says_to_upgrade(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+def test_check_on_an_empty_file_exits_two_and_says_to_upgrade(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
     checked = cli("db", "check", "--url", empty_file)
-    assert checked.code == 1
+    assert checked.code == 2  # not migrated: configuration
+    assert len(checked.stderr.strip().splitlines()) == 1, checked.stderr
     assert UPGRADE_HINT in checked.flat_stderr
     assert "Traceback" not in checked.stderr
     assert checked.stdout == ""
@@ -119,21 +120,21 @@ def test_check_on_an_empty_file_exits_one_and_says_to_upgrade(cli, empty_file: s
 
 def test_check_json_on_an_empty_file(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
     checked = cli("db", "check", "--json", "--url", empty_file)
-    assert checked.code == 1
-    report = json.loads(checked.stdout)
-    assert report["ok"] is False
-    assert UPGRADE_HINT in report["error"]
+    assert checked.code == 2
+    assert checked.stdout == ""
+    (line,) = checked.stderr.strip().splitlines()
+    error = json.loads(line)["error"]
+    assert error["type"] == "SchemaNotReadyError"
+    assert error["exit_code"] == 2
+    assert error["message"].startswith("caravel db check: the queue schema is not ready")
+    assert UPGRADE_HINT in error["message"]
 
 
 def test_check_json_after_upgrade(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
     assert cli("db", "upgrade", "--url", empty_file).code == 0
     checked = cli("db", "check", "--json", "--url", empty_file)
     assert checked.code == 0
-    assert json.loads(checked.stdout) == {
-        "ok": True,
-        "current": migrate.head(),
-        "head": migrate.head(),
-    }
+    assert json.loads(checked.stdout) == {"current": migrate.head(), "head": migrate.head()}
 
 
 def test_current_json_prints_the_revision(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
@@ -155,7 +156,7 @@ def test_database_url_from_the_environment(cli, empty_file: str) -> None:  # typ
     env = {"CARAVEL_DATABASE_URL": empty_file}
 
     checked = cli("db", "check", env=env)
-    assert checked.code == 1
+    assert checked.code == 2
     assert UPGRADE_HINT in checked.flat_stderr
 
     assert cli("db", "upgrade", env=env).code == 0
@@ -174,7 +175,7 @@ def test_url_option_wins_over_the_environment(cli, tmp_path: Path, empty_file: s
     assert _tables(empty_file) == set()
 
 
-def test_downgrade_to_base_then_check_exits_one(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
+def test_downgrade_to_base_then_check_exits_two(cli, empty_file: str) -> None:  # type: ignore[no-untyped-def]
     assert cli("db", "upgrade", "--url", empty_file).code == 0
 
     downgraded = cli("db", "downgrade", "--url", empty_file, "base")
@@ -183,7 +184,7 @@ def test_downgrade_to_base_then_check_exits_one(cli, empty_file: str) -> None:  
     assert "caravel_jobs" not in _tables(empty_file)
 
     checked = cli("db", "check", "--url", empty_file)
-    assert checked.code == 1
+    assert checked.code == 2
     assert UPGRADE_HINT in checked.flat_stderr
 
 
@@ -200,7 +201,7 @@ def test_missing_url_is_a_usage_error(cli) -> None:  # type: ignore[no-untyped-d
 @pytest.mark.postgres
 def test_postgresql_upgrade_check_current_downgrade(cli, pg_empty_url: str) -> None:  # type: ignore[no-untyped-def]
     before = cli("db", "check", "--url", pg_empty_url)
-    assert before.code == 1
+    assert before.code == 2
     assert UPGRADE_HINT in before.flat_stderr
 
     upgraded = cli("db", "upgrade", "--url", pg_empty_url)
@@ -216,5 +217,5 @@ def test_postgresql_upgrade_check_current_downgrade(cli, pg_empty_url: str) -> N
     assert cli("db", "downgrade", "--url", pg_empty_url, "base").code == 0
     assert "caravel_jobs" not in _tables(pg_empty_url)
     after = cli("db", "check", env={"CARAVEL_DATABASE_URL": pg_empty_url})
-    assert after.code == 1
+    assert after.code == 2
     assert UPGRADE_HINT in after.flat_stderr

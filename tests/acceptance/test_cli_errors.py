@@ -3,6 +3,7 @@ and the driver's reason, exit code 1, no traceback."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -41,3 +42,17 @@ def test_a_missing_database_is_named() -> None:
     assert done.returncode == 1
     assert 'database "caravel_no_such_database" does not exist' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["jobs", "list"], ["workers"], ["db", "check"]])
+def test_under_json_a_refused_connection_is_the_json_error_exit_one(command: list[str]) -> None:
+    port = _free_port()
+    url = make_url(ADMIN_URL).set(host="127.0.0.1", port=port).render_as_string(False)
+    text = run_cli(*command, "--url", url)
+    done = run_cli(*command, "--url", url, "--json")
+    assert done.returncode == text.returncode == 1
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    error = json.loads(line)["error"]
+    assert error == {"type": "StoreError", "message": text.stderr.strip(), "exit_code": 1}
+    assert f"port {port}" in error["message"]

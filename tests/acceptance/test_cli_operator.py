@@ -358,10 +358,22 @@ def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[st
 
 
 def failed(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """A runtime failure (exit 1): the lookup found nothing, the database failed."""
     assert done.returncode == 1, (
         f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     )
     assert "Traceback" not in done.stderr
+    return done
+
+
+def refused(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """A usage or configuration error (exit 2): one line on stderr, nothing on stdout."""
+    assert done.returncode == 2, (
+        f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    )
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stdout == ""
     return done
 
 
@@ -412,7 +424,7 @@ def test_status_queue_filter(db_url: str, mix: Seeded) -> None:
 
 
 def test_status_rejects_an_invalid_queue_name(db_url: str, mix: Seeded) -> None:
-    done = failed(run_cli("status", "--url", db_url, "--queue", "Not A Queue!"))
+    done = refused(run_cli("status", "--url", db_url, "--queue", "Not A Queue!"))
     assert "queue" in done.stderr
     assert done.stdout == ""
 
@@ -502,6 +514,7 @@ def test_jobs_list_table_shows_jobs_but_never_payloads(db_url: str, mix: Seeded)
     assert CANARY not in done.stdout
     assert CANARY not in done.stderr
     assert "Jobs" in done.stdout
+    assert "created (UTC)" in done.stdout  # a table's times are UTC, and it says so
     for job_id in mix.ids.values():
         assert job_id in done.stdout
     (line,) = [ln for ln in done.stdout.splitlines() if mix["reports_dead"] in ln]
@@ -532,7 +545,7 @@ def test_jobs_list_filters(db_url: str, mix: Seeded) -> None:
 
 
 def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded) -> None:
-    done = failed(run_cli("jobs", "list", "--url", db_url, "--state", "finished"))
+    done = refused(run_cli("jobs", "list", "--url", db_url, "--state", "finished"))
     assert "state" in done.stderr
     assert "dead_letter" in flat(done.stderr)  # it names the allowed values
     assert done.stdout == ""
@@ -540,9 +553,10 @@ def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded) -> None:
 
 @pytest.mark.parametrize("limit", ["0", "10001"])
 def test_jobs_list_rejects_an_out_of_range_limit(db_url: str, limit: str) -> None:
-    done = failed(run_cli("jobs", "list", "--url", db_url, "--json", "--limit", limit))
-    assert "limit" in done.stderr
-    assert done.stdout == ""
+    done = refused(run_cli("jobs", "list", "--url", db_url, "--json", "--limit", limit))
+    error = json.loads(done.stderr)["error"]
+    assert error["message"] == "caravel jobs list: --limit: must be an integer from 1 to 10000"
+    assert (error["type"], error["exit_code"]) == ("ValidationError", 2)
 
 
 # ----- caravel jobs show -----------------------------------------------------------------
@@ -553,7 +567,8 @@ def test_jobs_show_prints_the_status_without_the_payload(db_url: str, mix: Seede
     done = ok(run_cli("jobs", "show", job_id, "--url", db_url, "--queue", EMAILS, "-t", TENANT_A))
     assert CANARY not in done.stdout
     shown = json.loads(done.stdout)
-    assert set(shown) == STATUS_FIELDS
+    assert set(shown) == STATUS_FIELDS | {"payload"}
+    assert shown["payload"] is None  # present, null without --payload
     assert shown["job_id"] == job_id
     assert shown["queue"] == EMAILS
     assert shown["tenant_id"] == TENANT_A
@@ -645,7 +660,7 @@ def test_jobs_show_unknown_id_exits_one(db_url: str, mix: Seeded) -> None:
 
 @pytest.mark.parametrize("bad_id", ["not-a-uuid", "1234", "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"])
 def test_jobs_show_malformed_id_names_job_id(db_url: str, mix: Seeded, bad_id: str) -> None:
-    done = failed(run_cli("jobs", "show", bad_id, "--url", db_url, "-q", EMAILS, "-t", TENANT_A))
+    done = refused(run_cli("jobs", "show", bad_id, "--url", db_url, "-q", EMAILS, "-t", TENANT_A))
     assert "job_id" in done.stderr
     assert done.stdout == ""
 
@@ -717,7 +732,7 @@ def test_jobs_replay_of_anything_but_this_dead_letter_changes_nothing(
 
 def test_jobs_replay_malformed_id_names_job_id(db_url: str, mix: Seeded) -> None:
     before = dump_jobs(db_url)
-    done = failed(run_cli("jobs", "replay", "nope", "--url", db_url, "-q", EMAILS, "-t", TENANT_A))
+    done = refused(run_cli("jobs", "replay", "nope", "--url", db_url, "-q", EMAILS, "-t", TENANT_A))
     assert "job_id" in done.stderr
     assert dump_jobs(db_url) == before
 

@@ -55,3 +55,4 @@ def test_workers_show_running_stopped_and_lost(db_url: str, tmp_path: Path) -> N
     assert table.returncode == 0
     assert "lost" in table.stdout
     assert "stopped" in table.stdout
+    assert "last heartbeat (UTC)" in table.stdout

@@ -63,7 +63,11 @@ def _load_authorize(path: str) -> Any:
 def dashboard(
     url: DatabaseUrl,
     bind: Annotated[
-        str, typer.Option(help="Address and port to listen on, host:port ([::1]:port for IPv6).")
+        str,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Address and port to listen on ([::1]:port for IPv6).",
+        ),
     ] = "127.0.0.1:8765",
     allow_remote: Annotated[
         bool,
@@ -76,19 +80,33 @@ def dashboard(
     authorize: Annotated[
         str | None,
         typer.Option(
-            help="module:function deciding who may read and replay (see the dashboard guide). "
-            "Without it only requests from this machine are answered."
+            metavar="MODULE:FUNCTION",
+            help="The function deciding who may read and replay (see the dashboard guide). "
+            "Without it only requests from this machine are answered.",
         ),
     ] = None,
     refresh: Annotated[
-        int, typer.Option(min=0, max=3600, help="Seconds between page updates; 0 turns them off.")
+        int,
+        typer.Option(
+            min=0,
+            max=3600,
+            metavar="SECONDS",
+            help="Seconds between page updates (0-3600); 0 turns them off.",
+        ),
     ] = 5,
     lost_after: Annotated[
-        float, typer.Option(help="Seconds without a heartbeat before a worker counts as lost.")
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="Seconds without a heartbeat before a worker counts as lost.",
+        ),
     ] = 60.0,
 ) -> None:
-    """Serve the operations dashboard: queue counts, jobs, dead letters (with replay) and
-    workers. Listens on loopback only unless --allow-remote is given."""
+    """Serve the operations dashboard.
+
+    Queue counts, jobs, dead letters (with replay) and workers. Listens on loopback only unless
+    --allow-remote is given.
+    """
     try:
         host, port = parse_bind(bind)
     except ValueError as exc:

@@ -2,51 +2,54 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
+from caravel.cli.failure import fail
+from caravel.cli.jsonout import emit
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console
-from caravel.errors import CaravelError, ValidationError
+from caravel.errors import CaravelError
 
-app = typer.Typer(help="Apply and inspect the queue's database migrations.", no_args_is_help=True)
+app = typer.Typer(
+    help="Apply and inspect the queue's database migrations.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 out = console()
-err = console(stderr=True)
-
-
-def _fail(exc: CaravelError) -> typer.Exit:
-    """One line naming the problem; exit 2 for what the user typed, 1 for the database."""
-    from rich.markup import escape
-
-    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-    return typer.Exit(2 if isinstance(exc, ValidationError) else 1)
 
 
 @app.command()
 def upgrade(
     url: DatabaseUrl,
-    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    revision: Annotated[str, typer.Argument(help="Target revision; head is the newest.")] = "head",
 ) -> None:
-    """Apply the queue migrations up to REVISION (default: the newest)."""
+    """Apply the queue migrations up to REVISION.
+
+    Exit 0 when applied; 2 for a URL or revision that cannot be used; 1 when the database
+    fails.
+    """
     from caravel import migrate
 
     try:
         migrate.upgrade(url, revision)
         out.print(f"queue schema at {migrate.current(url)}", highlight=False)
     except CaravelError as exc:
-        raise _fail(exc) from None
+        raise fail("db upgrade", exc) from None
 
 
 @app.command()
 def downgrade(
     url: DatabaseUrl,
-    revision: Annotated[str, typer.Argument(help="Target revision; 'base' removes all.")] = "-1",
+    revision: Annotated[
+        str, typer.Argument(help="Target revision: -1 is one step back, base removes all.")
+    ] = "-1",
 ) -> None:
-    """Revert the queue migrations down to REVISION (default: one step).
+    """Revert the queue migrations down to REVISION.
 
-    Removing the jobs table deletes every job and idempotency key in it.
+    Removing the jobs table deletes every job and idempotency key in it. Exit codes as for
+    upgrade.
     """
     from caravel import migrate
 
@@ -54,7 +57,7 @@ def downgrade(
         migrate.downgrade(url, revision)
         out.print(f"queue schema at {migrate.current(url) or 'base'}", highlight=False)
     except CaravelError as exc:
-        raise _fail(exc) from None
+        raise fail("db downgrade", exc) from None
 
 
 @app.command()
@@ -63,29 +66,29 @@ def current(url: DatabaseUrl, as_json: Json = False) -> None:
     from caravel import migrate
 
     try:
-        found = migrate.current(url)
+        found, newest = migrate.current(url), migrate.head()
     except CaravelError as exc:
-        raise _fail(exc) from None
+        raise fail("db current", exc, as_json=as_json) from None
     if as_json:
-        out.print_json(json.dumps({"current": found, "head": migrate.head()}))
+        emit({"current": found, "head": newest})
     else:
         out.print(found or "none", highlight=False)
 
 
 @app.command()
 def check(url: DatabaseUrl, as_json: Json = False) -> None:
-    """Exit 0 when the queue schema is at the newest revision and matches the model; 1 with the
-    reason otherwise."""
+    """Confirm the queue schema is current and matches the model.
+
+    Current means at the newest revision. Exit 0 when it is; 2 with the reason when it is not
+    migrated, behind or different; 1 when the database fails.
+    """
     from caravel import migrate
 
     try:
         report = migrate.check(url)
     except CaravelError as exc:
-        if as_json:
-            out.print_json(json.dumps({"ok": False, "error": str(exc)}))
-            raise typer.Exit(1) from None
-        raise _fail(exc) from None
+        raise fail("db check", exc, as_json=as_json) from None
     if as_json:
-        out.print_json(json.dumps({"ok": True, "current": report.current, "head": report.head}))
+        emit({"current": report.current, "head": report.head})
     else:
         out.print(f"queue schema is up to date ({report.current})", highlight=False)

@@ -11,22 +11,34 @@ from uuid import UUID
 import typer
 
 from caravel.cli.connect import open_inspector, open_writer
+from caravel.cli.failure import JobNotFoundError, NothingReplayedError, fail
+from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console, status_json, statuses_table
+from caravel.cli.render import console, statuses_table
 from caravel.errors import CaravelError, ValidationError
-from caravel.jobs import DEFAULT_TENANT, JobState
+from caravel.jobs import DEFAULT_TENANT, JobState, JobStatus
 
-app = typer.Typer(help="List, inspect and replay jobs.", no_args_is_help=True)
+app = typer.Typer(
+    help="List, inspect and replay jobs.", no_args_is_help=True, rich_markup_mode=None
+)
 out = console()
 err = console(stderr=True)
 
-QueueOpt = Annotated[str, typer.Option("--queue", "-q", help="The job's queue.")]
-TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="The job's exact tenant id.")]
-
-
-def _fail(command: str, exc: CaravelError) -> typer.Exit:
-    err.print(f"caravel jobs {command}: {exc}", markup=False, highlight=False)
-    return typer.Exit(1)
+QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="The job's queue.")]
+TenantOpt = Annotated[
+    str, typer.Option("--tenant", "-t", metavar="TENANT", help="The job's exact tenant id.")
+]
+QueueFilter = Annotated[
+    str | None, typer.Option("--queue", "-q", metavar="NAME", help="Only this queue.")
+]
+TenantFilter = Annotated[
+    str | None,
+    typer.Option("--tenant", "-t", metavar="TENANT", help="Only this tenant (exact match)."),
+]
+TypeFilter = Annotated[
+    str | None,
+    typer.Option("--type", metavar="WIRE_NAME", help="Only jobs of this wire name."),
+]
 
 
 def _job_id(value: str) -> UUID:
@@ -45,6 +57,10 @@ def _filter(
         raise ValidationError(
             "state", "must be one of " + ", ".join(s.value for s in JobState)
         ) from None
+    from caravel.inspector import MAX_LIST_LIMIT
+    from caravel.validation import check_int
+
+    check_int("--limit", limit, 1, MAX_LIST_LIMIT)
     return {
         "queue": queue,
         "tenant_id": tenant,
@@ -57,31 +73,35 @@ def _filter(
 @app.command("list")
 def list_jobs(
     url: DatabaseUrl,
-    queue: Annotated[str | None, typer.Option("--queue", "-q")] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t")] = None,
+    queue: QueueFilter = None,
+    tenant: TenantFilter = None,
     state: Annotated[
-        str | None, typer.Option(help="ready, running, completed or dead_letter.")
+        str | None,
+        typer.Option(
+            metavar="STATE", help="Only this state: ready, running, completed or dead_letter."
+        ),
     ] = None,
-    job_type: Annotated[str | None, typer.Option("--type", help="Wire name.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    job_type: TypeFilter = None,
+    limit: Annotated[
+        int, typer.Option(metavar="N", help="At most this many, newest first (1-10000).")
+    ] = 50,
     as_json: Json = False,
 ) -> None:
     """List jobs, newest first, without payloads. Read-only."""
 
-    async def go() -> list[dict[str, object]]:
+    async def go() -> list[JobStatus]:
         where = _filter(queue, tenant, state, job_type, limit)
         async with open_inspector(url) as reader:
-            found = await reader.list_jobs(**where)
-        if not as_json:
-            out.print(statuses_table(found))
-        return [status_json(s) for s in found]
+            return await reader.list_jobs(**where)
 
     try:
-        rows = asyncio.run(go())
+        found = asyncio.run(go())
     except CaravelError as exc:
-        raise _fail("list", exc) from None
+        raise fail("jobs list", exc, as_json=as_json) from None
     if as_json:
-        out.print(json.dumps({"jobs": rows}), markup=False, highlight=False, soft_wrap=True)
+        emit({"jobs": [record_fields(s) for s in found]})
+    else:
+        out.print(statuses_table(found))
 
 
 @app.command()
@@ -90,28 +110,37 @@ def show(
     url: DatabaseUrl,
     queue: QueueOpt,
     tenant: TenantOpt = DEFAULT_TENANT,
-    payload: Annotated[bool, typer.Option("--payload", help="Include the stored payload.")] = False,
+    payload: Annotated[
+        bool, typer.Option("--payload", help="Include the stored payload (null otherwise).")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Errors as JSON on stderr too (the job is always printed as JSON)."
+        ),
+    ] = False,
 ) -> None:
-    """Show one job as JSON (exact queue and tenant matched). Exit 1 when there is no such
-    job."""
+    """Show one job as JSON.
 
-    async def go() -> dict[str, object] | None:
+    The queue and tenant are matched exactly. Exit 1 when there is no such job in that queue
+    and tenant.
+    """
+
+    async def go() -> dict[str, object]:
         ident = _job_id(job_id)
         async with open_inspector(url) as reader:
             found = await reader.get_status(ident, queue, tenant)
             if found is None:
-                return None
+                raise JobNotFoundError("no such job in this queue and tenant")
             text = await reader.get_payload(ident, queue, tenant) if payload else None
-        return status_json(found, text)
+        # The stored payload is JSON text; it is shown as the JSON value it is.
+        return {**record_fields(found), "payload": None if text is None else json.loads(text)}
 
     try:
         shown = asyncio.run(go())
-    except CaravelError as exc:
-        raise _fail("show", exc) from None
-    if shown is None:
-        err.print("caravel jobs show: no such job in this queue and tenant", markup=False)
-        raise typer.Exit(1)
-    out.print(json.dumps(shown, indent=2), markup=False, highlight=False, soft_wrap=True)
+    except (CaravelError, JobNotFoundError) as exc:
+        raise fail("jobs show", exc, as_json=as_json) from None
+    emit(shown)
 
 
 @app.command()
@@ -121,10 +150,10 @@ def replay(
     queue: QueueOpt,
     tenant: TenantOpt = DEFAULT_TENANT,
 ) -> None:
-    """Replay one dead-lettered job: same id and payload, attempts reset, due now.
+    """Replay one dead-lettered job.
 
-    Exit 1 when nothing was replayed (no such job, or not a dead letter). Replay repeats side
-    effects.
+    Same id and payload, attempts reset, due now. Exit 1 when nothing was replayed (no such job,
+    or not a dead letter). Replay repeats side effects.
     """
 
     async def go() -> bool:
@@ -132,33 +161,31 @@ def replay(
             return await q.replay(_job_id(job_id), queue, tenant)
 
     try:
-        done = asyncio.run(go())
-    except CaravelError as exc:
-        raise _fail("replay", exc) from None
-    if not done:
-        err.print(
-            f"caravel jobs replay: nothing replayed; {job_id} is not a dead letter "
-            "of this queue and tenant",
-            markup=False,
-            highlight=False,
-        )
-        raise typer.Exit(1)
+        if not asyncio.run(go()):
+            raise NothingReplayedError(
+                f"nothing replayed; {job_id} is not a dead letter of this queue and tenant"
+            )
+    except (CaravelError, NothingReplayedError) as exc:
+        raise fail("jobs replay", exc) from None
     out.print(f"replayed {job_id}: ready, attempts reset", markup=False, highlight=False)
 
 
 @app.command("replay-dead")
 def replay_dead(
     url: DatabaseUrl,
-    queue: Annotated[str | None, typer.Option("--queue", "-q")] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t")] = None,
-    job_type: Annotated[str | None, typer.Option("--type", help="Wire name.")] = None,
-    limit: Annotated[int, typer.Option(help="Replay at most this many.")] = 1000,
+    queue: QueueFilter = None,
+    tenant: TenantFilter = None,
+    job_type: TypeFilter = None,
+    limit: Annotated[
+        int, typer.Option(metavar="N", help="Replay at most this many (1-10000).")
+    ] = 1000,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm without asking.")] = False,
 ) -> None:
-    """Replay every dead letter matching the filters (at most --limit).
+    """Replay every dead letter matching the filters.
 
-    Shows a progress bar on a terminal and one line per job otherwise. Exit 1 when nothing was
-    replayed.
+    Asks first, unless --yes. At most --limit, newest first. Shows a progress bar on a terminal
+    and one line per job otherwise. Exit 1 when nothing was replayed (nothing matched, or the
+    answer was no).
     """
 
     async def targets() -> list[tuple[UUID, str, str]]:
@@ -186,13 +213,12 @@ def replay_dead(
     try:
         selected = asyncio.run(targets())
         if not selected:
-            err.print("caravel jobs replay-dead: no dead letters match", markup=False)
-            raise typer.Exit(1)
+            raise NothingReplayedError("no dead letters match")
         if not yes and not typer.confirm(f"Replay {len(selected)} dead letters?", err=True):
-            raise typer.Exit(1)
+            raise NothingReplayedError("nothing replayed; not confirmed")
         done = asyncio.run(run(selected))
-    except CaravelError as exc:
-        raise _fail("replay-dead", exc) from None
+    except (CaravelError, NothingReplayedError) as exc:
+        raise fail("jobs replay-dead", exc) from None
     out.print(f"replayed {done} of {len(selected)}", markup=False)
     if done == 0:
         raise typer.Exit(1)

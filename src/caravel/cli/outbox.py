@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from caravel.cli.apps import load_registry
+from caravel.cli.failure import fail
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
@@ -20,7 +21,11 @@ from caravel.outbox import OUTBOX_TABLE
 if TYPE_CHECKING:
     from caravel.registry import JobRegistry
 
-app = typer.Typer(help="Deliver transactional-outbox intents to the queue.", no_args_is_help=True)
+app = typer.Typer(
+    help="Deliver transactional-outbox intents to the queue.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 err = console(stderr=True)
 
 #: The flag behind each relay option field, for errors in the words the operator typed.
@@ -36,17 +41,23 @@ def relay(
             "--app-url",
             envvar="CARAVEL_APP_DATABASE_URL",
             show_envvar=True,
+            metavar="URL",
             help="The application database holding the outbox table.",
         ),
     ],
     registry_path: Annotated[
         str,
-        typer.Option("--app", help="Your job registry as module:attribute."),
+        typer.Option(
+            "--app",
+            metavar="MODULE:ATTRIBUTE",
+            help="Your job registry, e.g. myapp.jobs:registry.",
+        ),
     ],
-    table: Annotated[str, typer.Option(help="Outbox table name.")] = OUTBOX_TABLE,
-    batch_size: Annotated[int, typer.Option(help="Intents per pass (1-1000).")] = 100,
+    table: Annotated[str, typer.Option(metavar="NAME", help="Outbox table name.")] = OUTBOX_TABLE,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Intents per pass (1-1000).")] = 100,
     poll_interval: Annotated[
-        float, typer.Option(help="Seconds between passes that found nothing more.")
+        float,
+        typer.Option(metavar="SECONDS", help="Seconds between passes that found nothing more."),
     ] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
     verbose: Annotated[
@@ -60,19 +71,22 @@ def relay(
         ),
     ] = None,
 ) -> None:
-    """Relay committed outbox intents into the queue until SIGTERM or SIGINT.
+    """Relay committed outbox intents into the queue.
 
-    Exit code 0 after a normal shutdown; 1 when either database fails, so a supervisor restarts
-    it (undispatched intents are sent again, and resolve to the same jobs); 2 when --app does not
-    name a job registry.
+    Runs until SIGTERM or SIGINT, or for one pass with --once. Exit code 0 after a normal
+    shutdown; 2 when --app does not name a job registry, a SQLite file does not exist or the
+    queue is not migrated; 1 when either database fails, so a supervisor restarts it
+    (undispatched intents are sent again, and resolve to the same jobs).
     """
     try:
         configure_logging(level=parse_level(log_level, verbose))
         seconds("--poll-interval", poll_interval)
         registry = load_registry(registry_path)
-    except (FlagError, CaravelError) as exc:
+    except FlagError as exc:
         err.print(f"caravel outbox relay: {exc}", markup=False, highlight=False)
         raise typer.Exit(2) from None
+    except CaravelError as exc:
+        raise fail("outbox relay", exc) from None
     try:
         asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
     except OptionsError as exc:  # a number out of its range, said with the flag
@@ -81,8 +95,7 @@ def relay(
         )
         raise typer.Exit(2) from None
     except CaravelError as exc:
-        err.print(f"caravel outbox relay: stopped: {exc}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        raise fail("outbox relay: stopped", exc) from None
 
 
 async def _serve(

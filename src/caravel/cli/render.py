@@ -1,37 +1,27 @@
-"""Turning queue counts and job statuses into Rich tables and JSON, the same way for every
-command that shows them."""
+"""Rich tables for the commands that show queue counts, jobs and workers. Times in a table are
+UTC, and the column says so. (JSON documents are made in :mod:`caravel.cli.jsonout`.)"""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from caravel.clock import from_ms
-from caravel.jobs import JobStatus
+from caravel.jobs import JobStatus, WorkerInfo
 from caravel.store.protocol import QueueCounts
 
-__all__ = ["console", "counts_json", "counts_table", "status_json", "statuses_table"]
+__all__ = ["console", "counts_table", "statuses_table", "utc", "workers_table"]
 
 COUNT_COLUMNS = ("ready", "delayed", "running", "expired", "dead_letter", "completed")
 
 
-def counts_json(counts: Sequence[QueueCounts]) -> str:
-    """Per queue: the six counts, and when the oldest job that is due now became due (ISO
-    8601, or null when nothing is waiting)."""
-    rows = []
-    for c in counts:
-        row: dict[str, Any] = {name: getattr(c, name) for name in ("queue", *COUNT_COLUMNS)}
-        oldest = c.oldest_ready_due_ms
-        row["oldest_ready_due_at"] = None if oldest is None else _plain(from_ms(oldest))
-        rows.append(row)
-    return json.dumps({"queues": rows}, sort_keys=True)
+def utc(value: datetime) -> str:
+    """A table cell's time: UTC to the second (the column title says "(UTC)")."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def counts_table(counts: Sequence[QueueCounts]) -> Table:
@@ -44,25 +34,12 @@ def counts_table(counts: Sequence[QueueCounts]) -> Table:
     return table
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    if hasattr(value, "value"):
-        return value.value
-    return str(value) if not isinstance(value, int | str | type(None)) else value
-
-
-def status_json(status: JobStatus, payload: str | None = None) -> dict[str, Any]:
-    fields = {name: _plain(getattr(status, name)) for name in JobStatus.__dataclass_fields__}
-    if payload is not None:
-        fields["payload"] = json.loads(payload)
-    return fields
-
-
 def statuses_table(statuses: Sequence[JobStatus]) -> Table:
     table = Table(title="Jobs")
-    for name in ("job id", "queue", "tenant", "type", "state", "attempt", "created", "failure"):
+    for name in ("job id", "queue", "tenant", "type", "state", "attempt"):
         table.add_column(name)
+    table.add_column("created (UTC)")
+    table.add_column("failure")
     for s in statuses:
         cells = (
             str(s.job_id),
@@ -71,11 +48,29 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
             s.job_type,
             s.state.value,
             f"{s.attempt}/{s.max_attempts}",
-            s.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            utc(s.created_at),
             s.last_failure or "",
         )
         # Text cells: a tenant id like "[bold]x" is shown as typed, never read as markup.
         table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
+def workers_table(found: Sequence[WorkerInfo]) -> Table:
+    table = Table(title="Workers")
+    for name in ("state", "host", "pid", "queues", "concurrency", "in flight"):
+        table.add_column(name)
+    table.add_column("last heartbeat (UTC)")
+    for w in found:
+        table.add_row(
+            Text(w.state),
+            Text(w.host),
+            str(w.pid),
+            Text(", ".join(w.queues)),
+            str(w.concurrency),
+            str(w.in_flight),
+            utc(w.heartbeat_at),
+        )
     return table
 
 

@@ -8,14 +8,15 @@ from typing import Annotated
 import typer
 
 from caravel.cli.connect import open_inspector
+from caravel.cli.failure import fail
+from caravel.cli.jsonout import counts_document, emit
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console, counts_json, counts_table
+from caravel.cli.render import console, counts_table
 from caravel.errors import CaravelError
 from caravel.store.protocol import QueueCounts
 from caravel.validation import check_queue_name
 
 out = console()
-err = console(stderr=True)
 
 
 async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
@@ -29,22 +30,24 @@ async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
 
 def status(
     url: DatabaseUrl,
-    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")] = None,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", metavar="NAME", help="Only this queue.")
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Show ready, delayed, running, expired-lease, dead-letter and completed counts per queue.
+    """Show job counts per queue and state.
 
-    Opens the database read-only and never changes anything.
+    Ready, delayed, running, expired-lease, dead-letter and completed counts, and when the
+    oldest ready job became due. Opens the database read-only and never changes anything.
     """
     try:
         if queue is not None:
             check_queue_name(queue)
         counts = asyncio.run(read_counts(url, queue))
     except CaravelError as exc:
-        err.print(f"caravel status: {exc}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        raise fail("status", exc, as_json=as_json) from None
     if as_json:
-        out.print(counts_json(counts), markup=False, highlight=False, soft_wrap=True)
+        emit(counts_document(counts))
     elif not counts:
         out.print("no jobs", markup=False)
     else:

@@ -3,71 +3,55 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 from typing import Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from caravel.cli.connect import open_inspector
+from caravel.cli.failure import fail
+from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console
-from caravel.errors import CaravelError
+from caravel.cli.render import console, workers_table
+from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import WorkerInfo
 
 out = console()
-err = console(stderr=True)
 
 
 def workers(
     url: DatabaseUrl,
     lost_after: Annotated[
-        float, typer.Option(help="Seconds without a heartbeat before a worker counts as lost.")
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="Seconds without a heartbeat before a worker counts as lost.",
+        ),
     ] = 60.0,
     as_json: Json = False,
 ) -> None:
-    """List worker processes seen in the last 24 hours: host, pid, queues, concurrency, last
-    heartbeat, jobs in flight, and whether each is running, stopped or lost. Read-only."""
+    """List the worker processes seen in the last 24 hours.
+
+    For each: state (running, stopped or lost), host, pid, queues, concurrency, jobs in flight
+    and last heartbeat. Read-only.
+    """
 
     async def go() -> list[WorkerInfo]:
+        if not lost_after > 0:
+            raise ValidationError("--lost-after", "must be a positive number of seconds")
         async with open_inspector(url) as reader:
             return await reader.list_workers(lost_after=timedelta(seconds=lost_after))
 
     try:
         found = asyncio.run(go())
     except CaravelError as exc:
-        err.print(f"caravel workers: {exc}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        raise fail("workers", exc, as_json=as_json) from None
     if as_json:
-        rows = [
+        emit(
             {
-                "workerId": str(w.worker_id),
-                "host": w.host,
-                "pid": w.pid,
-                "queues": list(w.queues),
-                "concurrency": w.concurrency,
-                "startedAt": w.started_at.isoformat(),
-                "heartbeatAt": w.heartbeat_at.isoformat(),
-                "inFlight": w.in_flight,
-                "state": w.state,
+                "lost_after_seconds": lost_after,
+                "workers": [record_fields(w) for w in found],
             }
-            for w in found
-        ]
-        out.print(json.dumps({"workers": rows}), markup=False, highlight=False, soft_wrap=True)
-        return
-    table = Table(title="Workers")
-    for name in ("state", "host", "pid", "queues", "concurrency", "in flight", "last heartbeat"):
-        table.add_column(name)
-    for w in found:
-        table.add_row(
-            Text(w.state),
-            Text(w.host),
-            str(w.pid),
-            Text(", ".join(w.queues)),
-            str(w.concurrency),
-            str(w.in_flight),
-            w.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
-    out.print(table)
+    else:
+        out.print(workers_table(found))

@@ -1,0 +1,55 @@
+"""How a command fails: one line on standard error naming the cause (or, under ``--json``, the
+error document of :mod:`caravel.cli.jsonout`), and an exit code by kind of failure:
+
+- 2: usage and configuration, fixed by changing what was typed or set up: a bad flag value, a
+  malformed URL, a SQLite file that does not exist, an unknown revision, a bad ``--app``, a
+  schema that is not migrated or not at the newest revision;
+- 1: runtime failures, where running it again later may succeed: the database failed or could
+  not be reached, or a lookup found nothing (no such job, nothing to replay).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from caravel.cli.jsonout import error_document
+from caravel.cli.render import console
+from caravel.errors import DatabaseNotFoundError, SchemaNotReadyError, ValidationError
+
+__all__ = ["CONFIGURATION", "CommandFailed", "JobNotFoundError", "NothingReplayedError", "fail"]
+
+#: Errors that exit 2: what the operator typed or set up must change.
+CONFIGURATION = (ValidationError, SchemaNotReadyError, DatabaseNotFoundError)
+
+_err = console(stderr=True)
+
+
+class CommandFailed(Exception):
+    """A failure of the command itself rather than of the library; exit 1."""
+
+
+class JobNotFoundError(CommandFailed):
+    """No job has this id in this queue and tenant."""
+
+
+class NothingReplayedError(CommandFailed):
+    """A replay found no dead letter to replay, or the operator declined."""
+
+
+def exit_code(exc: BaseException) -> int:
+    return 2 if isinstance(exc, CONFIGURATION) else 1
+
+
+def fail(command: str, exc: BaseException, *, as_json: bool = False) -> typer.Exit:
+    """Report ``exc`` for ``caravel COMMAND`` and return the exit to raise (``raise fail(...)
+    from None``, so no traceback is chained into the output)."""
+    code = exit_code(exc)
+    # One line whatever the message holds: a driver's reason may span several.
+    line = " ".join(f"caravel {command}: {exc}".split())
+    if as_json:
+        sys.stderr.write(error_document(type(exc).__name__, line, code) + "\n")
+    else:
+        _err.print(line, markup=False, highlight=False)
+    return typer.Exit(code)

@@ -1,0 +1,105 @@
+"""The one JSON convention of the command line (docs/reference/cli.md, "JSON output"), in one
+place: every command's ``--json`` document, its errors, and the worker sample's output.
+
+A document is one JSON object on one line: snake_case keys, always present (null when there is
+no value), times in UTC as ``2026-12-01T12:25:14.123Z``, durations as seconds in keys ending
+``_seconds``, enums as their lower-case values, ids as strings. Errors are
+``{"error": {"type", "message", "exit_code"}}`` on one line of standard error.
+
+No Rich or Typer here, so the worker sample can use it without the command line's imports.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from caravel.clock import from_ms
+
+if TYPE_CHECKING:
+    from caravel.jobs import JobStatus, WorkerInfo
+    from caravel.store.protocol import QueueCounts
+
+__all__ = [
+    "counts_document",
+    "document",
+    "emit",
+    "error_document",
+    "plain",
+    "record_fields",
+    "timestamp",
+]
+
+
+def timestamp(value: datetime) -> str:
+    """``2026-12-01T12:25:14.123Z``: UTC, milliseconds (truncated), a ``Z`` suffix. A naive
+    value is taken as UTC, which is what the library's clocks produce."""
+    utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def plain(value: Any) -> Any:
+    """A value as the convention writes it; containers are converted element by element."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, datetime):
+        return timestamp(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Enum):
+        return plain(value.value)
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence):
+        return [plain(item) for item in value]
+    return str(value)
+
+
+def document(fields: Mapping[str, Any]) -> str:
+    """One JSON object on one line, in the convention."""
+    return json.dumps(plain(fields), ensure_ascii=False, separators=(", ", ": "))
+
+
+def emit(fields: Mapping[str, Any]) -> None:
+    """Print a document on standard output: a plain write, so no console wraps or colours it."""
+    sys.stdout.write(document(fields) + "\n")
+    sys.stdout.flush()
+
+
+def error_document(type_name: str, message: str, exit_code: int) -> str:
+    """The error shape every command prints on standard error under ``--json``."""
+    return document({"error": {"type": type_name, "message": message, "exit_code": exit_code}})
+
+
+def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
+    """``{"queues": [...]}``: per queue the six counts and when the oldest job that is due now
+    became due (null when none is)."""
+    rows = []
+    for c in counts:
+        oldest = c.oldest_ready_due_ms
+        rows.append(
+            {
+                "queue": c.queue,
+                "ready": c.ready,
+                "delayed": c.delayed,
+                "running": c.running,
+                "expired": c.expired,
+                "dead_letter": c.dead_letter,
+                "completed": c.completed,
+                "oldest_ready_due_at": None if oldest is None else from_ms(oldest),
+            }
+        )
+    return {"queues": rows}
+
+
+def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
+    """A job's status (never its payload) or a worker's registry row, field by field: the
+    dataclasses' snake_case names are the document's keys."""
+    return {name: getattr(record, name) for name in type(record).__dataclass_fields__}

@@ -1,0 +1,350 @@
+"""The command line's JSON convention (docs/reference/cli.md, "JSON output"), checked against the
+documentation itself: each command's ```json example is read from its section of the reference,
+and the real command's output, on a real database, must have the same keys and kinds of value.
+So the documented shape and the code cannot drift apart. Errors under ``--json`` are one line
+of JSON on stderr, the same shape for every command, carrying the line the text mode prints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from caravel import Leases
+from caravel.testing import ManualClock
+from tests.support import Add, dispatch, open_queue
+from tests.support.databases import SqliteTemplate
+from tests.support.processes import ROOT, WorkerProcess, run_cli, wait_until
+
+pytestmark = pytest.mark.slow  # the console script, in subprocesses
+
+REFERENCE = ROOT / "docs" / "reference" / "cli.md"
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+#: Keys whose value is a document of the application's own (a job's payload): any JSON.
+OPAQUE = {"payload"}
+
+
+# ----- the documented examples ----------------------------------------------------------
+
+
+def documented() -> dict[str, Any]:
+    """Heading -> the first ```json block in that heading's section (up to the next heading)."""
+    examples: dict[str, Any] = {}
+    heading = None
+    lines = REFERENCE.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        elif line.strip() == "```json" and heading is not None and heading not in examples:
+            end = lines.index("```", number + 1)
+            examples[heading] = json.loads("\n".join(lines[number + 1 : end]))
+    return examples
+
+
+EXAMPLES = documented()
+
+
+def conventional(value: Any, where: str = "") -> None:
+    """The rules every document follows, whatever its command."""
+    if isinstance(value, list):
+        for item in value:
+            conventional(item, where + "[]")
+        return
+    if not isinstance(value, dict):
+        return
+    for key, item in value.items():
+        path = f"{where}.{key}"
+        assert SNAKE.match(key), f"{path}: keys are snake_case"
+        if key in OPAQUE:
+            continue
+        if key.endswith("_at"):
+            assert item is None or (isinstance(item, str) and TIMESTAMP.match(item)), (
+                f"{path}: a time is UTC with milliseconds and a Z, got {item!r}"
+            )
+        elif key.endswith("_seconds"):
+            assert isinstance(item, int | float), f"{path}: a duration is a number of seconds"
+            assert not isinstance(item, bool), path
+        elif key.endswith("_id") or key == "id":
+            assert item is None or isinstance(item, str), f"{path}: ids are strings"
+        conventional(item, path)
+
+
+def same_shape(example: Any, actual: Any, where: str = "$") -> None:
+    """``actual`` has the example's keys (all of them, no others) and kinds of value. A value
+    the example shows may be null in the output (a job that never started); an example's null
+    stands for a nullable string; each element of a list has the shape of the example's first."""
+    if where.rsplit(".", 1)[-1] in OPAQUE or actual is None:
+        return
+    if example is None:
+        assert isinstance(actual, str), f"{where}: {actual!r} where the example has null"
+    elif isinstance(example, dict):
+        assert isinstance(actual, dict), f"{where}: {actual!r} is not an object"
+        assert set(actual) == set(example), f"{where}: keys {sorted(actual)} != {sorted(example)}"
+        for key in example:
+            same_shape(example[key], actual[key], f"{where}.{key}")
+    elif isinstance(example, list):
+        assert isinstance(actual, list), f"{where}: {actual!r} is not a list"
+        assert example, f"{where}: the documented example's list must show an element"
+        for item in actual:
+            same_shape(example[0], item, f"{where}[]")
+    elif isinstance(example, bool) or isinstance(actual, bool):
+        assert type(actual) is type(example), f"{where}: {actual!r} vs {example!r}"
+    elif isinstance(example, int | float):
+        assert isinstance(actual, int | float), f"{where}: {actual!r} is not a number"
+        if isinstance(example, int):
+            assert isinstance(actual, int), f"{where}: {actual!r} is not an integer"
+    else:
+        assert isinstance(actual, type(example)), f"{where}: {actual!r} vs {example!r}"
+
+
+def one_document(done: subprocess.CompletedProcess[str], command: str) -> dict[str, Any]:
+    """Exit 0 and one JSON object on one line of stdout, following the convention and the
+    documented example of ``command``."""
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout
+    found = json.loads(lines[0])
+    assert isinstance(found, dict), "a document is an object, never a bare list"
+    conventional(found)
+    same_shape(EXAMPLES[command], found)
+    return found
+
+
+def json_commands() -> list[str]:
+    """Every command of the real tree that takes --json, as ``caravel jobs list``."""
+    from caravel.cli.main import command
+
+    found: list[str] = []
+    pending = [("caravel", command())]
+    while pending:
+        path, current = pending.pop()
+        if any("--json" in getattr(p, "opts", ()) for p in current.params):
+            found.append(path)
+        for name, sub in getattr(current, "commands", {}).items():
+            pending.append((f"{path} {name}", sub))
+    return sorted(found)
+
+
+JSON_COMMANDS = json_commands()
+
+
+def test_every_command_with_json_has_a_documented_example() -> None:
+    assert {"caravel status", "caravel jobs list", "caravel workers"} <= set(JSON_COMMANDS)
+    missing = [name for name in JSON_COMMANDS if name not in EXAMPLES]
+    assert missing == [], f"no ```json example under these headings of {REFERENCE.name}"
+
+
+@pytest.mark.parametrize("heading", sorted(EXAMPLES))
+def test_the_documented_examples_follow_the_convention(heading: str) -> None:
+    example = EXAMPLES[heading]
+    assert isinstance(example, dict)
+    conventional(example)
+
+
+def test_the_documented_error_names_type_message_and_exit_code() -> None:
+    error = EXAMPLES["Errors"]["error"]
+    assert set(error) == {"type", "message", "exit_code"}
+    assert error["exit_code"] in (1, 2)
+
+
+# ----- the real commands, on real databases ----------------------------------------------
+
+
+async def _seed(url: str) -> None:
+    """A ready job, a delayed one, a dead letter and a live running one."""
+    now = datetime.now(UTC)
+    async with open_queue(url, clock=ManualClock(now), lease_duration=timedelta(hours=1)) as queue:
+        dead = await queue.enqueue(Add(1), dispatch(queue="docs", max_attempts=1))
+        claimed = await Leases(queue).claim("docs")
+        assert claimed is not None
+        assert claimed.job_id == dead.job_id
+        await Leases(queue).fail(claimed.lease, "HandlerFailed")
+        running = await queue.enqueue(Add(2), dispatch(queue="docs"))
+        claimed = await Leases(queue).claim("docs")
+        assert claimed is not None
+        assert claimed.job_id == running.job_id
+        await queue.enqueue(Add(3), dispatch(queue="docs"))
+        await queue.enqueue(Add(4), dispatch(queue="docs", not_before=now + timedelta(days=1)))
+
+
+@pytest.fixture
+def seeded(db_url: str) -> str:
+    asyncio.run(_seed(db_url))
+    return db_url
+
+
+@pytest.fixture
+def sqlite_seeded(tmp_path: Path, sqlite_template: SqliteTemplate) -> str:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    asyncio.run(_seed(url))
+    return url
+
+
+def test_status(seeded: str) -> None:
+    found = one_document(run_cli("status", "--url", seeded, "--json"), "caravel status")
+    (row,) = found["queues"]
+    assert (row["ready"], row["delayed"], row["running"], row["dead_letter"]) == (1, 1, 1, 1)
+    assert row["oldest_ready_due_at"] is not None
+
+
+def test_jobs_list(seeded: str) -> None:
+    found = one_document(run_cli("jobs", "list", "--url", seeded, "--json"), "caravel jobs list")
+    assert sorted(job["state"] for job in found["jobs"]) == [
+        "dead_letter",
+        "ready",
+        "ready",
+        "running",
+    ]
+    dead = next(job for job in found["jobs"] if job["state"] == "dead_letter")
+    assert dead["last_failure"] == "HandlerFailed"
+    assert dead["finished_at"] is not None
+
+
+def test_jobs_show(sqlite_seeded: str) -> None:
+    listed = json.loads(run_cli("jobs", "list", "--url", sqlite_seeded, "--json").stdout)
+    job = listed["jobs"][0]
+    where = ("--url", sqlite_seeded, "-q", job["queue"], "-t", job["tenant_id"])
+    shown = one_document(run_cli("jobs", "show", job["job_id"], *where), "caravel jobs show")
+    assert shown == {**job, "payload": None}
+    with_payload = one_document(
+        run_cli("jobs", "show", job["job_id"], *where, "--payload", "--json"), "caravel jobs show"
+    )
+    assert set(with_payload["payload"]) == {"amount", "note"}
+
+
+@pytest.mark.parametrize("command", ["current", "check"])
+def test_db(sqlite_seeded: str, command: str) -> None:
+    found = one_document(
+        run_cli("db", command, "--url", sqlite_seeded, "--json"), f"caravel db {command}"
+    )
+    assert found["current"] == found["head"]
+
+
+def test_workers(sqlite_seeded: str, tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    worker = WorkerProcess(sqlite_seeded, evidence, ["nothing-here"], "--heartbeat-interval", "1")
+    try:
+
+        def registered() -> bool:
+            done = run_cli("workers", "--url", sqlite_seeded, "--json")
+            return done.returncode == 0 and bool(json.loads(done.stdout)["workers"])
+
+        wait_until(registered, what="the worker to register")
+        done = run_cli("workers", "--url", sqlite_seeded, "--json", "--lost-after", "30")
+        found = one_document(done, "caravel workers")
+        assert found["lost_after_seconds"] == 30
+        (row,) = found["workers"]
+        assert (row["pid"], row["queues"], row["state"]) == (
+            worker.process.pid,
+            ["nothing-here"],
+            "running",
+        )
+        worker.signal(signal.SIGTERM)
+        assert worker.wait()[0] == 0
+    finally:
+        worker.kill()
+
+
+# ----- errors -----------------------------------------------------------------------------
+
+
+def error_of(done: subprocess.CompletedProcess[str], code: int) -> dict[str, Any]:
+    """Exit ``code``, nothing on stdout, one line of JSON on stderr in the documented shape."""
+    assert done.returncode == code, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    found = json.loads(lines[0])
+    same_shape(EXAMPLES["Errors"], found)
+    error: dict[str, Any] = found["error"]
+    assert error["exit_code"] == code
+    return error
+
+
+@pytest.mark.parametrize("command", JSON_COMMANDS)
+def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "nowhere" / "queue.db"
+    args = [*command.split()[1:], "--url", f"sqlite:///{missing}"]
+    if command == "caravel jobs show":
+        args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
+    if command == "caravel db current":
+        args = ["db", "current", "--url", "sqlite://nope.db"]  # current of a missing file is none
+    text = run_cli(*args)
+    as_json = run_cli(*args, "--json")
+    error = error_of(as_json, text.returncode)
+    assert text.returncode == 2
+    assert error["message"] == text.stderr.strip()
+    assert error["message"].startswith(command + ": ")
+    assert error["type"] in ("DatabaseNotFoundError", "ValidationError")
+
+
+def test_a_lookup_that_finds_nothing_exits_one(sqlite_seeded: str) -> None:
+    args = ("jobs", "show", "6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "--url", sqlite_seeded)
+    error = error_of(run_cli(*args, "-q", "docs", "-t", "tenant-a", "--json"), 1)
+    assert error == {
+        "type": "JobNotFoundError",
+        "message": "caravel jobs show: no such job in this queue and tenant",
+        "exit_code": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "type_name"),
+    [
+        (["status", "--nope"], "NoSuchOption"),
+        (["jobs", "list", "--limit", "many"], "BadParameter"),
+        (["jobs", "show", "--url", "sqlite:///q.db"], "MissingParameter"),
+    ],
+)
+def test_a_usage_error_under_json_is_json_too(args: list[str], type_name: str) -> None:
+    error = error_of(run_cli(*args, "--json"), 2)
+    assert error["type"] == type_name
+    assert error["message"].startswith("caravel ")
+
+
+# ----- the worker sample ------------------------------------------------------------------
+
+
+def test_the_worker_sample_prints_the_same_convention(tmp_path: Path) -> None:
+    env = {**os.environ, "CARAVEL_WORKER_DIRECTORY": str(tmp_path), "PYTHONPATH": str(ROOT)}
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "caravel_samples.worker", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def sample(*args: str) -> dict[str, Any]:
+        (line,) = run(*args).splitlines()
+        found: dict[str, Any] = json.loads(line)
+        conventional(found)
+        return found
+
+    run("migrate")  # text, not JSON
+    enqueued = sample("enqueue-demo")["jobs"]
+    assert [set(job) for job in enqueued] == [{"job_id", "already_enqueued"}] * 3
+    again = sample("enqueue-demo")["jobs"]
+    assert again == [{**job, "already_enqueued": True} for job in enqueued]
+    counts = sample("queue-status")
+    same_shape(EXAMPLES["caravel status"], counts)
+    assert counts["queues"][0]["oldest_ready_due_at"] is not None
+    assert sample("work-once") == {"claimed": True}
+    assert sample("report")["events"] == 1
