@@ -48,13 +48,13 @@ def test_refuses_addresses_other_machines_can_reach(
 def test_refuses_an_unmigrated_queue(tmp_path: Path) -> None:
     (tmp_path / "empty.db").touch()  # a database, but not a migrated queue
     result = run_cli("dashboard", "--url", f"sqlite:///{tmp_path / 'empty.db'}")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "no queue migration has been applied" in result.stderr
 
 
 def test_refuses_a_database_file_that_does_not_exist(tmp_path: Path) -> None:
     result = run_cli("dashboard", "--url", f"sqlite:///{tmp_path / 'missing.db'}")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert f"there is no SQLite database file at {tmp_path / 'missing.db'}" in result.stderr
 
 

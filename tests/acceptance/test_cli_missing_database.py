@@ -24,8 +24,7 @@ WORKER = ["worker", "--app", "tests.faults.effects_app:registry", "--queue", "ef
         (["jobs", "list"], 2),
         (["jobs", "show", "6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"], 2),
         (["workers"], 2),
-        # The worker's exit codes are its own command's (docs/reference/cli.md says 2 here too).
-        (WORKER, 1),
+        (WORKER, 2),
         (["db", "check"], 2),
     ],
     ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else str(value),

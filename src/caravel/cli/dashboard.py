@@ -18,6 +18,7 @@ import typer
 
 from caravel.cli.apps import load_attribute
 from caravel.cli.connect import open_inspector
+from caravel.cli.failure import exit_code
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.render import console
 from caravel.errors import CaravelError
@@ -130,7 +131,7 @@ def dashboard(
             "caravel dashboard: the web extra is not installed; "
             "run: pip install 'caravel-queue[web]'"
         )
-        raise typer.Exit(1) from None
+        raise typer.Exit(2) from None
     try:
         check = _load_authorize(authorize) if authorize is not None else None
     except ValueError as exc:  # ValidationError included
@@ -149,9 +150,9 @@ def dashboard(
             refresh_seconds=refresh,
             lost_after=timedelta(seconds=lost_after),
         )
-    except CaravelError as exc:
+    except CaravelError as exc:  # 2 for a missing file or an unmigrated queue, 1 otherwise
         _say(f"caravel dashboard: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_code(exc)) from None
     shown = f"[{host}]" if ":" in host else host
     try:
         listening = _listen(host, port)

@@ -18,7 +18,14 @@ from caravel.cli.jsonout import error_document
 from caravel.cli.render import console
 from caravel.errors import DatabaseNotFoundError, SchemaNotReadyError, ValidationError
 
-__all__ = ["CONFIGURATION", "CommandFailed", "JobNotFoundError", "NothingReplayedError", "fail"]
+__all__ = [
+    "CONFIGURATION",
+    "CommandFailed",
+    "JobNotFoundError",
+    "NothingReplayedError",
+    "exit_code",
+    "fail",
+]
 
 #: Errors that exit 2: what the operator typed or set up must change.
 CONFIGURATION = (ValidationError, SchemaNotReadyError, DatabaseNotFoundError)

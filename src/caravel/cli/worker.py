@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from caravel.cli.apps import load_registry
+from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
@@ -74,7 +75,12 @@ def worker(
     heartbeat_interval: Annotated[
         float, typer.Option(help="Seconds between worker-registry heartbeats (1-300).")
     ] = 10.0,
-    max_attempts: Annotated[int | None, typer.Option(hidden=True)] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option(
+            hidden=True, metavar="N", help="Gone: refused, naming where the budget is set."
+        ),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log every job (the same as --log-level debug).")
     ] = False,
@@ -98,7 +104,8 @@ def worker(
 
     The first signal stops claiming and gives in-flight jobs --shutdown-grace seconds to finish;
     a second signal cancels them at once (cancelled jobs run again after their leases expire).
-    Exit code 0 after a normal shutdown; 1 when the database fails or is not migrated, so a
+    Exit code 0 after a normal shutdown; 2 for invalid options, a bad --app, a SQLite file that
+    does not exist or a queue that is not migrated; 1 when the database fails while it runs, so a
     service manager restarts it.
     """
     try:
@@ -139,9 +146,9 @@ def worker(
     except KeyboardInterrupt:  # Ctrl+C before the worker took over the signals
         _say("interrupted before it started; stopped")
         raise typer.Exit(130) from None
-    except CaravelError as exc:
+    except CaravelError as exc:  # 2 for a missing file or an unmigrated queue, 1 otherwise
         _say(f"stopped: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_code(exc)) from None
     finally:
         # From here on the worker is done: a late Ctrl+C must not end in a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
