@@ -73,6 +73,14 @@ def worker(
             help="Development: log a failed handler's traceback (it may quote job data).",
         ),
     ] = False,
+    durable_acks: Annotated[
+        bool,
+        typer.Option(
+            "--durable-acks",
+            help="Wait for the database's disk when recording each job's outcome (slower; "
+            "off: an outcome lost in a database crash means the job runs again).",
+        ),
+    ] = False,
 ) -> None:
     """Run a worker for one or more queues until SIGTERM or SIGINT.
 
@@ -97,6 +105,7 @@ def worker(
             shutdown_grace=timedelta(seconds=shutdown_grace),
             heartbeat_interval=timedelta(seconds=heartbeat_interval),
             log_tracebacks=traceback,
+            durable_acks=durable_acks,
         )
     except CaravelError as exc:
         err.print(f"caravel worker: {exc}", markup=False, highlight=False)

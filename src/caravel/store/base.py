@@ -95,8 +95,9 @@ class SqlStore(Generic[ConnectionT]):
         self, *, readonly: bool, durable: bool = True, single: bool = False
     ) -> AbstractAsyncContextManager[ConnectionT]:
         """A transaction (every dialect provides it). ``durable=False`` lets a dialect skip
-        waiting for the commit to reach disk (acknowledgements only: losing one means the job
-        runs again). ``single=True`` says the work is one statement (or statements that need
+        waiting for the commit to reach disk (acknowledgements unless the worker asks for
+        durable ones, and presence: losing one means the job runs again, or a heartbeat is
+        missed). ``single=True`` says the work is one statement (or statements that need
         not be atomic together), so a dialect may run it without an explicit BEGIN and
         COMMIT."""
         raise NotImplementedError
@@ -294,19 +295,23 @@ class SqlStore(Generic[ConnectionT]):
     def _complete_statement(self) -> sa.Update:
         return queries.complete(self._held_clause())
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not leases:
             return set()
         stmt = self._statement("complete", self._complete_statement)
         params = {**self._held_params(leases), "b_now": now}
-        async with self._write("job_complete", durable=False) as conn:
+        async with self._write("job_complete", durable=durable) as conn:
             return set((await conn.execute(stmt, params)).scalars())
 
-    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+    async def job_fail_many(
+        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not failures:
             return set()
         done: set[UUID] = set()
-        async with self._write("job_fail", durable=False) as conn:
+        async with self._write("job_fail", durable=durable) as conn:
             for failure in failures:
                 stmt = queries.fail(self._held_clause(), failure, now)
                 held = self._held_params([failure.lease])

@@ -259,13 +259,19 @@ class Store(ReadStore, Protocol):
         dead-lettered (``LeaseExpired``) instead."""
         ...
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         """Mark jobs completed; returns the ids whose lease was still current. Others are
-        untouched."""
+        untouched. Unless ``durable``, the commit may return before it reaches the disk (see
+        :attr:`~caravel.WorkerOptions.durable_acks`)."""
         ...
 
-    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
-        """Record failed attempts; returns the ids whose lease was still current."""
+    async def job_fail_many(
+        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        """Record failed attempts; returns the ids whose lease was still current. ``durable``
+        as for :meth:`job_complete_many`."""
         ...
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:

@@ -66,7 +66,7 @@ class QueueWorker(AsyncClosing):
         self._threads = ThreadPoolExecutor(
             max_workers=self.options.concurrency, thread_name_prefix="caravel-job"
         )
-        self.leases = Leases(queue)
+        self.leases = Leases(queue, durable_acks=self.options.durable_acks)
         self._watchdog = LeaseWatchdog(self.leases)
         self._runner = JobRunner(
             queue.registry,

@@ -67,12 +67,21 @@ class PostgresStore(InsertingStore):
         relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True))
         return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not leases:
             return set()
         values = {**self._held_params(leases), "b_now": now}
+        # A durable acknowledgement commits as the server's synchronous_commit says (on, by
+        # default): the statement without the relaxing subquery.
+        name, build = (
+            ("complete_durable", super()._complete_statement)
+            if durable
+            else ("complete", self._complete_statement)
+        )
         async with self._autocommit("job_complete", index_only=True) as driver:
-            rows = await self._run(driver, "complete", self._complete_statement, values)
+            rows = await self._run(driver, name, build, values)
         return {row[0] for row in rows}
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
