@@ -99,9 +99,12 @@ class _Counter:
             self.done.set()
 
 
-async def drain(url: str, n: int, concurrency: int) -> dict[str, Any]:
+async def drain(
+    url: str, n: int, concurrency: int, *, durable_acks: bool = False
+) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
-    worker with the given concurrency."""
+    worker with the given concurrency, its acknowledgements asynchronous (the default) or
+    ``durable_acks``."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -111,7 +114,8 @@ async def drain(url: str, n: int, concurrency: int) -> dict[str, Any]:
 
     async with DatabaseQueue(url, counting) as queue:
         await _fill(queue, n)
-        worker = QueueWorker(queue, options=WorkerOptions(concurrency=concurrency))
+        options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
+        worker = QueueWorker(queue, options=options)
         started = time.perf_counter()
         running = asyncio.create_task(worker.run(QUEUE))
         await counter.done.wait()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
@@ -51,6 +52,8 @@ from caravel.store.schema import jobs, workers
 __all__ = ["Connection", "SqlStore", "claimed_from_rows"]
 
 _RUNNING = JobState.RUNNING.value
+DEAD = JobState.DEAD_LETTER.value
+COMPLETED = JobState.COMPLETED.value
 
 
 class Connection(Protocol):
@@ -355,9 +358,35 @@ class SqlStore(Generic[ConnectionT]):
             return [status_from_row(row) for row in await conn.execute(queries.job_list(where))]
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
+        one = queue is not None
+        stmt = self._statement(f"counts_{one}", lambda: queries.counts(one))
+        params: dict[str, Any] = (
+            {"b_now": now} if queue is None else {"b_now": now, "b_queue": queue}
+        )
         async with self._read("queue_counts") as conn:
-            rows = (await conn.execute(queries.counts(queue, now))).all()
-        return [counts_from_row(row) for row in rows]
+            rows = (await conn.execute(stmt, params)).all()
+            counted = []
+            for row in rows:
+                counts = counts_from_row(row)
+                if row.dead_letter is None:  # more than the exact limit
+                    estimate = await self._finished_over_limit(conn, row.queue, DEAD)
+                    counts = replace(counts, dead_letter=estimate)
+                if row.completed is None:
+                    estimate = await self._finished_over_limit(conn, row.queue, COMPLETED)
+                    counts = replace(counts, completed=estimate)
+                counted.append(counts)
+        return counted
+
+    async def _finished_over_limit(self, conn: ConnectionT, queue: str, state: str) -> int:
+        found = await self._finished_estimate(conn, queue, state)
+        return max(found, queries.FINISHED_EXACT_LIMIT + 1)  # it is known to be more
+
+    async def _finished_estimate(self, conn: ConnectionT, queue: str, state: str) -> int:
+        """How many finished jobs ``queue`` holds in ``state``, known to be more than
+        :data:`~caravel.store.queries.FINISHED_EXACT_LIMIT`. Dialects with planner statistics
+        estimate; this default counts exactly, from the partial index over finished rows."""
+        found = await conn.execute(queries.finished_count(queue, state))
+        return int(found.scalar_one())
 
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
         async with self._read("job_throughput") as conn:
