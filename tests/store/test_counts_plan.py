@@ -160,3 +160,19 @@ async def test_counts_are_exact_up_to_the_limit_and_close_past_it(
         # The planner's estimate from ANALYZE's sample: never below the limit, and close.
         assert busy.completed > queries.FINISHED_EXACT_LIMIT
         assert abs(busy.completed - FINISHED) <= FINISHED // 10
+
+
+async def test_statistics_older_than_the_rows_are_not_believed() -> None:
+    # The table filled up since it was last analysed (never, here): the planner's estimate is
+    # below what the bounded count already saw, so the store counts instead.
+    rows = queries.FINISHED_EXACT_LIMIT + 2_000
+    with pg_database(migrated=True) as url:
+        with psycopg.connect(_dsn(url), autocommit=True) as conn:
+            conn.execute("ALTER TABLE caravel_jobs SET (autovacuum_enabled = false)")
+            conn.execute(_PG_ROWS, {"queue": "busy", "state": "completed", "n": rows})
+        reader = open_reader(url)
+        try:
+            (busy,) = await reader.queue_counts("busy", NOW)
+        finally:
+            await reader.close()
+    assert busy.completed == rows

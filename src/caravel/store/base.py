@@ -158,12 +158,15 @@ class SqlStore(Generic[ConnectionT]):
             yield conn
 
     @asynccontextmanager
-    async def _read(self, operation: str) -> AsyncIterator[ConnectionT]:
+    async def _read(self, operation: str, *, single: bool = True) -> AsyncIterator[ConnectionT]:
         async with (
             self._translated(operation),
-            self._deadline(readonly=True, single=True) as conn,
+            self._deadline(readonly=True, single=single) as conn,
         ):
             yield conn
+
+    #: A statement the counts' read transaction runs first, where the dialect needs one.
+    _counts_preamble: str | None = None
 
     # ----- enqueue -------------------------------------------------------------------------
 
@@ -363,7 +366,10 @@ class SqlStore(Generic[ConnectionT]):
         params: dict[str, Any] = (
             {"b_now": now} if queue is None else {"b_now": now, "b_queue": queue}
         )
-        async with self._read("queue_counts") as conn:
+        preamble = self._counts_preamble
+        async with self._read("queue_counts", single=preamble is None) as conn:
+            if preamble is not None:
+                await conn.execute(sa.text(preamble))
             rows = (await conn.execute(stmt, params)).all()
             counted = []
             for row in rows:
@@ -379,7 +385,12 @@ class SqlStore(Generic[ConnectionT]):
 
     async def _finished_over_limit(self, conn: ConnectionT, queue: str, state: str) -> int:
         found = await self._finished_estimate(conn, queue, state)
-        return max(found, queries.FINISHED_EXACT_LIMIT + 1)  # it is known to be more
+        if found <= queries.FINISHED_EXACT_LIMIT:
+            # Statistics that say fewer than the rows just seen are stale (the table filled up
+            # since it was last analysed): count instead, until they catch up.
+            exact = await conn.execute(queries.finished_count(queue, state))
+            found = int(exact.scalar_one())
+        return found
 
     async def _finished_estimate(self, conn: ConnectionT, queue: str, state: str) -> int:
         """How many finished jobs ``queue`` holds in ``state``, known to be more than

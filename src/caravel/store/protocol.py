@@ -115,7 +115,9 @@ class JobRef:
 
 @dataclass(frozen=True, slots=True)
 class QueueCounts:
-    """Jobs per state in one queue at one moment."""
+    """Jobs per state in one queue at one moment. The live counts (ready, delayed, running,
+    expired) are exact; ``completed`` and ``dead_letter`` are exact up to 10,000 and past that
+    may be an estimate from the database's statistics (PostgreSQL), never below 10,001."""
 
     queue: str
     ready: int
