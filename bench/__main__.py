@@ -3,6 +3,9 @@
     python -m bench                         # everything, PostgreSQL and SQLite, 3 runs each
     python -m bench --only drain latency --backends postgresql --runs 1
     python -m bench --quick                 # smaller sizes, for a first look
+    python -m bench --only counts           # queue_counts over 1,000,000 finished rows
+
+The drain is measured twice in every run, with asynchronous and with durable acknowledgements.
 
 Each figure is the median of ``--runs`` runs, each on a fresh database.
 """
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import peers, runs
+from bench import counts, peers, runs
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -36,6 +39,7 @@ ALL = (
     "sql",
     "commit",
     "durability",
+    "counts",
     "peers",
 )
 
@@ -59,6 +63,29 @@ def _measure(backend: str, runs_: int, fn: Callable[[str], dict[str, Any]]) -> d
     return _median(results)
 
 
+#: The drain's two settings, measured in the same run: acknowledgements as the worker sends them
+#: by default, and with ``WorkerOptions(durable_acks=True)``.
+ACK_MODES = {"async_acks": False, "durable_acks": True}
+
+
+def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The drain with each acknowledgement setting, the runs alternating between them (so a
+    machine whose speed drifts during the run affects both alike), each on a fresh database."""
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in ACK_MODES}
+    for _ in range(args.runs):
+        for mode, durable in ACK_MODES.items():
+            with database(backend) as url:
+                run = runs.drain(url, args.jobs, args.concurrency, durable_acks=durable)
+                results[mode].append(asyncio.run(run))
+    figures: dict[str, Any] = {"jobs": args.jobs, "concurrency": args.concurrency}
+    for mode, measured in results.items():
+        median = _median(measured)
+        figures["runs"] = median["runs"]
+        for key in ("jobs_per_second", "seconds", "completed"):
+            figures[f"{key}_{mode}"] = median[key]
+    return figures
+
+
 def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, Any]]]:
     n = args.jobs
     conc = args.concurrency
@@ -73,7 +100,6 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
             runs.enqueue_single(url, args.single * 2, args.producers)
         ),
         "bulk": lambda url: asyncio.run(runs.enqueue_bulk(url, n)),
-        "drain": lambda url: asyncio.run(runs.drain(url, n, conc)),
         "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
         "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),
         "history": history,
@@ -81,6 +107,7 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
         "sql": lambda url: runs.sql_limit(url, n, args.batch),
         "commit": lambda url: runs.sqlite_commit_limit(url),
         "durability": lambda url: runs.durability(url),
+        "counts": lambda url: counts.counts(url, args.history),
     }
 
 
@@ -151,7 +178,10 @@ def main() -> None:
                     report["peers"] = _peers(args)
                 continue
             print(f"{backend:10} {name:8} ...", flush=True)
-            figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
+            if name == "drain":
+                figures = _drain_both(backend, args)
+            else:
+                figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures
             shown = ", ".join(
                 f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()

@@ -99,9 +99,12 @@ class _Counter:
             self.done.set()
 
 
-async def drain(url: str, n: int, concurrency: int) -> dict[str, Any]:
+async def drain(
+    url: str, n: int, concurrency: int, *, durable_acks: bool = False
+) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
-    worker with the given concurrency."""
+    worker with the given concurrency, its acknowledgements asynchronous (the default) or
+    ``durable_acks``."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -111,7 +114,8 @@ async def drain(url: str, n: int, concurrency: int) -> dict[str, Any]:
 
     async with DatabaseQueue(url, counting) as queue:
         await _fill(queue, n)
-        worker = QueueWorker(queue, options=WorkerOptions(concurrency=concurrency))
+        options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
+        worker = QueueWorker(queue, options=options)
         started = time.perf_counter()
         running = asyncio.create_task(worker.run(QUEUE))
         await counter.done.wait()
@@ -257,9 +261,10 @@ def _wal_syncs(url: str) -> int:
 
 def durability(url: str, n: int = 200, settle: float = 2.0) -> dict[str, Any]:
     """What each kind of commit costs in WAL flushes (PostgreSQL's ``pg_stat_wal.wal_sync``):
-    ``n`` one-job enqueues, ``n`` one-job claims and ``n`` one-job acknowledgements, one after
-    the other. Durable commits flush once each; acknowledgements commit asynchronously and leave
-    flushing to the WAL writer. (Server statistics reach ``pg_stat_wal`` about a second after
+    ``n`` one-job enqueues, ``n`` one-job claims, then ``n / 2`` one-job acknowledgements as
+    the worker sends them by default and ``n / 2`` durable ones, one after the other. Durable
+    commits flush once each; default acknowledgements commit asynchronously and leave flushing
+    to the WAL writer. (Server statistics reach ``pg_stat_wal`` about a second after
     the statements, hence the ``settle`` pauses; this is a count, not a timing.)"""
 
     async def phase(step: Any) -> int:
@@ -284,7 +289,12 @@ def durability(url: str, n: int = 200, settle: float = 2.0) -> dict[str, Any]:
 
     async def acknowledge(queue: DatabaseQueue) -> None:
         held = Leases(queue)
-        for lease in leases:
+        for lease in leases[: n // 2]:
+            await held.complete(lease)
+
+    async def acknowledge_durably(queue: DatabaseQueue) -> None:
+        held = Leases(queue, durable_acks=True)
+        for lease in leases[n // 2 :]:
             await held.complete(lease)
 
     async def run() -> dict[str, Any]:
@@ -294,6 +304,7 @@ def durability(url: str, n: int = 200, settle: float = 2.0) -> dict[str, Any]:
             "wal_syncs_enqueue": await phase(enqueue),
             "wal_syncs_claim": await phase(claim),
             "wal_syncs_acknowledge": await phase(acknowledge),
+            "wal_syncs_acknowledge_durable": await phase(acknowledge_durably),
         }
 
     return asyncio.run(run())

@@ -124,6 +124,12 @@ class WorkerOptions:
         log_tracebacks: for development: a failed handler's log line carries its traceback
             (which may quote the exception's message, and through it job data). Only the
             worker's own log gets it, never the queue's rows or metrics. Off by default.
+        durable_acks: whether recording a job's outcome (completed, failed, dead letter) waits
+            until the database has it on disk. Off by default: the outcome's commit returns
+            before it is synced (PostgreSQL ``synchronous_commit = off`` for that transaction,
+            SQLite ``synchronous = NORMAL``), so a crash of the database server or machine in
+            that moment loses the outcome and the job runs again once its lease ends, which
+            at-least-once delivery allows. Enqueues and claims are always durable.
     """
 
     concurrency: int = 1
@@ -133,10 +139,13 @@ class WorkerOptions:
     queue_metrics_interval: timedelta | None = None
     heartbeat_interval: timedelta = timedelta(seconds=10)
     log_tracebacks: bool = False
+    durable_acks: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.log_tracebacks, bool):
             raise OptionsError("log_tracebacks", "must be True or False")
+        if not isinstance(self.durable_acks, bool):
+            raise OptionsError("durable_acks", "must be True or False")
         _int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         _duration(
             "poll_interval",

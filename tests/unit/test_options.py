@@ -242,3 +242,13 @@ def test_backoff_never_shrinks_as_attempts_grow(retry_us: int, extra_us: int, at
     )
     assert options.retry_backoff(attempt) <= options.retry_backoff(attempt + 1)
     assert options.retry_backoff(attempt) <= options.max_retry_delay
+
+
+def test_acknowledgements_are_asynchronous_unless_a_worker_asks_for_durable_ones() -> None:
+    from caravel import WorkerOptions
+
+    assert WorkerOptions().durable_acks is False
+    assert WorkerOptions(durable_acks=True).durable_acks is True
+    with pytest.raises(OptionsError) as caught:
+        WorkerOptions(durable_acks="yes")  # type: ignore[arg-type]
+    assert caught.value.field == "durable_acks"

@@ -99,6 +99,14 @@ def worker(
             help="Development: log a failed handler's traceback (it may quote job data).",
         ),
     ] = False,
+    durable_acks: Annotated[
+        bool,
+        typer.Option(
+            "--durable-acks",
+            help="Wait for the database's disk when recording each job's outcome (slower; "
+            "off: an outcome lost in a database crash means the job runs again).",
+        ),
+    ] = False,
 ) -> None:
     """Run a worker for one or more queues until SIGTERM or SIGINT.
 
@@ -132,6 +140,7 @@ def worker(
             shutdown_grace=seconds("--shutdown-grace", shutdown_grace),
             heartbeat_interval=seconds("--heartbeat-interval", heartbeat_interval),
             log_tracebacks=traceback,
+            durable_acks=durable_acks,
         )
         registry = load_registry(app)
     except ValueError as exc:  # FlagError, and ValidationError with its field as a flag

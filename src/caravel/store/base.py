@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
@@ -51,6 +52,8 @@ from caravel.store.schema import jobs, workers
 __all__ = ["Connection", "SqlStore", "claimed_from_rows"]
 
 _RUNNING = JobState.RUNNING.value
+DEAD = JobState.DEAD_LETTER.value
+COMPLETED = JobState.COMPLETED.value
 
 
 class Connection(Protocol):
@@ -95,8 +98,9 @@ class SqlStore(Generic[ConnectionT]):
         self, *, readonly: bool, durable: bool = True, single: bool = False
     ) -> AbstractAsyncContextManager[ConnectionT]:
         """A transaction (every dialect provides it). ``durable=False`` lets a dialect skip
-        waiting for the commit to reach disk (acknowledgements only: losing one means the job
-        runs again). ``single=True`` says the work is one statement (or statements that need
+        waiting for the commit to reach disk (acknowledgements unless the worker asks for
+        durable ones, and presence: losing one means the job runs again, or a heartbeat is
+        missed). ``single=True`` says the work is one statement (or statements that need
         not be atomic together), so a dialect may run it without an explicit BEGIN and
         COMMIT."""
         raise NotImplementedError
@@ -154,12 +158,15 @@ class SqlStore(Generic[ConnectionT]):
             yield conn
 
     @asynccontextmanager
-    async def _read(self, operation: str) -> AsyncIterator[ConnectionT]:
+    async def _read(self, operation: str, *, single: bool = True) -> AsyncIterator[ConnectionT]:
         async with (
             self._translated(operation),
-            self._deadline(readonly=True, single=True) as conn,
+            self._deadline(readonly=True, single=single) as conn,
         ):
             yield conn
+
+    #: A statement the counts' read transaction runs first, where the dialect needs one.
+    _counts_preamble: str | None = None
 
     # ----- enqueue -------------------------------------------------------------------------
 
@@ -294,19 +301,23 @@ class SqlStore(Generic[ConnectionT]):
     def _complete_statement(self) -> sa.Update:
         return queries.complete(self._held_clause())
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not leases:
             return set()
         stmt = self._statement("complete", self._complete_statement)
         params = {**self._held_params(leases), "b_now": now}
-        async with self._write("job_complete", durable=False) as conn:
+        async with self._write("job_complete", durable=durable) as conn:
             return set((await conn.execute(stmt, params)).scalars())
 
-    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+    async def job_fail_many(
+        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not failures:
             return set()
         done: set[UUID] = set()
-        async with self._write("job_fail", durable=False) as conn:
+        async with self._write("job_fail", durable=durable) as conn:
             for failure in failures:
                 stmt = queries.fail(self._held_clause(), failure, now)
                 held = self._held_params([failure.lease])
@@ -350,9 +361,43 @@ class SqlStore(Generic[ConnectionT]):
             return [status_from_row(row) for row in await conn.execute(queries.job_list(where))]
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
-        async with self._read("queue_counts") as conn:
-            rows = (await conn.execute(queries.counts(queue, now))).all()
-        return [counts_from_row(row) for row in rows]
+        one = queue is not None
+        stmt = self._statement(f"counts_{one}", lambda: queries.counts(one))
+        params: dict[str, Any] = (
+            {"b_now": now} if queue is None else {"b_now": now, "b_queue": queue}
+        )
+        preamble = self._counts_preamble
+        async with self._read("queue_counts", single=preamble is None) as conn:
+            if preamble is not None:
+                await conn.execute(sa.text(preamble))
+            rows = (await conn.execute(stmt, params)).all()
+            counted = []
+            for row in rows:
+                counts = counts_from_row(row)
+                if row.dead_letter is None:  # more than the exact limit
+                    estimate = await self._finished_over_limit(conn, row.queue, DEAD)
+                    counts = replace(counts, dead_letter=estimate)
+                if row.completed is None:
+                    estimate = await self._finished_over_limit(conn, row.queue, COMPLETED)
+                    counts = replace(counts, completed=estimate)
+                counted.append(counts)
+        return counted
+
+    async def _finished_over_limit(self, conn: ConnectionT, queue: str, state: str) -> int:
+        found = await self._finished_estimate(conn, queue, state)
+        if found <= queries.FINISHED_EXACT_LIMIT:
+            # Statistics that say fewer than the rows just seen are stale (the table filled up
+            # since it was last analysed): count instead, until they catch up.
+            exact = await conn.execute(queries.finished_count(queue, state))
+            found = int(exact.scalar_one())
+        return found
+
+    async def _finished_estimate(self, conn: ConnectionT, queue: str, state: str) -> int:
+        """How many finished jobs ``queue`` holds in ``state``, known to be more than
+        :data:`~caravel.store.queries.FINISHED_EXACT_LIMIT`. Dialects with planner statistics
+        estimate; this default counts exactly, from the partial index over finished rows."""
+        found = await conn.execute(queries.finished_count(queue, state))
+        return int(found.scalar_one())
 
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
         async with self._read("job_throughput") as conn:

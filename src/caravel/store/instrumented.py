@@ -90,13 +90,17 @@ class InstrumentedStore:
             )
         return batch
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         with self._span("job_complete"):
-            return await self.inner.job_complete_many(leases, now)
+            return await self.inner.job_complete_many(leases, now, durable=durable)
 
-    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
+    async def job_fail_many(
+        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         with self._span("job_fail"):
-            return await self.inner.job_fail_many(failures, now)
+            return await self.inner.job_fail_many(failures, now, durable=durable)
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         with self._span("job_renew_lease"):

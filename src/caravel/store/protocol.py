@@ -117,7 +117,9 @@ class JobRef:
 
 @dataclass(frozen=True, slots=True)
 class QueueCounts:
-    """Jobs per state in one queue at one moment."""
+    """Jobs per state in one queue at one moment. The live counts (ready, delayed, running,
+    expired) are exact; ``completed`` and ``dead_letter`` are exact up to 10,000 and past that
+    may be an estimate from the database's statistics (PostgreSQL), never below 10,001."""
 
     queue: str
     ready: int
@@ -271,13 +273,19 @@ class Store(ReadStore, Protocol):
         dead-lettered (``LeaseExpired``) instead."""
         ...
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         """Mark jobs completed; returns the ids whose lease was still current. Others are
-        untouched."""
+        untouched. Unless ``durable``, the commit may return before it reaches the disk (see
+        :attr:`~caravel.WorkerOptions.durable_acks`)."""
         ...
 
-    async def job_fail_many(self, failures: Sequence[FailedAttempt], now: int) -> set[UUID]:
-        """Record failed attempts; returns the ids whose lease was still current."""
+    async def job_fail_many(
+        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        """Record failed attempts; returns the ids whose lease was still current. ``durable``
+        as for :meth:`job_complete_many`."""
         ...
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:

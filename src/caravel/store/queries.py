@@ -24,12 +24,14 @@ from caravel.store.rows import CLAIM_RETURNING, STATUS_COLUMNS
 from caravel.store.schema import VERSION_TABLE, jobs, workers
 
 __all__ = [
+    "FINISHED_EXACT_LIMIT",
     "claim",
     "complete",
     "counts",
     "existing_by_id",
     "existing_by_key",
     "fail",
+    "finished_count",
     "heartbeat",
     "job_list",
     "owned",
@@ -257,27 +259,93 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
     )
 
 
-def counts(queue: str | None, now: int) -> sa.Select[Any]:
-    """Per queue: ready, delayed, running, expired, dead_letter, completed and the oldest due
-    time of a ready job, at ``now``."""
+#: Finished jobs (completed, dead letters) are counted exactly up to this many per queue and
+#: state; past it the dialect estimates (``SqlStore._finished_estimate``), so a count never
+#: reads more of the retained history than this.
+FINISHED_EXACT_LIMIT = 10_000
+
+
+def counts(one_queue: bool) -> sa.Select[Any]:
+    """Per queue (or for the queue bound as ``b_queue`` when ``one_queue``): ready, delayed,
+    running, expired, dead_letter, completed and the oldest due time of a ready job, at
+    ``b_now``. Built once per store and reused (building it costs more than running it).
+
+    Live jobs are counted from the rows the partial claim index holds (``available_at IS NOT
+    NULL``), finished ones from the partial index over finished rows, each at most
+    :data:`FINISHED_EXACT_LIMIT` (NULL when there are more), so the statement never reads the
+    finished history beyond that. Queues with finished jobs are found by skipping through that
+    index, one probe per queue."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    queue = sa.bindparam("b_queue", type_=jobs.c.queue.type) if one_queue else None
+    live_rows = jobs.c.available_at.is_not(None)
+    finished_rows = jobs.c.available_at.is_(None)
     ready = jobs.c.state == READY
     running = jobs.c.state == RUNNING
     due = sa.and_(ready, jobs.c.due_at <= now)
-    stmt = (
-        sa.select(
-            jobs.c.queue,
-            _count(due).label("ready"),
-            _count(sa.and_(ready, jobs.c.due_at > now)).label("delayed"),
-            _count(sa.and_(running, jobs.c.lease_expires_at > now)).label("running"),
-            _count(sa.and_(running, jobs.c.lease_expires_at <= now)).label("expired"),
-            _count(jobs.c.state == DEAD).label("dead_letter"),
-            _count(jobs.c.state == COMPLETED).label("completed"),
-            sa.func.min(sa.case((due, jobs.c.due_at))).label("oldest"),
-        )
-        .group_by(jobs.c.queue)
-        .order_by(jobs.c.queue)
+    live = sa.select(
+        jobs.c.queue,
+        _count(due).label("ready"),
+        _count(sa.and_(ready, jobs.c.due_at > now)).label("delayed"),
+        _count(sa.and_(running, jobs.c.lease_expires_at > now)).label("running"),
+        _count(sa.and_(running, jobs.c.lease_expires_at <= now)).label("expired"),
+        sa.func.min(sa.case((due, jobs.c.due_at))).label("oldest"),
+    ).where(live_rows)
+    if queue is not None:
+        live = live.where(jobs.c.queue == queue)
+    live_cte = live.group_by(jobs.c.queue).cte("live")
+
+    def next_finished_queue(after: sa.ColumnElement[Any] | None) -> sa.ScalarSelect[Any]:
+        found = sa.select(jobs.c.queue).where(finished_rows)
+        if after is not None:
+            found = found.where(jobs.c.queue > after)
+        if queue is not None:
+            found = found.where(jobs.c.queue == queue)
+        # Ordered as the finished index is (queue, state): read in that order it stops at its
+        # first entry, where a scan of the table would have to sort what it found.
+        return found.order_by(jobs.c.queue, jobs.c.state).limit(1).scalar_subquery()
+
+    seen = sa.select(next_finished_queue(None).label("queue")).cte("finished", recursive=True)
+    seen = seen.union_all(
+        sa.select(next_finished_queue(seen.c.queue)).where(seen.c.queue.is_not(None))
     )
-    return stmt if queue is None else stmt.where(jobs.c.queue == queue)
+    names = sa.union(
+        sa.select(live_cte.c.queue),
+        sa.select(seen.c.queue).where(seen.c.queue.is_not(None)),
+    ).subquery("names")
+
+    def capped(state: str) -> sa.ColumnElement[Any]:
+        where = (jobs.c.queue == names.c.queue, jobs.c.state == state, finished_rows)
+        beyond = sa.select(sa.literal(1)).where(*where).offset(FINISHED_EXACT_LIMIT).limit(1)
+        exact = sa.select(sa.func.count()).select_from(jobs).where(*where).scalar_subquery()
+        return sa.case((beyond.exists(), sa.null()), else_=exact)
+
+    def live_count(name: str) -> sa.ColumnElement[int]:
+        return sa.func.coalesce(live_cte.c[name], 0)
+
+    return (
+        sa.select(
+            names.c.queue,
+            live_count("ready").label("ready"),
+            live_count("delayed").label("delayed"),
+            live_count("running").label("running"),
+            live_count("expired").label("expired"),
+            capped(DEAD).label("dead_letter"),
+            capped(COMPLETED).label("completed"),
+            live_cte.c.oldest,
+        )
+        .select_from(names.outerjoin(live_cte, live_cte.c.queue == names.c.queue))
+        .order_by(names.c.queue)
+    )
+
+
+def finished_count(queue: str, state: str) -> sa.Select[Any]:
+    """The exact number of finished jobs of ``queue`` in ``state`` (read from the partial index
+    over finished rows alone)."""
+    return (
+        sa.select(sa.func.count())
+        .select_from(jobs)
+        .where(jobs.c.queue == queue, jobs.c.state == state, jobs.c.available_at.is_(None))
+    )
 
 
 def throughput(query: ThroughputQuery) -> sa.Select[Any]:

@@ -133,8 +133,9 @@ def counts_from_row(row: Any) -> QueueCounts:
         delayed=int(row.delayed),
         running=int(row.running),
         expired=int(row.expired),
-        dead_letter=int(row.dead_letter),
-        completed=int(row.completed),
+        # None (more than the exact limit) is replaced by the store's estimate.
+        dead_letter=-1 if row.dead_letter is None else int(row.dead_letter),
+        completed=-1 if row.completed is None else int(row.completed),
         oldest_ready_due_ms=None if row.oldest is None else int(row.oldest),
     )
 

@@ -134,10 +134,12 @@ class ThreadConnection:
         engine: sa.Engine,
         *,
         read: bool,
+        durable: bool = True,
     ) -> None:
         self._hand_over = hand_over
         self._engine = engine
         self._read = read
+        self._durable = durable
         self._conn: sa.Connection | None = None
 
     async def execute(self, statement: Any, parameters: Any = None) -> sa.Result[Any]:
@@ -149,7 +151,7 @@ class ThreadConnection:
                         return _frozen(conn.execute(statement, parameters))
             if self._conn is None:
                 self._conn = self._engine.connect()
-                self._conn.begin()
+                _begin(self._conn, durable=self._durable)
             return _frozen(self._conn.execute(statement, parameters))
 
         frozen: sa.FrozenResult[Any] | None = await self._hand_over(run)
@@ -165,7 +167,7 @@ class ThreadConnection:
         def run() -> None:
             conn, self._conn = self._conn, None
             if conn is not None:
-                _finish(conn, commit=commit)
+                _finish_write(conn, commit=commit, durable=self._durable)
 
         await self._hand_over(run)
 
@@ -184,6 +186,40 @@ def _finish(conn: sa.Connection, *, commit: bool) -> None:
         raise
     finally:
         conn.close()
+
+
+def _set_synchronous(conn: sa.Connection, level: str) -> None:
+    """Set ``PRAGMA synchronous`` on ``conn`` outside any transaction (straight on the driver:
+    through SQLAlchemy the statement would begin one)."""
+    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+    driver.execute(f"PRAGMA synchronous = {level}")
+
+
+def _begin(conn: sa.Connection, *, durable: bool) -> None:
+    """Begin a write transaction. One that need not be ``durable`` commits with
+    ``synchronous = NORMAL``: in WAL mode its commit is written to the log but not synced, so
+    it survives the process crashing but not the machine losing power; the next durable commit
+    (or checkpoint) syncs the log, and every commit before it with it."""
+    if not durable:
+        _set_synchronous(conn, "NORMAL")
+    conn.begin()
+
+
+def _finish_write(conn: sa.Connection, *, commit: bool, durable: bool) -> None:
+    """End a write transaction :func:`_begin` began and give its connection back with full
+    syncing again (a connection that cannot be set back is discarded)."""
+    if not durable:
+        try:
+            if commit:
+                conn.commit()
+            else:
+                conn.rollback()
+            _set_synchronous(conn, "FULL")
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+    _finish(conn, commit=commit)
 
 
 def _pass_on(done: Future[T], waiter: asyncio.Future[T]) -> None:
@@ -249,11 +285,13 @@ class SqliteStore(SqlStore[ThreadConnection]):
     def _on_reader(self, work: Callable[[], T]) -> Awaitable[T]:
         return self._on(self._reads, work)
 
-    async def _in_writer(self, operation: str, work: Callable[[sa.Connection, int], T]) -> T:
+    async def _in_writer(
+        self, operation: str, work: Callable[[sa.Connection, int], T], *, durable: bool = True
+    ) -> T:
         """``work(connection, waited_ms)`` inside one ``BEGIN IMMEDIATE`` transaction on the
         writer thread. ``waited_ms`` is how long the transaction waited for the write lock (the
         asyncio lock and SQLite's own, not opening a connection) when that was long enough to
-        matter, else 0."""
+        matter, else 0. ``durable`` as for :func:`_begin`."""
         asked = time.monotonic()
         async with self._translated(operation), self._writer:
             queued = time.monotonic() - asked
@@ -262,14 +300,14 @@ class SqliteStore(SqlStore[ThreadConnection]):
                 conn = self._blocking.connect()
                 try:
                     began = time.monotonic()
-                    conn.begin()
+                    _begin(conn, durable=durable)
                     waited = int((queued + time.monotonic() - began) * 1000)
                     result = work(conn, waited if waited >= LOCK_WAIT_NOTED_MS else 0)
                 except BaseException:
                     with contextlib.suppress(Exception):  # the first error is the one to report
-                        _finish(conn, commit=False)
+                        _finish_write(conn, commit=False, durable=durable)
                     raise
-                _finish(conn, commit=True)
+                _finish_write(conn, commit=True, durable=durable)
                 return result
 
             return await self._on_writer(run)
@@ -349,13 +387,17 @@ class SqliteStore(SqlStore[ThreadConnection]):
 
         return claimed_from_rows(await self._in_writer("job_claim", claim))
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not leases:
             return set()
         stmt = self._statement("complete", self._complete_statement)
         params = {**self._held_params(leases), "b_now": now}
         return await self._in_writer(
-            "job_complete", lambda conn, _: set(conn.execute(stmt, params).scalars())
+            "job_complete",
+            lambda conn, _: set(conn.execute(stmt, params).scalars()),
+            durable=durable,
         )
 
     async def close(self) -> None:
@@ -401,7 +443,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
             yield ThreadConnection(self._on_reader, self._blocking, read=True)
             return
         async with self._writer:
-            conn = ThreadConnection(self._on_writer, self._blocking, read=False)
+            conn = ThreadConnection(self._on_writer, self._blocking, read=False, durable=durable)
             try:
                 yield conn
             except BaseException:

@@ -40,11 +40,17 @@ class FailureOutcome:
 
 class Leases:
     """Claims, acknowledgements and renewals for the jobs of one :class:`~caravel.DatabaseQueue`
-    (its store, its :class:`~caravel.QueueOptions` and its clock)."""
+    (its store, its :class:`~caravel.QueueOptions` and its clock).
 
-    def __init__(self, queue: DatabaseQueue) -> None:
+    ``durable_acks`` makes every recorded outcome wait for the database's disk, as
+    :attr:`~caravel.WorkerOptions.durable_acks` describes (off by default)."""
+
+    def __init__(self, queue: DatabaseQueue, *, durable_acks: bool = False) -> None:
         if not isinstance(queue, DatabaseQueue):
             raise ValidationError("queue", "must be a DatabaseQueue")
+        if not isinstance(durable_acks, bool):
+            raise ValidationError("durable_acks", "must be True or False")
+        self.durable_acks = durable_acks
         self._store: Store = queue.store
         self.options: QueueOptions = queue.options
         self.clock: Clock = queue.clock
@@ -97,7 +103,8 @@ class Leases:
         """
         now = self.clock.now_ms()
         failure = self.failure_for(lease, category, now)
-        if lease.job_id not in await self._store.job_fail_many([failure], now):
+        done = await self._store.job_fail_many([failure], now, durable=self.durable_acks)
+        if lease.job_id not in done:
             raise LeaseLostError(lease.job_id)
         return FailureOutcome(None if failure.retry_at is None else from_ms(failure.retry_at))
 
@@ -112,10 +119,11 @@ class Leases:
             if category is not None
         ]
         held: set[UUID] = set()
+        durable = self.durable_acks
         if completes:
-            held |= await self._store.job_complete_many(completes, now)
+            held |= await self._store.job_complete_many(completes, now, durable=durable)
         if failures:
-            held |= await self._store.job_fail_many(failures, now)
+            held |= await self._store.job_fail_many(failures, now, durable=durable)
         return held
 
     def failure_for(self, lease: Lease, category: str, now: int) -> FailedAttempt:

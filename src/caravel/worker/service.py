@@ -86,7 +86,7 @@ class QueueWorker(AsyncClosing):
         #: This process's id in the worker registry (``caravel workers``).
         self.worker_id = uuid4()
         self._threads = HandlerThreads(self.options.concurrency)
-        self.leases = Leases(queue)
+        self.leases = Leases(queue, durable_acks=self.options.durable_acks)
         self._watchdog = LeaseWatchdog(self.leases)
         self._runner = JobRunner(
             queue.registry,

@@ -257,10 +257,10 @@ class ConnectedStore(SqlStore[AsyncConnection]):
             return
         async with self.engine.begin() as conn:
             if not durable:
-                # Acknowledgements only. The commit returns before it reaches disk; if the
-                # database server itself crashes in that window, the acknowledgement is lost and
-                # the job runs again after its lease expires (at-least-once allows that). Claims
-                # and enqueues stay fully durable.
+                # Acknowledgements (unless the worker asks for durable ones) and presence. The
+                # commit returns before it reaches disk; if the database server itself crashes
+                # in that window, the acknowledgement is lost and the job runs again after its
+                # lease expires (at-least-once allows that). Claims and enqueues stay durable.
                 await conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             yield conn
 

@@ -11,6 +11,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import Lease
 from caravel.store.base import claimed_from_rows
@@ -24,11 +25,22 @@ __all__ = ["PostgresStore"]
 
 _SCHEMA_MISSING = {"42P01", "42703"}  # undefined_table, undefined_column
 
+#: The plan (not the rows) of counting one queue's jobs in one finished state. (A finished
+#: state implies ``available_at IS NULL``; saying so would make the planner multiply in that
+#: column's NULL fraction as if it were independent of the state, and underestimate.)
+_ESTIMATE = sa.text(
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM caravel_jobs"
+    " WHERE queue = CAST(:queue AS varchar) AND state = CAST(:state AS varchar)"
+)
+
 
 class PostgresStore(InsertingStore):
     supports_listen_notify = True
     db_system = "postgresql"
     insert_chunk = 1000
+    # The counts' plan is priced for every subquery it might run (most never do), which can
+    # pass the server's JIT threshold: compiling it then took 2 s for a 10 ms statement.
+    _counts_preamble = "SET LOCAL jit = off"
 
     def _insert(self) -> Any:
         return postgresql.insert(jobs)
@@ -67,12 +79,21 @@ class PostgresStore(InsertingStore):
         relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True))
         return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
 
-    async def job_complete_many(self, leases: Sequence[Lease], now: int) -> set[UUID]:
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
         if not leases:
             return set()
         values = {**self._held_params(leases), "b_now": now}
+        # A durable acknowledgement commits as the server's synchronous_commit says (on, by
+        # default): the statement without the relaxing subquery.
+        name, build = (
+            ("complete_durable", super()._complete_statement)
+            if durable
+            else ("complete", self._complete_statement)
+        )
         async with self._autocommit("job_complete", index_only=True) as driver:
-            rows = await self._run(driver, "complete", self._complete_statement, values)
+            rows = await self._run(driver, name, build, values)
         return {row[0] for row in rows}
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
@@ -97,6 +118,14 @@ class PostgresStore(InsertingStore):
             "b_ids": [lease.job_id for lease in leases],
             "b_tokens": [lease.token for lease in leases],
         }
+
+    async def _finished_estimate(self, conn: AsyncConnection, queue: str, state: str) -> int:
+        # The planner's row estimate for the count's own condition, from the statistics
+        # autovacuum's ANALYZE keeps (the extended statistics on queue and state included):
+        # no row is read, however many finished jobs are retained.
+        result = await conn.execute(_ESTIMATE, {"queue": queue, "state": state})
+        plan = result.scalar_one()
+        return int(plan[0]["Plan"]["Plan Rows"])
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
         dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
