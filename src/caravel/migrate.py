@@ -29,7 +29,7 @@ from caravel.errors import (
     ValidationError,
 )
 from caravel.store.errors import driver_reason
-from caravel.store.schema import VERSION_TABLE, include_object, metadata
+from caravel.store.schema import FINISHED_COUNTS_TABLE, VERSION_TABLE, include_object, metadata
 from caravel.store.urls import sync_url
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def exclude_caravel_tables(
 
         context.configure(..., include_object=caravel.migrate.exclude_caravel_tables)
     """
-    ours = {*metadata.tables, VERSION_TABLE}
+    ours = {*metadata.tables, VERSION_TABLE, FINISHED_COUNTS_TABLE}
     if type_ == "table":
         return name not in ours
     table = getattr(obj, "table", None)

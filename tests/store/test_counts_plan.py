@@ -176,3 +176,59 @@ async def test_statistics_older_than_the_rows_are_not_believed() -> None:
         finally:
             await reader.close()
     assert busy.completed == rows
+
+
+def _finished_by_queue_and_state(conn: sqlite3.Connection, sql: str) -> dict[tuple[str, str], int]:
+    return {(queue, state): n for queue, state, n in conn.execute(sql) if n}
+
+
+def test_sqlite_keeps_its_finished_counts_in_step_with_every_change(
+    sqlite_template: SqliteTemplate, tmp_path: Path
+) -> None:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        for queue, state, n in (("busy", "completed", 12_000), ("busy", "ready", 5)):
+            conn.execute(_SQLITE_ROWS, {"queue": queue, "state": state, "n": n})
+        conn.execute(_SQLITE_ROWS, {"queue": "other", "state": "dead_letter", "n": 3})
+        pick = "rowid IN (SELECT rowid FROM caravel_jobs WHERE queue = ? AND state = ? LIMIT ?)"
+        # Two jobs finish, a dead letter is replayed, a finished job is updated in place and
+        # a hundred finished ones are deleted by hand.
+        conn.execute(
+            f"UPDATE caravel_jobs SET state = 'completed', available_at = NULL WHERE {pick}",
+            ("busy", "ready", 2),
+        )
+        conn.execute(
+            f"UPDATE caravel_jobs SET state = 'ready', available_at = 1 WHERE {pick}",
+            ("other", "dead_letter", 1),
+        )
+        conn.execute(
+            f"UPDATE caravel_jobs SET available_at = NULL, updated_at = 7 WHERE {pick}",
+            ("busy", "completed", 1),
+        )
+        conn.execute(f"DELETE FROM caravel_jobs WHERE {pick}", ("busy", "completed", 100))
+        kept = _finished_by_queue_and_state(
+            conn, "SELECT queue, state, jobs FROM caravel_finished_counts"
+        )
+        there = _finished_by_queue_and_state(
+            conn,
+            "SELECT queue, state, count(*) FROM caravel_jobs WHERE available_at IS NULL"
+            " GROUP BY queue, state",
+        )
+    assert kept == there == {("busy", "completed"): 11_902, ("other", "dead_letter"): 2}
+
+
+@pytest.mark.parametrize("loaded", ["sqlite"], indirect=True)  # PostgreSQL estimates instead
+async def test_sqlite_counts_past_the_limit_come_from_the_kept_counts(
+    loaded: tuple[str, str],
+) -> None:
+    _, url = loaded
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        # Told apart from a count of the index: the kept count is read, one row.
+        conn.execute("UPDATE caravel_finished_counts SET jobs = jobs + 7 WHERE queue = 'busy'")
+    reader = open_reader(url)
+    try:
+        (busy,) = await reader.queue_counts("busy", NOW)
+    finally:
+        await reader.close()
+    assert busy.completed == FINISHED + 7
+    assert busy.dead_letter == DEAD  # under the limit: counted, so the +7 is not seen

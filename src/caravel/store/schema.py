@@ -31,6 +31,7 @@ from caravel.limits import (
 )
 
 __all__ = [
+    "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
@@ -126,6 +127,11 @@ def include_object(
 
 
 WORKERS_TABLE = "caravel_workers"
+
+#: SQLite only: finished jobs per queue and state, kept by triggers on the jobs table in the
+#: same transaction as every change (migration 0005), since SQLite has no statistics to estimate
+#: a large count from. Not part of :data:`metadata`: PostgreSQL estimates instead.
+FINISHED_COUNTS_TABLE = "caravel_finished_counts"
 
 #: One row per worker process: what it serves and when it last said it was alive. A worker
 #: whose heartbeat is older than a few intervals is shown as lost.

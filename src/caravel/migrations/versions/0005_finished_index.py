@@ -17,6 +17,11 @@ while it is built, inside the migration's transaction. On a large table build it
 and leaves it.
 
 Each acknowledgement adds one entry to this index (the row becomes finished).
+
+SQLite keeps no statistics to estimate from, so on SQLite this revision also adds
+``caravel_finished_counts``: finished jobs per queue and state, filled from the rows already
+there and kept by triggers on the jobs table, in the same transaction as every insert, update
+and delete, so the count past the limit is one row read and never drifts.
 """
 
 from __future__ import annotations
@@ -32,6 +37,34 @@ depends_on = None
 _INDEX = "ix_caravel_jobs_finished"
 _STATISTICS = "caravel_jobs_queue_state"
 _FINISHED = sa.text("available_at IS NULL")
+_COUNTS = "caravel_finished_counts"
+_TRIGGERS = (
+    "caravel_jobs_finished_insert",
+    "caravel_jobs_finished_update",
+    "caravel_jobs_finished_delete",
+)
+_ADD = (
+    f"INSERT INTO {_COUNTS} (queue, state, jobs) SELECT NEW.queue, NEW.state, 1"
+    " WHERE NEW.available_at IS NULL"
+    " ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + 1;"
+)
+_TAKE = (
+    f"UPDATE {_COUNTS} SET jobs = jobs - 1"
+    " WHERE OLD.available_at IS NULL AND queue = OLD.queue AND state = OLD.state;"
+)
+_SQLITE = (
+    f"CREATE TABLE {_COUNTS} (queue VARCHAR NOT NULL, state VARCHAR NOT NULL,"
+    " jobs BIGINT NOT NULL, PRIMARY KEY (queue, state))",
+    f"INSERT INTO {_COUNTS} (queue, state, jobs) SELECT queue, state, count(*)"
+    " FROM caravel_jobs WHERE available_at IS NULL GROUP BY queue, state",
+    f"CREATE TRIGGER {_TRIGGERS[0]} AFTER INSERT ON caravel_jobs"
+    f" WHEN NEW.available_at IS NULL BEGIN {_ADD} END",
+    f"CREATE TRIGGER {_TRIGGERS[1]} AFTER UPDATE OF queue, state, available_at ON caravel_jobs"
+    " WHEN OLD.available_at IS NULL OR NEW.available_at IS NULL"
+    f" BEGIN {_TAKE} {_ADD} END",
+    f"CREATE TRIGGER {_TRIGGERS[2]} AFTER DELETE ON caravel_jobs"
+    f" WHEN OLD.available_at IS NULL BEGIN {_TAKE} END",
+)
 
 
 def upgrade() -> None:
@@ -47,9 +80,16 @@ def upgrade() -> None:
         op.execute(
             f"CREATE STATISTICS IF NOT EXISTS {_STATISTICS} (mcv) ON queue, state FROM caravel_jobs"
         )
+    else:
+        for statement in _SQLITE:
+            op.execute(statement)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(f"DROP STATISTICS IF EXISTS {_STATISTICS}")
+    else:
+        for trigger in _TRIGGERS:
+            op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        op.execute(f"DROP TABLE IF EXISTS {_COUNTS}")
     op.drop_index(_INDEX, table_name="caravel_jobs")
