@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # Why a block is not run. "fragment" python blocks are still compiled (top-level await allowed).
-NOT_RUN_KINDS = frozenset({"output", "fragment", "layout", "data", "long"})
+NOT_RUN_KINDS = frozenset({"output", "fragment", "template", "layout", "data", "long"})
 RUN_OPTIONS = frozenset({"postgresql", "background", "alone", "slow"})
 SHELL = frozenset({"sh", "bash", "shell", "console"})
 
