@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Why a block is not run. "fragment" python blocks are still compiled (top-level await allowed).
 NOT_RUN_KINDS = frozenset({"output", "fragment", "template", "layout", "data", "long"})
 RUN_OPTIONS = frozenset({"postgresql", "background", "alone", "slow"})
-SHELL = frozenset({"sh", "bash", "shell", "console"})
+SHELL = frozenset({"sh", "bash", "shell"})
+RUNNABLE = SHELL | {"python"}
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*(not run|run)\s*:\s*(.*?)\s*-->$")
@@ -49,7 +50,17 @@ class Block:
 
     @property
     def runnable(self) -> bool:
-        return self.not_run is None and not self.problems
+        return self.not_run is None and not self.problems and self.unrunnable is None
+
+    @property
+    def unrunnable(self) -> str | None:
+        """Why an unmarked block cannot be run, if it cannot: such a block fails its test."""
+        if self.not_run is None and self.file_name is None and self.lang not in RUNNABLE:
+            return (
+                f"{self.id}: a {self.lang or 'plain'} block the suite cannot run; name a file "
+                "before it or mark it <!-- not run: KIND -->"
+            )
+        return None
 
 
 def pages() -> list[Path]:
@@ -64,7 +75,8 @@ def _marker(comment: str) -> tuple[str | None, frozenset[str], float, list[str]]
     if verb == "not run":
         kind = rest.split(",")[0].strip()
         if kind not in NOT_RUN_KINDS:
-            return None, frozenset(), 60.0, [f"`not run` kind {kind!r} is not one of {sorted(NOT_RUN_KINDS)}"]
+            problem = f"`not run` kind {kind!r} is not one of {sorted(NOT_RUN_KINDS)}"
+            return None, frozenset(), 60.0, [problem]
         return kind, frozenset(), 60.0, []
     options: set[str] = set()
     timeout, problems = 60.0, []
@@ -74,13 +86,17 @@ def _marker(comment: str) -> tuple[str | None, frozenset[str], float, list[str]]
         elif word in RUN_OPTIONS:
             options.add(word)
         else:
-            problems.append(f"`run` option {word!r} is not one of {sorted(RUN_OPTIONS)} or timeout=S")
+            known = f"{sorted(RUN_OPTIONS)} or timeout=S"
+            problems.append(f"`run` option {word!r} is not one of {known}")
     return None, frozenset(options), timeout, problems
 
 
 def parse(path: Path) -> list[Block]:
-    page = path.relative_to(ROOT).as_posix()
-    lines = path.read_text(encoding="utf-8").splitlines()
+    return parse_text(path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
+
+
+def parse_text(page: str, text: str) -> list[Block]:
+    lines = text.splitlines()
     blocks: list[Block] = []
     i = 0
     while i < len(lines):

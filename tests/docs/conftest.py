@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,10 +33,8 @@ class PageRuns:
 
     def close(self) -> None:
         for run in self.runs.values():
-            try:
+            with contextlib.suppress(AssertionError):  # reported by the block that was running
                 run.stop_background()
-            except AssertionError:
-                pass  # already reported by the block that was running
         for url in self.databases:
             drop_pg_database(url)
 

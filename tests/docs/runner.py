@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import py_compile
+import select
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ class PageRun:
     done: set[int] = field(default_factory=set)
     failed: dict[int, str] = field(default_factory=dict)
     background: list[tuple[Block, subprocess.Popen[str]]] = field(default_factory=list)
+    started: dict[int, str] = field(default_factory=dict)  # a background block's first line
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -55,8 +57,10 @@ class PageRun:
         for block in blocks:
             if block.line > target.line:
                 break
-            if not block.runnable or block.line in self.done or (
-                "alone" in block.options and block is not target
+            if (
+                not block.runnable
+                or block.line in self.done
+                or ("alone" in block.options and block is not target)
             ):
                 continue
             if block.line in self.failed:
@@ -80,7 +84,8 @@ class PageRun:
                 try:
                     py_compile.compile(str(path), doraise=True)
                 except py_compile.PyCompileError as exc:
-                    raise BlockFailed(f"{block.id}: {block.file_name} does not compile: {exc}") from exc
+                    problem = f"{block.id}: {block.file_name} does not compile: {exc}"
+                    raise BlockFailed(problem) from exc
             return
         if block.lang == "python":
             script = self.folder / f"_block_{block.line}.py"
@@ -94,20 +99,36 @@ class PageRun:
     def _command(self, block: Block, argv: list[str]) -> None:
         if "background" in block.options:
             proc = subprocess.Popen(
-                argv, cwd=self.folder, env=self.env(), text=True,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                argv,
+                cwd=self.folder,
+                env=self.env(),
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             self.background.append((block, proc))
-            try:  # a command that fails at once (a bad option, a missing module) fails here
-                output, _ = proc.communicate(timeout=1.5)
-            except subprocess.TimeoutExpired:
-                return
-            self.background.pop()
-            raise BlockFailed(f"{block.id} exited {proc.returncode} at once:\n{_tail(output)}")
+            # Its first line of output says it is up (the worker prints one once Ctrl+C is
+            # handled); a command that exits first (a bad option, a missing module) fails here.
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], block.timeout)
+            first = proc.stdout.readline() if ready else ""
+            if proc.poll() is not None or not ready:
+                self.background.pop()
+                os.killpg(proc.pid, signal.SIGKILL)
+                output = first + proc.communicate()[0]
+                raise BlockFailed(f"{block.id} did not start:\n{_tail(output)}")
+            self.started[block.line] = first
+            return
         try:
             result = subprocess.run(
-                argv, cwd=self.folder, env=self.env(), text=True, capture_output=True,
-                timeout=block.timeout, check=False,
+                argv,
+                cwd=self.folder,
+                env=self.env(),
+                text=True,
+                capture_output=True,
+                timeout=block.timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             output = (exc.stdout or "") + (exc.stderr or "")
@@ -129,7 +150,7 @@ class PageRun:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGINT)
             try:
-                output, _ = proc.communicate(timeout=30)
+                output = self.started.get(block.line, "") + proc.communicate(timeout=30)[0]
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 output, _ = proc.communicate()

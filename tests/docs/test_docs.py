@@ -9,7 +9,7 @@ import ast
 
 import pytest
 
-from tests.docs.blocks import SHELL, Block, all_blocks, parse
+from tests.docs.blocks import Block, all_blocks, parse
 from tests.docs.conftest import PageRuns
 from tests.docs.runner import ROOT, BlockFailed
 
@@ -36,7 +36,8 @@ def _params() -> list[object]:
         params.append(pytest.param(block, "sqlite", id=block.id, marks=marks))
         if "postgresql" in block.options:
             pg_marks = [*marks, pytest.mark.postgres]
-            params.append(pytest.param(block, "postgresql", id=f"{block.id}[postgresql]", marks=pg_marks))
+            pg_id = f"{block.id}[postgresql]"
+            params.append(pytest.param(block, "postgresql", id=pg_id, marks=pg_marks))
     return params
 
 
@@ -58,12 +59,8 @@ def test_block(block: Block, backend: str, page_runs: PageRuns) -> None:
     if block.not_run is not None:
         _check_not_run(block)
         return
-    if block.file_name is None and block.lang != "python" and block.lang not in SHELL:
-        pytest.fail(
-            f"{block.id}: a {block.lang or 'plain'} block the suite cannot run; name a file "
-            "before it or mark it <!-- not run: KIND -->",
-            pytrace=False,
-        )
+    if block.unrunnable is not None:
+        pytest.fail(block.unrunnable, pytrace=False)
     failure = None
     try:
         if "alone" in block.options:  # its own folder, nothing before it
