@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.docs.blocks import ROOT
 from tests.docs.runner import PageRun
 from tests.support.databases import create_pg_database, drop_pg_database
 
@@ -17,8 +20,25 @@ class PageRuns:
         self.root = root
         self.runs: dict[tuple[str, str], PageRun] = {}
         self.databases: list[str] = []
+        self._copy: Path | None = None
 
-    def get(self, page: str, backend: str) -> PageRun:
+    def checkout_copy(self) -> Path:
+        """The checkout's tracked files, as in a fresh clone: an install from it builds there,
+        never in the checkout the suite runs from."""
+        if self._copy is None:
+            listed = subprocess.run(
+                ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+            ).stdout.decode()
+            self._copy = self.root / "checkout"
+            for name in filter(None, listed.split("\0")):
+                source = ROOT / name
+                if source.is_file():  # a file deleted but not yet committed is left out
+                    target = self._copy / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, target)
+        return self._copy
+
+    def get(self, page: str, backend: str, checkout: Path = ROOT) -> PageRun:
         key = (page, backend)
         if key not in self.runs:
             folder = self.root / f"{page.replace('/', '_').replace(':', '_')}-{backend}"
@@ -28,7 +48,7 @@ class PageRuns:
                 self.databases.append(url)
             else:
                 url = "sqlite:///queue.db"
-            self.runs[key] = PageRun(folder=folder, backend=backend, database_url=url)
+            self.runs[key] = PageRun(folder, backend, url, checkout=checkout)
         return self.runs[key]
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ class PageRun:
     folder: Path
     backend: str  # "sqlite" or "postgresql"
     database_url: str
+    checkout: Path = ROOT  # what CARAVEL_CHECKOUT names
     done: set[int] = field(default_factory=set)
     failed: dict[int, str] = field(default_factory=dict)
     background: list[tuple[Block, subprocess.Popen[str]]] = field(default_factory=list)
@@ -45,7 +46,7 @@ class PageRun:
         env = dict(os.environ)
         # The checkout's caravel and python come first, as after `. .venv/bin/activate`.
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-        env["CARAVEL_CHECKOUT"] = str(ROOT)
+        env["CARAVEL_CHECKOUT"] = str(self.checkout)
         env.pop("CARAVEL_DATABASE_URL", None)
         return env
 

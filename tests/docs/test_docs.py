@@ -63,8 +63,9 @@ def test_block(block: Block, backend: str, page_runs: PageRuns) -> None:
         pytest.fail(block.unrunnable, pytrace=False)
     failure = None
     try:
-        if "alone" in block.options:  # its own folder, nothing before it
-            page_runs.get(f"{block.page}:{block.line}", backend).run_through([block], block)
+        if "alone" in block.options:  # its own folder, nothing before it, a fresh checkout
+            alone = page_runs.get(f"{block.page}:{block.line}", backend, page_runs.checkout_copy())
+            alone.run_through([block], block)
         else:
             page_runs.get(block.page, backend).run_through(parse(ROOT / block.page), block)
     except BlockFailed as exc:
