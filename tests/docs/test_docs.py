@@ -1,0 +1,74 @@
+"""Every fenced block of README.md and docs/ is either run or marked as not meant to run.
+
+The convention is in tests/README.md ("The docs suite"). A test id is the block's page and line
+(``docs/tutorial.md:19``), with ``[postgresql]`` for the second run of a block marked so."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tests.docs.blocks import Block, all_blocks, parse
+from tests.docs.conftest import PageRuns
+from tests.docs.runner import ROOT, BlockFailed
+
+# TEMPORARY: pages other helpers are rewriting on issue 18; their blocks are collected but
+# skipped until those rewrites land. Remove an entry once its page follows the convention.
+REWRITE_IN_PROGRESS = frozenset(
+    {
+        "docs/reference/cli.md",
+        "docs/guides/backend-sample.md",
+        "docs/guides/dashboard.md",
+        "docs/guides/worker-sample.md",
+    }
+)
+
+BLOCKS = all_blocks()
+
+
+def _params() -> list[object]:
+    params: list[object] = []
+    for block in BLOCKS:
+        marks = [pytest.mark.xdist_group(f"docs:{block.page}")]
+        if "slow" in block.options:
+            marks.append(pytest.mark.slow)
+        params.append(pytest.param(block, "sqlite", id=block.id, marks=marks))
+        if "postgresql" in block.options:
+            pg_marks = [*marks, pytest.mark.postgres]
+            pg_id = f"{block.id}[postgresql]"
+            params.append(pytest.param(block, "postgresql", id=pg_id, marks=pg_marks))
+    return params
+
+
+def _check_not_run(block: Block) -> None:
+    """A python fragment still has to be Python (top-level await is allowed in a fragment)."""
+    if block.lang == "python" and block.not_run == "fragment":
+        try:
+            compile(block.text, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        except SyntaxError as exc:
+            pytest.fail(f"{block.id}: fragment is not Python: {exc}", pytrace=False)
+
+
+@pytest.mark.parametrize(("block", "backend"), _params())
+def test_block(block: Block, backend: str, page_runs: PageRuns) -> None:
+    if block.page in REWRITE_IN_PROGRESS:
+        pytest.skip(f"{block.page} is on the temporary REWRITE_IN_PROGRESS list")
+    if block.problems:
+        pytest.fail(f"{block.id}: " + "; ".join(block.problems), pytrace=False)
+    if block.not_run is not None:
+        _check_not_run(block)
+        return
+    if block.unrunnable is not None:
+        pytest.fail(block.unrunnable, pytrace=False)
+    failure = None
+    try:
+        if "alone" in block.options:  # its own folder, nothing before it, a fresh checkout
+            alone = page_runs.get(f"{block.page}:{block.line}", backend, page_runs.checkout_copy())
+            alone.run_through([block], block)
+        else:
+            page_runs.get(block.page, backend).run_through(parse(ROOT / block.page), block)
+    except BlockFailed as exc:
+        failure = str(exc)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
