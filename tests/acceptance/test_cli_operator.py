@@ -532,23 +532,91 @@ def test_jobs_list_filters(db_url: str, mix: Seeded) -> None:
     assert ids("-t", TENANT_C) == [mix["reports_ready"]]
     assert ids("--tenant", "TENANT-B") == []  # exact, case-sensitive
     assert ids("--state", "dead_letter") == mix.newest_first("dead", "reports_dead")
-    assert ids("--state", "running") == mix.newest_first("running", "expired")
     assert ids("--state", "completed") == [mix["completed"]]
     assert ids("--type", REPORT_TYPE) == mix.newest_first("ready1", "reports_dead", "reports_ready")
     assert ids("--limit", "3") == mix.newest_first(*mix.ids)[:3]
     assert ids("--limit", "1", "--state", "ready") == [mix["reports_ready"]]
-    # Every filter must match; "ready" includes jobs not due yet.
-    assert ids("--queue", EMAILS, "--tenant", TENANT_A, "--state", "ready") == mix.newest_first(
-        "ready1", "delayed"
-    )
+    # Every filter must match.
+    assert ids("--queue", EMAILS, "--tenant", TENANT_A, "--state", "ready") == [mix["ready1"]]
     assert ids("-q", EMAILS, "--type", REPORT_TYPE, "--state", "dead_letter") == []
 
 
-def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded) -> None:
-    done = refused(run_cli("jobs", "list", "--url", db_url, "--state", "finished"))
-    assert "state" in done.stderr
-    assert "dead_letter" in flat(done.stderr)  # it names the allowed values
-    assert done.stdout == ""
+SHOWN = ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+
+
+def test_jobs_list_state_is_the_status_vocabulary_judged_now(db_url: str, mix: Seeded) -> None:
+    def ids(*args: str) -> list[str]:
+        return [r["job_id"] for r in listed(db_url, *args)]
+
+    # Due now is "ready"; due tomorrow is "delayed" (both are stored as ready).
+    assert ids("--state", "ready") == mix.newest_first("ready1", "ready2", "reports_ready")
+    assert ids("--state", "delayed") == [mix["delayed"]]
+    # A live lease is "running"; a lease that ended two days ago is "expired".
+    assert ids("--state", "running") == [mix["running"]]
+    assert ids("--state", "expired") == [mix["expired"]]
+    # A row's state is the stored one.
+    (delayed,) = listed(db_url, "--state", "delayed")
+    assert delayed["state"] == "ready"
+    (expired,) = listed(db_url, "--state", "expired")
+    assert expired["state"] == "running"
+    assert datetime.fromisoformat(expired["lease_expires_at"]) < datetime.now(UTC)
+
+    # The same six words as `caravel status`, counting the same jobs in every queue.
+    counted = json.loads(ok(run_cli("status", "--url", db_url, "--json")).stdout)["queues"]
+    assert {row["queue"] for row in counted} == {EMAILS, REPORTS}
+    for row in counted:
+        for word in SHOWN:
+            assert len(ids("--queue", row["queue"], "--state", word)) == row[word], word
+    every = [job_id for word in SHOWN for job_id in ids("--state", word)]
+    assert sorted(every) == sorted(mix.ids.values())  # each job in exactly one state
+
+
+def test_jobs_list_state_is_judged_when_the_command_runs(db_url: str) -> None:
+    """A job enqueued (two days ago) to run one day later was delayed then and is ready now; one
+    claimed then with a 30-second lease is expired now, though the row still says running."""
+
+    async def seed() -> tuple[str, str]:
+        then = datetime.now(UTC) - timedelta(days=2)
+        clock = ManualClock(then)
+        async with open_queue(db_url, clock=clock) as q:
+            claimed_id = await _enqueue(q, Add(1), queue=EMAILS)
+            claimed = await Leases(q).claim(EMAILS)
+            assert claimed is not None
+            assert str(claimed.job_id) == claimed_id
+            later = await _enqueue(q, Add(2), queue=EMAILS, not_before=then + timedelta(days=1))
+        async with QueueInspector(db_url, clock=clock) as seen:  # judged two days ago
+            assert [str(j.job_id) for j in await seen.list_jobs(shown_state="delayed")] == [later]
+            assert [str(j.job_id) for j in await seen.list_jobs(shown_state="running")] == [
+                claimed_id
+            ]
+        return claimed_id, later
+
+    claimed_id, later = asyncio.run(seed())
+    assert [r["job_id"] for r in listed(db_url, "--state", "ready")] == [later]
+    assert listed(db_url, "--state", "delayed") == []
+    assert [r["job_id"] for r in listed(db_url, "--state", "expired")] == [claimed_id]
+    assert listed(db_url, "--state", "running") == []
+
+
+@pytest.mark.parametrize("word", ["finished", "pending", "READY", "dead-letter", ""])
+def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded, word: str) -> None:
+    done = refused(run_cli("jobs", "list", "--url", db_url, "--state", word))
+    assert flat(done.stderr) == (
+        "caravel jobs list: --state: must be one of "
+        "ready, delayed, running, expired, dead_letter, completed"
+    )
+
+
+def test_jobs_list_unknown_state_under_json_is_the_error_document(db_url: str) -> None:
+    done = refused(run_cli("jobs", "list", "--url", db_url, "--json", "--state", "waiting"))
+    assert json.loads(done.stderr) == {
+        "error": {
+            "type": "ValidationError",
+            "message": "caravel jobs list: --state: must be one of "
+            "ready, delayed, running, expired, dead_letter, completed",
+            "exit_code": 2,
+        }
+    }
 
 
 @pytest.mark.parametrize("limit", ["0", "10001"])

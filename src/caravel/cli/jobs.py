@@ -16,7 +16,8 @@ from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.render import console, statuses_table
 from caravel.errors import CaravelError, ValidationError
-from caravel.jobs import DEFAULT_TENANT, JobState, JobStatus
+from caravel.jobs import DEFAULT_TENANT, JobStatus
+from caravel.store.protocol import SHOWN_STATES
 
 app = typer.Typer(
     help="List, inspect and replay jobs.", no_args_is_help=True, rich_markup_mode=None
@@ -51,12 +52,10 @@ def _job_id(value: str) -> UUID:
 def _filter(
     queue: str | None, tenant: str | None, state: str | None, job_type: str | None, limit: int
 ) -> dict[str, Any]:
-    try:
-        parsed = None if state is None else JobState(state)
-    except ValueError:
-        raise ValidationError(
-            "state", "must be one of " + ", ".join(s.value for s in JobState)
-        ) from None
+    # The words of `caravel status` and the dashboard, judged when the command runs: a job not
+    # due yet is "delayed", not "ready"; a running job whose lease ended is "expired".
+    if state is not None and state not in SHOWN_STATES:
+        raise ValidationError("--state", "must be one of " + ", ".join(SHOWN_STATES))
     from caravel.inspector import MAX_LIST_LIMIT
     from caravel.validation import check_int
 
@@ -64,7 +63,7 @@ def _filter(
     return {
         "queue": queue,
         "tenant_id": tenant,
-        "state": parsed,
+        "shown_state": state,
         "job_type": job_type,
         "limit": limit,
     }
@@ -78,7 +77,9 @@ def list_jobs(
     state: Annotated[
         str | None,
         typer.Option(
-            metavar="STATE", help="Only this state: ready, running, completed or dead_letter."
+            metavar="STATE",
+            help="Only jobs in this state now: ready (due), delayed (not due yet), running "
+            "(lease live), expired (lease ended), dead_letter or completed.",
         ),
     ] = None,
     job_type: TypeFilter = None,
