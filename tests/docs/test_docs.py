@@ -13,17 +13,6 @@ from tests.docs.blocks import Block, all_blocks, parse
 from tests.docs.conftest import PageRuns
 from tests.docs.runner import ROOT, BlockFailed
 
-# TEMPORARY: pages other helpers are rewriting on issue 18; their blocks are collected but
-# skipped until those rewrites land. Remove an entry once its page follows the convention.
-REWRITE_IN_PROGRESS = frozenset(
-    {
-        "docs/reference/cli.md",
-        "docs/guides/backend-sample.md",
-        "docs/guides/dashboard.md",
-        "docs/guides/worker-sample.md",
-    }
-)
-
 BLOCKS = all_blocks()
 
 
@@ -52,8 +41,6 @@ def _check_not_run(block: Block) -> None:
 
 @pytest.mark.parametrize(("block", "backend"), _params())
 def test_block(block: Block, backend: str, page_runs: PageRuns) -> None:
-    if block.page in REWRITE_IN_PROGRESS:
-        pytest.skip(f"{block.page} is on the temporary REWRITE_IN_PROGRESS list")
     if block.problems:
         pytest.fail(f"{block.id}: " + "; ".join(block.problems), pytrace=False)
     if block.not_run is not None:
