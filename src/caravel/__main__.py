@@ -1,5 +1,5 @@
 """``python -m caravel`` runs the operator command line."""
 
-from caravel.cli.main import main
+from caravel.cli.entry import main
 
 main()

@@ -15,7 +15,7 @@ import pytest
 from caravel import JobState, JobStatus
 from tests.acceptance.test_worker_process import QUEUE, enqueue, statuses
 from tests.support.apps.workload import Gate, SyncGate
-from tests.support.processes import WorkerProcess, read_ledger, wait_until
+from tests.support.processes import WorkerProcess, read_ledger, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -201,3 +201,46 @@ def test_a_sync_handler_ignoring_cancellation_does_not_keep_the_process_alive(
     assert not any(e.kind == "end" for e in read_ledger(evidence))
     (status,) = statuses(db_url, [job_id])
     assert status.state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("after_ms", [0, 30, 60, 90, 120, 180, 250, 400])
+def test_ctrl_c_while_the_command_is_still_starting_is_never_a_traceback(
+    tmp_path: Path, after_ms: int
+) -> None:
+    # Wherever the interrupt lands (Python starting, the command line's modules importing,
+    # the registry importing, the worker opening its database), the process ends at once with
+    # exit 130, or dies of the signal itself before Python could take it, and prints no
+    # traceback.
+    import os
+    import subprocess
+    import time
+
+    from tests.support.processes import CARAVEL, ROOT
+
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    assert run_cli("db", "upgrade", "--url", url).returncode == 0
+    process = subprocess.Popen(
+        [
+            CARAVEL,
+            "worker",
+            "--url",
+            url,
+            "--app",
+            "tests.support.apps.workload:registry",
+            "--queue",
+            QUEUE,
+            *FAST,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(after_ms / 1000)  # when the signal lands, not how long anything takes
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    if err.startswith("Fatal Python error: init_import_site"):
+        return  # the interpreter's own start-up was interrupted, before any code of ours ran
+    assert "Traceback" not in err + out, err
+    assert process.returncode in (0, 130, -signal.SIGINT), (process.returncode, err)
