@@ -25,6 +25,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("serial") is not None:
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+    _keep_groups(config, items)
+
+
+def _keep_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each xdist group on one worker under ``--dist loadgroup``.
+
+    pytest-xdist 3.8 marks a test's group by appending ``@group`` to ``item._nodeid``, which
+    pytest 9 no longer reads (a node's id is ``item._id``), so groups were lost: ``serial``
+    tests ran side by side and a docs page's blocks ran on two workers at once. Do what xdist
+    means to; on a pytest that still reads ``_nodeid`` xdist's own marking holds."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            continue
+        group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        if not item.nodeid.endswith(f"@{group}"):
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

@@ -15,25 +15,6 @@ from tests.docs.runner import PageRun
 from tests.support.databases import create_pg_database, drop_pg_database
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep a page's blocks on one xdist worker under ``--dist loadgroup``.
-
-    pytest-xdist 3.8 marks a test's group by appending ``@group`` to ``item._nodeid``, which
-    pytest 9 no longer reads (a node's id is ``item._id``), so the groups are lost and a page's
-    blocks run on two workers at once: each replays the page, and two servers a page starts on
-    its documented port collide. Do what xdist means to, for the docs suite's tests only."""
-    if not getattr(config.option, "loadgroup", False):
-        return
-    from _pytest.nodeid import NodeId
-
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark is None or not item.nodeid.startswith("tests/docs/") or "]@" in item.nodeid:
-            continue
-        item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")  # type: ignore[attr-defined]
-
-
 class PageRuns:
     def __init__(self, root: Path) -> None:
         self.root = root
