@@ -240,7 +240,17 @@ def test_ctrl_c_while_the_command_is_still_starting_is_never_a_traceback(
     time.sleep(after_ms / 1000)  # when the signal lands, not how long anything takes
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
-    if err.startswith("Fatal Python error: init_import_site"):
-        return  # the interpreter's own start-up was interrupted, before any code of ours ran
+    if _before_any_code_of_ours(err):
+        return
     assert "Traceback" not in err + out, err
     assert process.returncode in (0, 130, -signal.SIGINT), (process.returncode, err)
+
+
+def _before_any_code_of_ours(err: str) -> bool:
+    """The interrupt landed while the interpreter was starting (its ``site`` module) or while
+    the console script was importing the package's entry module, before any of Caravel's code
+    could take it: Python's own report, with no frame of ours in it."""
+    if err.startswith("Fatal Python error: init_import_site"):
+        return True
+    frames = [line for line in err.splitlines() if line.strip().startswith("File ")]
+    return bool(frames) and all('bin/caravel"' in line for line in frames)

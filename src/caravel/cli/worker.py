@@ -155,7 +155,10 @@ def worker(
     except KeyboardInterrupt:  # Ctrl+C before the worker took over the signals
         _say("interrupted before it started; stopped")
         raise typer.Exit(130) from None
-    except CaravelError as exc:  # 2 for a missing file or an unmigrated queue, 1 otherwise
+    except FailedWhileRunning as failed:
+        _say(f"stopped: {failed.cause}")
+        raise typer.Exit(1) from None
+    except CaravelError as exc:  # before it ran: 2 for a missing file or an unmigrated queue
         _say(f"stopped: {exc}")
         raise typer.Exit(exit_code(exc)) from None
     finally:
@@ -166,6 +169,14 @@ def worker(
 
 def _say(message: str) -> None:
     err.print(f"caravel worker: {message}", markup=False, highlight=False)
+
+
+class FailedWhileRunning(Exception):
+    """The database failed after the worker had started: a runtime failure, exit 1."""
+
+    def __init__(self, cause: CaravelError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 async def _serve(
@@ -179,23 +190,26 @@ async def _serve(
     from caravel.worker import QueueWorker
 
     loop = asyncio.get_running_loop()
-    async with (
-        DatabaseQueue(url, registry, options=queue_options) as queue,
-        QueueWorker(queue, options=worker_options) as running,
-    ):
+    async with DatabaseQueue(url, registry, options=queue_options) as queue:
+        # Before "processing": what is wrong here is the set-up's (exit 2); what fails after it
+        # is a runtime failure (exit 1), a database file removed while it runs included.
+        await queue.check_schema()
+        async with QueueWorker(queue, options=worker_options) as running:
 
-        def on_signal() -> None:
-            _say(stopping_line(running.stop()))
+            def on_signal() -> None:
+                _say(stopping_line(running.stop()))
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal)
-        _say(
-            f"processing {', '.join(queues)} "
-            f"(concurrency {worker_options.concurrency}); SIGTERM or Ctrl+C stops"
-        )
-        try:
-            await running.run(queues)
-        finally:
-            if running.abandoned_at_stop:
-                _say(abandoned_line(running.abandoned_at_stop, datetime.now(UTC)))
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, on_signal)
+            _say(
+                f"processing {', '.join(queues)} "
+                f"(concurrency {worker_options.concurrency}); SIGTERM or Ctrl+C stops"
+            )
+            try:
+                await running.run(queues)
+            except CaravelError as exc:
+                raise FailedWhileRunning(exc) from exc
+            finally:
+                if running.abandoned_at_stop:
+                    _say(abandoned_line(running.abandoned_at_stop, datetime.now(UTC)))
     return running
