@@ -188,12 +188,13 @@ def test_worker_whose_sqlite_file_is_removed_exits_1(
 ) -> None:
     db_url = sqlite_template.copy_to(tmp_path / "queue.db")
     path = tmp_path / "queue.db"
+    (job_id,) = enqueue(db_url, Nap(0))
     worker = WorkerProcess(db_url, evidence, [QUEUE], *FAST)
     try:
-        assert worker.process.stderr is not None
-        wait_until(
-            lambda: "processing" in worker.process.stderr.readline(), what="the worker to start"
-        )
+        # Once a job has been claimed and acknowledged the worker's connections are open, and
+        # open connections go on working on a file unlinked under them: the worker must still
+        # notice that the queue is gone.
+        wait_until(lambda: completed(db_url, [job_id]), what="the worker to finish a job")
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         code, err = worker.wait()

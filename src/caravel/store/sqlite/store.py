@@ -193,6 +193,11 @@ class SqliteStore(SqlStore[ThreadConnection]):
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
 
         def claim(conn: sa.Connection, waited: int) -> list[Any]:
+            # Open connections keep working on a file unlinked under them, so a worker would
+            # poll a deleted queue for ever: the claim, which every worker runs, looks first.
+            missing = self._explain("job_claim")
+            if missing is not None:
+                raise missing
             # Where the claim had to wait for the write lock, the lease starts after the wait.
             params = self._claim_params(request, request.now + waited)
             return list(conn.execute(stmt, params).all())
