@@ -7,14 +7,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from caravel import migrate
-from tests.migrations.test_queue_migrations import _engine, _execute, _rows
+from tests.migrations.test_queue_migrations import _rows
+from tests.support.databases import execute_sql, sync_engine
 
 INDEX = "ix_caravel_jobs_finished"
 STATISTICS = "caravel_jobs_queue_state"
 
 
 def _indexes(url: str) -> set[str]:
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         return {str(i["name"]) for i in sa.inspect(engine).get_indexes("caravel_jobs")}
     finally:
@@ -46,7 +47,7 @@ def test_upgrade_adds_the_index_and_downgrade_removes_it(empty_url: str) -> None
 
 def test_an_index_built_beforehand_is_kept(empty_url: str) -> None:
     migrate.upgrade(empty_url, "0004")
-    _execute(
+    execute_sql(
         empty_url,
         f"CREATE INDEX {INDEX} ON caravel_jobs (queue, state) WHERE available_at IS NULL",
     )

@@ -14,40 +14,23 @@ from sqlalchemy.engine import make_url
 from caravel import DatabaseQueue, Leases, SchemaNotReadyError, migrate
 from caravel.store.schema import include_object, metadata
 from tests.support import Add, dispatch, make_registry, open_queue
+from tests.support.databases import execute_sql, sync_engine
 
 JOBS = "caravel_jobs"
 VERSION = "caravel_alembic_version"
 UPGRADE_HINT = "caravel db upgrade"
 
 
-def _engine(url: str) -> sa.Engine:
-    parsed = make_url(url)
-    driver = (
-        "postgresql+psycopg" if parsed.get_backend_name() == "postgresql" else "sqlite+pysqlite"
-    )
-    return sa.create_engine(parsed.set(drivername=driver), poolclass=sa.pool.NullPool)
-
-
 def _tables(url: str) -> set[str]:
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         return set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()
 
 
-def _execute(url: str, *statements: str) -> None:
-    engine = _engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.exec_driver_sql(statement)
-    finally:
-        engine.dispose()
-
-
 def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         with engine.connect() as conn:
             return [tuple(row) for row in conn.exec_driver_sql(query)]
@@ -57,7 +40,7 @@ def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
 
 def _autogenerate_is_empty(url: str) -> bool:
     """Run Alembic autogenerate ourselves (not through ``migrate.check``)."""
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(
@@ -91,7 +74,7 @@ def test_upgrade_from_empty_creates_the_tables_and_own_version_table(empty_url: 
     assert _rows(empty_url, f"SELECT version_num FROM {VERSION}") == [(migrate.head(),)]
     assert migrate.current(empty_url) == migrate.head()
 
-    engine = _engine(empty_url)
+    engine = sync_engine(empty_url)
     try:
         inspector = sa.inspect(engine)
         columns = {column["name"] for column in inspector.get_columns(JOBS)}
@@ -130,7 +113,7 @@ def test_check_on_an_empty_database_says_to_run_upgrade(empty_url: str) -> None:
 
 def test_check_finds_a_table_that_drifted_from_the_model(empty_url: str) -> None:
     migrate.upgrade(empty_url)
-    _execute(empty_url, "DROP INDEX ix_caravel_jobs_claim")
+    execute_sql(empty_url, "DROP INDEX ix_caravel_jobs_claim")
     assert not _autogenerate_is_empty(empty_url)
 
     with pytest.raises(SchemaNotReadyError) as caught:
@@ -141,7 +124,7 @@ def test_check_finds_a_table_that_drifted_from_the_model(empty_url: str) -> None
 
 def test_check_rejects_a_revision_other_than_head(empty_url: str) -> None:
     migrate.upgrade(empty_url)
-    _execute(empty_url, f"UPDATE {VERSION} SET version_num = 'ffff'")
+    execute_sql(empty_url, f"UPDATE {VERSION} SET version_num = 'ffff'")
 
     with pytest.raises(SchemaNotReadyError) as caught:
         migrate.check(empty_url)
@@ -157,7 +140,7 @@ IDEMPOTENCY_INDEX = (True, ("queue", "tenant_id", "idempotency_key"), "idempoten
 def _idempotency_index(url: str) -> tuple[bool, tuple[str, ...], str] | None:
     """Whether ``uq_caravel_jobs_idempotency`` is a unique index, its columns and its predicate
     as the database reports them (normalised), or ``None`` when no such index exists."""
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         found = {
             ix["name"]: ix
@@ -177,7 +160,7 @@ def _idempotency_index(url: str) -> tuple[bool, tuple[str, ...], str] | None:
 
 
 def _unique_constraints(url: str) -> list[tuple[str, ...]]:
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         constraints = sa.inspect(engine).get_unique_constraints(JOBS)
     finally:
@@ -229,9 +212,9 @@ async def test_a_repeated_key_written_behind_the_queue_is_refused_by_the_index(
         else "lower(hex(randomblob(16)))"
     )
     with pytest.raises(sa.exc.IntegrityError):
-        _execute(empty_url, copy.format(id=fresh_id, key="idempotency_key"))
-    _execute(empty_url, copy.format(id=fresh_id, key="NULL"))  # any number without a key
-    _execute(empty_url, copy.format(id=fresh_id, key="NULL"))
+        execute_sql(empty_url, copy.format(id=fresh_id, key="idempotency_key"))
+    execute_sql(empty_url, copy.format(id=fresh_id, key="NULL"))  # any number without a key
+    execute_sql(empty_url, copy.format(id=fresh_id, key="NULL"))
     assert _rows(empty_url, f"SELECT COUNT(*) FROM {JOBS} WHERE idempotency_key IS NULL") == [(3,)]
     assert first.already_enqueued is False
 
@@ -288,7 +271,7 @@ def _assert_app_untouched(url: str) -> None:
     assert {"app_orders", "alembic_version"} <= _tables(url)
     assert _rows(url, "SELECT id, note FROM app_orders") == [(1, "keep me")]
     assert _rows(url, "SELECT version_num FROM alembic_version") == [("app_rev_42",)]
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         indexes = {index["name"] for index in sa.inspect(engine).get_indexes("app_orders")}
     finally:
@@ -297,7 +280,7 @@ def _assert_app_untouched(url: str) -> None:
 
 
 def test_application_tables_are_ignored_and_untouched(empty_url: str) -> None:
-    _execute(empty_url, *APP_SETUP)
+    execute_sql(empty_url, *APP_SETUP)
     assert migrate.current(empty_url) is None  # the application's history is not ours
 
     migrate.upgrade(empty_url)
@@ -357,12 +340,12 @@ async def test_check_schema_follows_the_applied_revision(empty_url: str) -> None
     try:
         await queue.check_schema()
 
-        _execute(empty_url, f"UPDATE {VERSION} SET version_num = 'ffff'")
+        execute_sql(empty_url, f"UPDATE {VERSION} SET version_num = 'ffff'")
         with pytest.raises(SchemaNotReadyError) as caught:
             await queue.check_schema()
         assert "ffff" in str(caught.value)
 
-        _execute(empty_url, f"UPDATE {VERSION} SET version_num = '{migrate.head()}'")
+        execute_sql(empty_url, f"UPDATE {VERSION} SET version_num = '{migrate.head()}'")
         await queue.check_schema()
 
         migrate.downgrade(empty_url, "base")

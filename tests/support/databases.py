@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from caravel import migrate
@@ -101,3 +102,23 @@ def truncate_pg(url: str, tables: tuple[str, ...]) -> None:
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("TRUNCATE " + ", ".join(tables))
+
+
+def sync_engine(url: str) -> sa.Engine:
+    """A plain blocking engine on ``url``'s database that keeps no connection open."""
+    parsed = make_url(url)
+    driver = (
+        "postgresql+psycopg" if parsed.get_backend_name() == "postgresql" else "sqlite+pysqlite"
+    )
+    return sa.create_engine(parsed.set(drivername=driver), poolclass=sa.pool.NullPool)
+
+
+def execute_sql(url: str, *statements: str) -> None:
+    """Run ``statements`` in one transaction on ``url``'s database."""
+    engine = sync_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()

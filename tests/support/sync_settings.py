@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from tests.support.databases import SqliteTemplate, pg_database
+from tests.support.databases import SqliteTemplate, execute_sql, pg_database, sync_engine
 
 __all__ = ["SETTINGS", "seen", "watched_url"]
 
@@ -49,33 +48,17 @@ def watched_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tupl
     if request.param == "sqlite":
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         url = template.copy_to(tmp_path / "queue.db")
-        _execute(url, _SQLITE_TRIGGER)
+        execute_sql(url, *_SQLITE_TRIGGER)
         yield request.param, url
         return
     with pg_database(migrated=True) as url:
-        _execute(url, _PG_TRIGGER)
+        execute_sql(url, *_PG_TRIGGER)
         yield request.param, url
-
-
-def _engine(url: str) -> sa.Engine:
-    parsed = sa.make_url(url)
-    driver = "postgresql+psycopg" if parsed.get_backend_name() == "postgresql" else "sqlite"
-    return sa.create_engine(parsed.set(drivername=driver), poolclass=sa.pool.NullPool)
-
-
-def _execute(url: str, statements: tuple[str, ...]) -> None:
-    engine = _engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.exec_driver_sql(statement)
-    finally:
-        engine.dispose()
 
 
 def seen(url: str) -> list[str]:
     """The settings recorded so far, and forget them."""
-    engine = _engine(url)
+    engine = sync_engine(url)
     try:
         with engine.begin() as conn:
             rows = [str(row[0]) for row in conn.exec_driver_sql("SELECT setting FROM seen_sync")]
