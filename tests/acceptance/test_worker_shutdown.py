@@ -248,9 +248,11 @@ def test_ctrl_c_while_the_command_is_still_starting_is_never_a_traceback(
 
 def _before_any_code_of_ours(err: str) -> bool:
     """The interrupt landed while the interpreter was starting (its ``site`` module) or while
-    the console script was importing the package's entry module, before any of Caravel's code
-    could take it: Python's own report, with no frame of ours in it."""
+    the console script was importing the package's entry module, before the entry point's
+    handler existed: Python's own report, never passing through ``main``."""
     if err.startswith("Fatal Python error: init_import_site"):
         return True
     frames = [line for line in err.splitlines() if line.strip().startswith("File ")]
-    return bool(frames) and all('bin/caravel"' in line for line in frames)
+    # Importing the entry module (the package's __init__ included) comes before its handler;
+    # an interrupt inside ``main`` is ours to catch, and a traceback through it a failure.
+    return bool(frames) and not any(line.rstrip().endswith(", in main") for line in frames)

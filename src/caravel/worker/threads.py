@@ -60,16 +60,24 @@ class HandlerThreads(Executor):
         while (item := self._work.get()) is not None:
             future, fn, args, kwargs = item
             del item
-            if future.set_running_or_notify_cancel():
+            running = future.set_running_or_notify_cancel()
+            failure: BaseException | None = None
+            result: Any = None
+            if running:
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # handed to the awaiting task, as an executor does
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            del future, fn, args, kwargs
+                    failure = exc
+            # No longer busy before the awaiting task hears of it: the worker counts busy
+            # threads as abandoned the moment its last job is acknowledged.
             with self._lock:
                 self._busy -= 1
+            if running:
+                if failure is not None:
+                    future.set_exception(failure)
+                else:
+                    future.set_result(result)
+            del future, fn, args, kwargs, failure, result
             self._idle.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
