@@ -4,6 +4,8 @@
     python -m bench --only drain latency --backends postgresql --runs 1
     python -m bench --quick                 # smaller sizes, for a first look
     python -m bench --only counts           # queue_counts over 1,000,000 finished rows
+    python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
+    python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
 The drain is measured twice in every run, with asynchronous and with durable acknowledgements.
 
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import counts, peers, runs
+from bench import compare, counts, runs
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -40,8 +42,10 @@ ALL = (
     "commit",
     "durability",
     "counts",
-    "peers",
+    "compare",
 )
+#: The parts of the comparison with the peers (``--compare``).
+COMPARE = ("sweep", "drain", "enqueue", "latency", "startup")
 
 
 def _median(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,25 +115,6 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
     }
 
 
-def _peers(args: argparse.Namespace) -> dict[str, Any]:
-    """Each installed peer, measured like Caravel on fresh PostgreSQL databases."""
-    found: dict[str, Any] = {}
-    for peer in peers.PEERS:
-        if not peers.installed(peer):
-            print(f"postgresql peers    {peer} is not installed (pip install -e '.[bench]')")
-            continue
-        print(f"postgresql peers    {peer} ...", flush=True)
-        figures = _measure(
-            "postgresql",
-            args.runs,
-            lambda url, p=peer: peers.measure(p, url, args.single, args.jobs),
-        )
-        found[peer] = figures
-        shown = ", ".join(f"{k}={v:,.1f}" for k, v in figures.items() if isinstance(v, float))
-        print(f"postgresql peers    {peer} {shown}", flush=True)
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--backends", nargs="+", default=["postgresql", "sqlite"])
@@ -143,14 +128,22 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=100, help="plain-SQL batch size")
     parser.add_argument("--seconds", type=float, default=10.0, help="steady-state duration")
-    parser.add_argument("--latency-jobs", type=int, default=300)
+    parser.add_argument("--latency-jobs", type=int, default=1000)
     parser.add_argument("--history", type=int, default=1_000_000, help="retained rows")
     parser.add_argument("--memory-jobs", type=int, default=500_000)
+    parser.add_argument(
+        "--libraries", nargs="+", default=list(compare.GRIDS), help="for --only compare"
+    )
+    parser.add_argument("--compare", nargs="+", choices=COMPARE, default=list(COMPARE))
+    parser.add_argument(
+        "--compare-sizes", nargs="+", type=int, default=[20_000, 100_000], help="drain backlogs"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, one run")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.jobs, args.single = 1, 5_000, 500
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
+        args.compare_sizes = [5_000]
 
     report: dict[str, Any] = {
         "machine": {
@@ -173,9 +166,19 @@ def main() -> None:
                 continue
             if name == "durability" and backend != "postgresql":
                 continue
-            if name == "peers":
+            if name == "compare":
                 if backend == "postgresql":
-                    report["peers"] = _peers(args)
+                    print("postgresql compare ...", flush=True)
+                    report["compare"] = compare.comparison(
+                        args.libraries,
+                        args.compare_sizes,
+                        args.runs,
+                        single=args.single,
+                        bulk_jobs=args.jobs,
+                        latency_jobs=args.latency_jobs,
+                        sweep_jobs=min(args.compare_sizes),
+                        only=set(args.compare),
+                    )
                 continue
             print(f"{backend:10} {name:8} ...", flush=True)
             if name == "drain":

@@ -31,3 +31,15 @@ class Stamp:
 async def stamp(job: Stamp, ctx: JobContext[None]) -> None:
     sys.stdout.write(f"{ctx.job_id} {time.time():.6f}\n")
     sys.stdout.flush()
+
+
+@dataclass(frozen=True)
+class Tick:
+    n: int
+
+
+@registry.handles("bench.tick.v1", Tick)
+async def tick(job: Tick, ctx: JobContext[None]) -> None:
+    """The harness's start-up and wake-up handler (bench/adapters/_protocol.py ``stamp``)."""
+    sys.stdout.write(f"stamp {job.n} {time.time():.6f}\n")
+    sys.stdout.flush()

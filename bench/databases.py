@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy.engine import make_url
 
-from caravel import migrate
+from caravel import migrate as migrations
 
 ADMIN_URL = os.environ.get("CARAVEL_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 
@@ -23,12 +23,14 @@ def _dsn(url: str) -> str:
 
 
 @contextmanager
-def database(backend: str) -> Iterator[str]:
-    """A migrated, empty queue database; dropped or deleted afterwards."""
+def database(backend: str, *, migrate: bool = True) -> Iterator[str]:
+    """A migrated, empty queue database (``migrate=False``: an empty database); dropped or
+    deleted afterwards."""
     if backend == "sqlite":
         with tempfile.TemporaryDirectory(prefix="caravel-bench-") as folder:
             url = f"sqlite:///{Path(folder) / 'queue.db'}"
-            migrate.upgrade(url)
+            if migrate:
+                migrations.upgrade(url)
             yield url
         return
     name = f"caravel_bench_{secrets.token_hex(4)}"
@@ -36,7 +38,8 @@ def database(backend: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     try:
-        migrate.upgrade(url)
+        if migrate:
+            migrations.upgrade(url)
         yield url
     finally:
         with psycopg.connect(_dsn(ADMIN_URL), autocommit=True) as conn:

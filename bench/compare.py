@@ -1,0 +1,340 @@
+"""Caravel and its peers measured alike, through the adapters (bench/adapters) and the harness
+(bench/harness.py): the drain at each library's best worker settings (found by a sweep on this
+machine), one-call and bulk enqueue with their CPU cost, idle wake-up latency and worker start-up.
+
+Equal durability: in the ``durable`` drains every library's commits wait for the disk, Caravel's
+acknowledgements included (``WorkerOptions(durable_acks=True)``). In the ``async`` drains Caravel
+sends its acknowledgements with ``synchronous_commit=off`` (its default) and the peers, which have
+no such option, run with ``synchronous_commit=off`` for every statement of theirs, claims included:
+if anything, that favours them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.harness import (
+    ATTEMPTS,
+    LIBRARIES,
+    MAX_OTHER_CORES,
+    Adapter,
+    Library,
+    Meter,
+    checkpoint,
+    fresh_database,
+    once,
+    unfinished,
+)
+
+#: Each library's worker settings tried by the sweep: processes and its own knobs.
+GRIDS: dict[str, list[dict[str, Any]]] = {
+    "caravel": [
+        {"processes": n, "concurrency": c, "loop": loop}
+        for n in (1, 2)
+        for c in (250, 1000)
+        for loop in ("asyncio", "uvloop")
+    ],
+    "pgqueuer": [{"processes": n, "batch": b} for n in (1, 2) for b in (10, 100, 1000)],
+    "oban": [{"processes": n, "limit": c} for n in (1, 2) for c in (10, 50, 200)],
+    "procrastinate": [{"processes": n, "concurrency": c} for n in (1, 2) for c in (10, 50)],
+}
+#: procrastinate drains at a few hundred jobs a second: its drains use at most this many jobs.
+PROCRASTINATE_JOBS = 5000
+
+
+def _retry(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``measure`` again while something else used the machine (up to ``ATTEMPTS`` times); the
+    last reading is kept and marked when none was clean."""
+    for attempt in range(1, ATTEMPTS + 1):
+        figures = measure()
+        figures["attempts"] = attempt
+        if figures["other_cores"] <= MAX_OTHER_CORES:
+            return figures
+    figures["disturbed"] = True
+    return figures
+
+
+def jobs_for(lib: str, jobs: int) -> int:
+    return min(jobs, PROCRASTINATE_JOBS) if lib == "procrastinate" else jobs
+
+
+# ----- drain ------------------------------------------------------------------------------------
+
+
+def drain(lib_name: str, jobs: int, settings: dict[str, Any], *, durable: bool) -> dict[str, Any]:
+    """One drain of ``jobs`` waiting no-op jobs by ``settings["processes"]`` worker processes,
+    from the moment they are told to start to the moment the database holds every job as
+    finished (acknowledgements committed)."""
+    lib = LIBRARIES[lib_name]
+    jobs = jobs_for(lib_name, jobs)
+    worker_settings = {k: v for k, v in settings.items() if k != "processes"}
+    if lib_name == "caravel":
+        worker_settings["durable_acks"] = durable
+
+    def measure() -> dict[str, Any]:
+        # Caravel's asynchronous acknowledgements are its own setting; the peers get theirs
+        # from the database.
+        with fresh_database(lib, durable=durable or lib_name == "caravel") as (dsn, name):
+            once(lib, "fill", dsn, jobs)
+            checkpoint(dsn)
+            workers = [
+                Adapter.start(lib, "drain", dsn, 0, worker_settings)
+                for _ in range(settings["processes"])
+            ]
+            for worker in workers:
+                worker.wait_for(lambda a: a.ready)
+            meter = Meter(name, [w.process for w in workers])
+            meter.start()
+            for worker in workers:
+                worker.say("go")
+            deadline = time.monotonic() + 900
+            while sum(w.count for w in workers) < jobs:
+                if time.monotonic() > deadline or any(
+                    w.process.poll() is not None for w in workers
+                ):
+                    raise RuntimeError(
+                        f"{lib_name} drain stopped at {sum(w.count for w in workers)}"
+                    )
+                time.sleep(0.002)
+            handled = time.perf_counter() - meter.started
+            while unfinished(lib, dsn):
+                time.sleep(0.002)
+            reading = meter.stop()
+            for worker in workers:
+                worker.say("stop")
+            for worker in workers:
+                worker.wait_for(lambda a: a.result is not None)
+                worker.finish()
+        return {
+            "jobs": jobs,
+            "jobs_per_second": jobs / reading["wall_seconds"],
+            # Until the last handler ran: some libraries hold their last acknowledgements
+            # back for a while (a buffer's timeout), which weighs on short drains.
+            "handled_jobs_per_second": jobs / handled,
+            "client_cpu_ms_per_job": reading["client_cpu_seconds"] * 1000 / jobs,
+            "server_cpu_ms_per_job": reading["server_cpu_seconds"] * 1000 / jobs,
+            **reading,
+        }
+
+    return _retry(measure)
+
+
+def sweep(lib: str, jobs: int, runs: int = 1) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every setting of ``lib``'s grid drained durably; the best by median jobs/s, and all."""
+    tried = []
+    for settings in GRIDS[lib]:
+        rates = [drain(lib, jobs, settings, durable=True)["jobs_per_second"] for _ in range(runs)]
+        tried.append({"settings": settings, "jobs_per_second": statistics.median(rates)})
+        print(f"  sweep {lib:13} {settings} {tried[-1]['jobs_per_second']:,.0f} jobs/s", flush=True)
+    best = max(tried, key=lambda t: t["jobs_per_second"])
+    return best["settings"], tried
+
+
+# ----- enqueue ----------------------------------------------------------------------------------
+
+
+def enqueue(lib_name: str, jobs: int, *, bulk: bool) -> dict[str, Any]:
+    """``jobs`` enqueued one call each by one caller (or in batches of 1,000), every job with an
+    idempotency key where the library has one; with the CPU time of the producer and of the
+    server per job."""
+    lib = LIBRARIES[lib_name]
+
+    def measure() -> dict[str, Any]:
+        with fresh_database(lib) as (dsn, name):
+            result = once(
+                lib, "bulk" if bulk else "enqueue", dsn, jobs, {"batch": 1000}, meter_db=name
+            )
+        return {
+            "jobs": jobs,
+            "jobs_per_second": jobs / result["seconds"],
+            "client_cpu_ms_per_job": result["client_cpu_seconds"] * 1000 / jobs,
+            "server_cpu_ms_per_job": result["server_cpu_seconds"] * 1000 / jobs,
+            **{k: v for k, v in result.items() if k != "starts"},
+        }
+
+    return _retry(measure)
+
+
+# ----- wake-up and start-up ---------------------------------------------------------------------
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+def _start_worker(lib: Library, dsn: str) -> Adapter:
+    """A worker whose handler prints each job's start (the ``tick`` job): Caravel's command
+    line, or the peer's adapter."""
+    if lib.name == "caravel":
+        app = ["--app", "bench.apps:registry", "--queue", "bench"]
+        return Adapter([sys.executable, "-m", "caravel", "worker", "--url", dsn, *app])
+    return Adapter.start(lib, "stamp-worker", dsn)
+
+
+def _stop(worker: Adapter) -> None:
+    process = worker.process
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def latency(lib_name: str, jobs: int, gap: float = 0.01, warm_up: int = 20) -> dict[str, Any]:
+    """An idle worker in its own process; a producer in another enqueues one job every ``gap``
+    seconds; from just before each enqueue call to its handler's start."""
+    lib = LIBRARIES[lib_name]
+    with fresh_database(lib) as (dsn, name):
+        worker = _start_worker(lib, dsn)
+        stamps = worker.stamps
+        try:
+            # Up and claiming: its first job has run.
+            once(lib, "enqueue", dsn, 1, {"job": "tick", "first": -1})
+            _wait(lambda: -1 in stamps, 60)
+            meter_started = Meter(name, [])
+            meter_started.start()
+            result = once(lib, "enqueue", dsn, jobs + warm_up, {"job": "tick", "gap": gap})
+            _wait(lambda: len(stamps) >= jobs + warm_up + 1, 30)
+            reading = meter_started.stop()
+        finally:
+            _stop(worker)
+    starts = result["starts"]
+    samples = [
+        (stamps[n] - starts[n]) * 1000 for n in range(warm_up, jobs + warm_up) if n in stamps
+    ]
+    return {
+        "jobs": len(samples),
+        "gap_ms": gap * 1000,
+        "p50_ms": _pct(samples, 0.50),
+        "p95_ms": _pct(samples, 0.95),
+        "p99_ms": _pct(samples, 0.99),
+        "p999_ms": _pct(samples, 0.999),
+        "max_ms": max(samples),
+        "other_cores": reading["other_cores"],
+        "loadavg_1m": reading["loadavg_1m"],
+    }
+
+
+def _wait(test: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not test():
+        if time.monotonic() > deadline:
+            raise TimeoutError("waited too long")
+        time.sleep(0.005)
+
+
+def startup(lib_name: str, runs: int = 5) -> dict[str, Any]:
+    """From just before a worker process is started to its first handler's start, one job
+    already waiting; ``runs`` times, each on a new database."""
+    lib = LIBRARIES[lib_name]
+    seconds = []
+    for _ in range(runs):
+        with fresh_database(lib) as (dsn, _name):
+            once(lib, "enqueue", dsn, 1, {"job": "tick"})
+            checkpoint(dsn)
+            before = time.time()
+            worker = _start_worker(lib, dsn)
+            try:
+                _wait(lambda w=worker: bool(w.stamps), 60)
+                seconds.append(min(worker.stamps.values()) - before)
+            finally:
+                _stop(worker)
+    return {
+        "runs": runs,
+        "median_seconds": statistics.median(seconds),
+        "min_seconds": min(seconds),
+        "max_seconds": max(seconds),
+    }
+
+
+# ----- the whole comparison ---------------------------------------------------------------------
+
+
+def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"runs": len(results)}
+    for key, value in results[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values = [r[key] for r in results]
+            merged[key] = statistics.median(values)
+            if key.endswith("per_second"):
+                merged[f"{key}_min"], merged[f"{key}_max"] = min(values), max(values)
+        elif key != "attempts":
+            merged[key] = value
+    merged["disturbed_runs"] = sum(1 for r in results if r.get("disturbed"))
+    return merged
+
+
+def _show(label: str, figures: dict[str, Any]) -> None:
+    shown = ", ".join(
+        f"{k}={v:,.2f}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in figures.items()
+        if not k.endswith(("_min", "_max"))
+    )
+    print(f"  {label}: {shown}", flush=True)
+
+
+def comparison(
+    libraries: list[str],
+    sizes: list[int],
+    runs: int,
+    *,
+    single: int,
+    bulk_jobs: int,
+    latency_jobs: int,
+    sweep_jobs: int,
+    only: set[str],
+) -> dict[str, Any]:
+    """Sweep, then every measurement with each library at its best, runs interleaved between
+    the libraries so that a drift in the machine's speed touches all of them alike."""
+    report: dict[str, Any] = {"max_other_cores": MAX_OTHER_CORES}
+    best: dict[str, dict[str, Any]] = {}
+    if "sweep" in only:
+        report["sweep"] = {}
+        for lib in libraries:
+            best[lib], tried = sweep(lib, jobs_for(lib, sweep_jobs))
+            report["sweep"][lib] = {"best": best[lib], "tried": tried}
+    else:
+        best = {lib: GRIDS[lib][0] for lib in libraries}
+    report["settings"] = best
+
+    def interleaved(
+        label: str, measure: Callable[[str], dict[str, Any]], libs: list[str]
+    ) -> dict[str, Any]:
+        found: dict[str, list[dict[str, Any]]] = {lib: [] for lib in libs}
+        for _ in range(runs):
+            for lib in libs:
+                found[lib].append(measure(lib))
+        medians = {lib: _median_of(results) for lib, results in found.items()}
+        for lib, figures in medians.items():
+            _show(f"{label} {lib}", figures)
+        return medians
+
+    if "drain" in only:
+        for size in sizes:
+            libs = [lib for lib in libraries if lib != "procrastinate" or size == min(sizes)]
+            for mode in ("durable", "async"):
+                report[f"drain_{size}_{mode}"] = interleaved(
+                    f"drain {size} {mode}",
+                    lambda lib, n=size, m=mode: drain(lib, n, best[lib], durable=m == "durable"),
+                    libs,
+                )
+    if "enqueue" in only:
+        report["enqueue"] = interleaved(
+            "enqueue", lambda lib: enqueue(lib, single, bulk=False), libraries
+        )
+        report["bulk"] = interleaved(
+            "bulk", lambda lib: enqueue(lib, bulk_jobs, bulk=True), libraries
+        )
+    if "latency" in only:
+        report["latency"] = interleaved(
+            "latency", lambda lib: latency(lib, latency_jobs), libraries
+        )
+    if "startup" in only:
+        report["startup"] = interleaved("startup", lambda lib: startup(lib, 1), libraries)
+    return report
