@@ -1,0 +1,100 @@
+"""Worker start-up: time from starting a ``caravel worker`` process to its first job's handler.
+
+Each run gets a fresh queue database with one ``bench.stamp.v1`` job already waiting; the clock
+starts just before the process is spawned and stops at the start time the handler prints.
+``python -m bench.startup [runs]`` measures PostgreSQL and SQLite, interleaved run by run, and
+prints the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.apps import Stamp, registry
+from bench.databases import database
+from caravel import DatabaseQueue, DispatchOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "bench"
+
+
+async def _enqueue_one(url: str, queue_name: str) -> str:
+    async with DatabaseQueue(url, registry) as queue:
+        result = await queue.enqueue(Stamp(0), DispatchOptions(queue=queue_name, tenant_id="bench"))
+    return str(result.job_id)
+
+
+def first_job_seconds(url: str, queue: str = QUEUE, timeout: float = 30.0) -> float:
+    """One run on an empty queue of a migrated database: enqueue a job, start a worker process
+    for the queue, wait for the handler's stamp, stop the worker."""
+    job_id = asyncio.run(_enqueue_one(url, queue))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    command = [sys.executable, "-m", "caravel", "worker", "--url", url]
+    command += ["--app", "bench.apps:registry", "--queue", queue]
+    before = time.time()
+    worker = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        line = worker.stdout.readline()  # the handler's "<job id> <time>"
+        if not line:
+            raise RuntimeError(f"the worker exited with {worker.wait(timeout)} before its job")
+        seen_id, at = line.split()
+        assert seen_id == job_id, (seen_id, job_id)
+        return float(at) - before
+    finally:
+        worker.terminate()
+        worker.wait(timeout)
+
+
+def startup(url: str, runs: int = 5) -> dict[str, Any]:
+    """``runs`` start-ups against the migrated database at ``url``, each on a queue of its own
+    (a fresh queue per run, one job waiting in it)."""
+    return _summary(
+        [first_job_seconds(url, f"{QUEUE}-{secrets.token_hex(4)}") for _ in range(runs)]
+    )
+
+
+def _summary(samples: list[float]) -> dict[str, Any]:
+    return {
+        "runs": len(samples),
+        "median_seconds": statistics.median(samples),
+        "min_seconds": min(samples),
+        "max_seconds": max(samples),
+        "samples": samples,
+    }
+
+
+def interleaved(
+    runs: int = 5, backends: tuple[str, ...] = ("postgresql", "sqlite")
+) -> dict[str, Any]:
+    """Both backends, one run of each in turn, each run on a database of its own."""
+    samples: dict[str, list[float]] = {backend: [] for backend in backends}
+    loads = []
+    for _ in range(runs):
+        for backend in backends:
+            with database(backend) as url:
+                samples[backend].append(first_job_seconds(url))
+        loads.append(Path("/proc/loadavg").read_text().split()[0])
+    figures: dict[str, Any] = {backend: _summary(s) for backend, s in samples.items()}
+    figures["loadavg_1min"] = loads
+    return figures
+
+
+if __name__ == "__main__":
+    print(json.dumps(interleaved(int(sys.argv[1]) if len(sys.argv) > 1 else 5), indent=2))
