@@ -24,6 +24,7 @@ from bench.databases import database
 from caravel import DatabaseQueue, DispatchOptions
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "src"
 QUEUE = "bench"
 
 
@@ -33,11 +34,14 @@ async def _enqueue_one(url: str, queue_name: str) -> str:
     return str(result.job_id)
 
 
-def first_job_seconds(url: str, queue: str = QUEUE, timeout: float = 30.0) -> float:
+def first_job_seconds(
+    url: str, queue: str = QUEUE, *, source: Path = SOURCE, timeout: float = 30.0
+) -> float:
     """One run on an empty queue of a migrated database: enqueue a job, start a worker process
-    for the queue, wait for the handler's stamp, stop the worker."""
+    for the queue (Caravel imported from ``source``), wait for the handler's stamp, stop the
+    worker."""
     job_id = asyncio.run(_enqueue_one(url, queue))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(ROOT)])}
     command = [sys.executable, "-m", "caravel", "worker", "--url", url]
     command += ["--app", "bench.apps:registry", "--queue", queue]
     before = time.time()
@@ -81,20 +85,34 @@ def _summary(samples: list[float]) -> dict[str, Any]:
 
 
 def interleaved(
-    runs: int = 5, backends: tuple[str, ...] = ("postgresql", "sqlite")
+    runs: int = 5,
+    backends: tuple[str, ...] = ("postgresql", "sqlite"),
+    sources: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
-    """Both backends, one run of each in turn, each run on a database of its own."""
-    samples: dict[str, list[float]] = {backend: [] for backend in backends}
+    """Every backend and every source tree (``{"after": SOURCE}`` unless given: a label for
+    each copy of Caravel's ``src`` folder to compare), one run of each in turn, each run on a
+    database of its own; the 1-minute load average after each round."""
+    trees = sources if sources is not None else {"after": SOURCE}
+    samples: dict[str, list[float]] = {f"{b} {t}": [] for b in backends for t in trees}
     loads = []
     for _ in range(runs):
         for backend in backends:
-            with database(backend) as url:
-                samples[backend].append(first_job_seconds(url))
+            for label, tree in trees.items():
+                with database(backend) as url:
+                    samples[f"{backend} {label}"].append(first_job_seconds(url, source=tree))
         loads.append(Path("/proc/loadavg").read_text().split()[0])
-    figures: dict[str, Any] = {backend: _summary(s) for backend, s in samples.items()}
+    figures: dict[str, Any] = {key: _summary(s) for key, s in samples.items()}
     figures["loadavg_1min"] = loads
     return figures
 
 
+def main(argv: list[str]) -> None:
+    """``python -m bench.startup [RUNS] [LABEL=SRC_FOLDER ...]``"""
+    runs = int(argv[0]) if argv else 5
+    trees = dict(arg.split("=", 1) for arg in argv[1:])
+    sources = {label: Path(folder) for label, folder in trees.items()} or None
+    print(json.dumps(interleaved(runs, sources=sources), indent=2))
+
+
 if __name__ == "__main__":
-    print(json.dumps(interleaved(int(sys.argv[1]) if len(sys.argv) > 1 else 5), indent=2))
+    main(sys.argv[1:])
