@@ -12,7 +12,6 @@ same function, run in a worker thread so the event loop keeps serving.
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from caravel.errors import (
     StoreError,
     ValidationError,
 )
+from caravel.migrations import HEAD
 from caravel.store.errors import driver_reason
 from caravel.store.schema import FINISHED_COUNTS_TABLE, VERSION_TABLE, include_object, metadata
 from caravel.store.urls import sync_url
@@ -83,15 +83,9 @@ def _config(url: str | sa.URL) -> Config:
     return config
 
 
-@functools.cache
 def head() -> str:
     """The newest revision shipped with this version of the library."""
-    from alembic.script import ScriptDirectory
-
-    revision = ScriptDirectory.from_config(_config("sqlite://")).get_current_head()
-    if revision is None:  # pragma: no cover - the package always ships its revisions
-        raise SchemaNotReadyError("the installed package has no queue migrations")
-    return revision
+    return HEAD
 
 
 async def require_current_schema(store: ReadStore) -> None:
@@ -100,10 +94,8 @@ async def require_current_schema(store: ReadStore) -> None:
     found = await store.schema_revision()
     if found is None:
         raise SchemaNotReadyError("no queue migration has been applied")
-    # The first call reads the migration scripts (and imports Alembic): not on the event loop.
-    newest = await asyncio.to_thread(head)
-    if found != newest:
-        raise SchemaNotReadyError(f"at revision {found}, the newest is {newest}")
+    if found != HEAD:
+        raise SchemaNotReadyError(f"at revision {found}, the newest is {HEAD}")
 
 
 def upgrade(url: str | sa.URL, revision: str = "head") -> None:

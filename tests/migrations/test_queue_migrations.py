@@ -3,12 +3,14 @@ sees when it forgot to run them."""
 
 from __future__ import annotations
 
+from importlib.resources import files
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import produce_migrations
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 
 from caravel import DatabaseQueue, Leases, SchemaNotReadyError, migrate
@@ -91,6 +93,13 @@ def test_upgrade_twice_is_a_no_op(empty_url: str) -> None:
     migrate.upgrade(empty_url)
     migrate.upgrade(empty_url)
     assert _rows(empty_url, f"SELECT version_num FROM {VERSION}") == [(migrate.head(),)]
+
+
+def test_the_named_head_is_the_newest_revision_alembic_finds() -> None:
+    """The worker's schema check compares with ``caravel.migrations.HEAD`` instead of reading
+    the history through Alembic: a new migration that forgets to move it fails here."""
+    scripts = ScriptDirectory(str(files("caravel") / "migrations"))
+    assert scripts.get_heads() == [migrate.head()]
 
 
 def test_check_passes_after_upgrade_with_no_differences(empty_url: str) -> None:

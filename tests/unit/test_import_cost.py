@@ -1,17 +1,22 @@
 """What importing Caravel loads: the library's heavy dependencies wait until a call needs them.
 
 ``import caravel`` loads no Alembic, Mako, SQLAlchemy ORM or database driver; neither does a
-producer's or a worker's import of the queue and worker classes, nor ``caravel --help``. (How
+producer's or a worker's import of the queue and worker classes, nor ``caravel --help``. A
+``caravel worker`` process runs its first job without Alembic, Mako or Rich. (How
 long it takes is measured in ``bench/`` and reported in ``docs/performance.md``.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from caravel import DatabaseQueue, DispatchOptions, migrate
 
 HEAVY = ("alembic", "mako", "sqlalchemy.orm", "psycopg", "aiosqlite", "sqlite3")
 
@@ -74,3 +79,55 @@ def test_the_public_modules_are_attributes_of_the_package_too() -> None:
         "assert caravel.testing.ManualClock is not None\n"
     )
     assert found == set()
+
+
+PROBE_APP = """
+import json, os, signal, sys
+from dataclasses import dataclass
+
+from caravel import JobRegistry
+
+registry = JobRegistry()
+
+
+@dataclass(frozen=True)
+class Probe:
+    n: int
+
+
+@registry.handles("probe.v1", Probe)
+async def probe(job: Probe, ctx: object) -> None:
+    print(json.dumps(sorted(sys.modules)), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_worker_running_its_first_job_has_loaded_no_alembic_mako_or_rich(
+    tmp_path: Path,
+) -> None:
+    """What ``caravel worker`` has imported by the time its first handler runs: the migration
+    tooling and the tables' Rich stay out of a worker's start-up."""
+    (tmp_path / "probe_app.py").write_text(PROBE_APP)
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    migrate.upgrade(url)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from probe_app import Probe, registry  # type: ignore[import-not-found]
+
+        async def enqueue() -> None:
+            async with DatabaseQueue(url, registry) as queue:
+                await queue.enqueue(Probe(1), DispatchOptions(queue="probe"))
+
+        asyncio.run(enqueue())
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("probe_app", None)
+    command = [sys.executable, "-m", "caravel", "worker", "--url", url]
+    command += ["--app", "probe_app:registry", "--queue", "probe"]
+    done = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60
+    )
+    found = set(json.loads(done.stdout.splitlines()[0]))
+    heavy = {m for m in found if m.split(".")[0] in {"alembic", "mako", "rich"}}
+    assert heavy == set()
+    assert "caravel.worker" in found  # the probe ran inside the worker

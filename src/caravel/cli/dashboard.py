@@ -20,16 +20,13 @@ from caravel.cli.apps import load_attribute
 from caravel.cli.connect import open_inspector
 from caravel.cli.failure import exit_code
 from caravel.cli.options import DatabaseUrl
-from caravel.cli.render import console
 from caravel.errors import CaravelError
-
-err = console(stderr=True)
 
 __all__ = ["dashboard", "parse_bind"]
 
 
 def _say(message: str) -> None:
-    err.print(message, markup=False, highlight=False)
+    typer.echo(message, err=True)
 
 
 def parse_bind(value: str) -> tuple[str, int]:

@@ -9,7 +9,6 @@ import typer
 from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console
 from caravel.errors import CaravelError
 
 app = typer.Typer(
@@ -17,7 +16,6 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-out = console()
 
 
 @app.command()
@@ -34,7 +32,7 @@ def upgrade(
 
     try:
         migrate.upgrade(url, revision)
-        out.print(f"queue schema at {migrate.current(url)}", highlight=False)
+        typer.echo(f"queue schema at {migrate.current(url)}")
     except CaravelError as exc:
         raise fail("db upgrade", exc) from None
 
@@ -55,7 +53,7 @@ def downgrade(
 
     try:
         migrate.downgrade(url, revision)
-        out.print(f"queue schema at {migrate.current(url) or 'base'}", highlight=False)
+        typer.echo(f"queue schema at {migrate.current(url) or 'base'}")
     except CaravelError as exc:
         raise fail("db downgrade", exc) from None
 
@@ -72,7 +70,7 @@ def current(url: DatabaseUrl, as_json: Json = False) -> None:
     if as_json:
         emit({"current": found, "head": newest})
     else:
-        out.print(found or "none", highlight=False)
+        typer.echo(found or "none")
 
 
 @app.command()
@@ -91,4 +89,4 @@ def check(url: DatabaseUrl, as_json: Json = False) -> None:
     if as_json:
         emit({"current": report.current, "head": report.head})
     else:
-        out.print(f"queue schema is up to date ({report.current})", highlight=False)
+        typer.echo(f"queue schema is up to date ({report.current})")

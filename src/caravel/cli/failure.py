@@ -15,7 +15,6 @@ import sys
 import typer
 
 from caravel.cli.jsonout import error_document
-from caravel.cli.render import console
 from caravel.errors import DatabaseNotFoundError, SchemaNotReadyError, ValidationError
 
 __all__ = [
@@ -29,8 +28,6 @@ __all__ = [
 
 #: Errors that exit 2: what the operator typed or set up must change.
 CONFIGURATION = (ValidationError, SchemaNotReadyError, DatabaseNotFoundError)
-
-_err = console(stderr=True)
 
 
 class CommandFailed(Exception):
@@ -58,5 +55,5 @@ def fail(command: str, exc: BaseException, *, as_json: bool = False) -> typer.Ex
     if as_json:
         sys.stderr.write(error_document(type(exc).__name__, line, code) + "\n")
     else:
-        _err.print(line, markup=False, highlight=False)
+        typer.echo(line, err=True)
     return typer.Exit(code)

@@ -14,7 +14,6 @@ from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import JobNotFoundError, NothingReplayedError, fail
 from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console, statuses_table
 from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, JobStatus
 from caravel.store.protocol import SHOWN_STATES
@@ -22,8 +21,6 @@ from caravel.store.protocol import SHOWN_STATES
 app = typer.Typer(
     help="List, inspect and replay jobs.", no_args_is_help=True, rich_markup_mode=None
 )
-out = console()
-err = console(stderr=True)
 
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="The job's queue.")]
 TenantOpt = Annotated[
@@ -102,7 +99,9 @@ def list_jobs(
     if as_json:
         emit({"jobs": [record_fields(s) for s in found]})
     else:
-        out.print(statuses_table(found))
+        from caravel.cli.render import console, statuses_table
+
+        console().print(statuses_table(found))
 
 
 @app.command()
@@ -168,7 +167,7 @@ def replay(
             )
     except (CaravelError, NothingReplayedError) as exc:
         raise fail("jobs replay", exc) from None
-    out.print(f"replayed {job_id}: ready, attempts reset", markup=False, highlight=False)
+    typer.echo(f"replayed {job_id}: ready, attempts reset")
 
 
 @app.command("replay-dead")
@@ -198,16 +197,18 @@ def replay_dead(
     async def run(selected: list[tuple[UUID, str, str]]) -> int:
         from rich.progress import Progress
 
+        from caravel.cli.render import console
+
         done = 0
         interactive = sys.stderr.isatty()
         async with open_writer(url) as q:
-            with Progress(console=err, disable=not interactive) as progress:
+            with Progress(console=console(stderr=True), disable=not interactive) as progress:
                 task = progress.add_task("replaying dead letters", total=len(selected))
                 for ident, job_queue, job_tenant in selected:
                     if await q.replay(ident, job_queue, job_tenant):
                         done += 1
                         if not interactive:
-                            err.print(f"replayed {ident}", markup=False, highlight=False)
+                            typer.echo(f"replayed {ident}", err=True)
                     progress.advance(task)
         return done
 
@@ -220,6 +221,6 @@ def replay_dead(
         done = asyncio.run(run(selected))
     except (CaravelError, NothingReplayedError) as exc:
         raise fail("jobs replay-dead", exc) from None
-    out.print(f"replayed {done} of {len(selected)}", markup=False)
+    typer.echo(f"replayed {done} of {len(selected)}")
     if done == 0:
         raise typer.Exit(1)

@@ -14,7 +14,6 @@ from caravel.cli.failure import fail
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
-from caravel.cli.render import console
 from caravel.errors import CaravelError, OptionsError
 from caravel.outbox import OUTBOX_TABLE
 
@@ -26,7 +25,6 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-err = console(stderr=True)
 
 #: The flag behind each relay option field, for errors in the words the operator typed.
 FLAGS = {"batch_size": "--batch-size", "poll_interval": "--poll-interval"}
@@ -83,16 +81,14 @@ def relay(
         seconds("--poll-interval", poll_interval)
         registry = load_registry(registry_path)
     except FlagError as exc:
-        err.print(f"caravel outbox relay: {exc}", markup=False, highlight=False)
+        typer.echo(f"caravel outbox relay: {exc}", err=True)
         raise typer.Exit(2) from None
     except CaravelError as exc:
         raise fail("outbox relay", exc) from None
     try:
         asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
     except OptionsError as exc:  # a number out of its range, said with the flag
-        err.print(
-            f"caravel outbox relay: {flag_message(exc, FLAGS)}", markup=False, highlight=False
-        )
+        typer.echo(f"caravel outbox relay: {flag_message(exc, FLAGS)}", err=True)
         raise typer.Exit(2) from None
     except CaravelError as exc:
         raise fail("outbox relay: stopped", exc) from None
@@ -124,12 +120,12 @@ async def _serve(
             await queue.check_schema()
             if once:
                 sent = await relay.run_once()
-                err.print(f"caravel outbox relay: dispatched {sent}", markup=False)
+                typer.echo(f"caravel outbox relay: dispatched {sent}", err=True)
                 return
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, relay.stop)
-            err.print("caravel outbox relay: running; SIGTERM or Ctrl+C stops", markup=False)
+            typer.echo("caravel outbox relay: running; SIGTERM or Ctrl+C stops", err=True)
             await relay.run()
         finally:
             await relay.close()

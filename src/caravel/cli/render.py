@@ -1,5 +1,8 @@
 """Rich tables for the commands that show queue counts, jobs and workers. Times in a table are
-UTC, and the column says so. (JSON documents are made in :mod:`caravel.cli.jsonout`.)"""
+UTC, and the column says so. (JSON documents are made in :mod:`caravel.cli.jsonout`.)
+
+Commands import this module only when they print a table: the others, ``caravel worker``
+above all, write plain lines and never load Rich."""
 
 from __future__ import annotations
 

@@ -11,12 +11,9 @@ from caravel.cli.connect import open_inspector
 from caravel.cli.failure import fail
 from caravel.cli.jsonout import counts_document, emit
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console, counts_table
 from caravel.errors import CaravelError
 from caravel.store.protocol import QueueCounts
 from caravel.validation import check_queue_name
-
-out = console()
 
 
 async def read_counts(url: str, queue: str | None) -> list[QueueCounts]:
@@ -49,6 +46,8 @@ def status(
     if as_json:
         emit(counts_document(counts))
     elif not counts:
-        out.print("no jobs", markup=False)
+        typer.echo("no jobs")
     else:
-        out.print(counts_table(counts))
+        from caravel.cli.render import console, counts_table
+
+        console().print(counts_table(counts))

@@ -14,7 +14,6 @@ from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
-from caravel.cli.render import console
 from caravel.cli.shutdown import abandoned_line, stopped_line, stopping_line
 from caravel.errors import CaravelError, ValidationError
 from caravel.options import QueueOptions, WorkerOptions
@@ -22,8 +21,6 @@ from caravel.options import QueueOptions, WorkerOptions
 if TYPE_CHECKING:
     from caravel.registry import JobRegistry
     from caravel.worker import QueueWorker
-
-err = console(stderr=True)
 
 
 #: The flag behind each option field, for errors in the words the operator typed.
@@ -168,7 +165,7 @@ def worker(
 
 
 def _say(message: str) -> None:
-    err.print(f"caravel worker: {message}", markup=False, highlight=False)
+    typer.echo(f"caravel worker: {message}", err=True)
 
 
 class FailedWhileRunning(Exception):

@@ -12,11 +12,8 @@ from caravel.cli.connect import open_inspector
 from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.cli.render import console, workers_table
 from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import WorkerInfo
-
-out = console()
 
 
 def workers(
@@ -54,4 +51,6 @@ def workers(
             }
         )
     else:
-        out.print(workers_table(found))
+        from caravel.cli.render import console, workers_table
+
+        console().print(workers_table(found))
