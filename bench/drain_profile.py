@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
 import subprocess
@@ -65,7 +66,7 @@ def _backends(url: str) -> dict[int, float]:
 
 
 async def _in_process(
-    url: str, n: int, concurrency: int, durable: bool, profile: str | None
+    url: str, n: int, concurrency: int, durable: bool, profile: str | None, freeze: bool
 ) -> dict[str, Any]:
     done = asyncio.Event()
     seen = 0
@@ -83,6 +84,9 @@ async def _in_process(
     async with DatabaseQueue(url, counting) as queue:
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable)
         worker = QueueWorker(queue, options=options)
+        if freeze:  # as ``caravel worker`` does before it starts
+            gc.collect()
+            gc.freeze()
         profiler = cProfile.Profile() if profile else None
         cpu, started = time.process_time(), time.perf_counter()
         if profiler is not None:
@@ -242,6 +246,7 @@ def measure(
     processes: int = 0,
     profile: str | None = None,
     through_runs: bool = False,
+    freeze: bool = False,
 ) -> dict[str, Any]:
     """One drain on a fresh database; ``processes`` 0 means in this process."""
     with database("postgresql") as url:
@@ -251,7 +256,7 @@ def measure(
         elif processes:
             figures = _processes(url, n, concurrency, durable, processes)
         else:
-            figures = asyncio.run(_in_process(url, n, concurrency, durable, profile))
+            figures = asyncio.run(_in_process(url, n, concurrency, durable, profile, freeze))
     figures["jobs_per_second"] = n / figures["seconds"]
     for side in ("worker_cpu", "server_cpu"):
         if side in figures:
@@ -266,6 +271,7 @@ def main() -> None:
     parser.add_argument("--durable", action="store_true")
     parser.add_argument("--processes", type=int, default=0)
     parser.add_argument("--profile")
+    parser.add_argument("--freeze", action="store_true", help="freeze the heap first")
     parser.add_argument("--pgqueuer-batch", type=int, help="measure pgqueuer instead")
     parser.add_argument("--runs-drain", action="store_true", help="time bench.runs.drain itself")
     args = parser.parse_args()
@@ -280,6 +286,7 @@ def main() -> None:
         processes=args.processes,
         profile=args.profile,
         through_runs=args.runs_drain,
+        freeze=args.freeze,
     )
     result["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
     print(json.dumps(result))
