@@ -182,7 +182,26 @@ def _store_span(db_system: str, operation: str) -> Iterator[Span]:
         yield span
 
 
-@contextmanager
+class _InFlight:
+    """A job's run: counted in flight while it lasts, around its span when tracing. A class,
+    not a generator, since the worker enters one per job and, untraced, this is all it does."""
+
+    __slots__ = ("_labels", "_span")
+
+    def __init__(self, queue: str, span: AbstractContextManager[Span] | None) -> None:
+        self._labels = {"messaging.destination.name": queue}
+        self._span = span
+
+    def __enter__(self) -> Span:
+        span = INVALID_SPAN if self._span is None else self._span.__enter__()
+        in_flight.add(1, self._labels)
+        return span
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        in_flight.add(-1, self._labels)
+        return None if self._span is None else self._span.__exit__(*exc_info)
+
+
 def job_span(
     *,
     queue: str,
@@ -192,39 +211,40 @@ def job_span(
     due_at_ms: int,
     trace_context: str | None,
     now_ms: int,
-) -> Iterator[Span]:
+) -> AbstractContextManager[Span]:
     """A consumer span around one job execution, continuing the trace that enqueued it, plus
-    the queue-wait and in-flight metrics. (A plain context manager: it never awaits, and the
-    worker enters one per job.)"""
+    the queue-wait and in-flight metrics. (A plain context manager: it never awaits.)"""
     labels = {"messaging.destination.name": queue, "caravel.job.type": job_type}
     queue_wait.record(max(0, now_ms - due_at_ms) / 1000, labels)
-    in_flight.add(1, {"messaging.destination.name": queue})
-    try:
-        if not tracing():
-            yield INVALID_SPAN
-            return
-        parent = _context_from(trace_context)
-        links = []
-        if parent is not None:
-            linked = trace.get_current_span(parent).get_span_context()
-            if linked.is_valid:
-                links.append(Link(linked))
-        with tracer.start_as_current_span(
-            f"process {queue}", context=parent, kind=SpanKind.CONSUMER, links=links
-        ) as span:
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        **_base(queue),
-                        "messaging.operation.type": "process",
-                        "messaging.message.id": str(job_id),
-                        "caravel.job.type": job_type,
-                        "caravel.job.attempt": attempt,
-                    }
-                )
-            yield span
-    finally:
-        in_flight.add(-1, {"messaging.destination.name": queue})
+    if not tracing():
+        return _InFlight(queue, None)
+    return _InFlight(queue, _consumer_span(queue, job_type, job_id, attempt, trace_context))
+
+
+@contextmanager
+def _consumer_span(
+    queue: str, job_type: str, job_id: UUID, attempt: int, trace_context: str | None
+) -> Iterator[Span]:
+    parent = _context_from(trace_context)
+    links = []
+    if parent is not None:
+        linked = trace.get_current_span(parent).get_span_context()
+        if linked.is_valid:
+            links.append(Link(linked))
+    with tracer.start_as_current_span(
+        f"process {queue}", context=parent, kind=SpanKind.CONSUMER, links=links
+    ) as span:
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    **_base(queue),
+                    "messaging.operation.type": "process",
+                    "messaging.message.id": str(job_id),
+                    "caravel.job.type": job_type,
+                    "caravel.job.attempt": attempt,
+                }
+            )
+        yield span
 
 
 def mark_failure(span: Span, error_type: str, category: str) -> None:
