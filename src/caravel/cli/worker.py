@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from caravel.registry import JobRegistry
     from caravel.worker import QueueWorker
 
+
+T = TypeVar("T")
 
 #: The flag behind each option field, for errors in the words the operator typed.
 FLAGS = {
@@ -105,6 +108,14 @@ def worker(
             "off: an outcome lost in a database crash means the job runs again).",
         ),
     ] = False,
+    event_loop: Annotated[
+        str,
+        typer.Option(
+            "--loop",
+            metavar="asyncio|uvloop",
+            help="The event loop: Python's own, or uvloop (pip install 'caravel-queue[uvloop]').",
+        ),
+    ] = "asyncio",
 ) -> None:
     """Run a worker for one or more queues until SIGTERM or SIGINT.
 
@@ -140,6 +151,7 @@ def worker(
             log_tracebacks=traceback,
             durable_acks=durable_acks,
         )
+        run = event_loop_runner(event_loop)
         registry = load_registry(app)
     except ValueError as exc:  # FlagError, and ValidationError with its field as a flag
         shown = flag_message(exc, FLAGS) if isinstance(exc, ValidationError) else str(exc)
@@ -149,7 +161,7 @@ def worker(
         _say(str(exc))
         raise typer.Exit(2) from None
     try:
-        worker_ran = asyncio.run(_serve(url, registry, queue, queue_options, worker_options))
+        worker_ran = run(_serve(url, registry, queue, queue_options, worker_options))
     except KeyboardInterrupt:  # Ctrl+C before the worker took over the signals
         _say("interrupted before it started; stopped")
         raise typer.Exit(130) from None
@@ -163,6 +175,22 @@ def worker(
         # From here on the worker is done: a late Ctrl+C must not end in a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     _say(stopped_line(worker_ran))
+
+
+def event_loop_runner(name: str) -> Callable[[Coroutine[Any, Any, T]], T]:
+    """``asyncio.run`` or ``uvloop.run``, by the ``--loop`` the operator chose."""
+    if name == "asyncio":
+        return asyncio.run
+    if name != "uvloop":
+        raise FlagError(f"--loop must be asyncio or uvloop, not {name!r}")
+    try:
+        import uvloop
+    except ImportError:
+        raise FlagError(
+            "--loop uvloop needs the uvloop package: pip install 'caravel-queue[uvloop]'"
+        ) from None
+    runner: Callable[[Coroutine[Any, Any, T]], T] = uvloop.run
+    return runner
 
 
 def _say(message: str) -> None:
