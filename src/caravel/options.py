@@ -110,9 +110,10 @@ class WorkerOptions:
         concurrency: handlers running at once in this process (1 to 1024, default 1: the
             sequential worker). Synchronous handlers get one thread each.
         poll_interval: the longest wait between looks at the queue while idle (10 ms to 60 s,
-            default 1 s). On PostgreSQL an enqueue wakes idle workers at once and polling is only
-            the fallback; on SQLite the worker starts at ``min_poll_interval`` after finding work
-            and backs off to this while idle.
+            default 1 s). An enqueue wakes idle workers at once and polling is only the fallback
+            (PostgreSQL's NOTIFY, the sockets beside a SQLite file); where a SQLite queue has no
+            such sockets the worker starts at ``min_poll_interval`` after finding work and backs
+            off to this while idle.
         min_poll_interval: the shortest idle wait (1 ms to ``poll_interval``, default 50 ms).
         shutdown_grace: after a stop request, how long in-flight handlers may run to completion
             and be acknowledged before they are cancelled (0 to 1 hour, default 30 s).

@@ -1,9 +1,9 @@
 """In-process signals that a queue may have new work.
 
 An enqueue through a :class:`~caravel.queue.DatabaseQueue` signals the queues it wrote to, so a
-worker in the same process starts at once on any database. On PostgreSQL the worker's listener
-feeds the same hub from ``NOTIFY`` messages sent by other processes. A leaf: the facade signals,
-the worker waits, and neither imports the other for it.
+worker in the same process starts at once on any database. The worker's listener feeds the same
+hub from the wake-ups other processes send (PostgreSQL's ``NOTIFY``, SQLite's wake-up sockets).
+A leaf: the facade signals, the worker waits, and neither imports the other for it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The subprocesses import this checkout's caravel (its ``src``) and test apps, not whichever
+#: caravel the environment has installed.
+PYTHONPATH = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 CARAVEL = shutil.which("caravel", path=str(Path(sys.executable).parent)) or "caravel"
 
 
@@ -60,7 +63,7 @@ class WorkerProcess:
         for queue in queues:
             args += ["--queue", queue]
         args += list(extra)
-        env = {**os.environ, "CARAVEL_TEST_EVIDENCE": str(evidence), "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "CARAVEL_TEST_EVIDENCE": str(evidence), "PYTHONPATH": PYTHONPATH}
         self.process = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -89,7 +92,7 @@ def run_cli(
     return subprocess.run(
         [CARAVEL, *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -250,7 +250,8 @@ class ReadStore(Protocol):
 class Store(ReadStore, Protocol):
     """Every queue operation on one database."""
 
-    #: Whether :meth:`wakeups` pushes enqueues from other processes (PostgreSQL's NOTIFY).
+    #: Whether :meth:`wakeups` pushes enqueues from other processes (PostgreSQL's NOTIFY, the
+    #: wake-up sockets beside a SQLite file).
     supports_listen_notify: bool
 
     async def job_insert_many(

@@ -12,7 +12,10 @@ Recovery: the batches a fetcher claims hold only waiting jobs. Jobs whose lease 
 worker crashed or stalled) are taken over one at a time, at most one per process at once, looked
 for every ``poll_interval`` and again as soon as the previous one finishes. A job that kills its
 worker would otherwise be claimed again in a batch with the jobs that died beside it, and take
-them down with it on every retry until all of their attempts were spent.
+them down with it on every retry until all of their attempts were spent. The look for an expired
+lease comes before the claim of waiting jobs, except right after a wake-up: then the announced
+job is claimed first and the look follows (at the latest in the fetcher's next step), so that
+the round trip is not added to that job's wake-up.
 """
 
 from __future__ import annotations
@@ -110,17 +113,19 @@ class Fetcher:
         the queue is drained for now. Database errors propagate."""
         idle = self._min_poll
         event = self._wakeups.event(self.queue)
+        woken = False
         while not self._stopping.is_set():
             if self._slots.free < self._refill:
                 await self._slots.freed()
                 continue
             event.clear()
-            asked, claimed, _ = await self._step()
+            asked, claimed, _ = await self._step(ready_first=woken)
+            woken = False
             if claimed:
                 idle = self._min_poll
             if not asked or claimed == asked:
                 continue  # a full batch: there may be more right behind it
-            await self._wakeups.wait(
+            woken = await self._wakeups.wait(
                 self.queue, self._longest if self._push else idle, self._clock.sleep
             )
             if not self._push:
@@ -135,18 +140,28 @@ class Fetcher:
         _, claimed, recovered = await self._step()
         return claimed + recovered
 
-    async def _step(self) -> tuple[int, int, int]:
+    async def _step(self, *, ready_first: bool = False) -> tuple[int, int, int]:
         """How many waiting jobs were asked for and claimed, and how many expired leases were
-        taken over (0 or 1); every job claimed is started."""
-        free = self._slots.free
-        recovered = await self._recover()
-        asked = min(free - recovered, self._batch)
+        taken over (0 or 1); every job claimed is started. ``ready_first`` claims the waiting
+        jobs before looking for an expired lease, with the slots they leave."""
+        if ready_first:
+            asked, claimed = await self._claim_ready(self._slots.free)
+            recovered = await self._recover() if self._slots.free else 0
+        else:
+            recovered = await self._recover()
+            asked, claimed = await self._claim_ready(self._slots.free)
+        return asked, claimed, recovered
+
+    async def _claim_ready(self, free: int) -> tuple[int, int]:
+        """Claim and start up to ``free`` waiting jobs (at most a batch); how many were asked
+        for and claimed."""
+        asked = min(free, self._batch)
         claimed = await self._leases.claim_many(self.queue, asked, source="ready") if asked else []
         if claimed:
             failpoint("after_claim")
             for job in claimed:
                 self._slots.start(job)
-        return asked, len(claimed), recovered
+        return asked, len(claimed)
 
     async def _recover(self) -> int:
         """Take over one job of this queue whose lease expired, when no other taken-over job

@@ -1,7 +1,8 @@
-"""Wake-ups from other processes: where the store can push enqueues (PostgreSQL's LISTEN), a
-listener feeds the queue names it hears into the worker's in-process hub, which the fetchers
-wait on. Without push (SQLite) the fetchers poll, and enqueues in the same process still signal
-the hub directly."""
+"""Wake-ups from other processes: where the store can push enqueues (PostgreSQL's LISTEN, the
+sockets beside a SQLite file), a listener feeds the queue names it hears into the worker's
+in-process hub, which the fetchers wait on. Without push (SQLite where the platform has no Unix
+datagram sockets) the fetchers poll, and enqueues in the same process still signal the hub
+directly."""
 
 from __future__ import annotations
 

@@ -55,12 +55,13 @@ def fetcher_for(
     clock: ManualClock,
     poll_interval: timedelta = timedelta(seconds=1),
     push: bool = False,
+    wakeups: WakeupHub | None = None,
 ) -> Fetcher:
     return Fetcher(
         "default",
         Leases(queue),
         held.slots,
-        wakeups=WakeupHub(),
+        wakeups=wakeups if wakeups is not None else WakeupHub(),
         options=WorkerOptions(concurrency=concurrency, poll_interval=poll_interval),
         clock=clock,
         push=push,
@@ -139,6 +140,47 @@ async def test_recovery_looks_again_only_after_the_poll_interval(db_url: str) ->
         await within(asyncio.gather(*held.slots.tasks))
         assert held.slots.recovering is None  # finished: look for the next one right away
         assert "default" not in held.slots.recovery_due
+
+
+async def test_after_a_wake_up_the_announced_job_is_claimed_before_recovery_looks(
+    db_url: str,
+) -> None:
+    """A wake-up's job does not wait for the look for expired leases: it is claimed first, and
+    the look follows in the next step (here, once the one slot is free again)."""
+    clock = ManualClock()
+    async with open_queue(db_url, registry_for(noop), clock=clock) as queue:
+        await queue.enqueue(Add(1), dispatch())
+        assert await Leases(queue).claim("default") is not None  # a worker that then vanished
+        held, hub = HeldSlots(1), WakeupHub()
+        minute = timedelta(seconds=60)
+        fetcher = fetcher_for(
+            queue, held, concurrency=1, clock=clock, poll_interval=minute, push=True, wakeups=hub
+        )
+        running = asyncio.ensure_future(fetcher.run())
+        try:
+            for _ in range(50):  # the first look found nothing and scheduled the next one
+                if "default" in held.slots.recovery_due:
+                    break
+                await asyncio.sleep(0.01)
+            await clock.advance(LEASE)  # the lease expired; the fetcher waits out its minute
+            held.slots.recovery_due.clear()  # as when a taken-over job has just finished
+            fresh = await queue.enqueue(Add(2), dispatch())
+            hub.notify(["default"])
+            for _ in range(200):
+                if held.started:
+                    break
+                await asyncio.sleep(0.01)
+            assert [(j.job_id, j.attempt) for j in held.started] == [(fresh.job_id, 1)]
+
+            held.release.set()  # the slot frees: the next step takes the expired lease over
+            for _ in range(200):
+                if len(held.started) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert [j.attempt for j in held.started] == [1, 2]
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
 
 
 async def test_presence_registers_beats_and_records_the_shutdown(db_url: str) -> None:

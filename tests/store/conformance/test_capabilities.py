@@ -164,23 +164,21 @@ async def test_a_delayed_job_is_not_announced(store: Store) -> None:
 ROLLED_BACK_CALLS = 100
 
 
-@pytest.mark.parametrize(
-    "size",
-    [
-        pytest.param(
-            1,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="store bug: a one-job call that ends in an idempotency conflict sometimes "
-                "announces its queue (the retry that looks up the existing row sends its NOTIFY "
-                "outside a transaction, so the rollback cannot take it back)",
-            ),
-        ),
-        5,
-        20,
-    ],
+#: A known PostgreSQL store bug, expected to fail there until it is fixed.
+ROLLED_BACK_ONE_JOB_BUG = pytest.mark.xfail(
+    strict=True,
+    reason="store bug: a one-job call that ends in an idempotency conflict sometimes "
+    "announces its queue (the retry that looks up the existing row sends its NOTIFY "
+    "outside a transaction, so the rollback cannot take it back)",
 )
-async def test_a_call_that_rolls_back_announces_nothing(store: Store, size: int) -> None:
+
+
+@pytest.mark.parametrize("size", [1, 5, 20])
+async def test_a_call_that_rolls_back_announces_nothing(
+    store: Store, size: int, request: pytest.FixtureRequest
+) -> None:
+    if size == 1 and store.db_system == "postgresql":
+        request.applymarker(ROLLED_BACK_ONE_JOB_BUG)
     needs_push(store)
     await insert(store, [new_job(1, queue="quiet", key="k")])
     listener = await listening(store, [QUEUE, "quiet"])

@@ -32,6 +32,7 @@ from caravel.store.sqlite.connections import (
     _Parameters,
     _pass_on,
 )
+from caravel.store.sqlite.notifications import Announcer, folder_for, listen
 
 __all__ = ["SqliteStore"]
 
@@ -50,7 +51,8 @@ class SqliteStore(SqlStore[ThreadConnection]):
     never queue on SQLite's lock.
 
     The async engine the store is given names the file; the store runs none of its own
-    statements on it."""
+    statements on it. Enqueues of jobs due now wake workers in other processes through the
+    sockets of :mod:`~caravel.store.sqlite.notifications`, where the platform has them."""
 
     db_system = "sqlite"
     insert_chunk = 200
@@ -63,6 +65,10 @@ class SqliteStore(SqlStore[ThreadConnection]):
         self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite")
         self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite-read")
         self._blocking = _blocking_engine(engine)
+        file = self._file()
+        folder = None if file is None else folder_for(file)
+        self._announcer = None if folder is None else Announcer(folder)
+        self.supports_listen_notify = self._announcer is not None
 
     async def _finished_estimate(self, conn: ThreadConnection, queue: str, state: str) -> int:
         # Exact, and one row read: the triggers of migration 0005 keep the count in the same
@@ -175,6 +181,15 @@ class SqliteStore(SqlStore[ThreadConnection]):
         self, chunks: Iterable[Sequence[NewJob]], *, total: int
     ) -> InsertResult:
         new_jobs = [job for chunk in chunks for job in chunk]
+        result = await self._insert_committed(new_jobs)
+        if self._announcer is not None:
+            outcomes = zip(result.jobs, result.outcomes, strict=True)
+            due = {j.queue for j, o in outcomes if o.inserted and j.due_at <= j.created_at}
+            if due:
+                self._announcer.announce(due)
+        return result
+
+    async def _insert_committed(self, new_jobs: list[NewJob]) -> InsertResult:
         if len(new_jobs) == 1:
             job = new_jobs[0]
             sql, parameters = self._raw_insert()
@@ -224,10 +239,17 @@ class SqliteStore(SqlStore[ThreadConnection]):
         await self._on_writer(self._blocking.dispose)
         self._writes.shutdown(wait=False)
         self._reads.shutdown(wait=False)
+        if self._announcer is not None:
+            self._announcer.close()
         await super().close()
 
     def _insert(self) -> Any:
         return sqlite.insert(jobs)
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        if self._announcer is None:
+            return None
+        return listen(self._announcer.folder, frozenset(queues))
 
     def _file(self) -> str | None:
         """The absolute path of the database file, for a URL that names one."""
