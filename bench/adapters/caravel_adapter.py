@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import _protocol as p
@@ -43,6 +44,9 @@ async def main() -> None:
             return bulk
         if args.mode == "enqueue":
             return one_by_one
+        # What `caravel worker` does before it starts processing (docs/guides/workers.md).
+        gc.collect()
+        gc.freeze()
         return drain
 
     async def fill(control: p.Control) -> dict[str, Any]:
