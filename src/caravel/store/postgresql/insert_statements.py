@@ -130,12 +130,16 @@ def _one_row_insert() -> str:
     fields are named after their columns); the columns it does not carry are those of a new
     job. No RETURNING: the row count says whether the job went in."""
     fields = ", ".join(NewJob._fields)
-    dialect = postgresql.dialect()
-    # Each parameter cast to its column's type without a length (a cast to VARCHAR(64) would
-    # cut a longer text short, where the column itself refuses it).
-    casts = ", ".join(
-        f"%b::{type(jobs.c[name].type)().compile(dialect)}" for name in NewJob._fields
-    )
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+
+    def cast(name: str) -> str:
+        # To the column's type without its length: a cast to VARCHAR(64) would cut a longer
+        # text short, where the column itself refuses it.
+        kind = jobs.c[name].type
+        unbounded = sa.String() if isinstance(kind, sa.String) else kind
+        return f"%b::{unbounded.compile(dialect)}"
+
+    casts = ", ".join(cast(name) for name in NewJob._fields)
     return (
         f"INSERT INTO {jobs.name} ({fields}, state, attempt, available_at, lease_token,"
         f" updated_at) SELECT {fields}, '{_READY}', 0, due_at, 0, created_at"
