@@ -84,7 +84,8 @@ class DatabaseQueue(AsyncClosing):
         nothing. The same key with different content raises
         :class:`~caravel.errors.IdempotencyConflictError`.
         """
-        (result,) = await self.enqueue_many([(job, dispatch)])
+        new_job = prepare_job(self.registry, self.options, job, dispatch, self.clock.now_ms())
+        (result,) = await self.insert_prepared([new_job])
         return result
 
     async def enqueue_many(

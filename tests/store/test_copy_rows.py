@@ -1,15 +1,18 @@
-"""PostgreSQL's COPY of new jobs and its INSERT must write the same row."""
+"""PostgreSQL's COPY of new jobs, its one-job INSERT and its other INSERTs must write the same
+row."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job
 from caravel.store.base import SqlStore
 from caravel.store.postgresql.insert_statements import COPY_COLUMNS, copy_row
+from caravel.store.protocol import NewJob
 from caravel.store.schema import jobs
-from tests.support import Add, dispatch, make_registry
+from tests.support import Add, dispatch, engine_of, make_registry, open_queue
 
 
 def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
@@ -32,3 +35,29 @@ def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
             assert isinstance(column_type, sa.Integer), name
             expected = "int4"
         assert kind == expected, name
+
+
+def _job(n: int, key: str | None) -> NewJob:
+    job = prepare_job(
+        make_registry(), QueueOptions(), Add(n, note="n"), dispatch(key), 1_700_000_000_123
+    )
+    if n % 2:  # a delayed job with a trace context, and a plain one due now
+        job = job._replace(trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000)
+    return job
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("total", [1, 2, 20], ids=["one_row", "values", "copy"])
+async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, total: int) -> None:
+    # The one-job INSERT binds the job's own fields by position: a field out of step with its
+    # column would store a value in the wrong column, or fail only for some jobs.
+    new_jobs = [_job(n, f"key-{n}" if n % 3 else None) for n in range(1, total + 1)]
+    async with open_queue(pg_url) as queue:
+        await queue.store.job_insert_many([new_jobs], total=total)
+        async with engine_of(queue).connect() as conn:
+            rows = (await conn.execute(sa.select(jobs))).mappings().all()
+    stored = {row["id"]: dict(row) for row in rows}
+    assert len(stored) == total
+    untouched = {"lease_expires_at": None, "started_at": None, "finished_at": None}
+    for job in new_jobs:
+        assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}

@@ -18,11 +18,11 @@ __all__ = [
     "COPY_SQL",
     "COPY_TYPES",
     "INSERTED_HERE",
+    "INSERT_ONE",
+    "INSERT_ONE_NOTIFY",
     "INSERT_UNNEST",
     "SEEN_BEFORE",
     "copy_row",
-    "insert_one_notify_statement",
-    "insert_one_statement",
     "unnest_values",
 ]
 
@@ -125,33 +125,34 @@ def copy_row(job: NewJob) -> tuple[Any, ...]:
     )
 
 
-def _insert_columns() -> list[sa.Column[Any]]:
-    skipped = ("lease_expires_at", "started_at", "finished_at", "last_failure")
-    return [c for c in jobs.c if c.name not in skipped]
+def _one_row_insert() -> str:
+    """INSERT of one job whose parameters are the :class:`NewJob` itself, field by field (its
+    fields are named after their columns); the columns it does not carry are those of a new
+    job. No RETURNING: the row count says whether the job went in."""
+    fields = ", ".join(NewJob._fields)
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
 
+    def cast(name: str) -> str:
+        # To the column's type without its length: a cast to VARCHAR(64) would cut a longer
+        # text short, where the column itself refuses it.
+        kind = jobs.c[name].type
+        unbounded = sa.String() if isinstance(kind, sa.String) else kind
+        return f"%b::{unbounded.compile(dialect)}"
 
-def insert_one_statement() -> sa.Insert:
-    """INSERT one job (bound as ``b_<column>``); the id comes back when it was inserted."""
+    casts = ", ".join(cast(name) for name in NewJob._fields)
     return (
-        postgresql.insert(jobs)
-        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in _insert_columns()})
-        .on_conflict_do_nothing()
-        .returning(jobs.c.id)
+        f"INSERT INTO {jobs.name} ({fields}, state, attempt, available_at, lease_token,"
+        f" updated_at) SELECT {fields}, '{_READY}', 0, due_at, 0, created_at"
+        f" FROM (VALUES ({casts})) AS new ({fields}) ON CONFLICT DO NOTHING"
     )
 
 
-def insert_one_notify_statement() -> sa.Select[Any]:
-    """The same INSERT, sending the queue's NOTIFY when the job went in due now: one round
-    trip."""
-    inserted = (
-        postgresql.insert(jobs)
-        .values({c.name: sa.bindparam(f"b_{c.name}", type_=c.type) for c in _insert_columns()})
-        .on_conflict_do_nothing()
-        .returning(jobs.c.id, jobs.c.queue, jobs.c.due_at, jobs.c.created_at)
-        .cte("inserted")
-    )
-    due_now = inserted.c.due_at <= inserted.c.created_at
-    return sa.select(
-        inserted.c.id,
-        sa.case((due_now, sa.func.pg_notify(CHANNEL, inserted.c.queue)), else_=None),
-    )
+#: One job, inserted unless a row already holds its id or idempotency key.
+INSERT_ONE = _one_row_insert()
+
+#: The same INSERT, also sending the queue's NOTIFY when the job went in (for a job due now):
+#: one round trip. Its row count, too, says whether the job went in.
+INSERT_ONE_NOTIFY = (
+    f"WITH inserted AS ({INSERT_ONE} RETURNING queue)"
+    f" SELECT pg_notify('{CHANNEL}', queue) FROM inserted"
+)

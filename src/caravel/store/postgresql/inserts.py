@@ -18,12 +18,12 @@ from caravel.store.postgresql.connections import ConnectedStore, driver_of
 from caravel.store.postgresql.insert_statements import (
     COPY_SQL,
     COPY_TYPES,
+    INSERT_ONE,
+    INSERT_ONE_NOTIFY,
     INSERT_UNNEST,
     INSERTED_HERE,
     SEEN_BEFORE,
     copy_row,
-    insert_one_notify_statement,
-    insert_one_statement,
     unnest_values,
 )
 from caravel.store.postgresql.notifications import NOTIFY, Announcer
@@ -139,16 +139,16 @@ class InsertingStore(ConnectedStore):
         return done.result
 
     async def _insert_one_row(self, new_jobs: list[NewJob]) -> Inserted:
-        """The common one-job enqueue: one cached statement (carrying the NOTIFY when this
-        enqueue leads), its own transaction. A job that collided with an existing row goes to
-        the VALUES strategy, which looks that row up."""
+        """The common one-job enqueue: one prepared statement whose parameters are the job's
+        own fields (carrying the NOTIFY when this enqueue leads), its own transaction. A job
+        that collided with an existing row goes to the VALUES strategy, which looks that row
+        up."""
         (job,) = new_jobs
         leading = self._announcer.leading(new_jobs)
-        build = insert_one_notify_statement if leading else insert_one_statement
-        values = {f"b_{k}": v for k, v in self._row_values(job).items()}
         async with self._autocommit("job_insert") as driver:
-            rows = await self._run(driver, build.__name__, build, values)
-        if not rows:  # nothing inserted, so no NOTIFY was sent either
+            sql = INSERT_ONE_NOTIFY if leading else INSERT_ONE
+            cursor = await driver.execute(sql, job, prepare=True, binary=True)
+        if cursor.rowcount != 1:  # nothing inserted, so no NOTIFY was sent either
             return await self._insert_values(new_jobs)
         return Inserted(InsertResult(new_jobs, [InsertOutcome(job.id, inserted=True)]), leading)
 

@@ -37,11 +37,11 @@ class Announcer:
     commit is on disk, so if every enqueue sent one, concurrent enqueues would commit one at a
     time. Instead, per queue, the first enqueue after a quiet ``NOTIFY_COOLDOWN`` carries the
     NOTIFY in its own transaction (no extra round trip), and enqueues within the cooldown carry
-    none. Each of those, once committed, (re)arms a trailing wake-up that fires when the queue
-    has had no enqueue for the cooldown: a separate NOTIFY that does not wait for the disk. A
-    steady stream therefore sends about one NOTIFY per cooldown, all inside enqueues, and the
-    last job of a burst is announced at most a cooldown after its commit. A wake-up that fails to
-    send only delays workers until they poll.
+    none. Each of those, once committed, arms (or pushes back) a trailing wake-up that fires when
+    the queue has had no enqueue for the cooldown: a separate NOTIFY that does not wait for the
+    disk. A steady stream therefore sends about one NOTIFY per cooldown, all inside enqueues, and
+    the last job of a burst is announced at most a cooldown after its commit. A wake-up that
+    fails to send only delays workers until they poll.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -49,6 +49,7 @@ class Announcer:
         self.cooldown = NOTIFY_COOLDOWN
         self._last: dict[str, float] = {}
         self._trailing: dict[str, asyncio.TimerHandle] = {}
+        self._last_commit: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def lead(self, queue: str) -> bool:
@@ -67,12 +68,25 @@ class Announcer:
 
     def committed(self, queue: str, *, announced: bool) -> None:
         """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own."""
-        timer = self._trailing.pop(queue, None)
-        if timer is not None:
-            timer.cancel()
-        if not announced:
-            loop = asyncio.get_running_loop()
-            self._trailing[queue] = loop.call_later(self.cooldown, self._fire, queue)
+        if announced:
+            timer = self._trailing.pop(queue, None)
+            if timer is not None:
+                timer.cancel()
+            return
+        loop = asyncio.get_running_loop()
+        self._last_commit[queue] = loop.time()
+        if queue not in self._trailing:
+            # One timer per quiet period, not one per commit: when it comes due it waits again
+            # for whatever is left of the cooldown after the latest commit.
+            self._trailing[queue] = loop.call_later(self.cooldown, self._trail, queue)
+
+    def _trail(self, queue: str) -> None:
+        loop = asyncio.get_running_loop()
+        left = self._last_commit[queue] + self.cooldown - loop.time()
+        if left > 0:
+            self._trailing[queue] = loop.call_later(left, self._trail, queue)
+        else:
+            self._fire(queue)
 
     def _fire(self, queue: str) -> None:
         self._trailing.pop(queue, None)

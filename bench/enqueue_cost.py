@@ -1,0 +1,185 @@
+"""What an enqueue costs, Caravel against pgqueuer: jobs per second, and the CPU each job takes
+in the producer (``time.process_time``) and in the PostgreSQL backends serving it (their
+``utime + stime`` from ``/proc``). One call per job, and bulk enqueue in batches, every job with
+its own idempotency key (pgqueuer's ``dedupe_key``), each run on a fresh database.
+
+Run it with ``python -m bench.enqueue_cost [jobs] [bulk_jobs] [rounds]``: the runs of each kind
+are interleaved, peer by peer, and the figures are their medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from bench.apps import Noop, registry
+from bench.databases import ADMIN_URL, database, postgres_dsn
+from caravel import DatabaseQueue, DispatchOptions
+
+QUEUE = "bench"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+Body = Callable[[str, int, int], Coroutine[Any, Any, dict[str, float]]]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU so far, or 0 once it has gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime and stime (fields 14 and 15)
+
+
+def _server_cpu(url: str) -> dict[int, float]:
+    """CPU so far of every backend connected to ``url``'s database, by pid."""
+    name = make_url(url).database
+    with psycopg.connect(postgres_dsn(ADMIN_URL), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+    return {pid: _cpu_seconds(pid) for (pid,) in rows}
+
+
+async def _timed(url: str, jobs: int, body: Callable[[], Awaitable[None]]) -> dict[str, float]:
+    """``body`` run once over connections already open (a warm-up came first): its rate and
+    its CPU per job, the producer's and that of the backends (those open at the end; the
+    queues under test keep theirs)."""
+    server_before = _server_cpu(url)
+    cpu_before, started = time.process_time(), time.perf_counter()
+    await body()
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_before
+    server_after = _server_cpu(url)
+    server = sum(after - server_before.get(pid, 0.0) for pid, after in server_after.items())
+    return {
+        "jobs_per_second": jobs / elapsed,
+        "producer_cpu_ms_per_job": cpu / jobs * 1000,
+        "server_cpu_ms_per_job": server / jobs * 1000,
+        "total_cpu_ms_per_job": (cpu + server) / jobs * 1000,
+        "server_backends": len(server_after),
+    }
+
+
+def _dispatch(key: str) -> DispatchOptions:
+    return DispatchOptions(queue=QUEUE, tenant_id="bench", idempotency_key=key)
+
+
+async def caravel_single(url: str, jobs: int, batch: int = 1) -> dict[str, float]:
+    """``DatabaseQueue.enqueue`` once per job, a key per job, as bench/runs.py does."""
+    async with DatabaseQueue(url, registry) as queue:
+        await queue.enqueue(Noop(-1), _dispatch("warm-up"))
+
+        async def body() -> None:
+            for i in range(jobs):
+                await queue.enqueue(Noop(i), _dispatch(f"key-{i}"))
+
+        return await _timed(url, jobs, body)
+
+
+async def caravel_bulk(url: str, jobs: int, batch: int) -> dict[str, float]:
+    """``DatabaseQueue.enqueue_many`` in batches of ``batch``, a key per job."""
+    async with DatabaseQueue(url, registry) as queue:
+        await queue.enqueue(Noop(-1), _dispatch("warm-up"))
+
+        async def body() -> None:
+            for start in range(0, jobs, batch):
+                items = range(start, min(jobs, start + batch))
+                await queue.enqueue_many([(Noop(i), _dispatch(f"key-{i}")) for i in items])
+
+        return await _timed(url, jobs, body)
+
+
+async def _pgqueuer(url: str, jobs: int, batch: int) -> dict[str, float]:
+    from pgqueuer import PsycopgDriver, Queries
+
+    conn = await psycopg.AsyncConnection.connect(postgres_dsn(url), autocommit=True)
+    try:
+        queries = Queries(PsycopgDriver(conn))
+        await queries.install()
+        await queries.enqueue("noop", b"-1", dedupe_key="warm-up")
+
+        async def single() -> None:
+            for i in range(jobs):
+                await queries.enqueue("noop", f"{i}".encode(), dedupe_key=f"single-{i}")
+
+        async def bulk() -> None:
+            for first in range(0, jobs, batch):
+                count = min(batch, jobs - first)
+                await queries.enqueue(
+                    ["noop"] * count,
+                    [f"{first + n}".encode() for n in range(count)],
+                    [0] * count,
+                    dedupe_key=[f"bulk-{first + n}" for n in range(count)],
+                )
+
+        return await _timed(url, jobs, single if batch == 1 else bulk)
+    finally:
+        await conn.close()
+
+
+async def pgqueuer_single(url: str, jobs: int, batch: int = 1) -> dict[str, float]:
+    """pgqueuer's ``Queries.enqueue`` once per job with a ``dedupe_key``, as bench/peers.py."""
+    return await _pgqueuer(url, jobs, 1)
+
+
+async def pgqueuer_bulk(url: str, jobs: int, batch: int) -> dict[str, float]:
+    """pgqueuer's ``Queries.enqueue`` with lists of ``batch`` jobs, a ``dedupe_key`` each."""
+    return await _pgqueuer(url, jobs, batch)
+
+
+RUNS: dict[str, Body] = {
+    "caravel_single": caravel_single,
+    "pgqueuer_single": pgqueuer_single,
+    "caravel_bulk": caravel_bulk,
+    "pgqueuer_bulk": pgqueuer_bulk,
+}
+
+
+def _one(run: Body, jobs: int, batch: int) -> dict[str, float]:
+    with database("postgresql") as url:
+        return asyncio.run(run(url, jobs, batch))
+
+
+def measure(
+    jobs: int = 3000, bulk_jobs: int = 20_000, batch: int = 1000, rounds: int = 3
+) -> dict[str, Any]:
+    """Every run of :data:`RUNS` ``rounds`` times, interleaved, each on a fresh database: the
+    medians of each figure, the runs themselves, and the machine's load before and after."""
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in RUNS}
+    load_before = Path("/proc/loadavg").read_text().strip()
+    for _ in range(rounds):
+        for name, run in RUNS.items():
+            single = name.endswith("single")
+            samples[name].append(_one(run, jobs if single else bulk_jobs, 1 if single else batch))
+    medians = {
+        name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}
+        for name, runs in samples.items()
+    }
+    return {
+        "jobs": jobs,
+        "bulk_jobs": bulk_jobs,
+        "batch": batch,
+        "rounds": rounds,
+        "loadavg_before": load_before,
+        "loadavg_after": Path("/proc/loadavg").read_text().strip(),
+        "medians": medians,
+        "runs": samples,
+    }
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:]]
+    keys = ("jobs", "bulk_jobs", "rounds")
+    print(json.dumps(measure(**dict(zip(keys, args, strict=False))), indent=2))
