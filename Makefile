@@ -52,9 +52,12 @@ test: lint typecheck pytest
 
 check: lint typecheck pytest-fast
 
-# Throughput and latency on PostgreSQL and SQLite, and the peers (pgqueuer, procrastinate) on
-# PostgreSQL; medians of three runs; prints a table and writes JSON under bench/results/.
-# Takes five to fifteen minutes, by the machine. BENCH_ARGS="--quick" for a glance.
+# Throughput and latency on PostgreSQL and SQLite, and Caravel against its peers (pgqueuer,
+# procrastinate, and oban in a Python 3.12 virtual environment the bench makes under
+# bench/.venvs) on PostgreSQL, each at the worker settings a sweep finds best on this machine;
+# medians of three runs; prints the figures and writes JSON under bench/results/. Takes about an
+# hour on an idle 2-core machine. BENCH_ARGS="--quick" for a glance, or e.g.
+# BENCH_ARGS="--only compare --backends postgresql" for the comparison alone.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
 	$(BIN)/python -m bench $(BENCH_ARGS)

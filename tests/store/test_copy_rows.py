@@ -41,8 +41,11 @@ def _job(n: int, key: str | None) -> NewJob:
     job = prepare_job(
         make_registry(), QueueOptions(), Add(n, note="n"), dispatch(key), 1_700_000_000_123
     )
-    if n % 2:  # a delayed job with a trace context, and a plain one due now
-        job = job._replace(trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000)
+    # Every job carries a trace context of its own: with a tracer set up in this process (the
+    # telemetry tests'), one left empty would get the insert span's.
+    job = job._replace(trace_context=f'{{"traceparent":"00-{n}-2-01"}}')
+    if n % 2:  # a delayed job, and one due now
+        job = job._replace(due_at=1_700_000_009_000)
     return job
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from caravel.store.sqlite import notifications
 from caravel.store.sqlite.notifications import Announcer, folder_for, listen
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no Unix sockets")
@@ -54,9 +55,36 @@ async def stop(feed: AsyncIterator[str], pending: asyncio.Future[str]) -> None:
     await feed.aclose()  # type: ignore[attr-defined]
 
 
-def test_the_folder_sits_beside_the_file_and_a_too_long_path_has_none(tmp_path: Path) -> None:
+def test_the_folder_sits_beside_the_file(tmp_path: Path) -> None:
     assert folder_for(str(tmp_path / "queue.db")) == str(tmp_path / "queue.db") + "-wakeups"
+
+
+def test_a_path_too_long_for_an_address_has_none_without_descriptor_paths(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(notifications, "PROC_FD", str(tmp_path / "no-such-folder"))
     assert folder_for("/" + "d" * 120 + "/queue.db") is None
+    assert folder_for("/tmp/queue.db") is not None  # short enough: still there
+
+
+@pytest.mark.skipif(not os.path.isdir(notifications.PROC_FD), reason="no /proc/self/fd")
+async def test_a_folder_deeper_than_a_socket_address_still_wakes_its_listeners(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    folder = folder_for(str(deep / "queue.db"))
+    assert folder is not None
+    assert len(folder) > 110
+    feed, first = await started(folder, frozenset({"jobs"}))
+    announcer = Announcer(folder)
+    try:
+        announcer.announce(["jobs"])
+        assert await asyncio.wait_for(first, ARRIVAL) == "jobs"
+        assert len(sockets(folder)) == 1
+    finally:
+        announcer.close()
+        await stop(feed, first)
 
 
 def test_announcing_without_a_folder_does_nothing(folder: str) -> None:

@@ -5,9 +5,10 @@ A worker's listener binds a socket of its own there and waits on it. An enqueue 
 due now sends each of their queue names, as one datagram, to every socket in the folder; a send
 never blocks (a socket whose buffer is full already has wake-ups waiting). A socket nobody
 listens on any more (its worker died) refuses the datagram, and the sender removes it. A lost
-wake-up only delays the workers until they poll. Where the platform has no Unix datagram
-sockets, or the folder's path is too long for a socket address, nothing is set up and workers
-poll as before.
+wake-up only delays the workers until they poll. A socket address holds about a hundred bytes:
+where the folder's path is longer, Linux reaches the sockets through a descriptor of the folder
+(``/proc/self/fd/N/name``). Where the platform has no Unix datagram sockets, or the path is too
+long and there is no such way round, nothing is set up and workers poll as before.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ LISTEN_RETRY_SECONDS = 1.0
 #: bound within the same tick as the scan.
 _SETTLED_SECONDS = 2.0
 _DATAGRAM = 1024
+#: Where a process's open descriptors are reachable as paths (Linux).
+PROC_FD = "/proc/self/fd"
 
 
 def folder_for(database: str) -> str | None:
@@ -51,9 +54,27 @@ def folder_for(database: str) -> str | None:
     except OSError:
         return None
     folder = database + SUFFIX
-    if len(os.fsencode(folder)) + 1 + _NAME_LENGTH > _MAX_ADDRESS:
+    if not _fits(folder) and not os.path.isdir(PROC_FD):
         return None
     return folder
+
+
+def _fits(folder: str) -> bool:
+    return len(os.fsencode(folder)) + 1 + _NAME_LENGTH <= _MAX_ADDRESS
+
+
+@contextlib.contextmanager
+def _addressable(folder: str) -> Iterator[str]:
+    """``folder`` as socket addresses can name it: itself, or where its path is too long, the
+    same folder through a descriptor of it, open for the duration."""
+    if _fits(folder):
+        yield folder
+        return
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"{PROC_FD}/{descriptor}"
+    finally:
+        os.close(descriptor)
 
 
 class Announcer:
@@ -73,11 +94,19 @@ class Announcer:
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
+        try:
+            with _addressable(self.folder) as base:
+                self._send(queues, listeners, base)
+        except OSError:  # the folder went away since the scan: nobody to wake
+            self._seen = None
+
+    def _send(self, queues: Iterable[str], listeners: list[str], base: str) -> None:
+        assert self._sender is not None
         for queue in queues:
             data = queue.encode()
             for path in listeners:
                 try:
-                    self._sender.sendto(data, path)
+                    self._sender.sendto(data, os.path.join(base, os.path.basename(path)))
                 except BlockingIOError:
                     pass  # its buffer is full: it has wake-ups waiting already
                 except (ConnectionRefusedError, FileNotFoundError):
@@ -122,11 +151,13 @@ class Announcer:
 def _bound(folder: str) -> Iterator[tuple[socket.socket, str]]:
     """A new socket bound in ``folder`` (created when missing); removed again on exit."""
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, secrets.token_hex(6) + _SOCKET)
+    name = secrets.token_hex(6) + _SOCKET
+    path = os.path.join(folder, name)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         sock.setblocking(False)
-        sock.bind(path)
+        with _addressable(folder) as base:
+            sock.bind(os.path.join(base, name))
         try:
             yield sock, path
         finally:
