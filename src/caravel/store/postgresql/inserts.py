@@ -219,7 +219,7 @@ class InsertingStore(ConnectedStore):
             except psycopg.errors.UniqueViolation as exc:
                 raise _Collided from exc
             announced = await self._announce(driver, drawn)
-        outcomes = [InsertOutcome(job.id, inserted=True) for job in drawn]
+        outcomes = [InsertOutcome(job.id, True) for job in drawn]
         return Inserted(InsertResult(drawn, outcomes), announced)
 
     async def _insert_arrays(self, chunks: Iterator[Sequence[NewJob]]) -> Inserted:
