@@ -21,6 +21,8 @@ def test_it_reads_as_the_list_of_inserted_outcomes() -> None:
 
     assert len(outcomes) == 3
     assert list(outcomes) == expected
+    assert [(o.job_id, o.inserted) for o in outcomes] == [(job.id, True) for job in jobs]
+    assert all(type(o) is InsertOutcome for o in outcomes)
     assert outcomes == expected
     assert outcomes[1] == expected[1]
     assert outcomes[-1] == expected[-1]
