@@ -10,9 +10,9 @@ the database is ever imported or evaluated.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +22,13 @@ from pydantic_core import PydanticSerializationError
 from caravel.errors import ValidationError
 from caravel.validation import MAX_JSON_DEPTH
 
-__all__ = ["PayloadDecodeError", "decode_payload", "encode_payload", "json_depth"]
+__all__ = [
+    "PayloadDecodeError",
+    "decode_payload",
+    "encode_dumped",
+    "encode_payload",
+    "json_depth",
+]
 
 
 class PayloadDecodeError(Exception):
@@ -145,20 +151,15 @@ def _require_unicode(text: str) -> None:
         ) from None
 
 
+@functools.lru_cache(maxsize=1024)
 def _same_in_both_modes(adapter: TypeAdapter[Any]) -> bool:
     """Whether ``adapter`` serializes with no custom serializer anywhere in its schema: then
     JSON mode changes only what is not already JSON (dates, UUIDs, enums, sets, ...), and a
     Python-mode dump that holds only JSON's own types is exactly what JSON mode would return.
     A custom serializer may answer differently in JSON mode, so its types always take both
-    dumps. Looked up once per adapter."""
-    known = _SAME_IN_BOTH_MODES.get(adapter)
-    if known is None:
-        known = not _has_custom_serializer(adapter.core_schema)
-        _SAME_IN_BOTH_MODES[adapter] = known
-    return known
-
-
-_SAME_IN_BOTH_MODES: weakref.WeakKeyDictionary[TypeAdapter[Any], bool] = weakref.WeakKeyDictionary()
+    dumps. Looked up once per adapter (a bounded cache: adapters live as long as their
+    registrations, and a weak mapping's lookup cost as much as a small job's dump)."""
+    return not _has_custom_serializer(adapter.core_schema)
 
 
 def _has_custom_serializer(schema: object) -> bool:
@@ -189,6 +190,22 @@ def encode_payload(
     ``job_type`` (the wire name) is named by errors that point at one field."""
     try:
         python = adapter.dump_python(job, mode="python")
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        raise _serialization_error(job, job_type) from None
+    return encode_dumped(adapter, job, python, max_bytes, job_type=job_type)
+
+
+def encode_dumped(
+    adapter: TypeAdapter[Any],
+    job: object,
+    python: object,
+    max_bytes: int,
+    *,
+    job_type: str | None = None,
+) -> str:
+    """:func:`encode_payload` for a ``job`` whose Python-mode dump by ``adapter`` is ``python``
+    (a bulk enqueue dumps all the jobs of one type in one call)."""
+    try:
         depth, native = _walk(python, check=True)
         if depth > MAX_JSON_DEPTH:
             raise ValidationError("payload", f"must be nested at most {MAX_JSON_DEPTH} levels deep")

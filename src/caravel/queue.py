@@ -20,7 +20,7 @@ from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult, JobStat
 from caravel.lookup import job_ref
 from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
-from caravel.preparation import prepare_job
+from caravel.preparation import prepare_job, prepare_jobs
 from caravel.registry import JobRegistry
 from caravel.signals import WakeupHub
 from caravel.store import open_store
@@ -106,15 +106,11 @@ class DatabaseQueue(AsyncClosing):
             # the next is validated and serialized. Still one transaction: a job that fails
             # validation rolls back every chunk before it.
             for start in range(0, len(items), PREPARE_CHUNK):
-                yield [
-                    prepare_job(registry, options, job, dispatch, now)
-                    for job, dispatch in items[start : start + PREPARE_CHUNK]
-                ]
+                yield prepare_jobs(registry, options, items[start : start + PREPARE_CHUNK], now)
 
         if len(items) <= PREPARE_CHUNK:
             # Prepared before the store is asked: a bad job never reaches the database.
-            prepared = [prepare_job(registry, options, job, d, now) for job, d in items]
-            return await self.insert_prepared(prepared)
+            return await self.insert_prepared(prepare_jobs(registry, options, items, now))
         return self._results(await self.store.job_insert_many(chunks(), total=len(items)))
 
     async def insert_prepared(self, new_jobs: Sequence[NewJob]) -> list[EnqueueResult]:
@@ -128,7 +124,7 @@ class DatabaseQueue(AsyncClosing):
         self.wakeups.notify(
             {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}
         )
-        return [EnqueueResult(o.job_id, already_enqueued=not o.inserted) for o in outcomes]
+        return [EnqueueResult(o.job_id, not o.inserted) for o in outcomes]
 
     # ----- status and replay ---------------------------------------------------------------
 

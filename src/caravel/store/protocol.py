@@ -11,15 +11,18 @@ reads the database server's clock, so an injected test clock controls every leas
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+import itertools
+import operator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol, get_args
+from typing import Literal, NamedTuple, Protocol, get_args, overload
 from uuid import UUID
 
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
 
 __all__ = [
     "SHOWN_STATES",
+    "AllInserted",
     "ClaimBatch",
     "ClaimRequest",
     "ClaimSource",
@@ -64,11 +67,49 @@ class InsertOutcome(NamedTuple):
     inserted: bool
 
 
+_JOB_ID = operator.attrgetter("id")
+
+
+class AllInserted(Sequence[InsertOutcome]):
+    """The outcomes of an insert that created every one of ``jobs``, each made when read: a
+    bulk insert would otherwise keep one more object per job alive until the call returns."""
+
+    __slots__ = ("_jobs",)
+
+    def __init__(self, jobs: Sequence[NewJob]) -> None:
+        self._jobs = jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    @overload
+    def __getitem__(self, index: int) -> InsertOutcome: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[InsertOutcome]: ...
+    def __getitem__(self, index: int | slice) -> InsertOutcome | list[InsertOutcome]:
+        if isinstance(index, slice):
+            return [InsertOutcome(job.id, True) for job in self._jobs[index]]
+        return InsertOutcome(self._jobs[index].id, True)
+
+    def __iter__(self) -> Iterator[InsertOutcome]:
+        # What InsertOutcome._make does, without a Python call per job: each result is read
+        # several times per call (results, wake-ups, metrics).
+        pairs = zip(map(_JOB_ID, self._jobs), itertools.repeat(True))
+        return map(tuple.__new__, itertools.repeat(InsertOutcome), pairs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class InsertResult(NamedTuple):
     """What one insert call did: every job it was given, in order, and each one's outcome."""
 
     jobs: list[NewJob]
-    outcomes: list[InsertOutcome]
+    outcomes: Sequence[InsertOutcome]
 
 
 #: Which jobs a claim may take: ``"ready"`` waiting jobs that are due, ``"expired"`` running jobs

@@ -27,7 +27,7 @@ from caravel.store.postgresql.insert_statements import (
     unnest_values,
 )
 from caravel.store.postgresql.notifications import NOTIFY, Announcer
-from caravel.store.protocol import InsertOutcome, InsertResult, NewJob
+from caravel.store.protocol import AllInserted, InsertOutcome, InsertResult, NewJob
 
 __all__ = ["INSERT_STRATEGIES", "Inserted", "InsertingStore"]
 
@@ -219,8 +219,7 @@ class InsertingStore(ConnectedStore):
             except psycopg.errors.UniqueViolation as exc:
                 raise _Collided from exc
             announced = await self._announce(driver, drawn)
-        outcomes = [InsertOutcome(job.id, inserted=True) for job in drawn]
-        return Inserted(InsertResult(drawn, outcomes), announced)
+        return Inserted(InsertResult(drawn, AllInserted(drawn)), announced)
 
     async def _insert_arrays(self, chunks: Iterator[Sequence[NewJob]]) -> Inserted:
         """Insert the chunks in one transaction, skipping rows that are already there, each
