@@ -39,9 +39,9 @@ GRIDS: dict[str, list[dict[str, Any]]] = {
         for c in (250, 1000)
         for loop in ("asyncio", "uvloop")
     ],
-    "pgqueuer": [{"processes": n, "batch": b} for n in (1, 2) for b in (10, 100, 1000)],
-    "oban": [{"processes": n, "limit": c} for n in (1, 2) for c in (10, 50, 200)],
-    "procrastinate": [{"processes": n, "concurrency": c} for n in (1, 2) for c in (10, 50)],
+    "pgqueuer": [{"processes": n, "batch": b} for n in (1, 2, 3) for b in (100, 1000, 5000)],
+    "oban": [{"processes": n, "limit": c} for n in (1, 2, 3) for c in (50, 200, 1000)],
+    "procrastinate": [{"processes": n, "concurrency": c} for n in (1, 2, 3) for c in (10, 50)],
 }
 #: procrastinate drains at a few hundred jobs a second: its drains use at most this many jobs.
 PROCRASTINATE_JOBS = 5000
