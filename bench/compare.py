@@ -197,11 +197,9 @@ def latency(lib_name: str, jobs: int, gap: float = 0.01, warm_up: int = 20) -> d
             # Up and claiming: its first job has run.
             once(lib, "enqueue", dsn, 1, {"job": "tick", "first": -1})
             _wait(lambda: -1 in stamps, 60)
-            meter_started = Meter(name, [])
-            meter_started.start()
-            result = once(lib, "enqueue", dsn, jobs + warm_up, {"job": "tick", "gap": gap})
+            settings = {"job": "tick", "gap": gap}
+            result = once(lib, "enqueue", dsn, jobs + warm_up, settings, name, [worker.process])
             _wait(lambda: len(stamps) >= jobs + warm_up + 1, 30)
-            reading = meter_started.stop()
         finally:
             _stop(worker)
     starts = result["starts"]
@@ -216,8 +214,8 @@ def latency(lib_name: str, jobs: int, gap: float = 0.01, warm_up: int = 20) -> d
         "p99_ms": _pct(samples, 0.99),
         "p999_ms": _pct(samples, 0.999),
         "max_ms": max(samples),
-        "other_cores": reading["other_cores"],
-        "loadavg_1m": reading["loadavg_1m"],
+        "other_cores": result["other_cores"],
+        "loadavg_1m": result["loadavg_1m"],
     }
 
 
@@ -266,6 +264,7 @@ def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
                 merged[f"{key}_min"], merged[f"{key}_max"] = min(values), max(values)
         elif key != "attempts":
             merged[key] = value
+    merged["runs"] = len(results)
     merged["disturbed_runs"] = sum(1 for r in results if r.get("disturbed"))
     return merged
 

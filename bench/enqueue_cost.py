@@ -130,7 +130,8 @@ async def _pgqueuer(url: str, jobs: int, batch: int) -> dict[str, float]:
 
 
 async def pgqueuer_single(url: str, jobs: int, batch: int = 1) -> dict[str, float]:
-    """pgqueuer's ``Queries.enqueue`` once per job with a ``dedupe_key``, as bench/peers.py."""
+    """pgqueuer's ``Queries.enqueue`` once per job with a ``dedupe_key`` (as its adapter in
+    bench/adapters does)."""
     return await _pgqueuer(url, jobs, 1)
 
 

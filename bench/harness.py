@@ -243,11 +243,13 @@ def once(
     jobs: int = 0,
     settings: dict[str, Any] | None = None,
     meter_db: str | None = None,
+    also: Sequence[subprocess.Popen[str]] = (),
 ) -> dict[str, Any]:
-    """Run one adapter's ``mode`` to its result; with ``meter_db``, the reading around it."""
+    """Run one adapter's ``mode`` to its result; with ``meter_db``, the reading around it, the
+    processes ``also`` counted with the adapter's own."""
     adapter = Adapter.start(lib, mode, dsn, jobs, settings)
     adapter.wait_for(lambda a: a.ready)
-    meter = Meter(meter_db, [adapter.process]) if meter_db else None
+    meter = Meter(meter_db, [adapter.process, *also]) if meter_db else None
     if meter:
         meter.start()
     adapter.say("go")
