@@ -85,7 +85,7 @@ class DatabaseQueue(AsyncClosing):
         :class:`~caravel.errors.IdempotencyConflictError`.
         """
         new_job = prepare_job(self.registry, self.options, job, dispatch, self.clock.now_ms())
-        (result,) = await self.insert_prepared([new_job])
+        (result,) = self._results(await self.store.job_insert_many([[new_job]], total=1))
         return result
 
     async def enqueue_many(

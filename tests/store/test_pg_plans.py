@@ -25,6 +25,7 @@ import pytest
 from psycopg import sql
 
 from caravel import DatabaseQueue, Leases
+from caravel.errors import StoreError
 from caravel.store.postgresql import PostgresStore
 from tests.support import Add, dispatch, open_queue
 from tests.support.databases import pg_database
@@ -219,3 +220,23 @@ async def test_a_connection_the_server_dropped_is_discarded_on_its_way_back(
             assert pooled.info.backend_pid != dropped
         await queue.enqueue(Add(1), dispatch())
         assert len(await Leases(queue).claim_many("default", 5)) == 1
+
+
+async def test_an_enqueue_after_its_hot_connection_was_dropped_runs_on_a_fresh_one(
+    fresh_pg_url: str,
+) -> None:
+    async with open_queue(fresh_pg_url) as queue:
+        store = _store(queue)
+        await queue.enqueue(Add(1), dispatch())  # keeps a hot connection, and its cursor
+        (fairy,) = store._hot.idle[False]
+        dropped = fairy.driver_connection.info.backend_pid
+        dsn = fresh_pg_url.replace("postgresql+psycopg://", "postgresql://")
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s, 10000)", (dropped,))
+        with pytest.raises(StoreError):
+            await queue.enqueue(Add(2), dispatch())
+        # The dropped connection's cursor went with it: the next enqueue gets a working one.
+        await queue.enqueue(Add(3), dispatch())
+        (kept,) = store._hot.idle[False]
+        assert kept.driver_connection.info.backend_pid != dropped
+        assert len(await Leases(queue).claim_many("default", 5)) == 2

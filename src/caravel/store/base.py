@@ -78,6 +78,7 @@ class SqlStore(Generic[ConnectionT]):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.closed = False
+        self._translations: dict[str, ErrorTranslation] = {}
 
     # ----- dialect hooks -------------------------------------------------------------------
 
@@ -111,12 +112,16 @@ class SqlStore(Generic[ConnectionT]):
     driver_errors: tuple[type[Exception], ...] = ()
 
     def _translated(self, operation: str) -> ErrorTranslation:
-        return ErrorTranslation(
-            operation,
-            driver_errors=self.driver_errors,
-            schema_missing=self._is_schema_missing,
-            explain=self._explain,
-        )
+        # One per operation name, made once: a translation holds no state of its own.
+        found = self._translations.get(operation)
+        if found is None:
+            found = self._translations[operation] = ErrorTranslation(
+                operation,
+                driver_errors=self.driver_errors,
+                schema_missing=self._is_schema_missing,
+                explain=self._explain,
+            )
+        return found
 
     def _explain(self, operation: str) -> StoreError | None:
         """A better error than the driver's for an operation that failed, where the dialect can

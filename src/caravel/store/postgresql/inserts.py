@@ -145,10 +145,12 @@ class InsertingStore(ConnectedStore):
         up."""
         (job,) = new_jobs
         leading = self._announcer.leading(new_jobs)
-        async with self._autocommit("job_insert") as driver:
-            sql = INSERT_ONE_NOTIFY if leading else INSERT_ONE
-            cursor = await driver.execute(sql, job, prepare=True, binary=True)
-        if cursor.rowcount != 1:  # nothing inserted, so no NOTIFY was sent either
+        use = self._autocommit("job_insert")
+        async with use:
+            cursor = use.cursor()
+            await cursor.execute(INSERT_ONE_NOTIFY if leading else INSERT_ONE, job, prepare=True)
+            inserted = cursor.rowcount == 1
+        if not inserted:  # nothing inserted, so no NOTIFY was sent either
             return await self._insert_values(new_jobs)
         return Inserted(InsertResult(new_jobs, [InsertOutcome(job.id, inserted=True)]), leading)
 

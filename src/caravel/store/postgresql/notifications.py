@@ -63,8 +63,7 @@ class Announcer:
     def leading(self, new_jobs: Sequence[NewJob]) -> frozenset[str]:
         """The queues whose NOTIFY an insert of ``new_jobs`` carries: those it brings jobs due
         now, each where this insert is the first in its cooldown."""
-        due_now = sorted({j.queue for j in new_jobs if j.due_at <= j.created_at})
-        return frozenset(queue for queue in due_now if self.lead(queue))
+        return frozenset(filter(self.lead, {j.queue for j in new_jobs if j.due_at <= j.created_at}))
 
     def committed(self, queue: str, *, announced: bool) -> None:
         """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own."""
