@@ -31,12 +31,15 @@ class Event:
 
 
 def read_ledger(directory: Path) -> list[Event]:
+    """Every worker's ledger events in the order they happened. The files are named by pid, which
+    says nothing of which worker ran first; the times are ``time.monotonic()``, one clock for the
+    whole machine on Linux."""
     events: list[Event] = []
     for path in sorted(directory.glob("ledger-*.log")):
         for line in path.read_text(encoding="utf-8").splitlines():
             kind, job_id, attempt, at, pid = line.split()
             events.append(Event(kind, job_id, int(attempt), float(at), int(pid)))
-    return events
+    return sorted(events, key=lambda event: event.at)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
