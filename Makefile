@@ -56,8 +56,9 @@ check: lint typecheck pytest-fast
 # procrastinate, and oban in a Python 3.12 virtual environment the bench makes under
 # bench/.venvs) on PostgreSQL, each at the worker settings a sweep finds best on this machine;
 # medians of three runs; prints the figures and writes JSON under bench/results/. The comparison
-# alone took 23 minutes on an idle 2-core machine (run J in docs/performance.md). BENCH_ARGS="--quick" for a glance, or e.g.
-# BENCH_ARGS="--only compare --backends postgresql" for the comparison alone.
+# alone took 23 minutes on an idle 2-core machine (run J in docs/performance.md).
+# BENCH_ARGS="--quick" for a glance, or BENCH_ARGS="--only compare --backends postgresql" for the
+# comparison alone.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
 	$(BIN)/python -m bench $(BENCH_ARGS)
