@@ -16,6 +16,14 @@ from typing import Any
 from caravel import JobContext, JobRegistry
 
 registry = JobRegistry()
+#: The queue every benchmark uses.
+QUEUE = "bench"
+
+
+def worker_command(url: str, *flags: str, queue: str = QUEUE) -> list[str]:
+    """``caravel worker`` for ``queue`` with this module's registry, on this Python."""
+    app = ["--app", "bench.apps:registry", "--queue", queue]
+    return [sys.executable, "-m", "caravel", "worker", "--url", url, *app, *flags]
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.apps import worker_command
 from bench.harness import (
     ATTEMPTS,
     LIBRARIES,
@@ -172,8 +172,7 @@ def _start_worker(lib: Library, dsn: str) -> Adapter:
     """A worker whose handler prints each job's start (the ``tick`` job): Caravel's command
     line, or the peer's adapter."""
     if lib.name == "caravel":
-        app = ["--app", "bench.apps:registry", "--queue", "bench"]
-        return Adapter([sys.executable, "-m", "caravel", "worker", "--url", dsn, *app])
+        return Adapter(worker_command(dsn))
     return Adapter.start(lib, "stamp-worker", dsn)
 
 

@@ -22,7 +22,6 @@ import gc
 import json
 import os
 import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from bench.apps import Noop
+from bench.apps import Noop, worker_command
 from bench.databases import database, postgres_dsn
 from bench.runs import QUEUE, _fill, drain
 from caravel import DatabaseQueue, JobContext, JobRegistry, QueueWorker, WorkerOptions
@@ -114,25 +113,8 @@ def _completed(url: str) -> int:
 
 
 def _processes(url: str, n: int, concurrency: int, durable: bool, k: int) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "caravel.cli.main",
-        "worker",
-        "--url",
-        url,
-        "--app",
-        "bench.apps:registry",
-        "--queue",
-        QUEUE,
-        "--concurrency",
-        str(concurrency),
-        "--poll-interval",
-        "0.01",
-        "--log-level",
-        "warning",
-        *(["--durable-acks"] if durable else []),
-    ]
+    flags = ["--concurrency", str(concurrency), "--poll-interval", "0.01", "--log-level", "warning"]
+    command = worker_command(url, *flags, *(["--durable-acks"] if durable else []))
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
     workers = [
         subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)

@@ -8,7 +8,6 @@ import os
 import sqlite3
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from bench.apps import Noop, Stamp, registry
+from bench.apps import QUEUE, Noop, Stamp, registry, worker_command
 from bench.databases import postgres_dsn
 from caravel import (
     DatabaseQueue,
@@ -32,7 +31,6 @@ from caravel import (
 from caravel.store.urls import backend_of
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUE = "bench"
 
 
 async def _counts(queue: DatabaseQueue) -> list[QueueCounts]:
@@ -175,20 +173,7 @@ def latency(url: str, n: int, gap: float) -> dict[str, Any]:
     """An idle worker in its own process; jobs enqueued one at a time ``gap`` seconds apart;
     time from just before the enqueue call to the handler's start."""
     worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "caravel.cli.main",
-            "worker",
-            "--url",
-            url,
-            "--app",
-            "bench.apps:registry",
-            "--queue",
-            QUEUE,
-            "--poll-interval",
-            "1",
-        ],
+        worker_command(url, "--poll-interval", "1"),
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -367,22 +352,7 @@ def memory(url: str, n: int, concurrency: int, window: int = 50_000) -> dict[str
     """One worker process draining ``n`` jobs fed in batches: resident memory over the run, and
     its growth between the first and the last ``window`` jobs."""
     worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "caravel.cli.main",
-            "worker",
-            "--url",
-            url,
-            "--app",
-            "bench.apps:registry",
-            "--queue",
-            QUEUE,
-            "--concurrency",
-            str(concurrency),
-            "--poll-interval",
-            "0.05",
-        ],
+        worker_command(url, "--concurrency", str(concurrency), "--poll-interval", "0.05"),
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL,

@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.apps import Stamp, registry
+from bench.apps import QUEUE, Stamp, registry, worker_command
 from bench.databases import database
 from caravel import DatabaseQueue, DispatchOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src"
-QUEUE = "bench"
 
 
 async def _enqueue_one(url: str, queue_name: str) -> str:
@@ -43,8 +42,7 @@ def first_job_seconds(
     in all (its graceful stop included), less noisy on a shared machine."""
     job_id = asyncio.run(_enqueue_one(url, queue))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(ROOT)])}
-    command = [sys.executable, "-m", "caravel", "worker", "--url", url]
-    command += ["--app", "bench.apps:registry", "--queue", queue]
+    command = worker_command(url, queue=queue)
     before = time.time()
     worker = subprocess.Popen(
         command,

@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,13 +29,12 @@ from typing import Any
 
 import psycopg
 
-from bench.apps import TRACE_ENV, Stamp, registry
+from bench.apps import QUEUE, TRACE_ENV, Stamp, registry, worker_command
 from bench.databases import database, postgres_dsn
 from caravel import DatabaseQueue, DispatchOptions
 from caravel.store.urls import backend_of
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUE = "bench"
 WARM_UP = 10
 
 
@@ -48,9 +46,7 @@ def _worker(url: str, poll_interval: float, *, trace: bool) -> Iterator[subproce
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(ROOT)])}
     if trace:
         env[TRACE_ENV] = "1"
-    command = [sys.executable, "-m", "caravel.cli.main", "worker", "--url", url]
-    command += ["--app", "bench.apps:registry", "--queue", QUEUE]
-    command += ["--poll-interval", str(poll_interval)]
+    command = worker_command(url, "--poll-interval", str(poll_interval))
     worker = subprocess.Popen(
         command,
         cwd=ROOT,
