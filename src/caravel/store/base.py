@@ -3,25 +3,22 @@ portable SQLAlchemy Core.
 
 Dialect modules subclass :class:`SqlStore` and supply only what differs: the INSERT construct with
 ``ON CONFLICT``, how claim candidates are locked, how a transaction begins, how schema errors are
-recognised, and any push wake-ups.
+recognised, and any push wake-ups. The transactions the operations run in, with their deadline and
+error translation, are :mod:`caravel.store.transactions`.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 from uuid import UUID
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from caravel.errors import IdempotencyConflictError, SchemaNotReadyError, StoreError
+from caravel.errors import IdempotencyConflictError, SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import queries
-from caravel.store.errors import ErrorTranslation
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -48,25 +45,16 @@ from caravel.store.rows import (
     worker_row,
 )
 from caravel.store.schema import jobs, workers
+from caravel.store.transactions import ConnectionT, SqlTransactions
 
-__all__ = ["Connection", "SqlStore", "claimed_from_rows"]
+__all__ = ["SqlStore", "claimed_from_rows"]
 
 _RUNNING = JobState.RUNNING.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
 
 
-class Connection(Protocol):
-    """What the shared operations need of a connection inside a transaction: to execute a
-    statement and return its result (SQLAlchemy's ``AsyncConnection`` is one)."""
-
-    async def execute(self, statement: Any, parameters: Any = None, /) -> sa.Result[Any]: ...
-
-
-ConnectionT = TypeVar("ConnectionT", bound=Connection)
-
-
-class SqlStore(Generic[ConnectionT]):
+class SqlStore(SqlTransactions[ConnectionT]):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
     :meth:`_transaction` provides."""
 
@@ -74,11 +62,6 @@ class SqlStore(Generic[ConnectionT]):
     db_system = "sql"
     #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
     insert_chunk = 500
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.closed = False
-        self._translations: dict[str, ErrorTranslation] = {}
 
     # ----- dialect hooks -------------------------------------------------------------------
 
@@ -90,85 +73,6 @@ class SqlStore(Generic[ConnectionT]):
         """The rows a claim updates: those ``candidates`` picks (locking them where the
         database needs it)."""
         return jobs.c.id.in_(candidates.scalar_subquery())
-
-    def _is_schema_missing(self, exc: BaseException) -> bool:
-        """Whether a driver error means the queue's tables or columns are missing."""
-        return False
-
-    def _transaction(
-        self, *, readonly: bool, durable: bool = True, single: bool = False
-    ) -> AbstractAsyncContextManager[ConnectionT]:
-        """A transaction (every dialect provides it). ``durable=False`` lets a dialect skip
-        waiting for the commit to reach disk (acknowledgements unless the worker asks for
-        durable ones, and presence: losing one means the job runs again, or a heartbeat is
-        missed). ``single=True`` says the work is one statement (or statements that need
-        not be atomic together), so a dialect may run it without an explicit BEGIN and
-        COMMIT."""
-        raise NotImplementedError
-
-    # ----- plumbing ------------------------------------------------------------------------
-
-    #: The driver's own exceptions, for dialects that run some statements on it directly.
-    driver_errors: tuple[type[Exception], ...] = ()
-
-    def _translated(self, operation: str) -> ErrorTranslation:
-        # One per operation name, made once: a translation holds no state of its own.
-        found = self._translations.get(operation)
-        if found is None:
-            found = self._translations[operation] = ErrorTranslation(
-                operation,
-                driver_errors=self.driver_errors,
-                schema_missing=self._is_schema_missing,
-                explain=self._explain,
-            )
-        return found
-
-    def _explain(self, operation: str) -> StoreError | None:
-        """A better error than the driver's for an operation that failed, where the dialect can
-        tell why (a SQLite file that does not exist)."""
-        return None
-
-    #: The longest any one store operation may take, commit included. Past it the operation's
-    #: connection is cut, so a link that silently stopped answering becomes a
-    #: :class:`~caravel.errors.StoreError` in bounded time instead of a hang.
-    operation_timeout = 45.0
-
-    def _sever(self, conn: ConnectionT) -> None:
-        """Cut a connection that is stuck mid-operation (dialects that can, do)."""
-
-    @asynccontextmanager
-    async def _deadline(self, **kwargs: bool) -> AsyncIterator[ConnectionT]:
-        holder: list[ConnectionT] = []
-
-        def expire() -> None:
-            if holder:
-                self._sever(holder[0])
-
-        timer = asyncio.get_running_loop().call_later(self.operation_timeout, expire)
-        try:
-            async with self._transaction(**kwargs) as conn:
-                holder.append(conn)
-                yield conn
-        finally:
-            timer.cancel()
-
-    @asynccontextmanager
-    async def _write(
-        self, operation: str, *, durable: bool = True, single: bool = False
-    ) -> AsyncIterator[ConnectionT]:
-        async with (
-            self._translated(operation),
-            self._deadline(readonly=False, durable=durable, single=single) as conn,
-        ):
-            yield conn
-
-    @asynccontextmanager
-    async def _read(self, operation: str, *, single: bool = True) -> AsyncIterator[ConnectionT]:
-        async with (
-            self._translated(operation),
-            self._deadline(readonly=True, single=single) as conn,
-        ):
-            yield conn
 
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
@@ -294,14 +198,6 @@ class SqlStore(Generic[ConnectionT]):
             "b_ids": [lease.job_id for lease in leases],
             "b_pairs": [(lease.job_id, lease.token) for lease in leases],
         }
-
-    def _statement(self, name: str, build: Callable[[], Any]) -> Any:
-        """Statements built once per store and reused with new parameters."""
-        cache: dict[str, Any] = self.__dict__.setdefault("_statements", {})
-        found = cache.get(name)
-        if found is None:
-            found = cache[name] = build()
-        return found
 
     def _complete_statement(self) -> sa.Update:
         return queries.complete(self._held_clause())
