@@ -1,0 +1,65 @@
+"""The application's own table, ``signups``, and the blocking engine it is reached through.
+
+Times are integer milliseconds from the application's clock, as in the queue, so tests move
+them with a :class:`~caravel.testing.ManualClock`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from caravel_samples.flask.settings import Settings
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+metadata = Base.metadata
+
+
+class Signup(Base):
+    """One person who signed up. ``welcome_job_id`` is the queue job that welcomes them,
+    committed in the same transaction as this row; ``welcomed_at_ms`` is set by that job."""
+
+    __tablename__ = "signups"
+
+    id: Mapped[UUID] = mapped_column(sa.Uuid(), primary_key=True)
+    email: Mapped[str] = mapped_column(sa.String(254), unique=True)
+    welcome_job_id: Mapped[UUID] = mapped_column(sa.Uuid())
+    created_at_ms: Mapped[int] = mapped_column(sa.BigInteger())
+    welcomed_at_ms: Mapped[int | None] = mapped_column(sa.BigInteger(), default=None)
+
+
+def create_engine(settings: Settings) -> sa.Engine:
+    """A blocking engine for request threads and synchronous handlers."""
+    if not settings.is_sqlite:
+        return sa.create_engine(settings.app_url, pool_pre_ping=True)
+    engine = sa.create_engine(settings.app_url, connect_args={"timeout": 30})
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # SQLAlchemy's "begin" event below issues BEGIN, not the driver.
+        dbapi_connection.isolation_level = None
+        # WAL, as the queue's own connections use: readers and the one writer do not block
+        # each other. Switching needs the file to itself, so only when it is not WAL yet (a
+        # switch attempted later, by the queue inside a request's open transaction, would
+        # find the file locked).
+        mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            dbapi_connection.execute("PRAGMA journal_mode = WAL")
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        # Take the write lock up front: a transaction that reads, then writes, would otherwise
+        # fail at once (without the busy wait) when another thread wrote in between.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def session_factory(engine: sa.Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
