@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import replace
 from uuid import UUID
 
-from caravel.errors import IdempotencyConflictError, StoreError
+from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.store.memory.reads import MemoryReader
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
@@ -22,6 +22,7 @@ from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
     ClaimSource,
+    Committed,
     FailedAttempt,
     Heartbeat,
     InsertOutcome,
@@ -34,6 +35,15 @@ from caravel.store.queries import same_content
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
 
 __all__ = ["MemoryStore"]
+
+
+def _no_session() -> ValidationError:
+    return ValidationError(
+        "session",
+        "a memory:// queue has no database to share a transaction with; enqueue without "
+        "session= (or use a SQLite or PostgreSQL queue)",
+    )
+
 
 READY = JobState.READY.value
 RUNNING = JobState.RUNNING.value
@@ -185,6 +195,26 @@ class MemoryStore(MemoryReader):
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return None
+
+    # ----- a caller's transaction: there is none to join ------------------------------------
+
+    async def database_identity(self) -> str:
+        return f"memory:{id(self._tables)}"
+
+    async def job_insert_joined(
+        self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
+    ) -> InsertResult:
+        raise _no_session()
+
+    def job_insert_joined_sync(
+        self,
+        target: object,
+        new_jobs: Sequence[NewJob],
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> InsertResult:
+        raise _no_session()
 
 
 def _holder(
