@@ -20,9 +20,9 @@ from caravel import (
     QueueOptions,
     QueueWorker,
     SyncQueue,
+    SyncQueueError,
     ValidationError,
 )
-from caravel._loop_thread import LoopThreadError
 from caravel.testing import ManualClock
 from tests.support import LEASE, Add, Recorder, Report, dispatch, make_registry
 
@@ -137,7 +137,7 @@ def test_calling_from_its_own_loop_is_refused(sync_queue: SyncQueue) -> None:
     async def nested() -> None:
         sync_queue.enqueue(Add(1), dispatch())
 
-    with pytest.raises(LoopThreadError, match="its own event loop"):
+    with pytest.raises(SyncQueueError, match="its own event loop"):
         sync_queue.call(nested)
 
 
@@ -146,7 +146,7 @@ def test_closed_queue_refuses_calls(db_url: str) -> None:
     queue.enqueue(Add(1), dispatch())
     queue.close()
     queue.close()  # again: nothing
-    with pytest.raises(LoopThreadError, match="closed"):
+    with pytest.raises(SyncQueueError, match="closed"):
         queue.enqueue(Add(1), dispatch())
 
 
@@ -189,8 +189,7 @@ def test_interpreter_exit_leaves_nothing_pending(db_url: str, ending: str) -> No
 
 _FORK_SCRIPT = """
 import os, sys
-from caravel import SyncQueue
-from caravel._loop_thread import LoopThreadError
+from caravel import SyncQueue, SyncQueueError
 from tests.support import Add, dispatch, make_registry
 
 unused = SyncQueue(sys.argv[1], make_registry())
@@ -202,7 +201,7 @@ if pid == 0:
     try:
         used.enqueue(Add(2), dispatch())
         code = 10
-    except LoopThreadError:
+    except SyncQueueError:
         pass
     try:
         unused.enqueue(Add(3), dispatch())
