@@ -4,6 +4,7 @@
     python -m bench --only drain latency --backends postgresql --runs 1
     python -m bench --quick                 # smaller sizes, for a first look
     python -m bench --only counts           # queue_counts over 1,000,000 finished rows
+    python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
@@ -25,13 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import compare, counts, runs
+from bench import compare, counts, runs, sync_cost
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALL = (
     "enqueue",
     "enqueue_parallel",
+    "sync",
     "bulk",
     "drain",
     "steady",
@@ -103,6 +105,7 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
         "enqueue_parallel": lambda url: asyncio.run(
             runs.enqueue_single(url, args.single * 2, args.producers)
         ),
+        "sync": lambda url: sync_cost.measure(url, args.single, 5),
         "bulk": lambda url: asyncio.run(runs.enqueue_bulk(url, n)),
         "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
         "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),

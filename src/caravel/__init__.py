@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         RegistrationError,
         SchemaNotReadyError,
         StoreError,
+        SyncQueueError,
         UnknownJobTypeError,
         ValidationError,
     )
@@ -64,6 +65,7 @@ _HOMES = {
     "RegistrationError": "caravel.errors",
     "SchemaNotReadyError": "caravel.errors",
     "StoreError": "caravel.errors",
+    "SyncQueueError": "caravel.errors",
     "UnknownJobTypeError": "caravel.errors",
     "ValidationError": "caravel.errors",
     "QueueInspector": "caravel.inspector",
@@ -138,6 +140,7 @@ __all__ = [
     "StagedIntent",
     "StoreError",
     "SyncQueue",
+    "SyncQueueError",
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",

@@ -18,19 +18,14 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from caravel.errors import CaravelError
+from caravel.errors import SyncQueueError
 
-__all__ = ["LoopThread", "LoopThreadError"]
+__all__ = ["LoopThread"]
 
 T = TypeVar("T")
 
 #: How long closing waits for the loop's last work (releasing connections) to finish.
 CLOSE_TIMEOUT = 10.0
-
-
-class LoopThreadError(CaravelError, RuntimeError):
-    """A synchronous call that cannot be made: from the facade's own loop (it would wait for
-    itself), after close, or in a process forked after the facade started."""
 
 
 class LoopThread:
@@ -58,7 +53,7 @@ class LoopThread:
         """Run ``fn(*args)`` on the loop and return its result (or raise its exception)."""
         loop = self._started()
         if threading.get_ident() == self._thread_id:
-            raise LoopThreadError(
+            raise SyncQueueError(
                 "a synchronous queue was called from its own event loop; "
                 "await the async DatabaseQueue there instead"
             )
@@ -109,9 +104,9 @@ class LoopThread:
             return loop
         with self._lock:
             if self._closed:
-                raise LoopThreadError("this synchronous queue is closed; open a new one")
+                raise SyncQueueError("this synchronous queue is closed; open a new one")
             if self._loop is not None and self._pid != os.getpid():
-                raise LoopThreadError(
+                raise SyncQueueError(
                     "this synchronous queue was used before the process forked; "
                     "create it in each worker process (or use it first there)"
                 )

@@ -155,3 +155,9 @@ class DatabaseNotFoundError(StoreError):
             f"there is no SQLite database file at {path}; check the URL (sqlite:///name.db is "
             "relative to the directory the command runs in, sqlite:////abs/path.db absolute)",
         )
+
+
+class SyncQueueError(CaravelError, RuntimeError):
+    """A :class:`~caravel.SyncQueue` call that cannot be made: from the queue's own event loop
+    (it would wait for itself), after :meth:`~caravel.SyncQueue.close`, or in a process forked
+    after the queue was first used. The message says what to do instead."""

@@ -56,6 +56,25 @@ def test_an_in_memory_database_cannot_be_migrated() -> None:
 
 
 @pytest.mark.parametrize(
+    "command",
+    [
+        ["db", "upgrade"],
+        ["db", "downgrade"],
+        ["db", "check"],
+        ["status"],
+        ["jobs", "list"],
+        WORKER,
+    ],
+)
+def test_the_memory_store_is_refused_by_every_command(command: list[str]) -> None:
+    done = run_cli(*command, "--url", "memory://")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr  # one line
+    assert "memory:// store lives inside one process" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
     ("args", "expected"),
     [
         (["db", "upgrade", "--url", "sqlite://nope.db"], "url: a SQLite URL takes three slashes"),

@@ -43,6 +43,7 @@ PUBLIC_NAMES = [
     "StagedIntent",
     "StoreError",
     "SyncQueue",
+    "SyncQueueError",
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",

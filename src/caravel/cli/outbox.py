@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from caravel.cli.apps import load_registry
+from caravel.cli.connect import process_url
 from caravel.cli.failure import fail
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
@@ -106,7 +107,7 @@ async def _serve(
     from caravel.outbox.relay import OutboxRelay
     from caravel.queue import DatabaseQueue
 
-    async with DatabaseQueue(url, registry) as queue:
+    async with DatabaseQueue(process_url(url), registry) as queue:
         # Built before the schema check, so a number out of range is said before any database
         # is read.
         relay = OutboxRelay(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from caravel.cli.apps import load_registry
+from caravel.cli.connect import process_url
 from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
@@ -216,7 +217,7 @@ async def _serve(
     from caravel.worker import QueueWorker
 
     loop = asyncio.get_running_loop()
-    async with DatabaseQueue(url, registry, options=queue_options) as queue:
+    async with DatabaseQueue(process_url(url), registry, options=queue_options) as queue:
         # Before "processing": what is wrong here is the set-up's (exit 2); what fails after it
         # is a runtime failure (exit 1), a database file removed while it runs included.
         await queue.check_schema()

@@ -45,12 +45,15 @@ _SESSION_RULE = (
 
 class CallerConnection(NamedTuple):
     """The caller's connection as a plan runs on it: an ``execute`` (async or blocking, as
-    resolved), the database's dialect name, and the SQLAlchemy object a commit hook can be
-    attached to (``None`` for a DB-API connection, which has none)."""
+    resolved), the database's dialect name, the SQLAlchemy object a commit hook can be
+    attached to (``None`` for a bare connection, which has none), and the ``info`` dictionary
+    SQLAlchemy keeps for the pooled connection underneath (``None`` for a DB-API connection),
+    where the database it is on is remembered."""
 
     execute: Callable[[Any, Any], Any]
     dialect: str
     committing: Any = None
+    info: dict[Any, Any] | None = None
 
 
 def caller_connection(target: object) -> CallerConnection:
@@ -58,9 +61,9 @@ def caller_connection(target: object) -> CallerConnection:
     a ``Connection``, or a DB-API connection of psycopg or ``sqlite3``."""
     if isinstance(target, Session):
         conn = target.connection()
-        return CallerConnection(conn.execute, conn.dialect.name, target)
+        return CallerConnection(conn.execute, conn.dialect.name, target, conn.info)
     if isinstance(target, sa.Connection):
-        return CallerConnection(target.execute, target.dialect.name)
+        return CallerConnection(target.execute, target.dialect.name, None, target.info)
     dbapi = _dbapi(target, asynchronous=False)
     if dbapi is None:
         raise ValidationError("session", _SESSION_RULE)
@@ -72,9 +75,9 @@ async def caller_connection_async(target: object) -> CallerConnection:
     psycopg connection."""
     if isinstance(target, AsyncSession):
         conn = await target.connection()
-        return CallerConnection(conn.execute, conn.dialect.name, target.sync_session)
+        return CallerConnection(conn.execute, conn.dialect.name, target.sync_session, conn.info)
     if isinstance(target, AsyncConnection):
-        return CallerConnection(target.execute, target.dialect.name)
+        return CallerConnection(target.execute, target.dialect.name, None, target.info)
     dbapi = _dbapi(target, asynchronous=True)
     if dbapi is None:
         raise ValidationError("session", _SESSION_RULE)
@@ -121,7 +124,10 @@ def insert_sync(
     has open, after checking that it is on the queue's database (``identity``, from
     :meth:`~caravel.store.base.SqlStore.database_identity`). Nothing is committed here."""
     caller = caller_connection(target)
-    _same_database(store, caller, run_plan_sync(caller.execute, store._identity_plan()), identity)
+    seen = _remembered(caller)
+    if seen is None:
+        seen = _remember(caller, run_plan_sync(caller.execute, store._identity_plan()))
+    _same_database(store, caller, seen, identity)
     outcomes = run_plan_sync(caller.execute, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
 
@@ -135,9 +141,26 @@ async def insert_async(
     if not _is_async(target):
         return insert_sync(store, target, new_jobs, identity, on_commit)
     caller = await caller_connection_async(target)
-    _same_database(store, caller, await run_plan(caller.execute, store._identity_plan()), identity)
+    seen = _remembered(caller)
+    if seen is None:
+        seen = _remember(caller, await run_plan(caller.execute, store._identity_plan()))
+    _same_database(store, caller, seen, identity)
     outcomes = await run_plan(caller.execute, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
+
+
+_IDENTITY = "caravel.database_identity"
+
+
+def _remembered(caller: CallerConnection) -> str | None:
+    """The database the connection was found on before (a pooled connection stays on one)."""
+    return None if caller.info is None else caller.info.get(_IDENTITY)
+
+
+def _remember(caller: CallerConnection, identity: str) -> str:
+    if caller.info is not None:
+        caller.info[_IDENTITY] = identity
+    return identity
 
 
 def _is_async(target: object) -> bool:

@@ -41,6 +41,7 @@ __all__ = [
     "ThroughputBucket",
     "ThroughputQuery",
     "WorkerRecord",
+    "shown_state",
 ]
 
 
@@ -184,6 +185,16 @@ class QueueCounts:
 #: moment it ends (as :meth:`Store.queue_counts` counts them).
 ShownState = Literal["ready", "delayed", "running", "expired", "dead_letter", "completed"]
 SHOWN_STATES: tuple[ShownState, ...] = get_args(ShownState)
+
+
+def shown_state(state: str, due_at: int, lease_expires_at: int | None, now: int) -> ShownState:
+    """The :data:`ShownState` of a job stored in ``state`` at ``now``, for stores that judge it
+    in Python rather than in SQL: due at ``now`` is ready, a lease ending at ``now`` expired."""
+    if state == JobState.READY.value:
+        return "ready" if due_at <= now else "delayed"
+    if state == JobState.RUNNING.value:
+        return "running" if lease_expires_at is not None and lease_expires_at > now else "expired"
+    return "dead_letter" if state == JobState.DEAD_LETTER.value else "completed"
 
 
 @dataclass(frozen=True, slots=True)

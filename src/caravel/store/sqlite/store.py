@@ -264,6 +264,11 @@ class SqliteStore(SqlStore[ThreadConnection]):
         file = str(rows[0][0]) if rows and rows[0][0] else ""
         return os.path.realpath(file) if file else ""
 
+    async def database_identity(self) -> str:
+        # The URL's file, without a connection: the queue's first connection may need the
+        # file to itself (to switch it to WAL), which a caller's open write transaction holds.
+        return self._identity_of([(self._file(),)])
+
     def _announce_committed(self, queues: set[str]) -> None:
         if self._announcer is not None:
             self._announcer.announce(queues)
