@@ -35,7 +35,9 @@ class Signup(Base):
 
 
 def create_engine(settings: Settings) -> sa.Engine:
-    """A blocking engine for request threads and synchronous handlers."""
+    """A blocking engine for request threads and synchronous handlers. A SQLite file is in
+    WAL mode once the queue's migrations ran, so readers and the one writer do not block each
+    other; each transaction here takes the write lock first, as the queue's own do."""
     if not settings.is_sqlite:
         return sa.create_engine(settings.app_url, pool_pre_ping=True)
     engine = sa.create_engine(settings.app_url, connect_args={"timeout": 30})
@@ -44,13 +46,6 @@ def create_engine(settings: Settings) -> sa.Engine:
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         # SQLAlchemy's "begin" event below issues BEGIN, not the driver.
         dbapi_connection.isolation_level = None
-        # WAL, as the queue's own connections use: readers and the one writer do not block
-        # each other. Switching needs the file to itself, so only when it is not WAL yet (a
-        # switch attempted later, by the queue inside a request's open transaction, would
-        # find the file locked).
-        mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
-        if mode is None or str(mode[0]).lower() != "wal":
-            dbapi_connection.execute("PRAGMA journal_mode = WAL")
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:

@@ -12,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from caravel_samples.flask.models import create_engine, metadata
+from caravel_samples.flask.models import metadata
 from caravel_samples.flask.settings import Settings
 
 from caravel import CaravelError, migrate
@@ -29,14 +29,10 @@ def _config(settings: Settings) -> Config:
 
 def migrate_all(settings: Settings) -> None:
     """Bring the queue's tables, then the sample's, to their newest revisions (the queue's
-    migration creates a missing SQLite file; the sample's never does)."""
+    migration creates a missing SQLite file and puts it in WAL mode; the sample's never
+    creates one)."""
     migrate.upgrade(settings.database_url)
     command.upgrade(_config(settings), "head")
-    engine = create_engine(settings)  # its first connection puts a SQLite file in WAL mode
-    try:
-        engine.connect().close()
-    finally:
-        engine.dispose()
 
 
 def check_all(settings: Settings) -> list[str]:

@@ -47,6 +47,8 @@ def test_migrate_applies_both_histories_and_the_table_matches_the_model(
 
 
 def test_a_sqlite_file_is_left_in_wal_mode(tmp_path: Path) -> None:
+    """What the sample's engine relies on: request threads and the queue's own threads read
+    while one of them writes."""
     import sqlite3
 
     settings = Settings.from_url(f"sqlite:///{tmp_path / 'wal.db'}")
