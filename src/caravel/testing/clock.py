@@ -1,4 +1,4 @@
-"""Helpers for testing code that uses Caravel: a clock you move by hand."""
+"""A clock you move by hand, so tests make time pass without waiting for it."""
 
 from __future__ import annotations
 
