@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from caravel.errors import DrainLimitError
     from caravel.testing.assertions import all_enqueued, assert_enqueued, refute_enqueued
     from caravel.testing.clock import ManualClock
     from caravel.testing.drain import drain
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 #: Where each public name lives.
 _HOMES = {
+    "DrainLimitError": "caravel.errors",
     "EnqueuedJob": "caravel.testing.enqueued",
     "ImmediateQueue": "caravel.testing.immediate",
     "JobRun": "caravel.testing.runs",
@@ -50,6 +52,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DrainLimitError",
     "EnqueuedJob",
     "ImmediateQueue",
     "JobRun",

@@ -31,9 +31,11 @@ from caravel.testing.databases import (
     postgres_database,
     truncate_queue_tables,
 )
+from caravel.testing.immediate import ImmediateQueue
 
 __all__ = [
     "caravel_clock",
+    "caravel_immediate_queue",
     "caravel_memory_queue",
     "caravel_postgres_queue",
     "caravel_postgres_url",
@@ -114,6 +116,20 @@ async def caravel_sqlite_queue(
     """A queue on a fresh, migrated SQLite file in the test's ``tmp_path``."""
     url = caravel_sqlite_template.copy_to(tmp_path / "caravel-queue.db")
     async with DatabaseQueue(url, caravel_registry, clock=caravel_clock) as queue:
+        yield queue
+
+
+@_async_fixture
+async def caravel_immediate_queue(
+    caravel_registry: JobRegistry,
+    caravel_clock: ManualClock,
+    caravel_sqlite_template: SqliteTemplate,
+    tmp_path: Path,
+) -> AsyncIterator[ImmediateQueue]:
+    """An :class:`~caravel.testing.ImmediateQueue` (failures raise) on a fresh SQLite file: each
+    enqueue runs its job before it returns."""
+    url = caravel_sqlite_template.copy_to(tmp_path / "caravel-immediate.db")
+    async with ImmediateQueue(caravel_registry, target=url, clock=caravel_clock) as queue:
         yield queue
 
 

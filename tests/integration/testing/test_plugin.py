@@ -195,3 +195,20 @@ def test_an_assertion_failure_shows_what_was_enqueued(project: pytest.Pytester) 
 def test_the_fixtures_are_listed_with_their_help(project: pytest.Pytester) -> None:
     result = run(project, "--fixtures")
     result.stdout.fnmatch_lines(["*caravel_sqlite_queue*", "*caravel_postgres_url*"])
+
+
+def test_the_immediate_queue_fixture_runs_jobs_inside_enqueue(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        from caravel import DispatchOptions
+        from caravel.testing import ImmediateQueue
+        from conftest import Greet, greeted
+
+        async def test_immediate(caravel_immediate_queue, caravel_clock):
+            assert isinstance(caravel_immediate_queue, ImmediateQueue)
+            assert caravel_immediate_queue.clock is caravel_clock
+            await caravel_immediate_queue.enqueue(Greet("eve"), DispatchOptions(queue="hi"))
+            assert greeted[-1] == ("eve", "default")
+        """
+    )
+    run(project).assert_outcomes(passed=1)
