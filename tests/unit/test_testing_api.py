@@ -70,3 +70,11 @@ def test_the_manual_clock_alone_loads_no_pytest_worker_or_store() -> None:
     found = _modules_after("from caravel.testing import ManualClock")
     heavy = {"pytest", "_pytest", "caravel.worker", "caravel.store", "caravel.testing.plugin"}
     assert not {m for m in found if m.split(".")[0] in heavy or m in heavy}
+
+
+def test_the_pytest_plugin_loads_no_queue_until_a_fixture_needs_one() -> None:
+    """It loads in every pytest run of a project with Caravel installed."""
+    found = _modules_after("import caravel.testing.plugin")
+    loaded = {m for m in found if m.split(".")[0] in {"sqlalchemy", "pydantic", "psycopg"}}
+    assert loaded == set()
+    assert "caravel.queue" not in found

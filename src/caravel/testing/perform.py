@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 from uuid import UUID
 
+from caravel.clock import SystemClock
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import CancellationSignal, JobContext
 from caravel.errors import ValidationError
@@ -20,7 +21,6 @@ from caravel.jobs import DEFAULT_TENANT, DispatchOptions
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job
 from caravel.registry import JobRegistry
-from caravel.testing.clock import ManualClock
 
 __all__ = ["perform", "perform_sync"]
 
@@ -51,7 +51,7 @@ async def perform(
         raise ValidationError("registry", "must be a JobRegistry")
     options = options if options is not None else QueueOptions()
     dispatch = DispatchOptions(queue=queue, tenant_id=tenant_id, max_attempts=max_attempts)
-    new_job = prepare_job(registry, options, job, dispatch, ManualClock().now_ms(), job_id)
+    new_job = prepare_job(registry, options, job, dispatch, SystemClock().now_ms(), job_id)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValidationError("attempt", "must be a positive integer")
     if attempt > new_job.max_attempts:

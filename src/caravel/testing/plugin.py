@@ -8,7 +8,9 @@ name starts with ``caravel_``.
 ``conftest.py``. The default fails the test with a one-line message saying so, because a queue
 on an empty registry would only fail later, on the first enqueue, with a less helpful error.
 The queue fixtures are async (they need pytest-asyncio) and run on ``caravel_clock``, a
-:class:`~caravel.testing.ManualClock`.
+:class:`~caravel.testing.ManualClock`. The plugin loads in every pytest run of a project that
+has Caravel installed, so it imports the queue, the worker and the drivers only inside the
+fixtures that need them.
 """
 
 from __future__ import annotations
@@ -18,20 +20,17 @@ import importlib
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from caravel.queue import DatabaseQueue
-from caravel.registry import JobRegistry
 from caravel.testing.clock import ManualClock
-from caravel.testing.databases import (
-    PostgresUnreachable,
-    SqliteTemplate,
-    postgres_database,
-    truncate_queue_tables,
-)
-from caravel.testing.immediate import ImmediateQueue
+
+if TYPE_CHECKING:
+    from caravel.queue import DatabaseQueue
+    from caravel.registry import JobRegistry
+    from caravel.testing.databases import SqliteTemplate
+    from caravel.testing.immediate import ImmediateQueue
 
 __all__ = [
     "caravel_clock",
@@ -103,6 +102,8 @@ def caravel_clock() -> ManualClock:
 @pytest.fixture(scope="session")
 def caravel_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate:
     """A migrated SQLite file, made once per session and copied for each test."""
+    from caravel.testing.databases import SqliteTemplate
+
     return SqliteTemplate(tmp_path_factory.mktemp("caravel-template"))
 
 
@@ -114,6 +115,8 @@ async def caravel_sqlite_queue(
     tmp_path: Path,
 ) -> AsyncIterator[DatabaseQueue]:
     """A queue on a fresh, migrated SQLite file in the test's ``tmp_path``."""
+    from caravel.queue import DatabaseQueue
+
     url = caravel_sqlite_template.copy_to(tmp_path / "caravel-queue.db")
     async with DatabaseQueue(url, caravel_registry, clock=caravel_clock) as queue:
         yield queue
@@ -128,6 +131,8 @@ async def caravel_immediate_queue(
 ) -> AsyncIterator[ImmediateQueue]:
     """An :class:`~caravel.testing.ImmediateQueue` (failures raise) on a fresh SQLite file: each
     enqueue runs its job before it returns."""
+    from caravel.testing.immediate import ImmediateQueue
+
     url = caravel_sqlite_template.copy_to(tmp_path / "caravel-immediate.db")
     async with ImmediateQueue(caravel_registry, target=url, clock=caravel_clock) as queue:
         yield queue
@@ -138,6 +143,8 @@ async def caravel_memory_queue(
     caravel_registry: JobRegistry, caravel_clock: ManualClock
 ) -> AsyncIterator[DatabaseQueue]:
     """A queue on the per-process memory store (``memory://``), empty for each test."""
+    from caravel.queue import DatabaseQueue
+
     async with DatabaseQueue("memory://", caravel_registry, clock=caravel_clock) as queue:
         yield queue
 
@@ -152,6 +159,8 @@ def caravel_postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
     admin = request.config.getoption("--caravel-postgres-url") or os.environ.get(URL_VARIABLE)
     if not admin:
         pytest.skip(f"no PostgreSQL server: pass --caravel-postgres-url or set ${URL_VARIABLE}")
+    from caravel.testing.databases import PostgresUnreachable, postgres_database
+
     try:
         with postgres_database(admin) as url:
             yield url
@@ -167,6 +176,9 @@ async def caravel_postgres_queue(
     caravel_postgres_url: str, caravel_registry: JobRegistry, caravel_clock: ManualClock
 ) -> AsyncIterator[DatabaseQueue]:
     """A queue on the session's PostgreSQL database, its tables emptied first."""
+    from caravel.queue import DatabaseQueue
+    from caravel.testing.databases import truncate_queue_tables
+
     truncate_queue_tables(caravel_postgres_url)
     async with DatabaseQueue(caravel_postgres_url, caravel_registry, clock=caravel_clock) as queue:
         yield queue
