@@ -211,3 +211,13 @@ async def test_drain_with_advance_recovers_an_expired_lease(db_url: str) -> None
                 outcome="completed",
             )
         ]
+
+
+async def test_exactly_max_jobs_runs_is_not_an_error(db_url: str) -> None:
+    ran: list[tuple[str, int, int]] = []
+    registry = chain_registry(ran)
+    async with open_queue(db_url, registry) as queue:
+        registry.holder["queue"] = queue  # type: ignore[attr-defined]
+        await queue.enqueue(Add(2), DispatchOptions(queue="start"))  # three runs in all
+        runs = await drain(queue, max_jobs=3, advance=True)
+        assert [run.outcome for run in runs] == ["completed"] * 3
