@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
     from caravel.store.protocol import QueueCounts
+    from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
 
 #: Where each public name lives.
@@ -85,6 +86,7 @@ _HOMES = {
     "DatabaseQueue": "caravel.queue",
     "JobRegistry": "caravel.registry",
     "QueueCounts": "caravel.store.protocol",
+    "SyncQueue": "caravel.sync",
     "FailureOutcome": "caravel.worker",
     "Leases": "caravel.worker",
     "QueueWorker": "caravel.worker",
@@ -135,6 +137,7 @@ __all__ = [
     "SchemaNotReadyError",
     "StagedIntent",
     "StoreError",
+    "SyncQueue",
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",

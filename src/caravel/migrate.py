@@ -113,10 +113,24 @@ def upgrade(url: str | sa.URL, revision: str = "head") -> None:
         )
     try:
         command.upgrade(_config(url), revision)
+        if target.get_backend_name() == "sqlite":
+            _use_wal(target)
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError("upgrade", driver_reason(exc)) from exc
     except CommandError as exc:
         raise _unknown_revision(revision) from exc
+
+
+def _use_wal(target: sa.URL) -> None:
+    """Switch a SQLite queue's file to WAL, as the queue runs it. Switching needs the file to
+    itself; done here, the queue's first connection never has to wait for an application that
+    shares the file and has a write transaction open (``enqueue(..., session=...)``)."""
+    engine = sa.create_engine(target, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str | sa.URL, revision: str = "-1") -> None:

@@ -76,30 +76,45 @@ class DatabaseQueue(AsyncClosing):
 
     # ----- enqueue -------------------------------------------------------------------------
 
-    async def enqueue(self, job: object, dispatch: DispatchOptions) -> EnqueueResult:
+    async def enqueue(
+        self, job: object, dispatch: DispatchOptions, *, session: object | None = None
+    ) -> EnqueueResult:
         """Save one job, durably, and return its id once the row is committed.
 
         With an idempotency key, repeating the same queue, tenant, key, job type and payload
         returns the original job (``already_enqueued=True``), even after it finished, and changes
         nothing. The same key with different content raises
         :class:`~caravel.errors.IdempotencyConflictError`.
+
+        With ``session`` (a SQLAlchemy ``AsyncSession``, ``AsyncConnection``, ``Session`` or
+        ``Connection``, or a psycopg or ``sqlite3`` connection, on the queue's own database) the
+        job is inserted in the transaction that session has open instead, and exists exactly
+        when that transaction commits: a rollback leaves no job. Workers are woken when it
+        commits, not before.
         """
         new_job = prepare_job(self.registry, self.options, job, dispatch, self.clock.now_ms())
+        if session is not None:
+            (result,) = await self._insert_joined(session, [new_job])
+            return result
         (result,) = self._results(await self.store.job_insert_many([[new_job]], total=1))
         return result
 
     async def enqueue_many(
-        self, items: Iterable[tuple[object, DispatchOptions]]
+        self, items: Iterable[tuple[object, DispatchOptions]], *, session: object | None = None
     ) -> list[EnqueueResult]:
         """Save many jobs in one transaction; results come back in the order given.
 
         A job that fails validation raises :class:`~caravel.errors.ValidationError` and nothing
         of the call is written. Idempotency keys are honoured per job, including between jobs
-        of the same call. A conflict rolls back the whole call.
+        of the same call. A conflict rolls back the whole call. ``session`` as for
+        :meth:`enqueue`: the jobs go into that session's transaction (a conflict raises, and
+        the caller rolls its transaction back).
         """
         now = self.clock.now_ms()
         items = list(items)
         registry, options = self.registry, self.options
+        if session is not None:
+            return await self._insert_joined(session, prepare_jobs(registry, options, items, now))
 
         def chunks() -> Iterator[list[NewJob]]:
             # A large batch is prepared chunk by chunk, so a dialect can insert one chunk while
@@ -118,12 +133,22 @@ class DatabaseQueue(AsyncClosing):
         this path) and wake workers in this process."""
         return self._results(await self.store.job_insert_many([new_jobs], total=len(new_jobs)))
 
-    def _results(self, inserted: InsertResult) -> list[EnqueueResult]:
-        """Wake this process's workers for the queues that got jobs; the caller's results."""
-        new_jobs, outcomes = inserted
-        self.wakeups.notify(
-            {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}
+    async def _insert_joined(
+        self, session: object, new_jobs: Sequence[NewJob]
+    ) -> list[EnqueueResult]:
+        inserted = await self.store.job_insert_joined(
+            session, new_jobs, on_commit=self.wakeups.notify
         )
+        return self._results(inserted, wake=False)
+
+    def _results(self, inserted: InsertResult, *, wake: bool = True) -> list[EnqueueResult]:
+        """Wake this process's workers for the queues that got jobs (unless ``wake`` is false:
+        the caller's commit will); the caller's results."""
+        new_jobs, outcomes = inserted
+        if wake:
+            self.wakeups.notify(
+                {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}
+            )
         return [EnqueueResult(o.job_id, not o.inserted) for o in outcomes]
 
     # ----- status and replay ---------------------------------------------------------------

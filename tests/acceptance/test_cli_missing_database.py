@@ -55,6 +55,14 @@ def test_an_in_memory_database_cannot_be_migrated() -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["db", "downgrade"], ["db", "check"]])
+def test_the_memory_store_needs_no_migrations(command: list[str]) -> None:
+    done = run_cli(*command, "--url", "memory://")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr  # one line
+    assert "memory:// store lives inside one process and needs no migrations" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

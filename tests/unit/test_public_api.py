@@ -42,6 +42,7 @@ PUBLIC_NAMES = [
     "SchemaNotReadyError",
     "StagedIntent",
     "StoreError",
+    "SyncQueue",
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",

@@ -360,3 +360,14 @@ def test_a_sqlite_url_with_a_host_is_refused_with_the_slashes_explained() -> Non
         backend_of("sqlite://queue.db")
     assert backend_of("sqlite:///queue.db") == "sqlite"
     assert backend_of("sqlite://") == "sqlite"
+
+
+def test_urls_name_one_of_the_three_stores_and_only_sql_ones_have_drivers() -> None:
+    from caravel.store.urls import backend_of, sync_url
+
+    assert backend_of("memory://") == backend_of("memory://shared") == "memory"
+    assert backend_of("postgres://db.example/queue") == "postgresql"
+    with pytest.raises(ValidationError, match="postgresql://, sqlite:// or memory://"):
+        backend_of("mysql://db.example/queue")
+    with pytest.raises(ValidationError, match="needs no migrations"):
+        sync_url("memory://shared")

@@ -2,6 +2,7 @@
 and wrap its store in the instrumented store; everything above this package talks to the
 :class:`~caravel.store.protocol.Store` (or :class:`~caravel.store.protocol.ReadStore`) protocol
 only. :func:`open_outbox_store` opens the outbox relay's store on the application's database.
+``memory://`` URLs open the in-process store of :mod:`caravel.store.memory`.
 SQLAlchemy, a dialect module and its driver are imported when the first URL of their kind is
 opened, so the row types in :mod:`~caravel.store.protocol` cost nothing to import."""
 
@@ -33,6 +34,12 @@ def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore[Any]:
     return sqlite.SqliteStore(sqlite.create_engine(url, read_only=read_only))
 
 
+def _is_memory(url: str | sa.URL) -> bool:
+    from caravel.store.urls import backend_of
+
+    return backend_of(url) == "memory"
+
+
 def _is_url(target: object) -> bool:
     if isinstance(target, str):
         return True
@@ -42,23 +49,35 @@ def _is_url(target: object) -> bool:
 
 
 def open_store(target: str | sa.URL | Store) -> InstrumentedStore:
-    """The store for a URL (``postgresql://`` or ``sqlite:///``), instrumented; an already
-    opened store is instrumented (once) and used as it is."""
+    """The store for a URL (``postgresql://``, ``sqlite:///`` or ``memory://``), instrumented;
+    an already opened store is instrumented (once) and used as it is."""
     from caravel.store.instrumented import InstrumentedStore, instrumented
 
     if _is_url(target):
-        return InstrumentedStore(_dialect_store(target, read_only=False))  # type: ignore[arg-type]
+        url: str | sa.URL = target  # type: ignore[assignment]
+        if _is_memory(url):
+            from caravel.store import memory
+
+            return InstrumentedStore(memory.open_store(url))
+        return InstrumentedStore(_dialect_store(url, read_only=False))
     return instrumented(target)  # type: ignore[arg-type]
 
 
 def open_reader(target: str | sa.URL | ReadStore) -> ReadStore:
     """A store for a URL that offers only reads, on connections the database itself keeps
     read-only: SQLite opened with ``mode=ro``, PostgreSQL sessions with
-    ``default_transaction_read_only``. An already opened store is used as it is."""
+    ``default_transaction_read_only``; for ``memory://`` a reader that has no write operation
+    at all. An already opened store is used as it is."""
     from caravel.store.instrumented import InstrumentedStore
 
     if _is_url(target):
-        return InstrumentedStore(_dialect_store(target, read_only=True))  # type: ignore[arg-type]
+        url: str | sa.URL = target  # type: ignore[assignment]
+        if _is_memory(url):
+            from caravel.store import memory
+
+            # Instrumented like every reader; only its read operations are ever called.
+            return InstrumentedStore(memory.open_reader(url))  # type: ignore[arg-type]
+        return InstrumentedStore(_dialect_store(url, read_only=True))
     return target  # type: ignore[return-value]
 
 
@@ -74,7 +93,16 @@ def open_outbox_store(app: AsyncEngine | str | sa.URL, table_name: str) -> Outbo
 
     if isinstance(app, AsyncEngine):
         return OutboxStore(app, table_name, owns_engine=False)
-    if backend_of(app) == "postgresql":
+    backend = backend_of(app)
+    if backend == "memory":
+        from caravel.errors import ValidationError
+
+        raise ValidationError(
+            "url",
+            "the outbox lives in the application's own database: use its postgresql:// or "
+            "sqlite:// URL, not memory://",
+        )
+    if backend == "postgresql":
         from caravel.store import postgresql
 
         return OutboxStore(postgresql.create_engine(app), table_name, owns_engine=True)

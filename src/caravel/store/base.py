@@ -19,10 +19,12 @@ import sqlalchemy as sa
 from caravel.errors import IdempotencyConflictError, SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import queries
+from caravel.store.plans import Plan, Step, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
     ClaimSource,
+    Committed,
     FailedAttempt,
     Heartbeat,
     InsertOutcome,
@@ -62,6 +64,7 @@ class SqlStore(SqlTransactions[ConnectionT]):
     db_system = "sql"
     #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
     insert_chunk = 500
+    _identity: str | None = None
 
     # ----- dialect hooks -------------------------------------------------------------------
 
@@ -99,11 +102,45 @@ class SqlStore(SqlTransactions[ConnectionT]):
     async def _outcomes(
         self, conn: ConnectionT, new_jobs: Sequence[NewJob], inserted: set[UUID]
     ) -> list[InsertOutcome]:
+        """Each job's outcome once the batch is inserted (see :meth:`_outcomes_plan`)."""
+        return await run_plan(conn.execute, self._outcomes_plan(new_jobs, inserted))
+
+    async def _insert_rows(self, conn: ConnectionT, new_jobs: Sequence[NewJob]) -> set[UUID]:
+        return await run_plan(conn.execute, self._insert_rows_plan(new_jobs))
+
+    def _insert_plan(self, new_jobs: Sequence[NewJob]) -> Plan[list[InsertOutcome]]:
+        """The whole insert of ``new_jobs`` as a plan, for a transaction the caller owns: the
+        rows, each job's outcome, and the dialect's wake-up for the queues that got jobs due
+        now (delivered when that transaction commits, where the dialect can)."""
+        inserted = yield from self._insert_rows_plan(new_jobs)
+        outcomes = yield from self._outcomes_plan(new_jobs, inserted)
+        due = {j.queue for j in new_jobs if j.id in inserted and j.due_at <= j.created_at}
+        yield from self._announce_plan(due)
+        return outcomes
+
+    def _announce_plan(self, queues: set[str]) -> Plan[None]:
+        """Statements that wake workers of ``queues`` when the caller's transaction commits
+        (PostgreSQL's NOTIFY); by default none."""
+        return
+        yield  # pragma: no cover
+
+    def _insert_rows_plan(self, new_jobs: Sequence[NewJob]) -> Plan[set[UUID]]:
+        """Insert what is new; the ids inserted. No conflict target: a duplicate
+        idempotency key and a duplicate id (a relay sending the same outbox intent twice) are
+        both settled by the database, and the row is skipped."""
+        # One cached statement over many parameter sets: SQLAlchemy batches it into multi-row
+        # INSERTs ("insertmanyvalues") without recompiling for each batch size.
+        rows = [self._row_values(job) for job in new_jobs]
+        return {row.id for row in (yield Step(self._insert_statement(), rows))}
+
+    def _outcomes_plan(
+        self, new_jobs: Sequence[NewJob], inserted: set[UUID]
+    ) -> Plan[list[InsertOutcome]]:
         """Each job's outcome once the batch is inserted: its own row, or the row that kept it
         out. Raises :class:`~caravel.errors.IdempotencyConflictError` (rolling the batch back)
         when that row has other content."""
         duplicates = [job for job in new_jobs if job.id not in inserted]
-        by_key, by_id = await self._existing(conn, duplicates)
+        by_key, by_id = yield from self._existing_plan(duplicates)
         outcomes: list[InsertOutcome] = []
         for job in new_jobs:
             if job.id in inserted:
@@ -117,16 +154,6 @@ class SqlStore(SqlTransactions[ConnectionT]):
             outcomes.append(InsertOutcome(row.id, inserted=False))
         return outcomes
 
-    async def _insert_rows(self, conn: ConnectionT, new_jobs: Sequence[NewJob]) -> set[UUID]:
-        """Insert what is new; return the ids inserted. No conflict target: a duplicate
-        idempotency key and a duplicate id (a relay sending the same outbox intent twice) are
-        both settled by the database, and the row is skipped."""
-        # One cached statement over many parameter sets: SQLAlchemy batches it into multi-row
-        # INSERTs ("insertmanyvalues") without recompiling for each batch size.
-        rows = [self._row_values(job) for job in new_jobs]
-        stmt = self._insert_statement()
-        return set((await conn.execute(stmt, rows)).scalars())
-
     def _insert_statement(self) -> Any:
         """INSERT of whole job rows (bound by column name) that skips any duplicate and returns
         the ids it inserted; built once."""
@@ -138,9 +165,9 @@ class SqlStore(SqlTransactions[ConnectionT]):
     def _row_values(job: NewJob) -> dict[str, Any]:
         return job_row(job)
 
-    async def _existing(
-        self, conn: ConnectionT, duplicates: Sequence[NewJob]
-    ) -> tuple[dict[tuple[str, str, str | None], Any], dict[UUID, Any]]:
+    def _existing_plan(
+        self, duplicates: Sequence[NewJob]
+    ) -> Plan[tuple[dict[tuple[str, str, str | None], Any], dict[UUID, Any]]]:
         """The rows that kept ``duplicates`` from being inserted: by idempotency key where the
         job has one, and by id (for a job inserted before under the same id)."""
         keys = sorted(
@@ -152,10 +179,10 @@ class SqlStore(SqlTransactions[ConnectionT]):
         by_id: dict[UUID, Any] = {}
         step = self.insert_chunk
         for start in range(0, len(keys), step):
-            for row in await conn.execute(queries.existing_by_key(keys[start : start + step])):
+            for row in (yield Step(queries.existing_by_key(keys[start : start + step]))):
                 by_key[(row.queue, row.tenant_id, row.idempotency_key)] = row
         for start in range(0, len(ids), step):
-            for row in await conn.execute(queries.existing_by_id(ids[start : start + step])):
+            for row in (yield Step(queries.existing_by_id(ids[start : start + step]))):
                 by_id[row.id] = row
         return by_key, by_id
 
@@ -332,6 +359,47 @@ class SqlStore(SqlTransactions[ConnectionT]):
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return None
+
+    # ----- inserts in a transaction the caller owns (caravel.store.joined) -----------------
+
+    def _identity_statement(self) -> Any:
+        """A statement whose one row names the database a connection is on (the dialect's)."""
+        raise NotImplementedError
+
+    def _identity_of(self, rows: list[Any]) -> str:
+        return str(rows[0][0]) if rows else ""
+
+    def _identity_plan(self) -> Plan[str]:
+        return self._identity_of((yield Step(self._identity_statement())))
+
+    def _announce_committed(self, queues: set[str]) -> None:
+        """Wake other processes' workers once the caller's transaction has committed jobs of
+        ``queues``, where the dialect's wake-ups are not part of the transaction itself."""
+
+    async def database_identity(self) -> str:
+        if self._identity is None:
+            async with self._read("database_identity") as conn:
+                self._identity = await run_plan(conn.execute, self._identity_plan())
+        return self._identity
+
+    async def job_insert_joined(
+        self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
+    ) -> InsertResult:
+        from caravel.store import joined
+
+        return await joined.insert_async(self, target, new_jobs, on_commit)
+
+    def job_insert_joined_sync(
+        self,
+        target: object,
+        new_jobs: Sequence[NewJob],
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> InsertResult:
+        from caravel.store import joined
+
+        return joined.insert_sync(self, target, new_jobs, identity, on_commit)
 
     async def close(self) -> None:
         if self.closed:

@@ -19,6 +19,7 @@ from caravel.jobs import FailureCategory, JobStatus, Lease
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
+    Committed,
     FailedAttempt,
     Heartbeat,
     InsertResult,
@@ -76,6 +77,34 @@ class InstrumentedStore:
             if len(result.outcomes) == 1 and span.is_recording():
                 # The stored job's id: on an idempotent repeat, the original job's.
                 span.set_attribute("messaging.message.id", str(result.outcomes[0].job_id))
+        _count_enqueued(result)
+        return result
+
+    async def database_identity(self) -> str:
+        return await self.inner.database_identity()
+
+    async def job_insert_joined(
+        self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
+    ) -> InsertResult:
+        new_jobs = _traced(new_jobs)
+        with self._span("job_insert_joined"):
+            result = await self.inner.job_insert_joined(target, new_jobs, on_commit=on_commit)
+        _count_enqueued(result)
+        return result
+
+    def job_insert_joined_sync(
+        self,
+        target: object,
+        new_jobs: Sequence[NewJob],
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> InsertResult:
+        new_jobs = _traced(new_jobs)
+        with self._span("job_insert_joined"):
+            result = self.inner.job_insert_joined_sync(
+                target, new_jobs, identity, on_commit=on_commit
+            )
         _count_enqueued(result)
         return result
 
@@ -153,6 +182,12 @@ class InstrumentedStore:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def _traced(new_jobs: Sequence[NewJob]) -> Sequence[NewJob]:
+    """``new_jobs`` carrying the current trace context, when a tracer records one."""
+    carrier = telemetry.carrier_for_current_context() if telemetry.tracing() else None
+    return new_jobs if carrier is None else [_with_trace(job, carrier) for job in new_jobs]
 
 
 def _count_enqueued(result: InsertResult) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, get_args, overload
 from uuid import UUID
@@ -26,6 +26,7 @@ __all__ = [
     "ClaimBatch",
     "ClaimRequest",
     "ClaimSource",
+    "Committed",
     "FailedAttempt",
     "Heartbeat",
     "InsertOutcome",
@@ -40,6 +41,7 @@ __all__ = [
     "ThroughputBucket",
     "ThroughputQuery",
     "WorkerRecord",
+    "shown_state",
 ]
 
 
@@ -103,6 +105,11 @@ class AllInserted(Sequence[InsertOutcome]):
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
+
+
+#: What runs once a caller's transaction commits jobs (see :meth:`Store.job_insert_joined`):
+#: given the queues that got jobs due now.
+Committed = Callable[[set[str]], None] | None
 
 
 class InsertResult(NamedTuple):
@@ -178,6 +185,16 @@ class QueueCounts:
 #: moment it ends (as :meth:`Store.queue_counts` counts them).
 ShownState = Literal["ready", "delayed", "running", "expired", "dead_letter", "completed"]
 SHOWN_STATES: tuple[ShownState, ...] = get_args(ShownState)
+
+
+def shown_state(state: str, due_at: int, lease_expires_at: int | None, now: int) -> ShownState:
+    """The :data:`ShownState` of a job stored in ``state`` at ``now``, for stores that judge it
+    in Python rather than in SQL: due at ``now`` is ready, a lease ending at ``now`` expired."""
+    if state == JobState.READY.value:
+        return "ready" if due_at <= now else "delayed"
+    if state == JobState.RUNNING.value:
+        return "running" if lease_expires_at is not None and lease_expires_at > now else "expired"
+    return "dead_letter" if state == JobState.DEAD_LETTER.value else "completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,4 +365,31 @@ class Store(ReadStore, Protocol):
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         """Queue names as enqueues announce them, where the database can push them."""
+        ...
+
+    async def database_identity(self) -> str:
+        """What names the store's database (its server and database, or its file): a caller's
+        connection on the same database reads the same."""
+        ...
+
+    async def job_insert_joined(
+        self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
+    ) -> InsertResult:
+        """Insert ``new_jobs`` in the transaction that ``target``, the caller's session or
+        connection, has open, with the rules of :meth:`job_insert_many`; nothing is committed.
+        Raises :class:`~caravel.errors.ValidationError` (field ``session``) when ``target`` is
+        not on this store's database. ``on_commit`` runs once that transaction commits (where
+        ``target`` can say so), with the queues that got jobs due now."""
+        ...
+
+    def job_insert_joined_sync(
+        self,
+        target: object,
+        new_jobs: Sequence[NewJob],
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> InsertResult:
+        """:meth:`job_insert_joined` on a blocking session or connection, given the
+        :meth:`database_identity` read before."""
         ...

@@ -1,9 +1,11 @@
 """Database URLs: what a user writes, and what SQLAlchemy needs for each driver.
 
 Users write ``postgresql://...`` or ``sqlite:///path/to/queue.db`` (any explicit driver suffix is
-accepted too). The library talks to PostgreSQL through psycopg 3 and to SQLite through the
-standard ``sqlite3`` module (on the store's own threads, and for migrations) or aiosqlite (the
-async engine :func:`caravel.store.sqlite.create_engine` returns).
+accepted too), or ``memory://`` / ``memory://NAME`` for the in-process store
+(:mod:`caravel.store.memory`), which has no driver and no migrations. The library talks to
+PostgreSQL through psycopg 3 and to SQLite through the standard ``sqlite3`` module (on the
+store's own threads, and for migrations) or aiosqlite (the async engine
+:func:`caravel.store.sqlite.create_engine` returns).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from caravel.errors import ValidationError
 
 __all__ = ["Backend", "async_url", "backend_of", "sync_url"]
 
-Backend = Literal["postgresql", "sqlite"]
+Backend = Literal["postgresql", "sqlite", "memory"]
 
 
 def _parse(url: str | URL) -> URL:
@@ -30,8 +32,8 @@ def _parse(url: str | URL) -> URL:
 
 
 def backend_of(url: str | URL) -> Backend:
-    """Which database a URL names; anything but PostgreSQL and SQLite is rejected, and so is a
-    SQLite URL with a host (``sqlite://queue.db``: one slash too few)."""
+    """Which database a URL names; anything but PostgreSQL, SQLite and the in-memory store is
+    rejected, and so is a SQLite URL with a host (``sqlite://queue.db``: one slash too few)."""
     parsed = _parse(url)
     name = parsed.get_backend_name()
     if name in ("postgresql", "postgres"):
@@ -44,18 +46,33 @@ def backend_of(url: str | URL) -> Backend:
                 "and four before an absolute one (sqlite:////var/lib/queue.db)",
             )
         return "sqlite"
-    raise ValidationError("url", "must name a postgresql:// or sqlite:// database")
+    if name == "memory":
+        return "memory"
+    raise ValidationError("url", "must name a postgresql://, sqlite:// or memory:// database")
+
+
+def _sql_backend(parsed: URL) -> Backend:
+    """The SQL database a URL names: the in-memory store has no driver to name, and its schema
+    is always current, so asking for one (to migrate it, say) is a usage error."""
+    backend = backend_of(parsed)
+    if backend == "memory":
+        raise ValidationError(
+            "url",
+            "a memory:// store lives inside one process and needs no migrations; "
+            "use a postgresql:// or sqlite:// database here",
+        )
+    return backend
 
 
 def async_url(url: str | URL) -> URL:
     """The URL with the async driver Caravel uses for its backend."""
     parsed = _parse(url)
-    driver = "postgresql+psycopg" if backend_of(parsed) == "postgresql" else "sqlite+aiosqlite"
+    driver = "postgresql+psycopg" if _sql_backend(parsed) == "postgresql" else "sqlite+aiosqlite"
     return parsed.set(drivername=driver)
 
 
 def sync_url(url: str | URL) -> URL:
     """The URL with the synchronous driver (used by migrations)."""
     parsed = _parse(url)
-    driver = "postgresql+psycopg" if backend_of(parsed) == "postgresql" else "sqlite+pysqlite"
+    driver = "postgresql+psycopg" if _sql_backend(parsed) == "postgresql" else "sqlite+pysqlite"
     return parsed.set(drivername=driver)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 
@@ -30,10 +31,16 @@ def _postgresql(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+def _memory(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    # A name of this test's own: the store, second_store and reader share it, no other test does.
+    return f"memory://conformance-{uuid4().hex}"
+
+
 #: Every store under test, by name: how to get the URL of a migrated, empty queue.
 DATABASES: dict[str, Callable[[pytest.FixtureRequest, Path], str]] = {
     "sqlite": _sqlite,
     "postgresql": _postgresql,
+    "memory": _memory,
 }
 
 

@@ -217,29 +217,42 @@ async def test_an_id_repeated_in_one_call_makes_one_job(store: Store, size: int)
     assert len(await everything(store)) == size - 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store bug: a job repeated under the same id in one call is reported as inserted "
-    "twice (the key rule reports the repeat as not inserted), so enqueue counts it twice",
-)
+#: The SQL stores, whose shared insert (``SqlStore._outcomes``) has the two known bugs below.
+SQL_STORES = ("postgresql", "sqlite")
+
+
+def sql_store_bug(store: Store, request: pytest.FixtureRequest, reason: str) -> None:
+    """Expect the test to fail on the SQL stores until their bug is fixed (strictly: a fix
+    makes it pass and the marker must go); other stores must pass it."""
+    if store.db_system in SQL_STORES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"store bug: {reason}"))
+
+
 @pytest.mark.parametrize("size", SEVERAL)
 async def test_an_id_repeated_in_one_call_is_reported_as_not_inserted(
-    store: Store, size: int
+    store: Store, size: int, request: pytest.FixtureRequest
 ) -> None:
+    sql_store_bug(
+        store,
+        request,
+        "a job repeated under the same id in one call is reported as inserted twice (the "
+        "key rule reports the repeat as not inserted), so enqueue counts it twice",
+    )
     jobs = many(size - 1, keyed=False)
     result = await insert(store, [*jobs, jobs[0]])
     assert result.outcomes[-1] == InsertOutcome(jobs[0].id, inserted=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store bug: the same id twice in one call with different payloads raises no "
-    "IdempotencyConflictError; both are reported inserted and the second payload is dropped",
-)
 @pytest.mark.parametrize("size", SEVERAL)
 async def test_an_id_repeated_in_one_call_with_other_content_conflicts(
-    store: Store, size: int
+    store: Store, size: int, request: pytest.FixtureRequest
 ) -> None:
+    sql_store_bug(
+        store,
+        request,
+        "the same id twice in one call with different payloads raises no "
+        "IdempotencyConflictError; both are reported inserted and the second payload is dropped",
+    )
     jobs = many(size - 1, keyed=False)
     with pytest.raises(IdempotencyConflictError):
         await insert(store, [*jobs, jobs[0]._replace(payload=payload(n=-1))])

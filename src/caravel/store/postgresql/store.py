@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import Lease
 from caravel.store.base import claimed_from_rows
+from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.inserts import InsertingStore
-from caravel.store.postgresql.notifications import listen
+from caravel.store.postgresql.notifications import NOTIFY, listen
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest
 from caravel.store.schema import jobs
@@ -32,6 +33,12 @@ _ESTIMATE = sa.text(
     "EXPLAIN (FORMAT JSON) SELECT 1 FROM caravel_jobs"
     " WHERE queue = CAST(:queue AS varchar) AND state = CAST(:state AS varchar)"
 )
+
+
+_IDENTITY = sa.text(
+    "SELECT (SELECT system_identifier FROM pg_control_system())::text"
+    " || '/' || current_database() AS identity"
+).columns(identity=sa.String)
 
 
 class PostgresStore(InsertingStore):
@@ -52,6 +59,15 @@ class PostgresStore(InsertingStore):
         picked = candidates.with_for_update(skip_locked=True).subquery("picked")
         ids = sa.select(sa.func.array_agg(picked.c.id)).scalar_subquery()
         return jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.Uuid())))
+
+    def _identity_statement(self) -> Any:
+        # The cluster's system identifier (fixed when it was created) and the database's name.
+        return _IDENTITY
+
+    def _announce_plan(self, queues: set[str]) -> Plan[None]:
+        # NOTIFY inside the caller's transaction: PostgreSQL delivers it when that commits.
+        for queue in sorted(queues):
+            yield Step(NOTIFY, {"queue": queue})
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)

@@ -41,6 +41,11 @@ _FINISHED_COUNT = sa.text(
 )
 
 
+_MAIN_FILE = sa.text("SELECT file FROM pragma_database_list WHERE name = 'main'").columns(
+    file=sa.String
+)
+
+
 class SqliteStore(SqlStore[ThreadConnection]):
     """Every operation runs on a thread of this store, on connections of one blocking engine:
     writes on the writer thread, reads on the reader thread (in WAL mode readers never wait for
@@ -250,6 +255,23 @@ class SqliteStore(SqlStore[ThreadConnection]):
         if self._announcer is None:
             return None
         return listen(self._announcer.folder, frozenset(queues))
+
+    def _identity_statement(self) -> Any:
+        return _MAIN_FILE
+
+    def _identity_of(self, rows: list[Any]) -> str:
+        # The main database's file, as SQLite resolved it (empty for a memory database).
+        file = str(rows[0][0]) if rows and rows[0][0] else ""
+        return os.path.realpath(file) if file else ""
+
+    async def database_identity(self) -> str:
+        # The URL's file, without a connection: the queue's first connection may need the
+        # file to itself (to switch it to WAL), which a caller's open write transaction holds.
+        return self._identity_of([(self._file(),)])
+
+    def _announce_committed(self, queues: set[str]) -> None:
+        if self._announcer is not None:
+            self._announcer.announce(queues)
 
     def _file(self) -> str | None:
         """The absolute path of the database file, for a URL that names one."""

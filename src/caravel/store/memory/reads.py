@@ -1,0 +1,158 @@
+"""The in-memory store's reads: what :class:`MemoryReader` offers, and all an
+:func:`~caravel.store.open_reader` on a ``memory://`` URL gets. It has no write operation at
+all, so it is read-only by construction rather than by a database's refusal."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from uuid import UUID
+
+from caravel.errors import StoreError
+from caravel.jobs import JobState, JobStatus
+from caravel.migrations import HEAD
+from caravel.store.memory.tables import JobRow, Tables
+from caravel.store.protocol import (
+    JobFilter,
+    JobRef,
+    QueueCounts,
+    ThroughputBucket,
+    ThroughputQuery,
+    WorkerRecord,
+    shown_state,
+)
+from caravel.store.rows import status_from_row, worker_from_row
+
+__all__ = ["MemoryReader"]
+
+_FINISHED = (JobState.COMPLETED.value, JobState.DEAD_LETTER.value)
+#: As many workers as the SQL listing returns at most.
+_WORKER_LIST_LIMIT = 500
+
+
+class MemoryReader:
+    """Reads over one in-memory queue's :class:`~caravel.store.memory.tables.Tables`. Not
+    durable: the rows live in this process only and are gone when it exits."""
+
+    supports_listen_notify = False
+    db_system = "memory"
+
+    def __init__(self, tables: Tables) -> None:
+        self._tables = tables
+        self.closed = False
+
+    @contextmanager
+    def _locked(self, operation: str) -> Iterator[Tables]:
+        """The tables, held for one whole operation (which makes it atomic)."""
+        if self.closed:
+            raise StoreError(operation, "the memory store is closed")
+        with self._tables.lock:
+            yield self._tables
+
+    @staticmethod
+    def _owned(tables: Tables, ref: JobRef) -> JobRow | None:
+        """The one job with this id, in this queue, of this exact tenant."""
+        row = tables.jobs.get(ref.job_id)
+        if row is None or row.queue != ref.queue or row.tenant_id != ref.tenant_id:
+            return None
+        return row
+
+    async def job_get(self, ref: JobRef) -> JobStatus | None:
+        with self._locked("job_get") as tables:
+            row = self._owned(tables, ref)
+            return None if row is None else status_from_row(row)
+
+    async def job_get_payload(self, ref: JobRef) -> str | None:
+        with self._locked("job_get_payload") as tables:
+            row = self._owned(tables, ref)
+            return None if row is None else row.payload
+
+    async def job_list(self, where: JobFilter) -> list[JobStatus]:
+        with self._locked("job_list") as tables:
+            found = [row for row in tables.jobs.values() if _matches(row, where)]
+            found.sort(key=_creation, reverse=not where.oldest_first)
+            page = found[where.offset : where.offset + where.limit]
+            return [status_from_row(row) for row in page]
+
+    async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
+        with self._locked("queue_counts") as tables:
+            shown: dict[str, Counter[str]] = {}
+            oldest: dict[str, int] = {}
+            for row in tables.jobs.values():
+                if queue is not None and row.queue != queue:
+                    continue
+                state = shown_state(row.state, row.due_at, row.lease_expires_at, now)
+                shown.setdefault(row.queue, Counter())[state] += 1
+                if state == "ready" and row.due_at < oldest.get(row.queue, row.due_at + 1):
+                    oldest[row.queue] = row.due_at
+        return [
+            QueueCounts(
+                queue=name,
+                ready=counted["ready"],
+                delayed=counted["delayed"],
+                running=counted["running"],
+                expired=counted["expired"],
+                dead_letter=counted["dead_letter"],
+                completed=counted["completed"],
+                oldest_ready_due_ms=oldest.get(name),
+            )
+            for name, counted in sorted(shown.items())
+        ]
+
+    async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
+        with self._locked("job_throughput") as tables:
+            done: Counter[tuple[str, int]] = Counter()
+            dead: Counter[tuple[str, int]] = Counter()
+            for row in tables.jobs.values():
+                finished = row.finished_at
+                if finished is None or not query.since <= finished < query.until:
+                    continue
+                if row.state not in _FINISHED:
+                    continue
+                if query.queue is not None and row.queue != query.queue:
+                    continue
+                bucket = (row.queue, (finished - query.since) // query.bucket_ms)
+                (done if row.state == JobState.COMPLETED.value else dead)[bucket] += 1
+        return [
+            ThroughputBucket(
+                queue=name,
+                start=query.since + index * query.bucket_ms,
+                completed=done[(name, index)],
+                dead_lettered=dead[(name, index)],
+            )
+            for name, index in sorted({*done, *dead})
+        ]
+
+    async def worker_list(self, since: int) -> list[WorkerRecord]:
+        with self._locked("worker_list") as tables:
+            heard = [row for row in tables.workers.values() if row.heartbeat_at >= since]
+            heard.sort(key=lambda row: (row.started_at, row.id), reverse=True)
+            return [worker_from_row(row) for row in heard[:_WORKER_LIST_LIMIT]]
+
+    async def schema_revision(self) -> str | None:
+        """Always the newest revision: the store's shape is the library's own."""
+        return HEAD
+
+    async def close(self) -> None:
+        """Stop using the tables. The rows stay for any other store opened on the same name."""
+        self.closed = True
+
+
+def _creation(row: JobRow) -> tuple[int, UUID]:
+    return (row.created_at, row.id)
+
+
+def _matches(row: JobRow, where: JobFilter) -> bool:
+    """Whether ``row`` passes every field ``where`` gives (as the SQL listing filters)."""
+    if where.queue is not None and row.queue != where.queue:
+        return False
+    if where.tenant_id is not None and row.tenant_id != where.tenant_id:
+        return False
+    if where.state is not None and row.state != where.state.value:
+        return False
+    if where.job_type is not None and row.job_type != where.job_type:
+        return False
+    return where.shown is None or (
+        shown_state(row.state, row.due_at, row.lease_expires_at, where.now) == where.shown
+    )

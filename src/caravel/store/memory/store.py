@@ -1,0 +1,261 @@
+"""The in-memory store's writes: :class:`MemoryStore`, the whole store protocol over plain
+Python rows. Every operation follows the shared SQL statements (:mod:`caravel.store.queries`)
+column for column, so it passes the same conformance suite as PostgreSQL and SQLite.
+
+It is not durable and belongs to one process: nothing reaches a disk, and the jobs are lost when
+the process exits. It suits tests and local development, not production.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import replace
+from uuid import UUID
+
+from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
+from caravel.jobs import FailureCategory, JobState, Lease
+from caravel.store.memory.reads import MemoryReader
+from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
+from caravel.store.protocol import (
+    AllInserted,
+    ClaimBatch,
+    ClaimRequest,
+    ClaimSource,
+    Committed,
+    FailedAttempt,
+    Heartbeat,
+    InsertOutcome,
+    InsertResult,
+    JobRef,
+    NewJob,
+    WorkerRecord,
+)
+from caravel.store.queries import same_content
+from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
+
+__all__ = ["MemoryStore"]
+
+
+def _no_session() -> ValidationError:
+    return ValidationError(
+        "session",
+        "a memory:// queue has no database to share a transaction with; enqueue without "
+        "session= (or use a SQLite or PostgreSQL queue)",
+    )
+
+
+READY = JobState.READY.value
+RUNNING = JobState.RUNNING.value
+COMPLETED = JobState.COMPLETED.value
+DEAD = JobState.DEAD_LETTER.value
+
+#: The attribute names a claim returns, in :data:`~caravel.store.rows.CLAIM_RETURNING` order.
+_CLAIM_FIELDS = tuple(column.name for column in CLAIM_RETURNING)
+#: The states each claim source takes (rows with ``available_at`` set only, as in SQL).
+_SOURCES: dict[ClaimSource, tuple[str, ...]] = {
+    "any": (READY, RUNNING),
+    "ready": (READY,),
+    "expired": (RUNNING,),
+}
+
+
+class MemoryStore(MemoryReader):
+    """Every queue operation over one in-memory queue's tables, each atomic under their lock.
+    Not durable, and per process (see the module docstring). Wake-ups within the process go
+    through the queue's own hub, so :meth:`wakeups` has nothing to push."""
+
+    # ----- enqueue -------------------------------------------------------------------------
+
+    async def job_insert_many(
+        self, chunks: Iterable[Sequence[NewJob]], *, total: int
+    ) -> InsertResult:
+        # Every chunk is drawn before anything changes: an error while drawing leaves no trace.
+        new_jobs = [job for chunk in chunks for job in chunk]
+        with self._locked("job_insert") as tables:
+            staged: dict[UUID, JobRow] = {}
+            staged_keys: dict[Key, UUID] = {}
+            outcomes: list[InsertOutcome] = []
+            for job in new_jobs:
+                held = _holder(tables, staged, staged_keys, job)
+                if held is not None:
+                    if not same_content(held, job):
+                        raise IdempotencyConflictError(held.id)  # nothing staged is kept
+                    outcomes.append(InsertOutcome(held.id, inserted=False))
+                    continue
+                row = staged[job.id] = JobRow.new(job)
+                if row.key is not None:
+                    staged_keys[row.key] = row.id
+                outcomes.append(InsertOutcome(row.id, inserted=True))
+            for row in staged.values():
+                tables.add(row)
+        if len(staged) == len(new_jobs):
+            return InsertResult(new_jobs, AllInserted(new_jobs))
+        return InsertResult(new_jobs, outcomes)
+
+    # ----- claim and acknowledge -----------------------------------------------------------
+
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        now = request.now
+        states = _SOURCES[request.source]
+        with self._locked("job_claim") as tables:
+            due = (
+                row
+                for row in tables.live_rows(request.queue)
+                if row.state in states and row.available_at is not None and row.available_at <= now
+            )
+            picked = heapq.nsmallest(request.limit, due, key=_availability)
+            returned = []
+            for row in picked:
+                _claim(row, now, now + request.lease_ms)
+                tables.track(row)
+                returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
+        return claimed_from_rows(returned)
+
+    async def job_complete_many(
+        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        done: set[UUID] = set()
+        with self._locked("job_complete") as tables:
+            for lease in leases:
+                row = _held(tables, lease)
+                if row is None:
+                    continue
+                row.state = COMPLETED
+                row.available_at = row.lease_expires_at = None
+                row.finished_at = row.updated_at = now
+                tables.track(row)
+                done.add(row.id)
+        return done
+
+    async def job_fail_many(
+        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        done: set[UUID] = set()
+        with self._locked("job_fail") as tables:
+            for failure in failures:
+                row = _held(tables, failure.lease)
+                if row is None:
+                    continue
+                retry_at = failure.retry_at
+                row.state = READY if retry_at is not None else DEAD
+                if retry_at is not None:
+                    row.due_at = retry_at
+                row.available_at = retry_at
+                row.lease_expires_at = None
+                row.finished_at = None if retry_at is not None else now
+                row.last_failure = failure.category
+                row.updated_at = now
+                tables.track(row)
+                done.add(row.id)
+        return done
+
+    async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
+        with self._locked("job_renew_lease") as tables:
+            row = _held(tables, lease)
+            if row is None or row.lease_expires_at is None or row.lease_expires_at <= now:
+                return None
+            row.lease_expires_at = row.available_at = expires_at
+            row.updated_at = now
+            tables.track(row)
+        return replace(lease, expires_at_ms=expires_at)
+
+    # ----- replay --------------------------------------------------------------------------
+
+    async def job_replay(self, ref: JobRef, now: int) -> bool:
+        with self._locked("job_replay") as tables:
+            row = self._owned(tables, ref)
+            if row is None or row.state != DEAD:
+                return False
+            row.state = READY
+            row.attempt = 0
+            row.due_at = row.available_at = row.updated_at = now
+            row.lease_expires_at = row.started_at = row.finished_at = None
+            row.last_failure = None
+            tables.track(row)
+        return True
+
+    # ----- worker registry ------------------------------------------------------------------
+
+    async def worker_register(self, worker: WorkerRecord) -> None:
+        with self._locked("worker_register") as tables:
+            if worker.id in tables.workers:
+                raise StoreError("worker_register", "a worker with this id is registered")
+            tables.workers[worker.id] = WorkerRow(**worker_row(worker))
+
+    async def worker_heartbeat(self, beat: Heartbeat) -> None:
+        with self._locked("worker_heartbeat") as tables:
+            row = tables.workers.get(beat.worker_id)
+            if row is None:
+                return  # as an UPDATE that matches no row
+            row.heartbeat_at = beat.now
+            row.in_flight = beat.in_flight
+            if beat.stopped:
+                row.stopped_at = beat.now
+
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        return None
+
+    # ----- a caller's transaction: there is none to join ------------------------------------
+
+    async def database_identity(self) -> str:
+        return f"memory:{id(self._tables)}"
+
+    async def job_insert_joined(
+        self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
+    ) -> InsertResult:
+        raise _no_session()
+
+    def job_insert_joined_sync(
+        self,
+        target: object,
+        new_jobs: Sequence[NewJob],
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> InsertResult:
+        raise _no_session()
+
+
+def _holder(
+    tables: Tables, staged: dict[UUID, JobRow], staged_keys: dict[Key, UUID], job: NewJob
+) -> JobRow | None:
+    """The row that keeps ``job`` out, stored or inserted earlier in the same call: the one
+    holding its idempotency key first, else the one holding its id (as the SQL stores look)."""
+    if job.idempotency_key is not None:
+        key = (job.queue, job.tenant_id, job.idempotency_key)
+        holder = staged_keys.get(key) or tables.keys.get(key)
+        if holder is not None:
+            return staged.get(holder) or tables.jobs[holder]
+    return staged.get(job.id) or tables.jobs.get(job.id)
+
+
+def _held(tables: Tables, lease: Lease) -> JobRow | None:
+    """The running job ``lease`` still holds (same id, same token), if any."""
+    row = tables.jobs.get(lease.job_id)
+    if row is None or row.state != RUNNING or row.lease_token != lease.token:
+        return None
+    return row
+
+
+def _availability(row: JobRow) -> tuple[int, int]:
+    """Claim order: oldest ``available_at`` first, then the order the jobs were stored in."""
+    return (row.available_at or 0, row.rowid)
+
+
+def _claim(row: JobRow, now: int, expires: int) -> None:
+    """What one claim does to a picked row: lease it, or dead-letter it when its expired lease
+    was its last attempt (``queries.claim``'s two branches)."""
+    row.lease_token += 1
+    row.updated_at = now
+    if row.state == RUNNING and row.attempt >= row.max_attempts:
+        row.state = DEAD
+        row.lease_expires_at = row.available_at = None
+        row.finished_at = now
+        row.last_failure = FailureCategory.LEASE_EXPIRED.value
+        return
+    row.state = RUNNING
+    row.attempt += 1
+    row.lease_expires_at = row.available_at = expires
+    row.started_at = now
+    row.finished_at = None

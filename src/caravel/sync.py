@@ -1,0 +1,153 @@
+"""The synchronous facade: :class:`SyncQueue`, for Django and Flask views, scripts and any code
+without an event loop.
+
+It is a thin shell, not a second implementation: each call runs the async
+:class:`~caravel.queue.DatabaseQueue`'s own method on an event loop of the queue's own thread
+and waits for it, so validation, serialization, SQL and every guarantee are the same code. The
+one exception is ``session=``: an insert in the caller's own transaction runs on the caller's
+thread, on the caller's connection, through the same statements (see
+:mod:`caravel.store.plans`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+from uuid import UUID
+
+from caravel._loop_thread import LoopThread
+from caravel.clock import Clock
+from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult, JobStatus
+from caravel.options import QueueOptions
+from caravel.preparation import prepare_job, prepare_jobs
+from caravel.queue import DatabaseQueue
+from caravel.registry import JobRegistry
+from caravel.store.protocol import NewJob, Store
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+__all__ = ["SyncQueue"]
+
+T = TypeVar("T")
+
+
+class SyncQueue:
+    """A durable queue for synchronous code, with the operations and guarantees of
+    :class:`~caravel.DatabaseQueue`.
+
+    Make one per process and share it between threads, as you would a SQLAlchemy engine: it
+    keeps its own pooled connections, on an event loop of its own thread that starts with the
+    first call. Use it as a context manager, or call :meth:`close`; a queue still open at
+    interpreter exit is closed then, so nothing is left pending.
+    """
+
+    def __init__(
+        self,
+        target: str | sa.URL | Store,
+        registry: JobRegistry,
+        *,
+        options: QueueOptions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._init(DatabaseQueue(target, registry, options=options, clock=clock))
+
+    @classmethod
+    def from_queue(cls, queue: DatabaseQueue) -> SyncQueue:
+        """The synchronous shell of ``queue``, which must not have been used on another event
+        loop yet. Closing the shell closes ``queue``."""
+        shell = cls.__new__(cls)
+        shell._init(queue)
+        return shell
+
+    def _init(self, queue: DatabaseQueue) -> None:
+        self.queue = queue
+        """The async queue this shells; it lives on the loop :meth:`call` runs on."""
+        self._loop = LoopThread("caravel-sync-queue", queue.close)
+        self._identity: str | None = None
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)``, a coroutine function, on the queue's event loop and return its
+        result: how to use an async API of the library (a worker's ``run_once``, the
+        inspector) against this queue from synchronous code."""
+        return self._loop.call(fn, *args)
+
+    def close(self) -> None:
+        """Release the connections and stop the queue's thread. Closing again does nothing."""
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def check_schema(self) -> None:
+        """As :meth:`DatabaseQueue.check_schema <caravel.DatabaseQueue.check_schema>`."""
+        self.call(self.queue.check_schema)
+
+    # ----- enqueue -------------------------------------------------------------------------
+
+    def enqueue(
+        self, job: object, dispatch: DispatchOptions, *, session: object | None = None
+    ) -> EnqueueResult:
+        """As :meth:`DatabaseQueue.enqueue <caravel.DatabaseQueue.enqueue>`. ``session`` is a
+        SQLAlchemy ``Session`` or ``Connection``, or a psycopg or ``sqlite3`` connection, on the
+        queue's own database: the job is inserted in its open transaction, on this thread."""
+        if session is not None:
+            q = self.queue
+            (result,) = self._insert_joined(
+                session, [prepare_job(q.registry, q.options, job, dispatch, q.clock.now_ms())]
+            )
+            return result
+        return self.call(self.queue.enqueue, job, dispatch)
+
+    def enqueue_many(
+        self, items: Iterable[tuple[object, DispatchOptions]], *, session: object | None = None
+    ) -> list[EnqueueResult]:
+        """As :meth:`DatabaseQueue.enqueue_many <caravel.DatabaseQueue.enqueue_many>`, with
+        ``session`` as for :meth:`enqueue`."""
+        items = list(items)
+        if session is not None:
+            q = self.queue
+            return self._insert_joined(
+                session, prepare_jobs(q.registry, q.options, items, q.clock.now_ms())
+            )
+        return self.call(self.queue.enqueue_many, items)
+
+    def _insert_joined(self, session: object, new_jobs: list[NewJob]) -> list[EnqueueResult]:
+        if self._identity is None:
+            self._identity = self.call(self.queue.store.database_identity)
+        loop, hub = self._loop.loop, self.queue.wakeups
+
+        def committed(queues: set[str]) -> None:
+            loop.call_soon_threadsafe(hub.notify, queues)
+
+        inserted = self.queue.store.job_insert_joined_sync(
+            session, new_jobs, self._identity, on_commit=committed
+        )
+        return self.queue._results(inserted, wake=False)
+
+    # ----- status and replay ---------------------------------------------------------------
+
+    def get_status(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> JobStatus | None:
+        """As :meth:`DatabaseQueue.get_status <caravel.DatabaseQueue.get_status>`."""
+        return self.call(self.queue.get_status, job_id, queue, tenant_id)
+
+    def get_payload(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> str | None:
+        """As :meth:`DatabaseQueue.get_payload <caravel.DatabaseQueue.get_payload>`."""
+        return self.call(self.queue.get_payload, job_id, queue, tenant_id)
+
+    def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
+        """As :meth:`DatabaseQueue.replay <caravel.DatabaseQueue.replay>`."""
+        return self.call(self.queue.replay, job_id, queue, tenant_id)
