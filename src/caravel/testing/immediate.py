@@ -75,24 +75,27 @@ class ImmediateQueue(DatabaseQueue):
             await worker.close()
         await super().close()
 
-    async def enqueue(self, job: object, dispatch: DispatchOptions) -> EnqueueResult:
+    async def enqueue(
+        self, job: object, dispatch: DispatchOptions, *, session: object | None = None
+    ) -> EnqueueResult:
         """Save ``job`` as :meth:`DatabaseQueue.enqueue` does, then run what is due in its
-        queue."""
-        result = await super().enqueue(job, dispatch)
-        if not result.already_enqueued:
+        queue. With ``session`` the job joins the caller's transaction and does not exist until
+        that commits, so this call cannot run it: :func:`~caravel.testing.drain` does."""
+        result = await super().enqueue(job, dispatch, session=session)
+        if session is None and not result.already_enqueued:
             await self._run_due({dispatch.queue})
         return result
 
     async def enqueue_many(
-        self, items: Iterable[tuple[object, DispatchOptions]]
+        self, items: Iterable[tuple[object, DispatchOptions]], *, session: object | None = None
     ) -> list[EnqueueResult]:
         """Save the jobs in one transaction, as :meth:`DatabaseQueue.enqueue_many` does, then
-        run what is due in their queues."""
+        run what is due in their queues (``session`` as for :meth:`enqueue`)."""
         items = list(items)
-        results = await super().enqueue_many(items)
-        pairs = zip(items, results, strict=True)
-        fresh = {dispatch.queue for (_, dispatch), r in pairs if not r.already_enqueued}
-        await self._run_due(fresh)
+        results = await super().enqueue_many(items, session=session)
+        if session is None:
+            pairs = zip(items, results, strict=True)
+            await self._run_due({d.queue for (_, d), r in pairs if not r.already_enqueued})
         return results
 
     async def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
