@@ -7,10 +7,10 @@ name starts with ``caravel_``.
 ``caravel_registry`` is the application's :class:`~caravel.JobRegistry`: override it in your
 ``conftest.py``. The default fails the test with a one-line message saying so, because a queue
 on an empty registry would only fail later, on the first enqueue, with a less helpful error.
-The queue fixtures are async (they need pytest-asyncio) and run on ``caravel_clock``, a
-:class:`~caravel.testing.ManualClock`. The plugin loads in every pytest run of a project that
-has Caravel installed, so it imports the queue, the worker and the drivers only inside the
-fixtures that need them.
+The queue fixtures run on ``caravel_clock``, a :class:`~caravel.testing.ManualClock`; all but
+``caravel_sync_queue`` are async and need pytest-asyncio. The plugin loads in every pytest run
+of a project that has Caravel installed, so it imports the queue, the worker and the drivers
+only inside the fixtures that need them.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from caravel.testing.clock import ManualClock
 if TYPE_CHECKING:
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
+    from caravel.sync import SyncQueue
     from caravel.testing.databases import SqliteTemplate
     from caravel.testing.immediate import ImmediateQueue
 
@@ -42,6 +43,7 @@ __all__ = [
     "caravel_registry",
     "caravel_sqlite_queue",
     "caravel_sqlite_template",
+    "caravel_sync_queue",
     "pytest_addoption",
 ]
 
@@ -119,6 +121,23 @@ async def caravel_sqlite_queue(
 
     url = caravel_sqlite_template.copy_to(tmp_path / "caravel-queue.db")
     async with DatabaseQueue(url, caravel_registry, clock=caravel_clock) as queue:
+        yield queue
+
+
+@pytest.fixture
+def caravel_sync_queue(
+    caravel_registry: JobRegistry,
+    caravel_clock: ManualClock,
+    caravel_sqlite_template: SqliteTemplate,
+    tmp_path: Path,
+) -> Iterator[SyncQueue]:
+    """A :class:`~caravel.SyncQueue` on a fresh, migrated SQLite file, for synchronous tests
+    (no pytest-asyncio needed). Move the clock with ``queue.call(caravel_clock.advance, ...)``
+    or ``drain(queue, advance=True)``."""
+    from caravel.sync import SyncQueue
+
+    url = caravel_sqlite_template.copy_to(tmp_path / "caravel-sync.db")
+    with SyncQueue(url, caravel_registry, clock=caravel_clock) as queue:
         yield queue
 
 

@@ -212,3 +212,22 @@ def test_the_immediate_queue_fixture_runs_jobs_inside_enqueue(project: pytest.Py
         """
     )
     run(project).assert_outcomes(passed=1)
+
+
+def test_the_sync_queue_fixture_serves_plain_synchronous_tests(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        """
+        from caravel import DispatchOptions, SyncQueue
+        from caravel.testing import assert_enqueued, drain
+        from conftest import Greet, greeted
+
+        def test_sync(caravel_sync_queue, caravel_clock):
+            assert isinstance(caravel_sync_queue, SyncQueue)
+            assert caravel_sync_queue.queue.clock is caravel_clock
+            caravel_sync_queue.enqueue(Greet("kim"), DispatchOptions(queue="hi"))
+            assert_enqueued(caravel_sync_queue, Greet, payload={"name": "kim"})
+            assert [run.outcome for run in drain(caravel_sync_queue)] == ["completed"]
+            assert greeted[-1] == ("kim", "default")
+        """
+    )
+    run(project).assert_outcomes(passed=1)
