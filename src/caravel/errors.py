@@ -12,6 +12,7 @@
     ├── LeaseLostError             a complete/fail by a worker that no longer holds the lease
     ├── JobCancelledError          raised inside a handler whose job was cancelled
     ├── SchemaNotReadyError        the database is not migrated to the library's head revision
+    ├── DrainLimitError            caravel.testing.drain ran max_jobs jobs and more were due
     └── StoreError                 the database failed (connection lost, read-only, ...)
         └── DatabaseNotFoundError  a SQLite URL names a file that does not exist
 
@@ -28,6 +29,7 @@ from uuid import UUID
 __all__ = [
     "CaravelError",
     "DatabaseNotFoundError",
+    "DrainLimitError",
     "IdempotencyConflictError",
     "JobCancelledError",
     "LeaseLostError",
@@ -124,6 +126,19 @@ class SchemaNotReadyError(CaravelError):
         super().__init__(
             f"the queue schema is not ready ({detail}); run `caravel db upgrade --url URL` "
             "to apply the queue migrations"
+        )
+
+
+class DrainLimitError(CaravelError):
+    """:func:`caravel.testing.drain` ran its ``max_jobs`` jobs and found more still due: most
+    often a job that enqueues itself again, or one that keeps failing with a large attempt
+    budget. ``ran`` is how many jobs ran before it stopped."""
+
+    def __init__(self, ran: int) -> None:
+        self.ran = ran
+        super().__init__(
+            f"max_jobs: drain ran {ran} jobs and more were still due; raise max_jobs, or look "
+            "for a job that enqueues itself or keeps failing"
         )
 
 

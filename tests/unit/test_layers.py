@@ -132,9 +132,13 @@ def test_leaves_import_only_leaves() -> None:
 @pytest.mark.parametrize(
     ("library", "homes"),
     [
-        ("sqlalchemy", ("caravel.store", "caravel.migrate", "caravel.outbox")),
+        # The pytest plugin's throwaway databases are made and emptied on the driver directly.
+        (
+            "sqlalchemy",
+            ("caravel.store", "caravel.migrate", "caravel.outbox", "caravel.testing.databases"),
+        ),
         ("alembic", ("caravel.migrate",)),
-        ("psycopg", ("caravel.store.postgresql",)),
+        ("psycopg", ("caravel.store.postgresql", "caravel.testing.databases")),
         ("aiosqlite", ("caravel.store.sqlite",)),
         ("sqlite3", ("caravel.store.sqlite",)),
         ("starlette", ("caravel.web",)),
@@ -146,6 +150,7 @@ def test_leaves_import_only_leaves() -> None:
         ("opentelemetry", ("caravel.telemetry", "caravel.gauges")),
         ("fastapi", ()),
         ("django", ()),
+        ("pytest", ("caravel.testing.plugin",)),
     ],
 )
 def test_each_third_party_library_is_imported_only_where_it_belongs(

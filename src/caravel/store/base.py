@@ -16,10 +16,10 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from caravel.errors import IdempotencyConflictError, SchemaNotReadyError
+from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import queries
-from caravel.store.plans import Plan, Step, run_plan
+from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -102,8 +102,8 @@ class SqlStore(SqlTransactions[ConnectionT]):
     async def _outcomes(
         self, conn: ConnectionT, new_jobs: Sequence[NewJob], inserted: set[UUID]
     ) -> list[InsertOutcome]:
-        """Each job's outcome once the batch is inserted (see :meth:`_outcomes_plan`)."""
-        return await run_plan(conn.execute, self._outcomes_plan(new_jobs, inserted))
+        """Each job's outcome once the batch is inserted (see :func:`outcomes_plan`)."""
+        return await run_plan(conn.execute, outcomes_plan(new_jobs, inserted, self.insert_chunk))
 
     async def _insert_rows(self, conn: ConnectionT, new_jobs: Sequence[NewJob]) -> set[UUID]:
         return await run_plan(conn.execute, self._insert_rows_plan(new_jobs))
@@ -113,7 +113,7 @@ class SqlStore(SqlTransactions[ConnectionT]):
         rows, each job's outcome, and the dialect's wake-up for the queues that got jobs due
         now (delivered when that transaction commits, where the dialect can)."""
         inserted = yield from self._insert_rows_plan(new_jobs)
-        outcomes = yield from self._outcomes_plan(new_jobs, inserted)
+        outcomes = yield from outcomes_plan(new_jobs, inserted, self.insert_chunk)
         due = {j.queue for j in new_jobs if j.id in inserted and j.due_at <= j.created_at}
         yield from self._announce_plan(due)
         return outcomes
@@ -133,27 +133,6 @@ class SqlStore(SqlTransactions[ConnectionT]):
         rows = [self._row_values(job) for job in new_jobs]
         return {row.id for row in (yield Step(self._insert_statement(), rows))}
 
-    def _outcomes_plan(
-        self, new_jobs: Sequence[NewJob], inserted: set[UUID]
-    ) -> Plan[list[InsertOutcome]]:
-        """Each job's outcome once the batch is inserted: its own row, or the row that kept it
-        out. Raises :class:`~caravel.errors.IdempotencyConflictError` (rolling the batch back)
-        when that row has other content."""
-        duplicates = [job for job in new_jobs if job.id not in inserted]
-        by_key, by_id = yield from self._existing_plan(duplicates)
-        outcomes: list[InsertOutcome] = []
-        for job in new_jobs:
-            if job.id in inserted:
-                outcomes.append(InsertOutcome(job.id, inserted=True))
-                continue
-            key = (job.queue, job.tenant_id, job.idempotency_key)
-            row = by_key.get(key) if job.idempotency_key is not None else None
-            row = row if row is not None else by_id[job.id]
-            if not queries.same_content(row, job):
-                raise IdempotencyConflictError(row.id)  # rolls the whole batch back
-            outcomes.append(InsertOutcome(row.id, inserted=False))
-        return outcomes
-
     def _insert_statement(self) -> Any:
         """INSERT of whole job rows (bound by column name) that skips any duplicate and returns
         the ids it inserted; built once."""
@@ -164,27 +143,6 @@ class SqlStore(SqlTransactions[ConnectionT]):
     @staticmethod
     def _row_values(job: NewJob) -> dict[str, Any]:
         return job_row(job)
-
-    def _existing_plan(
-        self, duplicates: Sequence[NewJob]
-    ) -> Plan[tuple[dict[tuple[str, str, str | None], Any], dict[UUID, Any]]]:
-        """The rows that kept ``duplicates`` from being inserted: by idempotency key where the
-        job has one, and by id (for a job inserted before under the same id)."""
-        keys = sorted(
-            {(j.queue, j.tenant_id, j.idempotency_key) for j in duplicates if j.idempotency_key},
-            key=lambda k: (k[0], k[1], k[2] or ""),
-        )
-        ids = sorted({j.id for j in duplicates})
-        by_key: dict[tuple[str, str, str | None], Any] = {}
-        by_id: dict[UUID, Any] = {}
-        step = self.insert_chunk
-        for start in range(0, len(keys), step):
-            for row in (yield Step(queries.existing_by_key(keys[start : start + step]))):
-                by_key[(row.queue, row.tenant_id, row.idempotency_key)] = row
-        for start in range(0, len(ids), step):
-            for row in (yield Step(queries.existing_by_id(ids[start : start + step]))):
-                by_id[row.id] = row
-        return by_key, by_id
 
     # ----- claim and acknowledge -----------------------------------------------------------
 

@@ -9,10 +9,15 @@ lookup and the conflict rule exist once, whichever side of the sync/async line t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, TypeVar
+from uuid import UUID
 
-__all__ = ["Plan", "Step", "run_plan", "run_plan_sync"]
+from caravel.errors import IdempotencyConflictError
+from caravel.store import queries
+from caravel.store.protocol import InsertOutcome, NewJob
+
+__all__ = ["Plan", "Step", "outcomes_plan", "run_plan", "run_plan_sync"]
 
 T = TypeVar("T")
 
@@ -55,3 +60,49 @@ def run_plan_sync(execute: Callable[[Any, Any], Any], plan: Plan[T]) -> T:
     except StopIteration as done:
         value: T = done.value
         return value
+
+
+# ----- the plans the SQL stores share ----------------------------------------------------------
+
+
+def outcomes_plan(
+    new_jobs: Sequence[NewJob], inserted: set[UUID], chunk: int
+) -> Plan[list[InsertOutcome]]:
+    """Each job's outcome once a batch is inserted: its own row, or the row that kept it out.
+    Raises :class:`~caravel.errors.IdempotencyConflictError` (rolling the batch back) when that
+    row has other content. Lookups go ``chunk`` keys or ids at a time."""
+    duplicates = [job for job in new_jobs if job.id not in inserted]
+    by_key, by_id = yield from _existing_plan(duplicates, chunk)
+    outcomes: list[InsertOutcome] = []
+    for job in new_jobs:
+        if job.id in inserted:
+            outcomes.append(InsertOutcome(job.id, inserted=True))
+            continue
+        key = (job.queue, job.tenant_id, job.idempotency_key)
+        row = by_key.get(key) if job.idempotency_key is not None else None
+        row = row if row is not None else by_id[job.id]
+        if not queries.same_content(row, job):
+            raise IdempotencyConflictError(row.id)  # rolls the whole batch back
+        outcomes.append(InsertOutcome(row.id, inserted=False))
+    return outcomes
+
+
+def _existing_plan(
+    duplicates: Sequence[NewJob], chunk: int
+) -> Plan[tuple[dict[tuple[str, str, str | None], Any], dict[UUID, Any]]]:
+    """The rows that kept ``duplicates`` from being inserted: by idempotency key where the job
+    has one, and by id (for a job inserted before under the same id)."""
+    keys = sorted(
+        {(j.queue, j.tenant_id, j.idempotency_key) for j in duplicates if j.idempotency_key},
+        key=lambda k: (k[0], k[1], k[2] or ""),
+    )
+    ids = sorted({j.id for j in duplicates})
+    by_key: dict[tuple[str, str, str | None], Any] = {}
+    by_id: dict[UUID, Any] = {}
+    for start in range(0, len(keys), chunk):
+        for row in (yield Step(queries.existing_by_key(keys[start : start + chunk]))):
+            by_key[(row.queue, row.tenant_id, row.idempotency_key)] = row
+    for start in range(0, len(ids), chunk):
+        for row in (yield Step(queries.existing_by_id(ids[start : start + chunk]))):
+            by_id[row.id] = row
+    return by_key, by_id

@@ -62,11 +62,12 @@ class Acknowledger:
         self._flusher: asyncio.Future[list[None]] | None = None
         self._closing = False
 
-    async def write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> None:
-        """Write ``batch`` now and report each outcome. A database failure propagates to the
-        caller (and nothing is reported)."""
+    async def write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
+        """Write ``batch`` now and report each outcome; the ids whose lease was still current.
+        A database failure propagates to the caller (and nothing is reported)."""
         held = await self._write(batch)
         self._written(batch, held)
+        return held
 
     def _written(self, batch: list[tuple[ClaimedJob, Outcome]], held: set[UUID]) -> None:
         failpoint("after_ack")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from caravel import telemetry
@@ -44,13 +44,16 @@ ScopeFactory = Callable[[], AbstractAsyncContextManager[Any]]
 class Outcome:
     """The decision for one attempt: success, a failure category, or abandoned (no ack).
 
-    ``lease`` is the lease as last renewed; acknowledgements must present it.
+    ``lease`` is the lease as last renewed; acknowledgements must present it. ``error`` is the
+    handler's exception when it raised, kept in memory only (for ``caravel.testing``, which
+    reports its class and can re-raise it); it is never stored or logged with its message.
     """
 
     lease: Lease
     failure: FailureCategory | None = None
     abandoned: Abandoned | None = None
     seconds: float = 0.0
+    error: Exception | None = field(default=None, compare=False, repr=False)
 
     @property
     def succeeded(self) -> bool:
@@ -96,8 +99,7 @@ class JobRunner:
             now_ms=self._clock.now_ms(),
         ) as span:
             outcome = await self._run(claimed, span)
-        seconds = time.perf_counter() - started
-        return Outcome(outcome.lease, outcome.failure, outcome.abandoned, seconds)
+        return replace(outcome, seconds=time.perf_counter() - started)
 
     async def _run(self, claimed: ClaimedJob, span: telemetry.Span) -> Outcome:
         lease = claimed.lease
@@ -152,7 +154,7 @@ class JobRunner:
                 },
             )
             telemetry.mark_failure(span, type(exc).__name__, FailureCategory.HANDLER_FAILED)
-            return Outcome(watched.lease, failure=FailureCategory.HANDLER_FAILED)
+            return Outcome(watched.lease, failure=FailureCategory.HANDLER_FAILED, error=exc)
         finally:
             self._watch.release(watched)
         return Outcome(watched.lease)

@@ -40,7 +40,7 @@ from caravel.worker.threads import HandlerThreads
 from caravel.worker.wakeups import WakeupListener
 from caravel.worker.watchdog import LeaseWatchdog
 
-__all__ = ["AbandonedJob", "QueueWorker", "Stopping"]
+__all__ = ["AbandonedJob", "QueueWorker", "Step", "Stopping"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,17 @@ class Stopping:
     jobs: int
     grace: timedelta
     cancelling: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One job :meth:`QueueWorker.step` ran: the claim, its outcome (``None`` when the attempt
+    was abandoned without an acknowledgement) and whether the outcome was recorded (``held``:
+    false when a newer lease fenced it off)."""
+
+    claimed: ClaimedJob
+    outcome: Outcome | None
+    held: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +156,21 @@ class QueueWorker(AsyncClosing):
         Returns whether a job was claimed, not whether its handler succeeded. Database failures
         while claiming or acknowledging propagate; they are never recorded as job failures.
         """
+        return await self.step(queue) is not None
+
+    async def step(self, queue: str) -> Step | None:
+        """:meth:`run_once`, saying what it ran: the claimed job and its outcome (``None`` when
+        nothing was due). ``caravel.testing.drain`` reports runs through this."""
         check_queue_name(queue)
         claimed = await self.leases.claim(queue)
         if claimed is None:
-            return False
+            return None
         failpoint("after_claim")
         outcome = await self._execute(claimed)
+        held = False
         if outcome is not None:
-            await self._acker.write([(claimed, outcome)])
-        return True
+            held = claimed.job_id in await self._acker.write([(claimed, outcome)])
+        return Step(claimed, outcome, held)
 
     async def _execute(self, claimed: ClaimedJob) -> Outcome | None:
         """Run one claimed job; its outcome to record, or ``None`` when it was abandoned."""

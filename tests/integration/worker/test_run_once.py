@@ -37,7 +37,7 @@ from caravel import (
 )
 from caravel.clock import from_ms
 from caravel.store.schema import jobs
-from caravel.testing import ManualClock
+from caravel.testing import ManualClock, drain
 from tests.support import (
     LEASE,
     WAIT,
@@ -183,16 +183,15 @@ async def test_context_reports_the_current_attempt(db_url: str) -> None:
         if ctx.attempt < 3:
             raise RuntimeError("not yet")
 
-    async with (
-        open_queue(db_url, registry_for(handle), clock=clock) as queue,
-        QueueWorker(queue) as worker,
-    ):
+    async with open_queue(db_url, registry_for(handle), clock=clock) as queue:
         job = await queue.enqueue(Add(1), dispatch())
-        assert await worker.run_once("default") is True
-        await clock.advance(timedelta(seconds=5))
-        assert await worker.run_once("default") is True
-        await clock.advance(timedelta(seconds=10))
-        assert await worker.run_once("default") is True
+        runs = await drain(queue, advance=True)  # through the 5 s and 10 s retry backoffs
+        assert [(run.attempt, run.outcome) for run in runs] == [
+            (1, "retrying"),
+            (2, "retrying"),
+            (3, "completed"),
+        ]
+        assert clock.now_ms() == T0 + 15_000
         assert attempts == [1, 2, 3]
         status = await status_of(queue, job.job_id)
         assert status.state is JobState.COMPLETED

@@ -1,11 +1,11 @@
-"""Helpers for testing code that uses Caravel: a clock you move by hand."""
+"""A clock you move by hand, so tests make time pass without waiting for it."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from caravel.clock import to_ms_ceil
+from caravel.clock import from_ms, to_ms_ceil
 
 __all__ = ["ManualClock"]
 
@@ -24,6 +24,10 @@ class ManualClock:
 
     def now_ms(self) -> int:
         return self._now
+
+    def now(self) -> datetime:
+        """The clock's time as an aware UTC datetime (for ``not_before`` and assertions)."""
+        return from_ms(self._now)
 
     async def sleep(self, seconds: float) -> None:
         wake_at = self._now + max(0, round(seconds * 1000))

@@ -1,0 +1,63 @@
+"""What a job's run ended with, as the testing helpers report it: the worker's step (claim,
+outcome, acknowledgement) turned into a small value a test can compare."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+from uuid import UUID
+
+from caravel.worker.service import Step
+
+__all__ = ["JobRun", "RunOutcome", "job_run"]
+
+RunOutcome = Literal["completed", "retrying", "dead_letter", "abandoned", "lease_lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One attempt a helper ran through the worker, and how it ended.
+
+    ``outcome`` is ``"completed"``, ``"retrying"`` (failed, a retry is scheduled),
+    ``"dead_letter"`` (failed on its last attempt), ``"abandoned"`` (cancelled without an
+    acknowledgement: its lease ran out) or ``"lease_lost"`` (a newer lease fenced the outcome
+    off). ``failure`` is the stored failure category and ``error_type`` the handler's exception
+    class name; the exception's message is never kept, as in the database.
+    """
+
+    job_id: UUID
+    queue: str
+    tenant_id: str
+    job_type: str
+    attempt: int
+    outcome: RunOutcome
+    failure: str | None = None
+    error_type: str | None = None
+
+
+def job_run(step: Step) -> JobRun:
+    """The run :meth:`~caravel.QueueWorker.step` reported."""
+    claimed, outcome = step.claimed, step.outcome
+    failure = None if outcome is None or outcome.failure is None else outcome.failure.value
+    error = None if outcome is None or outcome.error is None else type(outcome.error).__name__
+    result: RunOutcome
+    if outcome is None:
+        result = "abandoned"
+    elif not step.held:
+        result = "lease_lost"
+    elif failure is None:
+        result = "completed"
+    elif claimed.attempt >= claimed.lease.max_attempts:
+        result = "dead_letter"
+    else:
+        result = "retrying"
+    return JobRun(
+        job_id=claimed.job_id,
+        queue=claimed.queue,
+        tenant_id=claimed.tenant_id,
+        job_type=claimed.job_type,
+        attempt=claimed.attempt,
+        outcome=result,
+        failure=failure,
+        error_type=error,
+    )
