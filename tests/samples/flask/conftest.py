@@ -1,7 +1,8 @@
 """Fixtures for the Flask sample's tests. ``settings`` runs a test once per database: a copy of
 a migrated SQLite file (the queue's tables and the sample's ``signups`` in the one file), and a
-migrated PostgreSQL database emptied before each test. The application runs on a
-:class:`~caravel.testing.ManualClock`, so its times are the test's."""
+migrated PostgreSQL database emptied before each test. The application runs on the
+``caravel_clock`` fixture of Caravel's pytest plugin, a :class:`~caravel.testing.ManualClock`, so
+its times are the test's."""
 
 from __future__ import annotations
 
@@ -53,13 +54,9 @@ def settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Se
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def app(settings: Settings, clock: ManualClock) -> Iterator[Flask]:
-    application = create_app(settings, clock=clock)
+def app(settings: Settings, caravel_clock: ManualClock) -> Iterator[Flask]:
+    """The application on the plugin's manual clock (``caravel_clock``)."""
+    application = create_app(settings, clock=caravel_clock)
     application.config["TESTING"] = True
     yield application
     services_of(application).close()

@@ -1,15 +1,14 @@
-"""Small helpers for the Flask sample's tests: a signup request, counting rows as the database
-holds them (committed, read on a connection of the test's own), and running due jobs."""
+"""Small helpers for the Flask sample's tests: a signup request, and counting the application's
+rows as the database holds them (committed, read on a connection of the test's own). What the
+queue holds and runs is for ``caravel.testing``."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from caravel_samples.flask.jobs import QUEUE
 from caravel_samples.flask.settings import Settings
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from caravel import QueueWorker, SyncQueue
 from tests.support.databases import sync_engine
 
 
@@ -25,17 +24,3 @@ def count_rows(settings: Settings, table: str) -> int:
             return int(conn.execute(sa.text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
     finally:
         engine.dispose()
-
-
-def run_jobs(queue: SyncQueue) -> int:
-    """Run the due welcome jobs through a real worker on the application's queue, one at a
-    time until none is due; how many ran."""
-
-    async def work() -> int:
-        ran = 0
-        async with QueueWorker(queue.queue) as worker:
-            while await worker.run_once(QUEUE):
-                ran += 1
-        return ran
-
-    return queue.call(work)

@@ -1,10 +1,9 @@
 """``POST /signups`` and ``GET /signups/<id>``: the signup row and its welcome job commit in one
 transaction or not at all; retries with an idempotency key return what the first request made.
-SQLite and PostgreSQL."""
+What the queue holds is read with ``caravel.testing``'s assertions. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import json
 from uuid import UUID
 
 from caravel_samples.flask.jobs import QUEUE, WELCOME
@@ -12,25 +11,24 @@ from caravel_samples.flask.settings import Settings
 from flask.testing import FlaskClient
 
 from caravel import JobState, SyncQueue
+from caravel.testing import all_enqueued, assert_enqueued, refute_enqueued
 from tests.samples.flask.support import count_rows, sign_up
 
 
 def test_a_signup_commits_its_row_and_its_welcome_job_together(
     client: FlaskClient, queue: SyncQueue, settings: Settings
 ) -> None:
+    refute_enqueued(queue)
     created = sign_up(client, "  Ann@Example.COM ")
     assert created.status_code == 201, created.text
     body = created.get_json()
     assert body["already_enqueued"] is False
     assert created.headers["Location"] == f"/signups/{body['id']}"
 
-    status = queue.get_status(body["job_id"], QUEUE)
-    assert status is not None
-    assert (status.job_type, status.state) == (WELCOME, JobState.READY)
+    job = assert_enqueued(queue, WELCOME, queue_name=QUEUE, state=JobState.READY, count=1)
+    assert job.job_id == UUID(body["job_id"])
     # The payload names the signup and nothing else: the address stays in the app's table.
-    payload = queue.get_payload(body["job_id"], QUEUE)
-    assert payload is not None
-    assert json.loads(payload) == {"signup_id": body["id"]}
+    assert job.payload == {"signup_id": body["id"]}
 
     shown = client.get(created.headers["Location"])
     assert shown.status_code == 200
@@ -40,23 +38,24 @@ def test_a_signup_commits_its_row_and_its_welcome_job_together(
     assert signup["welcomed_at"] is None
     assert signup["welcome_job"]["id"] == body["job_id"]
     assert signup["welcome_job"]["state"] == "ready"
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (1, 1)
+    assert count_rows(settings, "signups") == 1
 
 
 def test_the_same_key_and_body_return_the_same_signup_and_job(
-    client: FlaskClient, settings: Settings
+    client: FlaskClient, queue: SyncQueue, settings: Settings
 ) -> None:
     first = sign_up(client, "ann@example.com", key="signup-1")
     again = sign_up(client, "ANN@example.com", key="signup-1")  # the same address, normalized
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.get_json() == {**first.get_json(), "already_enqueued": True}
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (1, 1)
+    assert_enqueued(queue, WELCOME, payload={"signup_id": first.get_json()["id"]}, count=1)
+    assert count_rows(settings, "signups") == 1
 
 
 def test_the_same_key_with_another_body_is_a_conflict_and_writes_nothing(
-    client: FlaskClient, settings: Settings
+    client: FlaskClient, queue: SyncQueue, settings: Settings
 ) -> None:
-    assert sign_up(client, "ann@example.com", key="signup-1").status_code == 201
+    kept = sign_up(client, "ann@example.com", key="signup-1").get_json()
     other = sign_up(client, "bob@example.com", key="signup-1")
     assert other.status_code == 409
     assert other.get_json() == {
@@ -67,7 +66,8 @@ def test_the_same_key_with_another_body_is_a_conflict_and_writes_nothing(
         }
     }
     assert b"\n" not in other.data.strip()  # one line
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (1, 1)
+    assert [job.job_id for job in all_enqueued(queue, WELCOME)] == [UUID(kept["job_id"])]
+    assert count_rows(settings, "signups") == 1
 
 
 def test_a_failure_after_the_enqueue_rolls_the_job_back_with_the_row(
@@ -83,19 +83,24 @@ def test_a_failure_after_the_enqueue_rolls_the_job_back_with_the_row(
         "field": "email",
         "rule": "is already signed up",
     }
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (1, 1)
-    assert queue.get_status(kept["job_id"], QUEUE) is not None
+    assert [job.job_id for job in all_enqueued(queue, WELCOME)] == [UUID(kept["job_id"])]
+    assert count_rows(settings, "signups") == 1
     # The key of the failed request was never used: it signs up someone else afresh.
-    fresh = sign_up(client, "bob@example.com", key="second")
-    assert fresh.status_code == 201
-    assert fresh.get_json()["job_id"] != kept["job_id"]
+    fresh = sign_up(client, "bob@example.com", key="second").get_json()
+    assert {job.job_id for job in all_enqueued(queue, WELCOME)} == {
+        UUID(kept["job_id"]),
+        UUID(fresh["job_id"]),
+    }
 
 
-def test_signups_without_a_key_are_each_new(client: FlaskClient, settings: Settings) -> None:
+def test_signups_without_a_key_are_each_new(
+    client: FlaskClient, queue: SyncQueue, settings: Settings
+) -> None:
     ids = {sign_up(client, f"user{n}@example.com").get_json()["job_id"] for n in range(3)}
     assert len(ids) == 3
     assert sign_up(client, "user0@example.com").status_code == 409
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (3, 3)
+    assert_enqueued(queue, WELCOME, count=3)
+    assert count_rows(settings, "signups") == 3
 
 
 def test_an_unknown_signup_is_404(client: FlaskClient) -> None:

@@ -9,6 +9,8 @@ import pytest
 from caravel_samples.flask.settings import Settings
 from flask.testing import FlaskClient
 
+from caravel import SyncQueue
+from caravel.testing import refute_enqueued
 from tests.samples.flask.support import count_rows, sign_up
 
 EMAIL_RULE = "must be an email address like name@example.com, at most 254 characters"
@@ -31,14 +33,15 @@ EMAIL_RULE = "must be an email address like name@example.com, at most 254 charac
     ],
 )
 def test_a_bad_email_is_422_naming_the_field(
-    client: FlaskClient, settings: Settings, email: object
+    client: FlaskClient, queue: SyncQueue, settings: Settings, email: object
 ) -> None:
     response = sign_up(client, email)
     assert response.status_code == 422
     assert response.get_json() == {
         "error": {"type": "ValidationError", "field": "email", "rule": EMAIL_RULE}
     }
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (0, 0)
+    refute_enqueued(queue)
+    assert count_rows(settings, "signups") == 0
 
 
 @pytest.mark.parametrize(
@@ -63,6 +66,7 @@ def test_a_bad_email_is_422_naming_the_field(
 )
 def test_a_malformed_request_names_what_is_wrong_and_writes_nothing(
     client: FlaskClient,
+    queue: SyncQueue,
     settings: Settings,
     request_args: dict[str, Any],
     status: int,
@@ -72,11 +76,15 @@ def test_a_malformed_request_names_what_is_wrong_and_writes_nothing(
     assert response.status_code == status, response.text
     assert response.get_json()["error"]["field"] == field
     assert "ann@example.com" not in response.text
-    assert (count_rows(settings, "signups"), count_rows(settings, "caravel_jobs")) == (0, 0)
+    refute_enqueued(queue)
+    assert count_rows(settings, "signups") == 0
 
 
-def test_a_body_over_the_limit_is_413(client: FlaskClient, settings: Settings) -> None:
+def test_a_body_over_the_limit_is_413(
+    client: FlaskClient, queue: SyncQueue, settings: Settings
+) -> None:
     response = client.post("/signups", json={"email": "ann@example.com", "padding": "x" * 20_000})
     assert response.status_code == 413
     assert response.get_json()["error"]["type"] == "RequestEntityTooLarge"
+    refute_enqueued(queue)
     assert count_rows(settings, "signups") == 0
