@@ -84,8 +84,10 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
 ) -> None:
-    """Serve the application with Werkzeug's threaded server until Ctrl+C or SIGTERM (for
-    trying it out; behind a real deployment, run create_app under a WSGI server)."""
+    """Serve the application on Werkzeug's threaded server until Ctrl+C or SIGTERM.
+
+    For trying the sample out: in production, serve create_app(settings) with a WSGI server.
+    """
     settings = _settings(url)
     problems = schema.check_all(settings)
     for problem in problems:
@@ -110,8 +112,10 @@ def serve(
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def worker(ctx: typer.Context, url: Url) -> None:
-    """Run `caravel worker` on the signups queue with this sample's registry; further options
-    (--concurrency 4, ...) are passed on to it."""
+    """Run caravel worker on the signups queue with this sample's registry.
+
+    Further options (--concurrency 4, ...) are passed on to caravel worker.
+    """
     settings = _settings(url)
     env = {**os.environ, URL_VARIABLE: settings.database_url}
     argv = [sys.executable, "-m", "caravel", "worker", "--url", settings.database_url]
