@@ -15,7 +15,7 @@ import atexit
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from caravel.errors import SyncQueueError
@@ -49,7 +49,7 @@ class LoopThread:
         """The running loop (started if need be)."""
         return self._started()
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """Run ``fn(*args)`` on the loop and return its result (or raise its exception)."""
         loop = self._started()
         if threading.get_ident() == self._thread_id:
@@ -59,6 +59,7 @@ class LoopThread:
             )
         # A bare lock, released by the task's done callback, instead of a concurrent Future:
         # waking the caller is the larger part of a handed-over call's cost.
+        coro = fn(*args)  # made here, run there
         finished = _thread.allocate_lock()
         finished.acquire()
         holder: list[asyncio.Task[T]] = []
@@ -67,7 +68,7 @@ class LoopThread:
             finished.release()
 
         def start() -> None:
-            task = loop.create_task(_call(fn, args))
+            task = loop.create_task(coro)
             holder.append(task)
             task.add_done_callback(done)
 

@@ -11,7 +11,7 @@ thread, on the caller's connection, through the same statements (see
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from uuid import UUID
@@ -67,7 +67,7 @@ class SyncQueue:
         self._loop = LoopThread("caravel-sync-queue", queue.close)
         self._identity: str | None = None
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """Run ``fn(*args)``, a coroutine function, on the queue's event loop and return its
         result: how to use an async API of the library (a worker's ``run_once``, the
         inspector) against this queue from synchronous code."""
@@ -106,7 +106,7 @@ class SyncQueue:
                 session, [prepare_job(q.registry, q.options, job, dispatch, q.clock.now_ms())]
             )
             return result
-        return self.call(self.queue.enqueue, job, dispatch)
+        return self._loop.call(self.queue.enqueue, job, dispatch)
 
     def enqueue_many(
         self, items: Iterable[tuple[object, DispatchOptions]], *, session: object | None = None
