@@ -46,6 +46,8 @@ class JobState(enum.StrEnum):
     """The handler succeeded and the lease holder acknowledged it."""
     DEAD_LETTER = "dead_letter"
     """Every attempt failed or its last lease expired; it waits for a deliberate replay."""
+    CANCELLED = "cancelled"
+    """An operator cancelled it; it is never claimed again."""
 
 
 class FailureCategory(enum.StrEnum):

@@ -10,13 +10,19 @@ from __future__ import annotations
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_CATEGORY_LENGTH",
+    "MAX_ERROR_CLASS_LENGTH",
     "MAX_HOST_LENGTH",
     "MAX_JSON_DEPTH",
     "MAX_KEY_LENGTH",
     "MAX_PAYLOAD_LIMIT",
     "MAX_QUEUE_LIST_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
+    "MAX_RESULT_LIMIT",
+    "MAX_SNOOZES",
     "MAX_STATE_LENGTH",
+    "MAX_TAGS",
+    "MAX_TAGS_LENGTH",
+    "MAX_TAG_LENGTH",
     "MAX_TRACE_CONTEXT_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
 ]
@@ -43,3 +49,14 @@ MAX_TRACE_CONTEXT_LENGTH = 512
 MAX_HOST_LENGTH = 255
 #: A worker's queue names, comma separated, in the worker registry.
 MAX_QUEUE_LIST_LENGTH = 1024
+#: The class name of a failed attempt's exception (``module.QualName``; a longer one is cut).
+MAX_ERROR_CLASS_LENGTH = 200
+#: The largest ``max_result_bytes`` a queue may be configured with (1 MiB).
+MAX_RESULT_LIMIT = 1024 * 1024
+#: How many times one job may snooze before a snooze dead-letters it instead.
+MAX_SNOOZES = 100
+#: Tags on one job, each ``[a-z0-9:._-]``, 1 to 64 characters.
+MAX_TAGS = 16
+MAX_TAG_LENGTH = 64
+#: The stored form of a job's tags: ``,a,b,`` (each tag between commas, for exact filtering).
+MAX_TAGS_LENGTH = MAX_TAGS * (MAX_TAG_LENGTH + 1) + 1

@@ -61,6 +61,15 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
             rows = (await conn.execute(sa.select(jobs))).mappings().all()
     stored = {row["id"]: dict(row) for row in rows}
     assert len(stored) == total
-    untouched = {"lease_expires_at": None, "started_at": None, "finished_at": None}
+    untouched = {
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "result": None,
+        "error_class": None,
+        "tags": None,
+        "snoozes": 0,
+        "cancel_requested_at": None,
+    }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}

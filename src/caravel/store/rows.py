@@ -24,6 +24,7 @@ __all__ = [
     "claimed_from_rows",
     "counts_from_row",
     "job_row",
+    "job_row_columns",
     "status_from_row",
     "throughput_from_row",
     "worker_from_row",
@@ -177,6 +178,11 @@ def worker_row(worker: WorkerRecord) -> dict[str, Any]:
     }
 
 
+def job_row_columns() -> tuple[str, ...]:
+    """The columns :func:`job_row` fills, in its order."""
+    return _JOB_ROW_COLUMNS
+
+
 def job_row(job: NewJob) -> dict[str, Any]:
     """A new job's row, as every insert path writes it."""
     return {
@@ -196,3 +202,22 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "updated_at": job.created_at,
         "trace_context": job.trace_context,
     }
+
+
+_JOB_ROW_COLUMNS = (
+    "id",
+    "queue",
+    "job_type",
+    "tenant_id",
+    "idempotency_key",
+    "payload",
+    "state",
+    "attempt",
+    "max_attempts",
+    "due_at",
+    "available_at",
+    "lease_token",
+    "created_at",
+    "updated_at",
+    "trace_context",
+)

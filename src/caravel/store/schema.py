@@ -21,11 +21,13 @@ import sqlalchemy as sa
 from caravel.limits import (
     MAX_ATTEMPTS,
     MAX_CATEGORY_LENGTH,
+    MAX_ERROR_CLASS_LENGTH,
     MAX_HOST_LENGTH,
     MAX_KEY_LENGTH,
     MAX_QUEUE_LIST_LENGTH,
     MAX_QUEUE_NAME_LENGTH,
     MAX_STATE_LENGTH,
+    MAX_TAGS_LENGTH,
     MAX_TRACE_CONTEXT_LENGTH,
     MAX_WIRE_NAME_LENGTH,
 )
@@ -33,11 +35,13 @@ from caravel.limits import (
 __all__ = [
     "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
+    "QUEUES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
     "include_object",
     "jobs",
     "metadata",
+    "queues",
     "workers",
 ]
 
@@ -68,9 +72,19 @@ jobs = sa.Table(
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
     sa.Column("last_failure", sa.String(MAX_CATEGORY_LENGTH), nullable=True),
     sa.Column("trace_context", sa.String(MAX_TRACE_CONTEXT_LENGTH), nullable=True),
+    # A completed job's handler result, as JSON (NULL when it returned None).
+    sa.Column("result", sa.Text(), nullable=True),
+    # The last failed attempt's exception class (never its message).
+    sa.Column("error_class", sa.String(MAX_ERROR_CLASS_LENGTH), nullable=True),
+    # ",tag1,tag2," or NULL: free-form labels for listings, never payload.
+    sa.Column("tags", sa.String(MAX_TAGS_LENGTH), nullable=True),
+    # How often the handler snoozed (ran again later without spending an attempt).
+    sa.Column("snoozes", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    # When an operator asked to cancel the job while it ran; its worker cancels the handler.
+    sa.Column("cancel_requested_at", sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
-        "state IN ('ready', 'running', 'completed', 'dead_letter')",
+        "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled')",
         name="ck_caravel_jobs_state",
     ),
     sa.CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="ck_caravel_jobs_attempt"),
@@ -149,4 +163,17 @@ workers = sa.Table(
     sa.Column("stopped_at", sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_workers"),
     sa.Index("ix_caravel_workers_heartbeat", "heartbeat_at"),
+)
+
+QUEUES_TABLE = "caravel_queues"
+
+#: One row per queue an operator has paused (or paused and resumed): workers on every host skip
+#: a queue while its ``paused_at`` is set. A queue without a row is running.
+queues = sa.Table(
+    QUEUES_TABLE,
+    metadata,
+    sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+    sa.Column("paused_at", sa.BigInteger(), nullable=True),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint("queue", name="pk_caravel_queues"),
 )

@@ -29,6 +29,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.sqlite_counts import COUNTS_TABLE, CREATE_TRIGGERS, TRIGGERS
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
@@ -37,33 +39,12 @@ depends_on = None
 _INDEX = "ix_caravel_jobs_finished"
 _STATISTICS = "caravel_jobs_queue_state"
 _FINISHED = sa.text("available_at IS NULL")
-_COUNTS = "caravel_finished_counts"
-_TRIGGERS = (
-    "caravel_jobs_finished_insert",
-    "caravel_jobs_finished_update",
-    "caravel_jobs_finished_delete",
-)
-_ADD = (
-    f"INSERT INTO {_COUNTS} (queue, state, jobs) SELECT NEW.queue, NEW.state, 1"
-    " WHERE NEW.available_at IS NULL"
-    " ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + 1;"
-)
-_TAKE = (
-    f"UPDATE {_COUNTS} SET jobs = jobs - 1"
-    " WHERE OLD.available_at IS NULL AND queue = OLD.queue AND state = OLD.state;"
-)
 _SQLITE = (
-    f"CREATE TABLE {_COUNTS} (queue VARCHAR NOT NULL, state VARCHAR NOT NULL,"
+    f"CREATE TABLE {COUNTS_TABLE} (queue VARCHAR NOT NULL, state VARCHAR NOT NULL,"
     " jobs BIGINT NOT NULL, PRIMARY KEY (queue, state))",
-    f"INSERT INTO {_COUNTS} (queue, state, jobs) SELECT queue, state, count(*)"
+    f"INSERT INTO {COUNTS_TABLE} (queue, state, jobs) SELECT queue, state, count(*)"
     " FROM caravel_jobs WHERE available_at IS NULL GROUP BY queue, state",
-    f"CREATE TRIGGER {_TRIGGERS[0]} AFTER INSERT ON caravel_jobs"
-    f" WHEN NEW.available_at IS NULL BEGIN {_ADD} END",
-    f"CREATE TRIGGER {_TRIGGERS[1]} AFTER UPDATE OF queue, state, available_at ON caravel_jobs"
-    " WHEN OLD.available_at IS NULL OR NEW.available_at IS NULL"
-    f" BEGIN {_TAKE} {_ADD} END",
-    f"CREATE TRIGGER {_TRIGGERS[2]} AFTER DELETE ON caravel_jobs"
-    f" WHEN OLD.available_at IS NULL BEGIN {_TAKE} END",
+    *CREATE_TRIGGERS,
 )
 
 
@@ -89,7 +70,7 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(f"DROP STATISTICS IF EXISTS {_STATISTICS}")
     else:
-        for trigger in _TRIGGERS:
+        for trigger in TRIGGERS:
             op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-        op.execute(f"DROP TABLE IF EXISTS {_COUNTS}")
+        op.execute(f"DROP TABLE IF EXISTS {COUNTS_TABLE}")
     op.drop_index(_INDEX, table_name="caravel_jobs")

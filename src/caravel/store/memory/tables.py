@@ -45,6 +45,11 @@ class JobRow:
     started_at: int | None = None
     finished_at: int | None = None
     last_failure: str | None = None
+    result: str | None = None
+    error_class: str | None = None
+    tags: str | None = None
+    snoozes: int = 0
+    cancel_requested_at: int | None = None
     #: Insertion order, as a SQLite rowid: what breaks a tie between jobs available at the
     #: same moment (the SQL stores' claim then takes them in the order they were stored).
     rowid: int = 0

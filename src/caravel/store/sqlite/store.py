@@ -21,6 +21,7 @@ from caravel.errors import DatabaseNotFoundError, StoreError
 from caravel.jobs import Lease
 from caravel.store.base import SqlStore, claimed_from_rows
 from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
+from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
 from caravel.store.sqlite.connections import (
     LOCK_WAIT_NOTED_MS,
@@ -165,7 +166,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
 
         def build() -> tuple[str, _Parameters]:
             dialect = self._blocking.dialect
-            compiled = self._insert_statement().compile(dialect=dialect)
+            # Only the columns a new job's row names: the others keep their defaults.
+            keys = list(job_row_columns())
+            compiled = self._insert_statement().compile(dialect=dialect, column_keys=keys)
             names = list(compiled.positiontup or ())
             defaults = compiled.params
             converters = [compiled.binds[name].type.bind_processor(dialect) for name in names]

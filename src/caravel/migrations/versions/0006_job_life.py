@@ -1,0 +1,96 @@
+"""The job's life: results, cancellation, tags, snoozes and paused queues.
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-12-01
+
+Jobs gain a handler's stored ``result`` (JSON), the failed attempt's exception class
+(``error_class``, never its message), ``tags``, a ``snoozes`` count and
+``cancel_requested_at`` (an operator cancelled the job while it ran), and a fifth state,
+``cancelled``. ``caravel_queues`` records the queues an operator paused.
+
+On PostgreSQL the new columns are added without rewriting the table (none has a volatile
+default), and the widened state check is added ``NOT VALID`` and validated afterwards, so the
+table is not locked against writes while existing rows are checked. On SQLite a check
+constraint cannot be altered in place: the jobs table is copied into a new one, which reads and
+writes every row once, and the finished-count triggers of 0005 are created again on it.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from caravel.migrations.sqlite_counts import CREATE_TRIGGERS, TRIGGERS
+
+revision = "0006"
+down_revision = "0005"
+branch_labels = None
+depends_on = None
+
+_CHECK = "ck_caravel_jobs_state"
+_STATES = "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled')"
+_OLD_STATES = "state IN ('ready', 'running', 'completed', 'dead_letter')"
+_COLUMNS = ("result", "error_class", "tags", "snoozes", "cancel_requested_at")
+
+
+def _new_columns() -> list[sa.Column[object]]:
+    return [
+        sa.Column("result", sa.Text(), nullable=True),
+        sa.Column("error_class", sa.String(200), nullable=True),
+        sa.Column("tags", sa.String(1041), nullable=True),
+        sa.Column("snoozes", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("cancel_requested_at", sa.BigInteger(), nullable=True),
+    ]
+
+
+def upgrade() -> None:
+    op.create_table(
+        "caravel_queues",
+        sa.Column("queue", sa.String(64), nullable=False),
+        sa.Column("paused_at", sa.BigInteger(), nullable=True),
+        sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("queue", name="pk_caravel_queues"),
+    )
+    if op.get_bind().dialect.name == "sqlite":
+        _recreate_on_sqlite(_STATES, add=True)
+        return
+    for column in _new_columns():
+        op.add_column("caravel_jobs", column)
+    op.drop_constraint(_CHECK, "caravel_jobs", type_="check")
+    op.execute(f"ALTER TABLE caravel_jobs ADD CONSTRAINT {_CHECK} CHECK ({_STATES}) NOT VALID")
+    op.execute(f"ALTER TABLE caravel_jobs VALIDATE CONSTRAINT {_CHECK}")
+
+
+def downgrade() -> None:
+    # Cancelled jobs have no older state to go back to; they leave with the revision.
+    op.execute("DELETE FROM caravel_jobs WHERE state = 'cancelled'")
+    if op.get_bind().dialect.name == "sqlite":
+        _recreate_on_sqlite(_OLD_STATES, add=False)
+    else:
+        op.drop_constraint(_CHECK, "caravel_jobs", type_="check")
+        op.create_check_constraint(_CHECK, "caravel_jobs", _OLD_STATES)
+        for name in _COLUMNS:
+            op.drop_column("caravel_jobs", name)
+    op.drop_table("caravel_queues")
+
+
+def _recreate_on_sqlite(states: str, *, add: bool) -> None:
+    """Copy the jobs table with the new state check (and the columns added or dropped); the
+    copy keeps the indexes, and the triggers are made again."""
+    for trigger in TRIGGERS:
+        op.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    with op.batch_alter_table(
+        "caravel_jobs",
+        recreate="always",
+    ) as batch:
+        batch.drop_constraint(_CHECK, type_="check")
+        batch.create_check_constraint(_CHECK, states)
+        if add:
+            for column in _new_columns():
+                batch.add_column(column)
+        else:
+            for name in _COLUMNS:
+                batch.drop_column(name)
+    for statement in CREATE_TRIGGERS:
+        op.execute(statement)
