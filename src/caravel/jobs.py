@@ -48,6 +48,8 @@ class JobState(enum.StrEnum):
     """Every attempt failed or its last lease expired; it waits for a deliberate replay."""
     CANCELLED = "cancelled"
     """An operator cancelled it; it is never claimed again."""
+    PRUNED = "pruned"
+    """Retention removed it; what is left is the tombstone of its idempotency key."""
 
 
 class FailureCategory(enum.StrEnum):

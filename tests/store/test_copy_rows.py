@@ -70,6 +70,8 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "tags": None,
         "snoozes": 0,
         "cancel_requested_at": None,
+        "content_hash": None,
+        "pruned_at": None,
     }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}
