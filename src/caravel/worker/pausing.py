@@ -15,6 +15,7 @@ once when the worker reads it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 
 from caravel.clock import Clock
@@ -22,6 +23,8 @@ from caravel.signals import WakeupHub
 from caravel.store.protocol import Store
 
 __all__ = ["PausedQueues"]
+
+logger = logging.getLogger("caravel.worker")
 
 
 class PausedQueues:
@@ -56,6 +59,10 @@ class PausedQueues:
         listed = await self._store.queue_list_paused()
         paused = frozenset(p.queue for p in listed if p.queue in self._queues)
         resumed = self._paused - paused
+        for queue in sorted(paused - self._paused):
+            logger.info("queue paused; claiming none of its jobs", extra={"queue": queue})
+        for queue in sorted(resumed):
+            logger.info("queue resumed; claiming its jobs again", extra={"queue": queue})
         self._paused = paused
         if resumed:
             self._hub.notify(resumed)

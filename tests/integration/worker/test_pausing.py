@@ -6,6 +6,7 @@ on the system clock is PostgreSQL's push, bounded by the guarantee (a second), n
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -114,9 +115,12 @@ async def test_a_job_running_when_its_queue_is_paused_finishes(db_url: str) -> N
         await worker.close()
 
 
-async def test_run_skips_a_paused_queue_and_claims_again_after_the_resume(db_url: str) -> None:
+async def test_run_skips_a_paused_queue_and_claims_again_after_the_resume(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Paused before the worker starts: it reads the set before its first claim. The resume
     comes from another process's queue; the worker reads it at the latest a poll interval on."""
+    caplog.set_level(logging.INFO, logger="caravel")
     clock = ManualClock()
     gate = Gate()
     async with (
@@ -137,6 +141,9 @@ async def test_run_skips_a_paused_queue_and_claims_again_after_the_resume(db_url
             await gate.finished(1)
             assert worker.paused == frozenset()
         assert await state(queue, held.job_id, "a") is JobState.COMPLETED
+        said = [(r.getMessage(), getattr(r, "queue", None)) for r in caplog.records]
+        assert ("queue paused; claiming none of its jobs", "a") in said
+        assert ("queue resumed; claiming its jobs again", "a") in said
 
 
 async def test_a_pause_while_running_stops_claims_and_lets_the_running_job_finish(
