@@ -20,7 +20,7 @@ _METAVARS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "list[str]": "TE
 
 app = typer.Typer(
     name="caravel",
-    help="Operate a Caravel job queue: migrations, workers, status and dead letters.",
+    help="Operate a Caravel job queue: migrations, workers, status, dead letters and pauses.",
     no_args_is_help=True,
     add_completion=False,
     context_settings=CONTEXT,
@@ -57,7 +57,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    """Operate a Caravel job queue: migrations, workers, status and dead letters."""
+    """Operate a Caravel job queue: migrations, workers, status, dead letters and pauses."""
 
 
 def command() -> Any:  # Typer's Click command (its own copy of Click in newer releases)
