@@ -9,7 +9,8 @@ database itself keeps read-only (SQLite ``mode=ro``, PostgreSQL
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -35,13 +36,21 @@ from caravel.validation import check_identifier, check_int, check_queue_name, ch
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-__all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector"]
+__all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector", "QueuePause"]
 
 #: The most jobs one listing returns, and the most it may skip.
 MAX_LIST_LIMIT = 10_000
 MAX_LIST_OFFSET = 1_000_000
 #: The most buckets one throughput read covers.
 MAX_BUCKETS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePause:
+    """A paused queue: no worker claims its jobs until it is resumed."""
+
+    queue: str
+    paused_at: datetime
 
 
 class QueueInspector(AsyncClosing):
@@ -85,6 +94,13 @@ class QueueInspector(AsyncClosing):
         if queue is not None:
             check_queue_name(queue)
         return await self.store.queue_counts(queue, self.clock.now_ms())
+
+    async def paused_queues(self) -> list[QueuePause]:
+        """The queues paused now (:meth:`DatabaseQueue.pause_queue
+        <caravel.DatabaseQueue.pause_queue>`), by name, with when each was paused."""
+        return [
+            QueuePause(p.queue, from_ms(p.paused_at)) for p in await self.store.queue_list_paused()
+        ]
 
     async def list_jobs(
         self,

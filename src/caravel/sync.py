@@ -151,3 +151,13 @@ class SyncQueue:
     def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
         """As :meth:`DatabaseQueue.replay <caravel.DatabaseQueue.replay>`."""
         return self.call(self.queue.replay, job_id, queue, tenant_id)
+
+    # ----- pausing queues ------------------------------------------------------------------
+
+    def pause_queue(self, queue: str) -> bool:
+        """As :meth:`DatabaseQueue.pause_queue <caravel.DatabaseQueue.pause_queue>`."""
+        return self.call(self.queue.pause_queue, queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        """As :meth:`DatabaseQueue.resume_queue <caravel.DatabaseQueue.resume_queue>`."""
+        return self.call(self.queue.resume_queue, queue)

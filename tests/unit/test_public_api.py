@@ -37,6 +37,7 @@ PUBLIC_NAMES = [
     "QueueCounts",
     "QueueInspector",
     "QueueOptions",
+    "QueuePause",
     "QueueWorker",
     "RegistrationError",
     "SchemaNotReadyError",

@@ -34,6 +34,7 @@ __all__ = [
     "JobFilter",
     "JobRef",
     "NewJob",
+    "PausedQueue",
     "QueueCounts",
     "ReadStore",
     "ShownState",
@@ -182,6 +183,14 @@ class QueueCounts:
     """When the oldest job that is due now became due (ms since the epoch), if any."""
 
 
+@dataclass(frozen=True, slots=True)
+class PausedQueue:
+    """A queue paused at ``paused_at`` (ms): workers claim none of its jobs until resumed."""
+
+    queue: str
+    paused_at: int
+
+
 #: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and
 #: ``delayed`` before; a RUNNING one is ``running`` while its lease lasts and ``expired`` from the
 #: moment it ends (as :meth:`Store.queue_counts` counts them).
@@ -300,6 +309,10 @@ class ReadStore(Protocol):
         """Workers whose last heartbeat is at or after ``since``, newest first."""
         ...
 
+    async def queue_list_paused(self) -> list[PausedQueue]:
+        """Every paused queue, by name. A queue never paused, or resumed since, is absent."""
+        ...
+
     async def schema_revision(self) -> str | None:
         """The applied migration revision, or ``None`` when the queue was never migrated."""
         ...
@@ -357,6 +370,19 @@ class Store(ReadStore, Protocol):
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
         """Make a dead-lettered job ready again with its attempts reset."""
+        ...
+
+    async def queue_pause(self, queue: str, now: int) -> bool:
+        """Pause ``queue`` for every worker; false (``paused_at`` kept) if it was paused."""
+        ...
+
+    async def queue_resume(self, queue: str, now: int) -> bool:
+        """Let workers claim ``queue`` again; false when it was not paused."""
+        ...
+
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        """Names among ``queues`` as their pauses and resumes commit, where the database can
+        push them (PostgreSQL's NOTIFY); ``None`` where workers poll instead."""
         ...
 
     async def worker_register(self, worker: WorkerRecord) -> None:

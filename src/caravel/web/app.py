@@ -3,10 +3,11 @@ the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection and writes only
-to replay dead letters. Every route is listed in :data:`ROUTES` with the permission it needs,
-and one guard (:mod:`caravel.web.guard`) checks that permission (and, for a POST, the
-anti-forgery token) before any page (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`)
-runs. Every answer passes :class:`~caravel.web.security.SecurityHeaders`.
+to replay dead letters and to pause or resume queues. Every route is listed in :data:`ROUTES`
+with the permission it needs, and one guard (:mod:`caravel.web.guard`) checks that permission
+(and, for a POST, the anti-forgery token) before any page (:mod:`caravel.web.pages`,
+:mod:`caravel.web.replay_pages`, :mod:`caravel.web.pausing_pages`) runs. Every answer passes
+:class:`~caravel.web.security.SecurityHeaders`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from caravel.web.auth import Authorize, remember_principal
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
+from caravel.web.pausing_pages import PausingPages
 from caravel.web.presentation import Renderer
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
@@ -64,6 +66,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/dead-letters/replay", "replay_selection_confirm", "operate"),
     RouteSpec("POST", "/dead-letters/replay", "replay_selection", "operate"),
     RouteSpec("GET", "/replays/{run_id}", "replay_progress", "operate"),
+    RouteSpec("GET", "/queues/{queue}/pause", "pause_confirm", "operate"),
+    RouteSpec("POST", "/queues/{queue}/pause", "pause", "operate"),
+    RouteSpec("GET", "/queues/{queue}/resume", "resume_confirm", "operate"),
+    RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
@@ -106,6 +112,7 @@ class Dashboard:
         self._guard = Guard(authorize, self._signer, self._view)
         pages = Pages(reader, self._view, assets, lost_after=lost_after)
         replay = ReplayPages(pages, writer, self.replays)
+        pausing = PausingPages(self._view, writer)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
@@ -116,6 +123,10 @@ class Dashboard:
             "replay_selection_confirm": replay.replay_selection_confirm,
             "replay_selection": replay.replay_selection,
             "replay_progress": replay.replay_progress,
+            "pause_confirm": pausing.pause_confirm,
+            "pause": pausing.pause,
+            "resume_confirm": pausing.resume_confirm,
+            "resume": pausing.resume,
             "workers": pages.workers,
             "static": pages.static,
         }

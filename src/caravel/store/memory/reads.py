@@ -16,6 +16,7 @@ from caravel.store.memory.tables import JobRow, Tables
 from caravel.store.protocol import (
     JobFilter,
     JobRef,
+    PausedQueue,
     QueueCounts,
     ThroughputBucket,
     ThroughputQuery,
@@ -129,6 +130,10 @@ class MemoryReader:
             heard = [row for row in tables.workers.values() if row.heartbeat_at >= since]
             heard.sort(key=lambda row: (row.started_at, row.id), reverse=True)
             return [worker_from_row(row) for row in heard[:_WORKER_LIST_LIMIT]]
+
+    async def queue_list_paused(self) -> list[PausedQueue]:
+        with self._locked("queue_list_paused") as tables:
+            return [PausedQueue(name, at) for name, at in sorted(tables.paused.items())]
 
     async def schema_revision(self) -> str | None:
         """Always the newest revision: the store's shape is the library's own."""
