@@ -9,7 +9,7 @@ error translation, are :mod:`caravel.store.transactions`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -33,6 +33,7 @@ from caravel.store.protocol import (
     JobRef,
     NewJob,
     QueueCounts,
+    SnoozedAttempt,
     ThroughputBucket,
     ThroughputQuery,
     WorkerRecord,
@@ -49,11 +50,28 @@ from caravel.store.rows import (
 from caravel.store.schema import jobs, workers
 from caravel.store.transactions import ConnectionT, SqlTransactions
 
-__all__ = ["SqlStore", "claimed_from_rows"]
+__all__ = ["SqlStore", "claimed_from_rows", "split_results"]
 
 _RUNNING = JobState.RUNNING.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
+
+
+def split_results(
+    leases: Sequence[Lease], results: Mapping[UUID, str] | None
+) -> tuple[list[Lease], list[tuple[Lease, str]]]:
+    """The leases whose completion stores no result, and those that store one with it."""
+    if not results:
+        return list(leases), []
+    plain: list[Lease] = []
+    valued: list[tuple[Lease, str]] = []
+    for lease in leases:
+        text = results.get(lease.job_id)
+        if text is None:
+            plain.append(lease)
+        else:
+            valued.append((lease, text))
+    return plain, valued
 
 
 class SqlStore(SqlTransactions[ConnectionT]):
@@ -187,15 +205,46 @@ class SqlStore(SqlTransactions[ConnectionT]):
     def _complete_statement(self) -> sa.Update:
         return queries.complete(self._held_clause())
 
+    def _complete_result_statement(self) -> sa.Update:
+        """The completion of one lease that stores its result, bound as ``b_result``."""
+        return queries.complete(self._held_clause(), sa.bindparam("b_result", type_=sa.Text()))
+
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        plain, valued = split_results(leases, results)
         stmt = self._statement("complete", self._complete_statement)
-        params = {**self._held_params(leases), "b_now": now}
+        with_result = self._statement("complete_result", self._complete_result_statement)
+        done: set[UUID] = set()
         async with self._write("job_complete", durable=durable) as conn:
-            return set((await conn.execute(stmt, params)).scalars())
+            if plain:
+                params = {**self._held_params(plain), "b_now": now}
+                done.update((await conn.execute(stmt, params)).scalars())
+            for lease, text in valued:
+                params = {**self._held_params([lease]), "b_now": now, "b_result": text}
+                done.update((await conn.execute(with_result, params)).scalars())
+        return done
+
+    async def job_snooze_many(
+        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        if not snoozes:
+            return set()
+        stmt = self._statement("snooze", lambda: queries.snooze(self._held_clause()))
+        done: set[UUID] = set()
+        async with self._write("job_snooze", durable=durable) as conn:
+            for snoozed in snoozes:
+                params = {**self._held_params([snoozed.lease]), "b_now": now}
+                params["b_until"] = snoozed.until
+                done.update((await conn.execute(stmt, params)).scalars())
+        return done
 
     async def job_fail_many(
         self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
@@ -230,7 +279,12 @@ class SqlStore(SqlTransactions[ConnectionT]):
     async def job_get(self, ref: JobRef) -> JobStatus | None:
         async with self._read("job_get") as conn:
             row = (await conn.execute(queries.status(ref))).one_or_none()
-        return None if row is None else status_from_row(row)
+        return None if row is None else status_from_row(row, row.result)
+
+    async def job_get_result(self, ref: JobRef) -> str | None:
+        async with self._read("job_get_result") as conn:
+            found: str | None = (await conn.execute(queries.result(ref))).scalar_one_or_none()
+        return found
 
     async def job_get_payload(self, ref: JobRef) -> str | None:
         async with self._read("job_get_payload") as conn:

@@ -38,8 +38,10 @@ __all__ = [
     "payload",
     "renew",
     "replay",
+    "result",
     "same_content",
     "schema_revision",
+    "snooze",
     "status",
     "throughput",
     "worker_list",
@@ -145,17 +147,37 @@ def claim(
     )
 
 
-def complete(held: sa.ColumnElement[bool]) -> sa.Update:
-    """Mark the rows ``held`` matches completed at ``b_now``; returns their ids."""
+def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:
+    """Mark the rows ``held`` matches completed at ``b_now``; returns their ids. ``result``,
+    when given, is the expression for each row's stored result (a bound value or a column of
+    the dialect's batch)."""
+    values: dict[str, Any] = {
+        "state": COMPLETED,
+        "available_at": None,
+        "lease_expires_at": None,
+        "finished_at": sa.bindparam("b_now"),
+        "updated_at": sa.bindparam("b_now"),
+    }
+    if result is not None:
+        values["result"] = result
+    return sa.update(jobs).where(held).values(values).returning(jobs.c.id)
+
+
+def snooze(held: sa.ColumnElement[bool]) -> sa.Update:
+    """The row ``held`` matches made ready again at ``b_until``, its attempt given back and its
+    snoozes counted; returns its id. Not a failure: ``last_failure`` stays as it was."""
+    until = sa.bindparam("b_until", type_=sa.BigInteger())
     return (
         sa.update(jobs)
         .where(held)
         .values(
-            state=COMPLETED,
-            available_at=None,
+            state=READY,
+            attempt=jobs.c.attempt - 1,
+            snoozes=jobs.c.snoozes + 1,
+            due_at=until,
+            available_at=until,
             lease_expires_at=None,
-            finished_at=sa.bindparam("b_now"),
-            updated_at=sa.bindparam("b_now"),
+            updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
         )
         .returning(jobs.c.id)
     )
@@ -175,6 +197,9 @@ def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.U
             lease_expires_at=None,
             finished_at=None if retry_at is not None else now,
             last_failure=failure.category,
+            error_class=(
+                failure.error_class if failure.error_class is not None else jobs.c.error_class
+            ),
             updated_at=now,
         )
         .returning(jobs.c.id)
@@ -195,11 +220,16 @@ def renew(held: sa.ColumnElement[bool], now: int, expires_at: int) -> sa.Update:
 
 
 def status(ref: JobRef) -> sa.Select[Any]:
-    return sa.select(*STATUS_COLUMNS).where(owned(ref))
+    """One job's status, with its result (listings leave the result out)."""
+    return sa.select(*STATUS_COLUMNS, jobs.c.result).where(owned(ref))
 
 
 def payload(ref: JobRef) -> sa.Select[Any]:
     return sa.select(jobs.c.payload).where(owned(ref))
+
+
+def result(ref: JobRef) -> sa.Select[Any]:
+    return sa.select(jobs.c.result).where(owned(ref))
 
 
 def replay(ref: JobRef, now: int) -> sa.Update:
@@ -216,6 +246,8 @@ def replay(ref: JobRef, now: int) -> sa.Update:
             started_at=None,
             finished_at=None,
             last_failure=None,
+            error_class=None,
+            snoozes=0,
             updated_at=now,
         )
         .returning(jobs.c.id)
