@@ -4,6 +4,7 @@ the lease like every other acknowledgement."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from caravel.clock import from_ms
@@ -173,3 +174,21 @@ async def test_a_snoozed_job_is_not_completed_by_its_old_lease(store: Store) -> 
     assert await store.job_complete_many([lease], T0 + 6, results={job.id: "1"}) == set()
     got = await status(store, job)
     assert (got.state, got.result) == (JobState.READY, None)
+
+
+async def test_a_batch_stores_each_result_with_its_own_job(store: Store) -> None:
+    jobs = many(5, keyed=False)
+    leases = [await claimed(store, job) for job in jobs]
+    results = {job.id: json.dumps([index, "r"]) for index, job in enumerate(jobs) if index != 2}
+    stale = dataclasses.replace(leases[4], token=leases[4].token + 7)
+
+    done = await store.job_complete_many([*leases[:4], stale], T0 + 10, results=results)
+
+    assert done == {job.id for job in jobs[:4]}
+    assert [await store.job_get_result(ref(job)) for job in jobs] == [
+        json.dumps([0, "r"]),
+        json.dumps([1, "r"]),
+        None,
+        json.dumps([3, "r"]),
+        None,  # its lease was forged: nothing stored
+    ]
