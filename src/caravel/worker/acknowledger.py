@@ -19,7 +19,7 @@ from uuid import UUID
 
 from caravel._failpoints import failpoint
 from caravel.jobs import ClaimedJob
-from caravel.worker.leases import Acknowledgement, Leases
+from caravel.worker.leases import Leases
 from caravel.worker.runner import Outcome
 
 __all__ = ["Acknowledger"]
@@ -136,16 +136,5 @@ class Acknowledger:
                 return
 
     async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
-        return await self._leases.record([_acknowledgement(outcome) for _, outcome in batch])
-
-
-def _acknowledgement(outcome: Outcome) -> Acknowledgement:
-    return Acknowledgement(
-        outcome.lease,
-        outcome.category,
-        result=outcome.result,
-        snooze_ms=outcome.snooze_ms,
-        final=outcome.final,
-        error_class=outcome.error_class,
-        retry=outcome.retry,
-    )
+        # Each outcome is its own acknowledgement (it has the fields Leases.record reads).
+        return await self._leases.record([outcome for _, outcome in batch])

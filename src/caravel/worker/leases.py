@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
 from caravel.clock import Clock, duration_ms, from_ms
@@ -27,7 +28,7 @@ from caravel.store.protocol import (
 )
 from caravel.validation import check_queue_name
 
-__all__ = ["Acknowledgement", "FailureOutcome", "Leases"]
+__all__ = ["Acknowledged", "Acknowledgement", "FailureOutcome", "Leases"]
 
 _SOURCES = ("any", "ready", "expired")
 
@@ -58,6 +59,26 @@ class Acknowledgement:
     final: bool = False
     error_class: str | None = None
     retry: RetryPolicy | None = None
+
+
+class Acknowledged(Protocol):
+    """What :meth:`Leases.record` reads of each attempt's end: an :class:`Acknowledgement`, or
+    the worker's own outcome (which has the same fields, so a batch needs no copy of it)."""
+
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def category(self) -> str | None: ...
+    @property
+    def result(self) -> str | None: ...
+    @property
+    def snooze_ms(self) -> int | None: ...
+    @property
+    def final(self) -> bool: ...
+    @property
+    def error_class(self) -> str | None: ...
+    @property
+    def retry(self) -> RetryPolicy | None: ...
 
 
 class Leases:
@@ -135,7 +156,7 @@ class Leases:
         category. Returns the ids whose lease was still current; the others changed nothing."""
         return await self.record([Acknowledgement(lease, category) for lease, category in outcomes])
 
-    async def record(self, acks: Sequence[Acknowledgement]) -> set[UUID]:
+    async def record(self, acks: Sequence[Acknowledged]) -> set[UUID]:
         """Record many attempts' ends at once (see :class:`Acknowledgement`), with one
         statement per kind present (completions, failures, snoozes). Returns the ids whose
         lease was still current; the others changed nothing."""
@@ -145,8 +166,9 @@ class Leases:
         failures: list[FailedAttempt] = []
         snoozes: list[SnoozedAttempt] = []
         for ack in acks:
-            if ack.category is not None:
-                failures.append(self._failure(ack, now))
+            category = ack.category
+            if category is not None:
+                failures.append(self._failure(ack, category, now))
             elif ack.snooze_ms is not None:
                 snoozes.append(SnoozedAttempt(ack.lease, now + ack.snooze_ms))
             else:
@@ -165,12 +187,11 @@ class Leases:
             held |= await self._store.job_snooze_many(snoozes, now, durable=durable)
         return held
 
-    def _failure(self, ack: Acknowledgement, now: int) -> FailedAttempt:
-        assert ack.category is not None
+    def _failure(self, ack: Acknowledged, category: str, now: int) -> FailedAttempt:
         if ack.final:
-            return FailedAttempt(ack.lease, ack.category, None, ack.error_class)
-        failure = self.failure_for(ack.lease, ack.category, now, retry=ack.retry)
-        return FailedAttempt(ack.lease, ack.category, failure.retry_at, ack.error_class)
+            return FailedAttempt(ack.lease, category, None, ack.error_class)
+        failure = self.failure_for(ack.lease, category, now, retry=ack.retry)
+        return FailedAttempt(ack.lease, category, failure.retry_at, ack.error_class)
 
     def failure_for(
         self, lease: Lease, category: str, now: int, *, retry: RetryPolicy | None = None
