@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
-from caravel.store import queries
+from caravel.store import outcomes, queries
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
@@ -50,28 +50,11 @@ from caravel.store.rows import (
 from caravel.store.schema import jobs, workers
 from caravel.store.transactions import ConnectionT, SqlTransactions
 
-__all__ = ["SqlStore", "claimed_from_rows", "split_results"]
+__all__ = ["SqlStore", "claimed_from_rows"]
 
 _RUNNING = JobState.RUNNING.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
-
-
-def split_results(
-    leases: Sequence[Lease], results: Mapping[UUID, str] | None
-) -> tuple[list[Lease], list[tuple[Lease, str]]]:
-    """The leases whose completion stores no result, and those that store one with it."""
-    if not results:
-        return list(leases), []
-    plain: list[Lease] = []
-    valued: list[tuple[Lease, str]] = []
-    for lease in leases:
-        text = results.get(lease.job_id)
-        if text is None:
-            plain.append(lease)
-        else:
-            valued.append((lease, text))
-    return plain, valued
 
 
 class SqlStore(SqlTransactions[ConnectionT]):
@@ -206,8 +189,7 @@ class SqlStore(SqlTransactions[ConnectionT]):
         return queries.complete(self._held_clause())
 
     def _complete_result_statement(self) -> sa.Update:
-        """The completion of one lease that stores its result, bound as ``b_result``."""
-        return queries.complete(self._held_clause(), sa.bindparam("b_result", type_=sa.Text()))
+        return outcomes.complete_with_result(self._held_clause())
 
     async def job_complete_many(
         self,
@@ -219,7 +201,7 @@ class SqlStore(SqlTransactions[ConnectionT]):
     ) -> set[UUID]:
         if not leases:
             return set()
-        plain, valued = split_results(leases, results)
+        plain, valued = outcomes.split_results(leases, results)
         stmt = self._statement("complete", self._complete_statement)
         with_result = self._statement("complete_result", self._complete_result_statement)
         done: set[UUID] = set()
@@ -237,12 +219,12 @@ class SqlStore(SqlTransactions[ConnectionT]):
     ) -> set[UUID]:
         if not snoozes:
             return set()
-        stmt = self._statement("snooze", lambda: queries.snooze(self._held_clause()))
+        stmt = self._statement("snooze", lambda: outcomes.snooze(self._held_clause()))
         done: set[UUID] = set()
         async with self._write("job_snooze", durable=durable) as conn:
             for snoozed in snoozes:
-                params = {**self._held_params([snoozed.lease]), "b_now": now}
-                params["b_until"] = snoozed.until
+                held = self._held_params([snoozed.lease])
+                params = {**held, "b_now": now, "b_until": snoozed.until}
                 done.update((await conn.execute(stmt, params)).scalars())
         return done
 
@@ -283,7 +265,7 @@ class SqlStore(SqlTransactions[ConnectionT]):
 
     async def job_get_result(self, ref: JobRef) -> str | None:
         async with self._read("job_get_result") as conn:
-            found: str | None = (await conn.execute(queries.result(ref))).scalar_one_or_none()
+            found: str | None = (await conn.execute(outcomes.result(ref))).scalar_one_or_none()
         return found
 
     async def job_get_payload(self, ref: JobRef) -> str | None:

@@ -38,10 +38,8 @@ __all__ = [
     "payload",
     "renew",
     "replay",
-    "result",
     "same_content",
     "schema_revision",
-    "snooze",
     "status",
     "throughput",
     "worker_list",
@@ -163,26 +161,6 @@ def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:
     return sa.update(jobs).where(held).values(values).returning(jobs.c.id)
 
 
-def snooze(held: sa.ColumnElement[bool]) -> sa.Update:
-    """The row ``held`` matches made ready again at ``b_until``, its attempt given back and its
-    snoozes counted; returns its id. Not a failure: ``last_failure`` stays as it was."""
-    until = sa.bindparam("b_until", type_=sa.BigInteger())
-    return (
-        sa.update(jobs)
-        .where(held)
-        .values(
-            state=READY,
-            attempt=jobs.c.attempt - 1,
-            snoozes=jobs.c.snoozes + 1,
-            due_at=until,
-            available_at=until,
-            lease_expires_at=None,
-            updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
-        )
-        .returning(jobs.c.id)
-    )
-
-
 def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.Update:
     """Record one failed attempt on the row ``held`` matches: ready again at ``retry_at``, or a
     dead letter when there is none. Returns its id."""
@@ -197,9 +175,7 @@ def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.U
             lease_expires_at=None,
             finished_at=None if retry_at is not None else now,
             last_failure=failure.category,
-            error_class=(
-                failure.error_class if failure.error_class is not None else jobs.c.error_class
-            ),
+            error_class=failure.error_class or jobs.c.error_class,  # none given: kept
             updated_at=now,
         )
         .returning(jobs.c.id)
@@ -220,16 +196,11 @@ def renew(held: sa.ColumnElement[bool], now: int, expires_at: int) -> sa.Update:
 
 
 def status(ref: JobRef) -> sa.Select[Any]:
-    """One job's status, with its result (listings leave the result out)."""
     return sa.select(*STATUS_COLUMNS, jobs.c.result).where(owned(ref))
 
 
 def payload(ref: JobRef) -> sa.Select[Any]:
     return sa.select(jobs.c.payload).where(owned(ref))
-
-
-def result(ref: JobRef) -> sa.Select[Any]:
-    return sa.select(jobs.c.result).where(owned(ref))
 
 
 def replay(ref: JobRef, now: int) -> sa.Update:

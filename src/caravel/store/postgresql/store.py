@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import Lease
 from caravel.store import queries
-from caravel.store.base import claimed_from_rows, split_results
+from caravel.store.base import claimed_from_rows
+from caravel.store.outcomes import split_results
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.notifications import NOTIFY, listen

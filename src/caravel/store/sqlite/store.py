@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from caravel.errors import DatabaseNotFoundError, StoreError
 from caravel.jobs import Lease
-from caravel.store.base import SqlStore, claimed_from_rows, split_results
+from caravel.store.base import SqlStore, claimed_from_rows
+from caravel.store.outcomes import split_results
 from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
 from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
