@@ -5,6 +5,7 @@ same worker step."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,11 +26,12 @@ from caravel import (
     Snooze,
     SyncQueue,
     ValidationError,
+    WorkerOptions,
 )
 from caravel.clock import from_ms
 from caravel.limits import MAX_SNOOZES
 from caravel.testing import ManualClock, drain
-from tests.support import Add, dispatch, open_queue, registry_for, status_of
+from tests.support import Add, dispatch, open_queue, registry_for, status_of, within
 
 
 class PaymentDeclined(Exception):
@@ -317,3 +319,41 @@ def test_the_sync_facade_reads_results(db_url: str) -> None:
         drain(queue)
         assert queue.get_result(job_id, "default", "tenant-a") == [7]
         assert queue.get_result(job_id, "default", "tenant-b") is None
+
+
+async def test_the_continuous_worker_writes_results_snoozes_and_discards_in_batches(
+    db_url: str,
+) -> None:
+    count = 60
+    finished = asyncio.Event()
+    ran: list[int] = []
+
+    def handle(job: Add, ctx: JobContext[Any]) -> object:  # a plain function: a worker thread
+        ran.append(job.amount)
+        if len(ran) == count:
+            finished.set()
+        if job.amount % 3 == 1:
+            raise Snooze(timedelta(hours=1))
+        if job.amount % 3 == 2:
+            raise Discard("NotWanted")
+        return {"n": job.amount}
+
+    async with (
+        open_queue(db_url, registry_for(handle)) as queue,
+        QueueWorker(queue, options=WorkerOptions(concurrency=8)) as worker,
+    ):
+        accepted = await queue.enqueue_many([(Add(n), dispatch()) for n in range(count)])
+        task = asyncio.ensure_future(worker.run("default"))
+        try:
+            await within(finished.wait())
+        finally:
+            worker.stop()
+            await within(task)
+        for n, result in enumerate(accepted):
+            status = await status_of(queue, result.job_id)
+            if n % 3 == 1:
+                assert (status.state, status.attempt, status.snoozes) == (JobState.READY, 0, 1)
+            elif n % 3 == 2:
+                assert (status.state, status.last_failure) == (JobState.DEAD_LETTER, "NotWanted")
+            else:
+                assert (status.state, status.result) == (JobState.COMPLETED, {"n": n})
