@@ -177,10 +177,12 @@ class Leases:
                     results[ack.lease.job_id] = ack.result
         held: set[UUID] = set()
         durable = self.durable_acks
-        if completes:
+        if completes and results:
             held |= await self._store.job_complete_many(
-                completes, now, durable=durable, results=results or None
+                completes, now, durable=durable, results=results
             )
+        elif completes:  # as before results existed, so a store wrapper written then still fits
+            held |= await self._store.job_complete_many(completes, now, durable=durable)
         if failures:
             held |= await self._store.job_fail_many(failures, now, durable=durable)
         if snoozes:
