@@ -29,6 +29,7 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.tags import check_tag
 from caravel.validation import check_identifier, check_int, check_queue_name, check_wire_name
 
 if TYPE_CHECKING:
@@ -103,18 +104,23 @@ class QueueInspector(AsyncClosing):
         offset: int = 0,
         oldest_first: bool = False,
         shown_state: str | None = None,
+        tag: str | None = None,
     ) -> list[JobStatus]:
         """Recent jobs, newest first (oldest first with ``oldest_first``), without payloads.
         Every given filter must match. ``limit`` is 1 to 10000; ``offset`` skips that many
         matching jobs first, for paging (0 to 1000000). ``shown_state`` is one of the states
         :meth:`queue_counts` counts, judged now: ``ready`` (due), ``delayed`` (not due yet),
-        ``running`` (lease live), ``expired`` (lease ended), ``dead_letter``, ``completed``."""
+        ``running`` (lease live), ``expired`` (lease ended), ``dead_letter``, ``completed``.
+        ``tag`` keeps the jobs carrying that exact tag (it scans the rows the other filters
+        leave, so narrow by queue or state on a large table)."""
         if queue is not None:
             check_queue_name(queue)
         if tenant_id is not None:
             check_identifier(tenant_id, "tenant_id")
         if job_type is not None:
             check_wire_name(job_type, "job_type")
+        if tag is not None:
+            check_tag(tag)
         if state is not None and not isinstance(state, JobState):
             raise ValidationError("state", "must be a JobState")
         if shown_state is not None and shown_state not in SHOWN_STATES:
@@ -132,6 +138,7 @@ class QueueInspector(AsyncClosing):
                 oldest_first=bool(oldest_first),
                 shown=shown_state,
                 now=self.clock.now_ms(),
+                tag=tag,
             )
         )
 

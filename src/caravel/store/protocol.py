@@ -60,6 +60,8 @@ class NewJob(NamedTuple):
     due_at: int
     created_at: int
     trace_context: str | None = None
+    #: The ``tags`` column's text (``,a,b,``, see :mod:`caravel.tags`), or ``None``.
+    tags: str | None = None
 
 
 class InsertOutcome(NamedTuple):
@@ -225,6 +227,8 @@ class JobFilter:
     shown: ShownState | None = None
     """One of the states the operator tools show, judged at ``now``: see :data:`ShownState`."""
     now: int = 0
+    tag: str | None = None
+    """Only jobs carrying this tag (exactly: a tag never matches inside another)."""
 
 
 @dataclass(frozen=True, slots=True)

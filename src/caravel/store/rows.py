@@ -18,6 +18,7 @@ from caravel.store.protocol import (
     WorkerRecord,
 )
 from caravel.store.schema import jobs
+from caravel.tags import tags_from
 
 __all__ = [
     "CLAIM_RETURNING",
@@ -51,6 +52,7 @@ STATUS_COLUMNS = (
     jobs.c.finished_at,
     jobs.c.lease_expires_at,
     jobs.c.last_failure,
+    jobs.c.tags,
     jobs.c.error_class,
     jobs.c.snoozes,
 )
@@ -95,6 +97,7 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         finished_at=_optional_time(row.finished_at),
         lease_expires_at=_optional_time(row.lease_expires_at),
         last_failure=row.last_failure,
+        tags=tags_from(row.tags),
         error_class=row.error_class,
         snoozes=row.snoozes,
         result=None if result is None else json.loads(result),
@@ -210,6 +213,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "created_at": job.created_at,
         "updated_at": job.created_at,
         "trace_context": job.trace_context,
+        "tags": job.tags,
     }
 
 
@@ -229,4 +233,5 @@ _JOB_ROW_COLUMNS = (
     "created_at",
     "updated_at",
     "trace_context",
+    "tags",
 )

@@ -82,9 +82,13 @@ jobs = sa.Table(
     sa.Column("snoozes", sa.Integer(), nullable=False, server_default=sa.text("0")),
     # When an operator asked to cancel the job while it ran; its worker cancels the handler.
     sa.Column("cancel_requested_at", sa.BigInteger(), nullable=True),
+    # A pruned job's tombstone: the hash of its type and payload (which are gone), so a repeated
+    # submission under its key still returns it and a different one still conflicts.
+    sa.Column("content_hash", sa.String(64), nullable=True),
+    sa.Column("pruned_at", sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
-        "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled')",
+        "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
         name="ck_caravel_jobs_state",
     ),
     sa.CheckConstraint("attempt >= 0 AND attempt <= max_attempts", name="ck_caravel_jobs_attempt"),

@@ -167,6 +167,7 @@ class Pages:
                 state=kind.only,
                 shown_state=filters.state,
                 job_type=filters.job_type,
+                tag=filters.tag,
                 limit=paging.per_page + 1,
                 offset=paging.offset,
                 oldest_first=paging.oldest_first,

@@ -1,4 +1,4 @@
-"""The job's life: results, cancellation, tags, snoozes and paused queues.
+"""The job's life: results, cancellation, tags, snoozes, paused queues and key tombstones.
 
 Revision ID: 0006
 Revises: 0005
@@ -6,8 +6,10 @@ Create Date: 2026-12-01
 
 Jobs gain a handler's stored ``result`` (JSON), the failed attempt's exception class
 (``error_class``, never its message), ``tags``, a ``snoozes`` count and
-``cancel_requested_at`` (an operator cancelled the job while it ran), and a fifth state,
-``cancelled``. ``caravel_queues`` records the queues an operator paused.
+``cancel_requested_at`` (an operator cancelled the job while it ran), two more states,
+``cancelled`` and ``pruned``, and for a pruned job's tombstone ``content_hash`` (a hash of its
+type and payload, which is gone) and ``pruned_at``. ``caravel_queues`` records the queues an
+operator paused.
 
 On PostgreSQL the new columns are added without rewriting the table (none has a volatile
 default), and the widened state check is added ``NOT VALID`` and validated afterwards, so the
@@ -29,9 +31,17 @@ branch_labels = None
 depends_on = None
 
 _CHECK = "ck_caravel_jobs_state"
-_STATES = "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled')"
+_STATES = "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')"
 _OLD_STATES = "state IN ('ready', 'running', 'completed', 'dead_letter')"
-_COLUMNS = ("result", "error_class", "tags", "snoozes", "cancel_requested_at")
+_COLUMNS = (
+    "result",
+    "error_class",
+    "tags",
+    "snoozes",
+    "cancel_requested_at",
+    "content_hash",
+    "pruned_at",
+)
 
 
 def _new_columns() -> list[sa.Column[object]]:
@@ -41,6 +51,8 @@ def _new_columns() -> list[sa.Column[object]]:
         sa.Column("tags", sa.String(1041), nullable=True),
         sa.Column("snoozes", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("cancel_requested_at", sa.BigInteger(), nullable=True),
+        sa.Column("content_hash", sa.String(64), nullable=True),
+        sa.Column("pruned_at", sa.BigInteger(), nullable=True),
     ]
 
 
@@ -63,8 +75,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # Cancelled jobs have no older state to go back to; they leave with the revision.
-    op.execute("DELETE FROM caravel_jobs WHERE state = 'cancelled'")
+    # Cancelled jobs and tombstones have no older state to go back to; they leave with the
+    # revision (and with the tombstones, the duplicate protection of their keys).
+    op.execute("DELETE FROM caravel_jobs WHERE state IN ('cancelled', 'pruned')")
     if op.get_bind().dialect.name == "sqlite":
         _recreate_on_sqlite(_OLD_STATES, add=False)
     else:

@@ -158,6 +158,8 @@ def _matches(row: JobRow, where: JobFilter) -> bool:
         return False
     if where.job_type is not None and row.job_type != where.job_type:
         return False
+    if where.tag is not None and f",{where.tag}," not in (row.tags or ""):
+        return False
     return where.shown is None or (
         shown_state(row.state, row.due_at, row.lease_expires_at, where.now) == where.shown
     )
