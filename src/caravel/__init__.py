@@ -17,6 +17,7 @@ from caravel._lazy import lazy_attributes
 if TYPE_CHECKING:
     from caravel.clock import Clock, SystemClock
     from caravel.context import JobContext
+    from caravel.directives import Discard, Snooze
     from caravel.errors import (
         CaravelError,
         DatabaseNotFoundError,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
         Lease,
         WorkerInfo,
     )
-    from caravel.options import QueueOptions, WorkerOptions
+    from caravel.options import QueueOptions, RetryPolicy, WorkerOptions
     from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
@@ -56,6 +57,8 @@ _HOMES = {
     "Clock": "caravel.clock",
     "SystemClock": "caravel.clock",
     "JobContext": "caravel.context",
+    "Discard": "caravel.directives",
+    "Snooze": "caravel.directives",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
     "IdempotencyConflictError": "caravel.errors",
@@ -88,6 +91,7 @@ _HOMES = {
     "add_outbox": "caravel.outbox",
     "DatabaseQueue": "caravel.queue",
     "JobRegistry": "caravel.registry",
+    "RetryPolicy": "caravel.options",
     "QueueCounts": "caravel.store.protocol",
     "SyncQueue": "caravel.sync",
     "FailureOutcome": "caravel.worker",
@@ -115,6 +119,7 @@ __all__ = [
     "Clock",
     "DatabaseNotFoundError",
     "DatabaseQueue",
+    "Discard",
     "DispatchOptions",
     "EnqueueResult",
     "FailureCategory",
@@ -138,7 +143,9 @@ __all__ = [
     "QueuePause",
     "QueueWorker",
     "RegistrationError",
+    "RetryPolicy",
     "SchemaNotReadyError",
+    "Snooze",
     "StagedIntent",
     "StoreError",
     "SyncQueue",

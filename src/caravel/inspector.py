@@ -88,6 +88,13 @@ class QueueInspector(AsyncClosing):
         """One job's stored payload text, matched exactly. Show it only to those allowed."""
         return await self.store.job_get_payload(job_ref(job_id, queue, tenant_id))
 
+    async def get_result(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> str | None:
+        """One job's stored result as JSON text, matched exactly, or ``None``. Results are the
+        application's data: show them only to those allowed to see payloads."""
+        return await self.store.job_get_result(job_ref(job_id, queue, tenant_id))
+
     async def queue_counts(self, queue: str | None = None) -> list[QueueCounts]:
         """Per-queue counts: ready (due now), delayed, running with a live lease, running with an
         expired lease, dead letters and completed. ``queue`` limits it to one queue."""

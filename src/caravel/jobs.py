@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from caravel.clock import from_ms
@@ -60,6 +61,14 @@ class FailureCategory(enum.StrEnum):
     INVALID_PAYLOAD = "InvalidPayload"
     UNKNOWN_JOB_TYPE = "UnknownJobType"
     LEASE_EXPIRED = "LeaseExpired"
+    RESULT_TOO_LARGE = "ResultTooLarge"
+    """The handler returned a result larger than ``max_result_bytes`` (dead-letters at once)."""
+    RESULT_NOT_SERIALIZABLE = "ResultNotSerializable"
+    """The handler returned a value JSON cannot hold (dead-letters at once)."""
+    DISCARDED = "Discarded"
+    """The handler raised :class:`~caravel.Discard` without a category of its own."""
+    SNOOZE_LIMIT = "SnoozeLimit"
+    """The handler snoozed once more after snoozing ``MAX_SNOOZES`` times."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +146,15 @@ class JobStatus:
     last_failure: str | None
     tags: tuple[str, ...] = ()
     """The labels the job was enqueued with (see :attr:`DispatchOptions.tags`)."""
+    error_class: str | None = None
+    """The class of the exception a handler of this job last raised (``module.QualName``),
+    never its message."""
+    snoozes: int = 0
+    """How many times the handler snoozed (ran again later without spending an attempt)."""
+    result: Any = None
+    """What the handler returned, decoded from its stored JSON; ``None`` when it returned
+    ``None``, has not completed, or the status came from a listing (listings leave results out;
+    :meth:`~caravel.DatabaseQueue.get_status` reads it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +185,7 @@ class ClaimedJob:
     payload: str
     due_at_ms: int
     trace_context: str | None
+    snoozes: int = 0
 
     @property
     def job_id(self) -> UUID:

@@ -6,15 +6,16 @@ range; there is no later, partial failure.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from datetime import timedelta
 
 from caravel.errors import OptionsError
-from caravel.limits import MAX_ATTEMPTS, MAX_PAYLOAD_LIMIT
+from caravel.limits import MAX_ATTEMPTS, MAX_PAYLOAD_LIMIT, MAX_RESULT_LIMIT
 from caravel.retry import exponential_backoff
 from caravel.validation import check_duration, check_int
 
-__all__ = ["QueueOptions", "WorkerOptions"]
+__all__ = ["QueueOptions", "RetryPolicy", "WorkerOptions"]
 
 KIB = 1024
 
@@ -48,6 +49,8 @@ class QueueOptions:
             and at most half the lease duration. ``None`` (the default) disables renewal.
         max_lease_lifetime: how long one claim may be renewed for, from its start (between the
             lease duration and 7 days, default 1 hour).
+        max_result_bytes: largest handler result stored, as JSON in UTF-8 bytes (1 to 1 MiB,
+            default 64 KiB); a larger one dead-letters the job as ``ResultTooLarge``.
     """
 
     max_attempts: int = 3
@@ -57,9 +60,11 @@ class QueueOptions:
     max_retry_delay: timedelta = timedelta(minutes=5)
     lease_renewal_interval: timedelta | None = None
     max_lease_lifetime: timedelta = timedelta(hours=1)
+    max_result_bytes: int = 64 * KIB
 
     def __post_init__(self) -> None:
         _int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS)
+        _int("max_result_bytes", self.max_result_bytes, 1, MAX_RESULT_LIMIT)
         _int("max_payload_bytes", self.max_payload_bytes, 1, MAX_PAYLOAD_LIMIT)
         _duration(
             "lease_duration",
@@ -97,6 +102,71 @@ class QueueOptions:
         """The delay before the next attempt after attempt number ``attempt`` (1-based) failed:
         ``retry_delay * 2 ** (attempt - 1)``, capped at ``max_retry_delay``."""
         return exponential_backoff(self.retry_delay, self.max_retry_delay, attempt)
+
+
+_RANDOM = random.Random()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How one job type retries, overriding the queue's :class:`~caravel.QueueOptions` where a
+    field is set (``registry.register(..., retry=RetryPolicy(...))``). Checked when
+    constructed, with the queue options' rules.
+
+    Attributes:
+        max_attempts: total attempts of a job of this type (1 to 100), stored with the job when
+            it is enqueued; a ``DispatchOptions.max_attempts`` still wins. ``None``: the queue's.
+        base_delay: backoff after the first failure, doubling per attempt (greater than zero).
+        max_delay: the backoff never exceeds this (at least ``base_delay``). ``base_delay``
+            and ``max_delay`` are given together or not at all (then the queue's are used), so
+            no combination with the queue's values can be out of order.
+        jitter: from 0 to 1 (default 0): each delay is shortened by a random fraction of at most
+            this much, so jobs that failed together do not all retry in the same instant.
+    """
+
+    max_attempts: int | None = None
+    base_delay: timedelta | None = None
+    max_delay: timedelta | None = None
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None:
+            check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS, error=OptionsError)
+        if (self.base_delay is None) != (self.max_delay is None):
+            raise OptionsError("max_delay", "must be given together with base_delay")
+        if self.base_delay is not None and self.max_delay is not None:
+            tick = timedelta(microseconds=1)
+            check_duration(
+                "base_delay",
+                self.base_delay,
+                tick,
+                _UNBOUNDED,
+                "must be greater than zero",
+                error=OptionsError,
+            )
+            check_duration(
+                "max_delay",
+                self.max_delay,
+                self.base_delay,
+                _UNBOUNDED,
+                "must be at least base_delay",
+                error=OptionsError,
+            )
+        jitter = self.jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float):
+            raise OptionsError("jitter", "must be a number from 0 to 1")
+        if not 0.0 <= jitter <= 1.0:  # also refuses NaN
+            raise OptionsError("jitter", "must be a number from 0 to 1")
+
+    def backoff(self, attempt: int, base: timedelta, cap: timedelta) -> timedelta:
+        """The delay after failed attempt ``attempt``: this policy's base and cap, or the
+        queue's ``base`` and ``cap`` when it has none, less the jitter."""
+        if self.base_delay is not None and self.max_delay is not None:
+            base, cap = self.base_delay, self.max_delay
+        delay = exponential_backoff(base, cap, attempt)
+        if self.jitter:
+            delay -= delay * (self.jitter * _RANDOM.random())
+        return delay
 
 
 MAX_CONCURRENCY = 1024

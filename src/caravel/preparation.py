@@ -131,8 +131,13 @@ def _new_job(
         tenant_id=dispatch.tenant_id,
         idempotency_key=dispatch.idempotency_key,
         payload=payload,
-        max_attempts=dispatch.max_attempts or options.max_attempts,
+        max_attempts=dispatch.max_attempts or _type_attempts(entry) or options.max_attempts,
         due_at=due,
         created_at=now,
         tags=stored_tags(tags) if tags else None,
     )
+
+
+def _type_attempts(entry: JobRegistration) -> int | None:
+    """The attempt budget the job type's retry policy sets, if any."""
+    return None if entry.retry is None else entry.retry.max_attempts

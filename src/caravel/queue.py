@@ -9,8 +9,9 @@ queue through :class:`~caravel.inspector.QueueInspector`; workers hold leases th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
@@ -168,6 +169,15 @@ class DatabaseQueue(AsyncClosing):
         """The job's stored payload (canonical JSON text), with the same exact matching as
         :meth:`get_status`. Payloads may be private: show them only to those allowed."""
         return await self.store.job_get_payload(job_ref(job_id, queue, tenant_id))
+
+    async def get_result(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> Any:
+        """What the job's handler returned, decoded from its stored JSON, with the same exact
+        matching as :meth:`get_status`. ``None`` when no such job exists, it has not completed,
+        or its handler returned ``None`` (tell them apart with :meth:`get_status`)."""
+        text = await self.store.job_get_result(job_ref(job_id, queue, tenant_id))
+        return None if text is None else json.loads(text)
 
     async def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
         """Make a dead-lettered job run again: same id and payload, attempts reset to zero, due

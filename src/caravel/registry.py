@@ -20,6 +20,7 @@ from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter
 
 from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
+from caravel.options import RetryPolicy
 from caravel.validation import check_wire_name
 
 __all__ = ["Handler", "JobRegistration", "JobRegistry"]
@@ -97,6 +98,8 @@ class JobRegistration:
     handler: Handler
     is_async: bool
     adapter: TypeAdapter[Any]
+    retry: RetryPolicy | None = None
+    """This type's retry policy, over the queue's defaults; ``None``: the queue's."""
 
 
 class JobRegistry:
@@ -111,15 +114,25 @@ class JobRegistry:
             ...
 
     A handler is ``async def handler(job, ctx) -> None``; a plain function is accepted too and
-    runs in a worker thread. Returning normally means success; raising means the attempt failed.
+    runs in a worker thread. Returning normally means success (a value other than ``None`` is
+    stored as the job's JSON result); raising means the attempt failed, except for
+    :class:`~caravel.Snooze` and :class:`~caravel.Discard`.
     """
 
     def __init__(self) -> None:
         self._by_name: dict[str, JobRegistration] = {}
         self._by_type: dict[type[Any], JobRegistration] = {}
 
-    def register(self, wire_name: str, payload_type: type[JobT], handler: Handler) -> None:
-        """Register ``payload_type`` under ``wire_name`` with its handler.
+    def register(
+        self,
+        wire_name: str,
+        payload_type: type[JobT],
+        handler: Handler,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        """Register ``payload_type`` under ``wire_name`` with its handler, and optionally the
+        :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults.
 
         Raises :class:`~caravel.errors.RegistrationError` for an invalid or already used wire
         name, a type registered before, a type that is neither a dataclass nor a pydantic model,
@@ -139,6 +152,8 @@ class JobRegistry:
             raise RegistrationError(
                 "handler", f"for {wire_name} must accept two arguments, handler(job, ctx)"
             )
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise RegistrationError("retry", "must be a RetryPolicy or None")
         if wire_name in self._by_name:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
@@ -149,15 +164,18 @@ class JobRegistry:
             handler=handler,
             is_async=_is_async_callable(handler),
             adapter=_adapter(wire_name, payload_type),
+            retry=retry,
         )
         self._by_name[wire_name] = entry
         self._by_type[payload_type] = entry
 
-    def handles(self, wire_name: str, payload_type: type[JobT]) -> Callable[[HandlerT], HandlerT]:
+    def handles(
+        self, wire_name: str, payload_type: type[JobT], *, retry: RetryPolicy | None = None
+    ) -> Callable[[HandlerT], HandlerT]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
 
         def decorate(handler: HandlerT) -> HandlerT:
-            self.register(wire_name, payload_type, handler)
+            self.register(wire_name, payload_type, handler, retry=retry)
             return handler
 
         return decorate

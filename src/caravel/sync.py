@@ -148,6 +148,10 @@ class SyncQueue:
         """As :meth:`DatabaseQueue.get_payload <caravel.DatabaseQueue.get_payload>`."""
         return self.call(self.queue.get_payload, job_id, queue, tenant_id)
 
+    def get_result(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> Any:
+        """As :meth:`DatabaseQueue.get_result <caravel.DatabaseQueue.get_result>`."""
+        return self.call(self.queue.get_result, job_id, queue, tenant_id)
+
     def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
         """As :meth:`DatabaseQueue.replay <caravel.DatabaseQueue.replay>`."""
         return self.call(self.queue.replay, job_id, queue, tenant_id)

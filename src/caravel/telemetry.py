@@ -266,14 +266,18 @@ def record_outcome(
     category: str | None,
     dead: bool,
     abandoned: str | None,
+    snoozed: bool = False,
 ) -> None:
-    """One attempt's end: completed, failed (``category``; ``dead`` when it was the last), or
-    ``abandoned`` without an acknowledgement (the reason)."""
+    """One attempt's end: completed, failed (``category``; ``dead`` when it was the last),
+    ``snoozed`` (to run again later, not an attempt), or ``abandoned`` without an
+    acknowledgement (the reason)."""
     labels = {"messaging.destination.name": queue, "caravel.job.type": job_type}
-    outcome = abandoned or ("failed" if category else "completed")
+    outcome = abandoned or ("failed" if category else "snoozed" if snoozed else "completed")
     duration.record(seconds, {**labels, "caravel.outcome": outcome})
     if abandoned is not None:
         leases_lost.add(1, {"messaging.destination.name": queue, "caravel.reason": abandoned})
+    elif snoozed:
+        pass  # neither completed nor failed: the job runs again
     elif category is None:
         completed.add(1, labels)
     else:

@@ -31,7 +31,7 @@ REFERENCE = ROOT / "docs" / "reference" / "cli.md"
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 #: Keys whose value is a document of the application's own (a job's payload): any JSON.
-OPAQUE = {"payload"}
+OPAQUE = {"payload", "result"}
 
 
 # ----- the documented examples ----------------------------------------------------------
@@ -215,7 +215,7 @@ def test_jobs_show(sqlite_seeded: str) -> None:
     job = listed["jobs"][0]
     where = ("--url", sqlite_seeded, "-q", job["queue"], "-t", job["tenant_id"])
     shown = one_document(run_cli("jobs", "show", job["job_id"], *where), "caravel jobs show")
-    assert shown == {**job, "payload": None}
+    assert shown == {**job, "payload": None, "result": None}
     with_payload = one_document(
         run_cli("jobs", "show", job["job_id"], *where, "--payload", "--json"), "caravel jobs show"
     )
@@ -367,3 +367,29 @@ def test_the_worker_sample_prints_the_same_convention(tmp_path: Path) -> None:
     assert counts["queues"][0]["oldest_ready_due_at"] is not None
     assert sample("work-once") == {"claimed": True}
     assert sample("report")["events"] == 1
+
+
+async def _completed_with_result(url: str) -> str:
+    async with open_queue(url, clock=ManualClock()) as queue:
+        accepted = await queue.enqueue(Add(5), dispatch(queue="docs"))
+        leases = Leases(queue)
+        claimed = await leases.claim("docs")
+        assert claimed is not None
+        from caravel.worker.leases import Acknowledgement
+
+        assert await leases.record([Acknowledgement(claimed.lease, result='{"pages":[1,2]}')])
+        return str(accepted.job_id)
+
+
+def test_jobs_show_prints_the_result_only_when_asked(
+    tmp_path: Path, sqlite_template: SqliteTemplate
+) -> None:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    job_id = asyncio.run(_completed_with_result(url))
+    where = ("--url", url, "-q", "docs", "-t", "tenant-a")
+    plain = one_document(run_cli("jobs", "show", job_id, *where), "caravel jobs show")
+    assert plain["result"] is None
+    assert (plain["state"], plain["error_class"], plain["snoozes"]) == ("completed", None, 0)
+    shown = one_document(run_cli("jobs", "show", job_id, *where, "--result"), "caravel jobs show")
+    assert shown["result"] == {"pages": [1, 2]}
+    assert shown["payload"] is None

@@ -1,4 +1,5 @@
-"""``caravel jobs``: list, show and replay jobs. Payloads appear only in ``jobs show --payload``."""
+"""``caravel jobs``: list, show and replay jobs. Payloads and results appear only in
+``jobs show --payload`` and ``jobs show --result``."""
 
 from __future__ import annotations
 
@@ -128,6 +129,10 @@ def show(
     payload: Annotated[
         bool, typer.Option("--payload", help="Include the stored payload (null otherwise).")
     ] = False,
+    result: Annotated[
+        bool,
+        typer.Option("--result", help="Include the handler's stored result (null otherwise)."),
+    ] = False,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -148,8 +153,13 @@ def show(
             if found is None:
                 raise JobNotFoundError("no such job in this queue and tenant")
             text = await reader.get_payload(ident, queue, tenant) if payload else None
-        # The stored payload is JSON text; it is shown as the JSON value it is.
-        return {**record_fields(found), "payload": None if text is None else json.loads(text)}
+            stored = await reader.get_result(ident, queue, tenant) if result else None
+        # The stored payload and result are JSON text; each is shown as the JSON value it is.
+        return {
+            **record_fields(found),
+            "payload": None if text is None else json.loads(text),
+            "result": None if stored is None else json.loads(stored),
+        }
 
     try:
         shown = asyncio.run(go())

@@ -101,5 +101,14 @@ def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
 
 def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
     """A job's status (never its payload) or a worker's registry row, field by field: the
-    dataclasses' snake_case names are the document's keys."""
-    return {name: getattr(record, name) for name in type(record).__dataclass_fields__}
+    dataclasses' snake_case names are the document's keys. A job's ``result`` is left out:
+    listings never read it, and ``jobs show`` adds it only when asked."""
+    return {
+        name: getattr(record, name)
+        for name in type(record).__dataclass_fields__
+        if name not in _NOT_RECORDED
+    }
+
+
+#: Fields a record's document leaves out (the application's data, read on request only).
+_NOT_RECORDED = frozenset({"result"})

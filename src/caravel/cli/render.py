@@ -37,6 +37,12 @@ def counts_table(counts: Sequence[QueueCounts]) -> Table:
     return table
 
 
+def _failure(status: JobStatus) -> str:
+    """The failure cell: the category, and the exception class behind it when there was one."""
+    category = status.last_failure or ""
+    return category if status.error_class is None else f"{category} ({status.error_class})"
+
+
 def statuses_table(statuses: Sequence[JobStatus]) -> Table:
     table = Table(title="Jobs")
     for name in ("job id", "queue", "tenant", "type", "state", "attempt"):
@@ -53,7 +59,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
             s.state.value,
             f"{s.attempt}/{s.max_attempts}",
             utc(s.created_at),
-            s.last_failure or "",
+            _failure(s),
             ", ".join(s.tags),
         )
         # Text cells: a tenant id like "[bold]x" is shown as typed, never read as markup.

@@ -9,7 +9,7 @@ error translation, are :mod:`caravel.store.transactions`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
-from caravel.store import queries
+from caravel.store import outcomes, queries
 from caravel.store.pausing import PausingStore
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
@@ -34,6 +34,7 @@ from caravel.store.protocol import (
     JobRef,
     NewJob,
     QueueCounts,
+    SnoozedAttempt,
     ThroughputBucket,
     ThroughputQuery,
     WorkerRecord,
@@ -188,15 +189,45 @@ class SqlStore(PausingStore[ConnectionT]):
     def _complete_statement(self) -> sa.Update:
         return queries.complete(self._held_clause())
 
+    def _complete_result_statement(self) -> sa.Update:
+        return outcomes.complete_with_result(self._held_clause())
+
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        plain, valued = outcomes.split_results(leases, results)
         stmt = self._statement("complete", self._complete_statement)
-        params = {**self._held_params(leases), "b_now": now}
+        with_result = self._statement("complete_result", self._complete_result_statement)
+        done: set[UUID] = set()
         async with self._write("job_complete", durable=durable) as conn:
-            return set((await conn.execute(stmt, params)).scalars())
+            if plain:
+                params = {**self._held_params(plain), "b_now": now}
+                done.update((await conn.execute(stmt, params)).scalars())
+            for lease, text in valued:
+                params = {**self._held_params([lease]), "b_now": now, "b_result": text}
+                done.update((await conn.execute(with_result, params)).scalars())
+        return done
+
+    async def job_snooze_many(
+        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        if not snoozes:
+            return set()
+        stmt = self._statement("snooze", lambda: outcomes.snooze(self._held_clause()))
+        done: set[UUID] = set()
+        async with self._write("job_snooze", durable=durable) as conn:
+            for snoozed in snoozes:
+                held = self._held_params([snoozed.lease])
+                params = {**held, "b_now": now, "b_until": snoozed.until}
+                done.update((await conn.execute(stmt, params)).scalars())
+        return done
 
     async def job_fail_many(
         self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
@@ -231,7 +262,12 @@ class SqlStore(PausingStore[ConnectionT]):
     async def job_get(self, ref: JobRef) -> JobStatus | None:
         async with self._read("job_get") as conn:
             row = (await conn.execute(queries.status(ref))).one_or_none()
-        return None if row is None else status_from_row(row)
+        return None if row is None else status_from_row(row, row.result)
+
+    async def job_get_result(self, ref: JobRef) -> str | None:
+        async with self._read("job_get_result") as conn:
+            found: str | None = (await conn.execute(outcomes.result(ref))).scalar_one_or_none()
+        return found
 
     async def job_get_payload(self, ref: JobRef) -> str | None:
         async with self._read("job_get_payload") as conn:

@@ -28,6 +28,7 @@ from caravel.store.protocol import (
     NewJob,
     PausedQueue,
     QueueCounts,
+    SnoozedAttempt,
     Store,
     ThroughputBucket,
     ThroughputQuery,
@@ -121,10 +122,21 @@ class InstrumentedStore:
         return batch
 
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         with self._span("job_complete"):
-            return await self.inner.job_complete_many(leases, now, durable=durable)
+            return await self.inner.job_complete_many(leases, now, durable=durable, results=results)
+
+    async def job_snooze_many(
+        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        with self._span("job_snooze"):
+            return await self.inner.job_snooze_many(snoozes, now, durable=durable)
 
     async def job_fail_many(
         self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
@@ -143,6 +155,10 @@ class InstrumentedStore:
     async def job_get_payload(self, ref: JobRef) -> str | None:
         with self._span("job_get_payload"):
             return await self.inner.job_get_payload(ref)
+
+    async def job_get_result(self, ref: JobRef) -> str | None:
+        with self._span("job_get_result"):
+            return await self.inner.job_get_result(ref)
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
         with self._span("job_replay"):

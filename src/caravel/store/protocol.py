@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, get_args, overload
 from uuid import UUID
@@ -38,6 +38,7 @@ __all__ = [
     "QueueCounts",
     "ReadStore",
     "ShownState",
+    "SnoozedAttempt",
     "Store",
     "ThroughputBucket",
     "ThroughputQuery",
@@ -155,6 +156,17 @@ class FailedAttempt:
     lease: Lease
     category: str
     retry_at: int | None
+    error_class: str | None = None
+    """The handler's exception class, when it raised one; ``None`` keeps the stored one."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnoozedAttempt:
+    """An attempt the handler snoozed: the job runs again at ``until`` and the attempt it used
+    is given back."""
+
+    lease: Lease
+    until: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +304,11 @@ class ReadStore(Protocol):
         """A job's stored payload text when id, queue and tenant all match exactly."""
         ...
 
+    async def job_get_result(self, ref: JobRef) -> str | None:
+        """A job's stored result (JSON text) when id, queue and tenant all match exactly;
+        ``None`` when there is no such job or it stored no result."""
+        ...
+
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         """Recent jobs, newest first, without payloads."""
         ...
@@ -350,11 +367,26 @@ class Store(ReadStore, Protocol):
         ...
 
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         """Mark jobs completed; returns the ids whose lease was still current. Others are
         untouched. Unless ``durable``, the commit may return before it reaches the disk (see
-        :attr:`~caravel.WorkerOptions.durable_acks`)."""
+        :attr:`~caravel.WorkerOptions.durable_acks`). ``results`` holds the handlers' results
+        as JSON text by job id (already bounded by the caller); a job without one stores
+        none."""
+        ...
+
+    async def job_snooze_many(
+        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        """Make snoozed jobs ready again at their ``until`` with the attempt given back
+        (``attempt - 1``) and ``snoozes`` counted up; returns the ids whose lease was still
+        current. ``durable`` as for :meth:`job_complete_many`."""
         ...
 
     async def job_fail_many(

@@ -145,20 +145,20 @@ def claim(
     )
 
 
-def complete(held: sa.ColumnElement[bool]) -> sa.Update:
-    """Mark the rows ``held`` matches completed at ``b_now``; returns their ids."""
-    return (
-        sa.update(jobs)
-        .where(held)
-        .values(
-            state=COMPLETED,
-            available_at=None,
-            lease_expires_at=None,
-            finished_at=sa.bindparam("b_now"),
-            updated_at=sa.bindparam("b_now"),
-        )
-        .returning(jobs.c.id)
-    )
+def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:
+    """Mark the rows ``held`` matches completed at ``b_now``; returns their ids. ``result``,
+    when given, is the expression for each row's stored result (a bound value or a column of
+    the dialect's batch)."""
+    values: dict[str, Any] = {
+        "state": COMPLETED,
+        "available_at": None,
+        "lease_expires_at": None,
+        "finished_at": sa.bindparam("b_now"),
+        "updated_at": sa.bindparam("b_now"),
+    }
+    if result is not None:
+        values["result"] = result
+    return sa.update(jobs).where(held).values(values).returning(jobs.c.id)
 
 
 def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.Update:
@@ -175,6 +175,7 @@ def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.U
             lease_expires_at=None,
             finished_at=None if retry_at is not None else now,
             last_failure=failure.category,
+            error_class=failure.error_class or jobs.c.error_class,  # none given: kept
             updated_at=now,
         )
         .returning(jobs.c.id)
@@ -195,7 +196,7 @@ def renew(held: sa.ColumnElement[bool], now: int, expires_at: int) -> sa.Update:
 
 
 def status(ref: JobRef) -> sa.Select[Any]:
-    return sa.select(*STATUS_COLUMNS).where(owned(ref))
+    return sa.select(*STATUS_COLUMNS, jobs.c.result).where(owned(ref))
 
 
 def payload(ref: JobRef) -> sa.Select[Any]:
@@ -216,6 +217,8 @@ def replay(ref: JobRef, now: int) -> sa.Update:
             started_at=None,
             finished_at=None,
             last_failure=None,
+            error_class=None,
+            snoozes=0,
             updated_at=now,
         )
         .returning(jobs.c.id)

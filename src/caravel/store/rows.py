@@ -4,6 +4,7 @@ every SQL dialect."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,8 @@ STATUS_COLUMNS = (
     jobs.c.lease_expires_at,
     jobs.c.last_failure,
     jobs.c.tags,
+    jobs.c.error_class,
+    jobs.c.snoozes,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -69,6 +72,7 @@ CLAIM_RETURNING = (
     jobs.c.started_at,
     jobs.c.due_at,
     jobs.c.trace_context,
+    jobs.c.snoozes,
 )
 
 
@@ -76,7 +80,8 @@ def _optional_time(ms: int | None) -> Any:
     return None if ms is None else from_ms(ms)
 
 
-def status_from_row(row: Any) -> JobStatus:
+def status_from_row(row: Any, result: str | None = None) -> JobStatus:
+    """A job's status; ``result`` is its stored result text, where the caller read it."""
     return JobStatus(
         job_id=row.id,
         queue=row.queue,
@@ -93,6 +98,9 @@ def status_from_row(row: Any) -> JobStatus:
         lease_expires_at=_optional_time(row.lease_expires_at),
         last_failure=row.last_failure,
         tags=tags_from(row.tags),
+        error_class=row.error_class,
+        snoozes=row.snoozes,
+        result=None if result is None else json.loads(result),
     )
 
 
@@ -103,7 +111,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
     dead = 0
     for row in rows:
         (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
-         started, due, trace) = row  # fmt: skip
+         started, due, trace, snoozes) = row  # fmt: skip
         if state != RUNNING:
             dead += 1
             continue
@@ -124,6 +132,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
                 payload=payload,
                 due_at_ms=due,
                 trace_context=trace,
+                snoozes=snoozes,
             )
         )
     claimed.sort(key=lambda job: job.due_at_ms)

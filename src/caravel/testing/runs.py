@@ -11,7 +11,7 @@ from caravel.worker.service import Step
 
 __all__ = ["JobRun", "RunOutcome", "job_run"]
 
-RunOutcome = Literal["completed", "retrying", "dead_letter", "abandoned", "lease_lost"]
+RunOutcome = Literal["completed", "retrying", "snoozed", "dead_letter", "abandoned", "lease_lost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +19,8 @@ class JobRun:
     """One attempt a helper ran through the worker, and how it ended.
 
     ``outcome`` is ``"completed"``, ``"retrying"`` (failed, a retry is scheduled),
-    ``"dead_letter"`` (failed on its last attempt), ``"abandoned"`` (cancelled without an
+    ``"snoozed"`` (the handler raised :class:`~caravel.Snooze`), ``"dead_letter"`` (failed on
+    its last attempt, or discarded), ``"abandoned"`` (cancelled without an
     acknowledgement: its lease ran out) or ``"lease_lost"`` (a newer lease fenced the outcome
     off). ``failure`` is the stored failure category and ``error_type`` the handler's exception
     class name; the exception's message is never kept, as in the database.
@@ -38,16 +39,18 @@ class JobRun:
 def job_run(step: Step) -> JobRun:
     """The run :meth:`~caravel.QueueWorker.step` reported."""
     claimed, outcome = step.claimed, step.outcome
-    failure = None if outcome is None or outcome.failure is None else outcome.failure.value
+    failure = None if outcome is None else outcome.category
     error = None if outcome is None or outcome.error is None else type(outcome.error).__name__
     result: RunOutcome
     if outcome is None:
         result = "abandoned"
     elif not step.held:
         result = "lease_lost"
+    elif outcome.snooze_ms is not None:
+        result = "snoozed"
     elif failure is None:
         result = "completed"
-    elif claimed.attempt >= claimed.lease.max_attempts:
+    elif outcome.final or claimed.attempt >= claimed.lease.max_attempts:
         result = "dead_letter"
     else:
         result = "retrying"

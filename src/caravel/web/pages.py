@@ -232,10 +232,13 @@ class Pages:
     async def job(self, request: Request) -> Response:
         job = await self.find_job(request, request.query_params)
         principal = principal_of(request)
-        payload = None
+        payload = result = None
         if principal is not None and principal.can_see_payloads:
             text = await self.reader.get_payload(job.job_id, job.queue, job.tenant_id)
             payload = None if text is None else pretty_payload(text)
+            # A result is the application's data, like the payload: the same permission.
+            stored = await self.reader.get_result(job.job_id, job.queue, job.tenant_id)
+            result = None if stored is None else pretty_payload(stored)
         notice = {
             "replayed": "Replayed: the job is ready again with its attempts reset, and runs as "
             "soon as a worker is free."
@@ -249,6 +252,7 @@ class Pages:
             timeline=timeline(job),
             lease=lease_note(job, from_ms(self.reader.clock.now_ms())),
             payload=payload,
+            result=result,
             notice=notice,
             replay_url=self.job_url(request, job, "/replay"),
         )

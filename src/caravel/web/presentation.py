@@ -46,6 +46,10 @@ FAILURE_MEANINGS = {
     FailureCategory.INVALID_PAYLOAD.value: "the stored payload did not decode into the job type",
     FailureCategory.UNKNOWN_JOB_TYPE.value: "no handler is registered for this job type",
     FailureCategory.LEASE_EXPIRED.value: "the worker's lease ran out before it acknowledged",
+    FailureCategory.RESULT_TOO_LARGE.value: "the handler's result was larger than the queue stores",
+    FailureCategory.RESULT_NOT_SERIALIZABLE.value: "the handler returned a value JSON cannot hold",
+    FailureCategory.DISCARDED.value: "the handler discarded the job",
+    FailureCategory.SNOOZE_LIMIT.value: "the handler snoozed more often than a job may",
 }
 
 

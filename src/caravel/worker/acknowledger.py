@@ -136,9 +136,5 @@ class Acknowledger:
                 return
 
     async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
-        return await self._leases.record_many(
-            [
-                (outcome.lease, None if outcome.failure is None else outcome.failure.value)
-                for _, outcome in batch
-            ]
-        )
+        # Each outcome is its own acknowledgement (it has the fields Leases.record reads).
+        return await self._leases.record([outcome for _, outcome in batch])

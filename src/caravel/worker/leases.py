@@ -11,17 +11,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
 from caravel.clock import Clock, duration_ms, from_ms
 from caravel.errors import LeaseLostError, ValidationError
 from caravel.jobs import ClaimedJob, Lease
-from caravel.options import QueueOptions
+from caravel.options import QueueOptions, RetryPolicy
 from caravel.queue import DatabaseQueue
-from caravel.store.protocol import ClaimRequest, ClaimSource, FailedAttempt, Store
+from caravel.store.protocol import (
+    ClaimRequest,
+    ClaimSource,
+    FailedAttempt,
+    SnoozedAttempt,
+    Store,
+)
 from caravel.validation import check_queue_name
 
-__all__ = ["FailureOutcome", "Leases"]
+__all__ = ["Acknowledged", "Acknowledgement", "FailureOutcome", "Leases"]
 
 _SOURCES = ("any", "ready", "expired")
 
@@ -36,6 +43,42 @@ class FailureOutcome:
     @property
     def dead_lettered(self) -> bool:
         return self.retry_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    """One attempt's end to record under ``lease``: success (``category`` is ``None``) with an
+    optional ``result`` (JSON text), a snooze (``snooze_ms``), or a failure ``category``, which
+    with ``final`` dead-letters at once; ``error_class`` names the exception behind a failure
+    and ``retry`` is the job type's policy for its backoff (``None``: the queue's)."""
+
+    lease: Lease
+    category: str | None = None
+    result: str | None = None
+    snooze_ms: int | None = None
+    final: bool = False
+    error_class: str | None = None
+    retry: RetryPolicy | None = None
+
+
+class Acknowledged(Protocol):
+    """What :meth:`Leases.record` reads of each attempt's end: an :class:`Acknowledgement`, or
+    the worker's own outcome (which has the same fields, so a batch needs no copy of it)."""
+
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def category(self) -> str | None: ...
+    @property
+    def result(self) -> str | None: ...
+    @property
+    def snooze_ms(self) -> int | None: ...
+    @property
+    def final(self) -> bool: ...
+    @property
+    def error_class(self) -> str | None: ...
+    @property
+    def retry(self) -> RetryPolicy | None: ...
 
 
 class Leases:
@@ -111,28 +154,61 @@ class Leases:
     async def record_many(self, outcomes: Sequence[tuple[Lease, str | None]]) -> set[UUID]:
         """Record many outcomes at once: each lease with ``None`` (success) or a failure
         category. Returns the ids whose lease was still current; the others changed nothing."""
+        return await self.record([Acknowledgement(lease, category) for lease, category in outcomes])
+
+    async def record(self, acks: Sequence[Acknowledged]) -> set[UUID]:
+        """Record many attempts' ends at once (see :class:`Acknowledgement`), with one
+        statement per kind present (completions, failures, snoozes). Returns the ids whose
+        lease was still current; the others changed nothing."""
         now = self.clock.now_ms()
-        completes = [lease for lease, category in outcomes if category is None]
-        failures = [
-            self.failure_for(lease, category, now)
-            for lease, category in outcomes
-            if category is not None
-        ]
+        completes: list[Lease] = []
+        results: dict[UUID, str] = {}
+        failures: list[FailedAttempt] = []
+        snoozes: list[SnoozedAttempt] = []
+        for ack in acks:
+            category = ack.category
+            if category is not None:
+                failures.append(self._failure(ack, category, now))
+            elif ack.snooze_ms is not None:
+                snoozes.append(SnoozedAttempt(ack.lease, now + ack.snooze_ms))
+            else:
+                completes.append(ack.lease)
+                if ack.result is not None:
+                    results[ack.lease.job_id] = ack.result
         held: set[UUID] = set()
         durable = self.durable_acks
-        if completes:
+        if completes and results:
+            held |= await self._store.job_complete_many(
+                completes, now, durable=durable, results=results
+            )
+        elif completes:  # as before results existed, so a store wrapper written then still fits
             held |= await self._store.job_complete_many(completes, now, durable=durable)
         if failures:
             held |= await self._store.job_fail_many(failures, now, durable=durable)
+        if snoozes:
+            held |= await self._store.job_snooze_many(snoozes, now, durable=durable)
         return held
 
-    def failure_for(self, lease: Lease, category: str, now: int) -> FailedAttempt:
-        """The failed attempt to record: a retry after the backoff for this attempt, or a dead
-        letter when the attempt was the last."""
+    def _failure(self, ack: Acknowledged, category: str, now: int) -> FailedAttempt:
+        if ack.final:
+            return FailedAttempt(ack.lease, category, None, ack.error_class)
+        failure = self.failure_for(ack.lease, category, now, retry=ack.retry)
+        return FailedAttempt(ack.lease, category, failure.retry_at, ack.error_class)
+
+    def failure_for(
+        self, lease: Lease, category: str, now: int, *, retry: RetryPolicy | None = None
+    ) -> FailedAttempt:
+        """The failed attempt to record: a retry after the backoff for this attempt (by the job
+        type's ``retry`` policy where it has one), or a dead letter when the attempt was the
+        last."""
         if lease.attempt >= lease.max_attempts:
             return FailedAttempt(lease, category, retry_at=None)
-        backoff = duration_ms(self.options.retry_backoff(lease.attempt))
-        return FailedAttempt(lease, category, retry_at=now + backoff)
+        options = self.options
+        if retry is None:
+            delay = options.retry_backoff(lease.attempt)
+        else:
+            delay = retry.backoff(lease.attempt, options.retry_delay, options.max_retry_delay)
+        return FailedAttempt(lease, category, retry_at=now + duration_ms(delay))
 
     # ----- renewal and deadlines -------------------------------------------------------------
 

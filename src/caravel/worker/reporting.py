@@ -53,8 +53,9 @@ class OutcomeReport:
 
     def written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
         """An outcome reached the database (``held``) or was fenced off by a newer lease."""
-        last = claimed.attempt >= claimed.lease.max_attempts
-        category = None if outcome.failure is None else outcome.failure.value
+        category = outcome.category
+        last = outcome.final or claimed.attempt >= claimed.lease.max_attempts
+        snoozed = outcome.snooze_ms is not None
         telemetry.record_outcome(
             claimed.queue,
             claimed.job_type,
@@ -62,11 +63,14 @@ class OutcomeReport:
             category=category,
             dead=category is not None and last,
             abandoned=None if held else "ack_rejected",
+            snoozed=snoozed,
         )
         if not held:
             self.lost_acknowledgements += 1
             log_job(logging.WARNING, "job acknowledgement rejected: lease lost", claimed)
         elif category is not None:
             log_job(logging.INFO, "job failed", claimed, category=category, dead_lettered=last)
+        elif snoozed:
+            log_job(logging.DEBUG, "job snoozed", claimed, snooze_ms=outcome.snooze_ms)
         else:
             log_job(logging.DEBUG, "job completed", claimed)

@@ -17,47 +17,97 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from caravel import telemetry
-from caravel.clock import Clock
+from caravel.clock import Clock, duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import JobContext
+from caravel.directives import Discard, Snooze
 from caravel.jobs import ClaimedJob, FailureCategory, Lease
+from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
+from caravel.options import RetryPolicy
 from caravel.registry import JobRegistration, JobRegistry
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog
 
-__all__ = ["Abandoned", "Executor", "JobRunner", "Outcome", "ScopeFactory"]
+__all__ = [
+    "Abandoned",
+    "Executor",
+    "JobRunner",
+    "Outcome",
+    "ScopeFactory",
+    "encode_result",
+    "error_class_of",
+]
 
 logger = logging.getLogger("caravel.worker")
 
 ScopeFactory = Callable[[], AbstractAsyncContextManager[Any]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
-    """The decision for one attempt: success, a failure category, or abandoned (no ack).
+    """The decision for one attempt: success, a snooze, a failure category, or abandoned (no
+    ack).
 
-    ``lease`` is the lease as last renewed; acknowledgements must present it. ``error`` is the
-    handler's exception when it raised, kept in memory only (for ``caravel.testing``, which
-    reports its class and can re-raise it); it is never stored or logged with its message.
+    ``lease`` is the lease as last renewed; acknowledgements must present it. ``result`` is a
+    success's result as JSON text (``None``: nothing to store). ``snooze_ms`` asks for the job
+    to run again that long from now without spending an attempt. A failure with ``final``
+    dead-letters the job whatever attempts it has left (a discard, a result that cannot be
+    stored, one snooze too many); ``error_class`` names the exception behind it and ``retry``
+    is the job type's policy for the backoff. ``error`` is the handler's exception when it
+    raised, kept in memory only (for ``caravel.testing``, which reports its class and can
+    re-raise it); it is never stored or logged with its message.
+
+    Not frozen, only so that it is cheap to build (one per job, on the drain's hot path): the
+    runner sets ``seconds`` once and nothing changes it after that.
     """
 
     lease: Lease
-    failure: FailureCategory | None = None
+    failure: FailureCategory | str | None = None
     abandoned: Abandoned | None = None
     seconds: float = 0.0
     error: Exception | None = field(default=None, compare=False, repr=False)
+    result: str | None = field(default=None, repr=False)
+    snooze_ms: int | None = None
+    final: bool = False
+    error_class: str | None = None
+    retry: RetryPolicy | None = None
 
     @property
     def succeeded(self) -> bool:
-        return self.failure is None and self.abandoned is None
+        return self.failure is None and self.abandoned is None and self.snooze_ms is None
+
+    @property
+    def category(self) -> str | None:
+        """The failure category as stored, or ``None``."""
+        return None if self.failure is None else str(self.failure)
+
+
+def error_class_of(exc: BaseException) -> str:
+    """``module.QualName`` of ``exc``'s class, cut to what the column holds."""
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"[:MAX_ERROR_CLASS_LENGTH]
+
+
+def encode_result(value: object, limit: int) -> str | FailureCategory:
+    """A handler's return value as the JSON text to store, or the category of why it cannot
+    be stored (not JSON, or more than ``limit`` UTF-8 bytes)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return FailureCategory.RESULT_NOT_SERIALIZABLE
+    # A text has at least as many UTF-8 bytes as characters: only a short one needs encoding.
+    if len(text) > limit or (len(text) * 4 > limit and len(text.encode("utf-8")) > limit):
+        return FailureCategory.RESULT_TOO_LARGE
+    return text
 
 
 class JobRunner:
@@ -74,8 +124,10 @@ class JobRunner:
         scope: ScopeFactory | None,
         threads: Executor,
         tracebacks: bool = False,
+        max_result_bytes: int = 64 * 1024,
     ) -> None:
         self._tracebacks = tracebacks
+        self._max_result_bytes = max_result_bytes
         self._registry = registry
         self._clock = clock
         self._scope = scope
@@ -99,7 +151,8 @@ class JobRunner:
             now_ms=self._clock.now_ms(),
         ) as span:
             outcome = await self._run(claimed, span)
-        return replace(outcome, seconds=time.perf_counter() - started)
+        outcome.seconds = time.perf_counter() - started
+        return outcome
 
     async def _run(self, claimed: ClaimedJob, span: telemetry.Span) -> Outcome:
         lease = claimed.lease
@@ -123,12 +176,13 @@ class JobRunner:
         )
         watched = self._watch.watch(lease, context)
         scope = self._scope() if self._scope is not None else nullcontext(None)
+        returned: object = None
         try:
             # A handler's exception propagates through the scope, so a scope that commits on a
             # clean exit (a session, a unit of work) rolls back a failed attempt.
             async with scope as scope_value:
                 context.scope = scope_value
-                await self._invoke(entry, job, context)
+                returned = await self._invoke(entry, job, context)
                 self._watch.release(watched)  # from here on, no cancellation by the watchdog
         except asyncio.CancelledError:
             context.cancelled.set()
@@ -141,6 +195,16 @@ class JobRunner:
                 raise watched.error from None
             assert watched.reason is not None
             return Outcome(watched.lease, abandoned=watched.reason)
+        except Snooze as snooze:
+            return self._snoozed(claimed, watched.lease, snooze, span, entry.retry)
+        except Discard as discard:
+            telemetry.mark_failure(span, type(discard).__name__, discard.category)
+            return Outcome(
+                watched.lease,
+                failure=discard.category,
+                final=True,
+                error_class=error_class_of(discard),
+            )
         except Exception as exc:  # the handler failed, or the scope failed to open or close
             logger.warning(
                 "job handler failed",
@@ -154,16 +218,46 @@ class JobRunner:
                 },
             )
             telemetry.mark_failure(span, type(exc).__name__, FailureCategory.HANDLER_FAILED)
-            return Outcome(watched.lease, failure=FailureCategory.HANDLER_FAILED, error=exc)
+            return Outcome(
+                watched.lease,
+                failure=FailureCategory.HANDLER_FAILED,
+                error=exc,
+                error_class=error_class_of(exc),
+                retry=entry.retry,
+            )
         finally:
             self._watch.release(watched)
-        return Outcome(watched.lease)
+        if returned is None:
+            return Outcome(watched.lease)
+        encoded = encode_result(returned, self._max_result_bytes)
+        if isinstance(encoded, FailureCategory):
+            # The handler's work is done, and the same work would most likely return the same
+            # result again: a retry would repeat its effects for nothing, so it dead-letters.
+            telemetry.mark_failure(span, "ResultError", encoded)
+            return Outcome(watched.lease, failure=encoded, final=True)
+        return Outcome(watched.lease, result=encoded)
 
-    async def _invoke(self, entry: JobRegistration, job: object, context: JobContext[Any]) -> None:
+    def _snoozed(
+        self,
+        claimed: ClaimedJob,
+        lease: Lease,
+        snooze: Snooze,
+        span: telemetry.Span,
+        retry: RetryPolicy | None,
+    ) -> Outcome:
+        if claimed.snoozes >= MAX_SNOOZES:
+            category = FailureCategory.SNOOZE_LIMIT
+            telemetry.mark_failure(span, type(snooze).__name__, category)
+            return Outcome(lease, failure=category, final=True, retry=retry)
+        return Outcome(lease, snooze_ms=duration_ms(snooze.delay))
+
+    async def _invoke(
+        self, entry: JobRegistration, job: object, context: JobContext[Any]
+    ) -> object:
         if entry.is_async:
-            await entry.handler(job, context)  # type: ignore[misc]
-            return
+            returned: object = await entry.handler(job, context)  # type: ignore[misc]
+            return returned
         loop = asyncio.get_running_loop()
         # Copy the context variables (the current span among them) into the handler's thread.
         call = contextvars.copy_context().run
-        await loop.run_in_executor(self._threads, call, entry.handler, job, context)
+        return await loop.run_in_executor(self._threads, call, entry.handler, job, context)

@@ -107,6 +107,7 @@ class QueueWorker(AsyncClosing):
             scope=scope,
             threads=self._threads,
             tracebacks=self.options.log_tracebacks,
+            max_result_bytes=queue.options.max_result_bytes,
         )
         self._report = OutcomeReport()
         self._acker = Acknowledger(

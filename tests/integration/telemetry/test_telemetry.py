@@ -1169,3 +1169,29 @@ async def test_without_an_sdk_nothing_records_and_nothing_accumulates(
     assert len(rows) == 200
     assert {trace_context for _, trace_context in rows} == {None}  # nothing to carry
     assert {state for state, _ in rows} == {"completed"}
+
+
+async def test_a_snooze_is_its_own_outcome_and_a_discard_a_dead_letter(
+    db_url: str, otel: Telemetry
+) -> None:
+    from caravel import Discard, Snooze
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        if job.amount == 1:
+            raise Snooze(timedelta(hours=1))
+        raise Discard("NotWanted")
+
+    q = {"messaging.destination.name": "metered"}
+    async with open_queue(db_url, registry_for(handle)) as queue:
+        await queue.enqueue(Add(1), dispatch(queue="metered"))
+        await queue.enqueue(Add(2), dispatch(queue="metered", max_attempts=3))
+        runs = await drain(queue, queues=["metered"])
+        assert sorted(run.outcome for run in runs) == ["dead_letter", "snoozed"]
+    assert otel.delta("caravel.job.duration", {**q, "caravel.outcome": "snoozed"}) == 1
+    assert otel.delta("caravel.jobs.completed", q) == 0
+    assert otel.delta("caravel.jobs.failed", {**q, "caravel.failure.category": "NotWanted"}) == 1
+    assert (
+        otel.delta("caravel.jobs.dead_lettered", {**q, "caravel.failure.category": "NotWanted"})
+        == 1
+    )
+    assert otel.spans("caravel.store.job_snooze")

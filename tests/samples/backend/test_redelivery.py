@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -44,7 +44,12 @@ class AckLosingStore:
         return getattr(self.inner, name)
 
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         raise StoreError("job_complete")
 

@@ -62,12 +62,17 @@ class MemoryReader:
     async def job_get(self, ref: JobRef) -> JobStatus | None:
         with self._locked("job_get") as tables:
             row = self._owned(tables, ref)
-            return None if row is None else status_from_row(row)
+            return None if row is None else status_from_row(row, row.result)
 
     async def job_get_payload(self, ref: JobRef) -> str | None:
         with self._locked("job_get_payload") as tables:
             row = self._owned(tables, ref)
             return None if row is None else row.payload
+
+    async def job_get_result(self, ref: JobRef) -> str | None:
+        with self._locked("job_get_result") as tables:
+            row = self._owned(tables, ref)
+            return None if row is None else row.result
 
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         with self._locked("job_list") as tables:

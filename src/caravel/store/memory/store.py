@@ -9,7 +9,7 @@ the process exits. It suits tests and local development, not production.
 from __future__ import annotations
 
 import heapq
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from uuid import UUID
 
@@ -29,6 +29,7 @@ from caravel.store.protocol import (
     InsertResult,
     JobRef,
     NewJob,
+    SnoozedAttempt,
     WorkerRecord,
 )
 from caravel.store.queries import same_content
@@ -113,7 +114,12 @@ class MemoryStore(MemoryReader):
         return claimed_from_rows(returned)
 
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         done: set[UUID] = set()
         with self._locked("job_complete") as tables:
@@ -121,6 +127,9 @@ class MemoryStore(MemoryReader):
                 row = _held(tables, lease)
                 if row is None:
                     continue
+                text = None if results is None else results.get(lease.job_id)
+                if text is not None:
+                    row.result = text
                 row.state = COMPLETED
                 row.available_at = row.lease_expires_at = None
                 row.finished_at = row.updated_at = now
@@ -145,6 +154,27 @@ class MemoryStore(MemoryReader):
                 row.lease_expires_at = None
                 row.finished_at = None if retry_at is not None else now
                 row.last_failure = failure.category
+                if failure.error_class is not None:
+                    row.error_class = failure.error_class
+                row.updated_at = now
+                tables.track(row)
+                done.add(row.id)
+        return done
+
+    async def job_snooze_many(
+        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+    ) -> set[UUID]:
+        done: set[UUID] = set()
+        with self._locked("job_snooze") as tables:
+            for snoozed in snoozes:
+                row = _held(tables, snoozed.lease)
+                if row is None:
+                    continue
+                row.state = READY
+                row.attempt -= 1
+                row.snoozes += 1
+                row.due_at = row.available_at = snoozed.until
+                row.lease_expires_at = None
                 row.updated_at = now
                 tables.track(row)
                 done.add(row.id)
@@ -171,7 +201,8 @@ class MemoryStore(MemoryReader):
             row.attempt = 0
             row.due_at = row.available_at = row.updated_at = now
             row.lease_expires_at = row.started_at = row.finished_at = None
-            row.last_failure = None
+            row.last_failure = row.error_class = None
+            row.snoozes = 0
             tables.track(row)
         return True
 

@@ -4,7 +4,7 @@ arrays, and enqueues wake listening workers through NOTIFY."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +14,9 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import Lease
+from caravel.store import queries
 from caravel.store.base import claimed_from_rows
+from caravel.store.outcomes import split_results
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
@@ -40,6 +42,31 @@ _IDENTITY = sa.text(
     "SELECT (SELECT system_identifier FROM pg_control_system())::text"
     " || '/' || current_database() AS identity"
 ).columns(identity=sa.String)
+
+
+#: Relaxes the durability of the commit of the one statement it is part of (see
+#: :meth:`PostgresStore._complete_statement`).
+_RELAXED = sa.select(sa.func.set_config("synchronous_commit", "off", True))
+
+
+def _held_rows(*, with_results: bool) -> Any:
+    """The leases of a batch as rows ``held(id, token[, result])``, unnested from arrays."""
+    ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
+    tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
+    if not with_results:
+        return sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived("held")
+    texts = sa.bindparam("b_results", type_=ARRAY(sa.Text()))
+    unnested = sa.func.unnest(ids, tokens, texts)
+    return unnested.table_valued("id", "token", "result").render_derived("held")
+
+
+def _held_by(held: Any) -> sa.ColumnElement[bool]:
+    """The running rows the unnested leases ``held`` still hold."""
+    return sa.and_(
+        jobs.c.id == held.c.id,
+        jobs.c.lease_token == held.c.token,
+        jobs.c.state == "running",
+    )
 
 
 class PostgresStore(InsertingStore):
@@ -103,10 +130,22 @@ class PostgresStore(InsertingStore):
         return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
 
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        plain, valued = split_results(leases, results)
+        done = await self._complete_plain(plain, now, durable) if plain else set()
+        if valued:
+            done |= await self._complete_valued(valued, now, durable)
+        return done
+
+    async def _complete_plain(self, leases: Sequence[Lease], now: int, durable: bool) -> set[UUID]:
         values = {**self._held_params(leases), "b_now": now}
         # A durable acknowledgement commits as the server's synchronous_commit says (on, by
         # default): the statement without the relaxing subquery.
@@ -119,6 +158,27 @@ class PostgresStore(InsertingStore):
             rows = await self._run(driver, name, build, values)
         return {row[0] for row in rows}
 
+    async def _complete_valued(
+        self, valued: Sequence[tuple[Lease, str]], now: int, durable: bool
+    ) -> set[UUID]:
+        """Completions that store results: the same join against unnested arrays, with a
+        third array of result texts, in one statement for the whole batch."""
+        values = {
+            **self._held_params([lease for lease, _ in valued]),
+            "b_results": [text for _, text in valued],
+            "b_now": now,
+        }
+
+        def build() -> sa.Update:
+            held = _held_rows(with_results=True)
+            stmt = queries.complete(_held_by(held), held.c.result)
+            return stmt if durable else stmt.where(_RELAXED.scalar_subquery().is_not(None))
+
+        name = "complete_result_durable" if durable else "complete_result"
+        async with self._autocommit("job_complete", index_only=True) as driver:
+            rows = await self._run(driver, name, build, values)
+        return {row[0] for row in rows}
+
     def _held_clause(self) -> sa.ColumnElement[bool]:
         # Two arrays instead of one placeholder pair per lease: the statement text is the same
         # for every batch size, so the server prepares it once.
@@ -127,14 +187,7 @@ class PostgresStore(InsertingStore):
         # prepared statement, and for that plan it cannot know how many pairs there are; written
         # as ``(id, token) IN (SELECT ... unnest(...))`` it chose to re-scan the pairs for every
         # row, which made a large batch many times slower (figures in docs/performance.md).
-        ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
-        tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
-        held = sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived("held")
-        return sa.and_(
-            jobs.c.id == held.c.id,
-            jobs.c.lease_token == held.c.token,
-            jobs.c.state == "running",
-        )
+        return _held_by(_held_rows(with_results=False))
 
     def _held_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {

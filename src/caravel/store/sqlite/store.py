@@ -7,7 +7,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from caravel.errors import DatabaseNotFoundError, StoreError
 from caravel.jobs import Lease
 from caravel.store.base import SqlStore, claimed_from_rows
+from caravel.store.outcomes import split_results
 from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
 from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
@@ -229,17 +230,28 @@ class SqliteStore(SqlStore[ThreadConnection]):
         return claimed_from_rows(await self._in_writer("job_claim", claim))
 
     async def job_complete_many(
-        self, leases: Sequence[Lease], now: int, *, durable: bool = False
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        *,
+        durable: bool = False,
+        results: Mapping[UUID, str] | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        plain, valued = split_results(leases, results)
         stmt = self._statement("complete", self._complete_statement)
-        params = {**self._held_params(leases), "b_now": now}
-        return await self._in_writer(
-            "job_complete",
-            lambda conn, _: set(conn.execute(stmt, params).scalars()),
-            durable=durable,
-        )
+        with_result = self._statement("complete_result", self._complete_result_statement)
+        params = {**self._held_params(plain), "b_now": now}
+
+        def complete(conn: sa.Connection, _: int) -> set[UUID]:
+            done = set(conn.execute(stmt, params).scalars()) if plain else set()
+            for lease, text in valued:  # in the same transaction as the rest of the batch
+                one = {**self._held_params([lease]), "b_now": now, "b_result": text}
+                done.update(conn.execute(with_result, one).scalars())
+            return done
+
+        return await self._in_writer("job_complete", complete, durable=durable)
 
     async def close(self) -> None:
         if self.closed:
