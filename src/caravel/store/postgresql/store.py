@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from caravel.jobs import Lease
 from caravel.store.base import claimed_from_rows
 from caravel.store.plans import Plan, Step
+from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.notifications import NOTIFY, listen
 from caravel.store.postgresql.statements import execute
@@ -144,5 +145,15 @@ class PostgresStore(InsertingStore):
         return int(plan[0]["Plan"]["Plan Rows"])
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
-        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        return listen(dsn, frozenset(queues))
+        return listen(self._listen_dsn(), frozenset(queues))
+
+    def _listen_dsn(self) -> str:
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def _announce_cancelled(self, conn: AsyncConnection, job_ids: list[UUID]) -> None:
+        # Inside the cancel's transaction: the workers hear of it exactly when it commits.
+        for ids in notice_payloads(job_ids):
+            await conn.execute(CANCEL_NOTIFY, {"ids": ids})
+
+    def cancel_notices(self) -> AsyncIterator[UUID]:
+        return listen_cancels(self._listen_dsn())
