@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from caravel.cancelling import MatchedJobs
     from caravel.clock import Clock, SystemClock
     from caravel.context import JobContext
     from caravel.errors import (
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from caravel.inspector import QueueInspector
     from caravel.jobs import (
         DEFAULT_TENANT,
+        CancelOutcome,
         ClaimedJob,
         DispatchOptions,
         EnqueueResult,
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 #: Where each public name lives.
 _HOMES = {
+    "MatchedJobs": "caravel.cancelling",
     "Clock": "caravel.clock",
     "SystemClock": "caravel.clock",
     "JobContext": "caravel.context",
@@ -70,6 +73,7 @@ _HOMES = {
     "ValidationError": "caravel.errors",
     "QueueInspector": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
+    "CancelOutcome": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
     "DispatchOptions": "caravel.jobs",
     "EnqueueResult": "caravel.jobs",
@@ -109,6 +113,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_TENANT",
+    "CancelOutcome",
     "CaravelError",
     "ClaimedJob",
     "Clock",
@@ -127,6 +132,7 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "Leases",
+    "MatchedJobs",
     "OptionsError",
     "Outbox",
     "OutboxEnvelope",
