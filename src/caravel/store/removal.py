@@ -58,9 +58,10 @@ class RemovalStore(Protocol):
         ...
 
     async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
-        """Cancel up to ``limit`` of the waiting or running jobs ``selection`` matches, oldest
-        first, as :meth:`job_cancel` cancels one; how many were cancelled. Callers repeat it until
-        it cancels fewer than ``limit``, so no transaction holds many rows."""
+        """Cancel up to ``limit`` of the waiting or running jobs ``selection`` matches (which
+        ones is up to the store), as :meth:`job_cancel` cancels one; how many were cancelled.
+        Callers repeat it until it cancels fewer than ``limit``, so no transaction holds many
+        rows."""
         ...
 
     async def job_delete(self, ref: JobRef) -> bool:

@@ -50,8 +50,10 @@ def selected(selection: JobSelection, *, deleting: bool) -> list[sa.ColumnElemen
 
 
 def _batch(conditions: list[sa.ColumnElement[bool]], limit: int) -> sa.ColumnElement[bool]:
-    """At most ``limit`` of the rows ``conditions`` match, oldest first."""
-    ids = sa.select(jobs.c.id).where(*conditions).order_by(jobs.c.created_at).limit(limit)
+    """At most ``limit`` of the rows ``conditions`` match, in no set order: unsorted, the
+    database stops reading its index once it has found them (a row it takes leaves the
+    selection, so the next batch finds the next ones)."""
+    ids = sa.select(jobs.c.id).where(*conditions).limit(limit)
     return jobs.c.id.in_(ids.scalar_subquery())
 
 
