@@ -178,6 +178,7 @@ EXPECTED_COUNTS = [
         "expired": 1,
         "dead_letter": 1,
         "completed": 1,
+        "cancelled": 0,
     },
     {
         "queue": REPORTS,
@@ -187,6 +188,7 @@ EXPECTED_COUNTS = [
         "expired": 0,
         "dead_letter": 1,
         "completed": 0,
+        "cancelled": 0,
     },
 ]
 
@@ -439,7 +441,15 @@ def test_status_table_names_the_queues_with_their_counts(db_url: str, mix: Seede
         numbers = [int(n) for n in re.findall(r"\d+", line)]
         assert numbers == [
             expected[k]
-            for k in ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+            for k in (
+                "ready",
+                "delayed",
+                "running",
+                "expired",
+                "dead_letter",
+                "completed",
+                "cancelled",
+            )
         ]
 
 
@@ -603,7 +613,7 @@ def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded, word: str)
     done = refused(run_cli("jobs", "list", "--url", db_url, "--state", word))
     assert flat(done.stderr) == (
         "caravel jobs list: --state: must be one of "
-        "ready, delayed, running, expired, dead_letter, completed"
+        "ready, delayed, running, expired, dead_letter, completed, cancelled"
     )
 
 
@@ -613,7 +623,7 @@ def test_jobs_list_unknown_state_under_json_is_the_error_document(db_url: str) -
         "error": {
             "type": "ValidationError",
             "message": "caravel jobs list: --state: must be one of "
-            "ready, delayed, running, expired, dead_letter, completed",
+            "ready, delayed, running, expired, dead_letter, completed, cancelled",
             "exit_code": 2,
         }
     }
