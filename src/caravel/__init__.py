@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from caravel.cancelling import MatchedJobs
     from caravel.clock import Clock, SystemClock
     from caravel.context import JobContext
     from caravel.directives import Discard, Snooze
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from caravel.inspector import QueueInspector, QueuePause
     from caravel.jobs import (
         DEFAULT_TENANT,
+        CancelOutcome,
         ClaimedJob,
         DispatchOptions,
         EnqueueResult,
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 #: Where each public name lives.
 _HOMES = {
+    "MatchedJobs": "caravel.cancelling",
     "Clock": "caravel.clock",
     "SystemClock": "caravel.clock",
     "JobContext": "caravel.context",
@@ -74,6 +77,7 @@ _HOMES = {
     "QueueInspector": "caravel.inspector",
     "QueuePause": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
+    "CancelOutcome": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
     "DispatchOptions": "caravel.jobs",
     "EnqueueResult": "caravel.jobs",
@@ -114,6 +118,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_TENANT",
+    "CancelOutcome",
     "CaravelError",
     "ClaimedJob",
     "Clock",
@@ -133,6 +138,7 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "Leases",
+    "MatchedJobs",
     "OptionsError",
     "Outbox",
     "OutboxEnvelope",

@@ -113,9 +113,10 @@ class LeaseLostError(CaravelError):
 
 class JobCancelledError(CaravelError):
     """Raised by :meth:`~caravel.JobContext.raise_if_cancelled` inside a handler whose job was
-    cancelled: its lease was lost or expired, it reached the lease lifetime, or the worker is
-    shutting down. The worker does not acknowledge a cancelled job; it runs again once its lease
-    expires."""
+    cancelled: its lease was lost or expired, it reached the lease lifetime, the worker is
+    shutting down, or an operator cancelled the job. The worker does not acknowledge a cancelled
+    attempt; it runs again once its lease expires, except after an operator's cancel, which
+    ended the job for good."""
 
 
 class SchemaNotReadyError(CaravelError):

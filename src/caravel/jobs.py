@@ -20,6 +20,7 @@ from caravel.validation import (
 
 __all__ = [
     "DEFAULT_TENANT",
+    "CancelOutcome",
     "ClaimedJob",
     "DispatchOptions",
     "EnqueueResult",
@@ -52,6 +53,20 @@ class JobState(enum.StrEnum):
     """An operator cancelled it; it is never claimed again."""
     PRUNED = "pruned"
     """Retention removed it; what is left is the tombstone of its idempotency key."""
+
+
+class CancelOutcome(enum.StrEnum):
+    """What asking to cancel one job did."""
+
+    CANCELLED = "cancelled"
+    """It was waiting (ready, delayed or due for a retry): cancelled now, never claimed."""
+    CANCELLED_RUNNING = "cancelled_running"
+    """It was running: cancelled now, and its lease fenced, so whatever its handler still
+    reports changes nothing; the worker holding it is told and cancels the handler."""
+    ALREADY_FINISHED = "already_finished"
+    """It had already completed, been dead-lettered or cancelled: nothing changed."""
+    NOT_FOUND = "not_found"
+    """No job has this id in this queue for this exact tenant."""
 
 
 class FailureCategory(enum.StrEnum):

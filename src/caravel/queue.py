@@ -1,5 +1,5 @@
 """The application's entry point: enqueue jobs, read their status and payload, replay dead
-letters.
+letters, cancel and delete jobs.
 
 :class:`DatabaseQueue` is an internal API for your application and its workers. Take tenant ids
 from the verified caller, and don't expose these methods directly to clients. Operators read the
@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
-from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult, JobStatus
+from caravel.jobs import (
+    DEFAULT_TENANT,
+    CancelOutcome,
+    DispatchOptions,
+    EnqueueResult,
+    JobState,
+    JobStatus,
+)
 from caravel.lookup import job_ref
 from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
@@ -30,6 +38,8 @@ from caravel.validation import check_queue_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
+
+    from caravel.cancelling import MatchedJobs
 
 __all__ = ["DatabaseQueue"]
 
@@ -201,3 +211,90 @@ class DatabaseQueue(AsyncClosing):
         """Let workers claim ``queue``'s jobs again; ``False`` when it was not paused."""
         check_queue_name(queue)
         return await self.store.queue_resume(queue, self.clock.now_ms())
+
+    # ----- cancel and delete ---------------------------------------------------------------
+
+    async def cancel(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> CancelOutcome:
+        """Cancel one job, matched exactly as :meth:`get_status` matches it. A waiting job
+        (ready, delayed or due for a retry) is ``cancelled`` at once and never claimed. A running
+        one is ``cancelled`` at once too and its lease fenced: the worker running it is told
+        (within a second on PostgreSQL, within a poll interval elsewhere) and cancels its
+        handler, and nothing that handler reports afterwards changes the job. A finished job
+        is left alone (:attr:`~caravel.CancelOutcome.ALREADY_FINISHED`)."""
+        ref = job_ref(job_id, queue, tenant_id)
+        return await self.store.job_cancel(ref, self.clock.now_ms())
+
+    async def delete(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
+        """Delete one finished (completed, dead-lettered or cancelled) job, matched exactly;
+        ``False``, and nothing changed, for any other job. An operator's action: the row, its
+        payload and its idempotency key are gone (the key may be used again)."""
+        return await self.store.job_delete(job_ref(job_id, queue, tenant_id))
+
+    async def cancel_matching(
+        self,
+        queue: str,
+        *,
+        job_type: str | None = None,
+        tenant_id: str | None = None,
+        states: Iterable[JobState | str] | None = None,
+        older_than: timedelta | None = None,
+        dry_run: bool = False,
+    ) -> MatchedJobs:
+        """Cancel every waiting or running job of ``queue`` that matches (of this wire name,
+        this exact tenant, in these stored states, created more than ``older_than`` ago), in
+        bounded batches, as :meth:`cancel` cancels one. Says how many matched, per state, and
+        how many were cancelled; with ``dry_run`` nothing changes."""
+        return await self._matching(
+            queue, False, job_type, tenant_id, states, older_than, dry_run=dry_run
+        )
+
+    async def delete_matching(
+        self,
+        queue: str,
+        *,
+        job_type: str | None = None,
+        tenant_id: str | None = None,
+        states: Iterable[JobState | str] | None = None,
+        older_than: timedelta | None = None,
+        dry_run: bool = False,
+    ) -> MatchedJobs:
+        """Delete every finished job of ``queue`` that matches (``older_than``: finished that
+        long ago), in bounded batches. Says how many matched, per state, and how many were
+        deleted; with ``dry_run`` nothing changes."""
+        return await self._matching(
+            queue, True, job_type, tenant_id, states, older_than, dry_run=dry_run
+        )
+
+    async def _matching(
+        self,
+        queue: str,
+        deleting: bool,
+        job_type: str | None,
+        tenant_id: str | None,
+        states: Iterable[JobState | str] | None,
+        older_than: timedelta | None,
+        *,
+        dry_run: bool,
+    ) -> MatchedJobs:
+        from caravel import cancelling
+
+        now = self.clock.now_ms()
+        chosen = cancelling.selection(
+            queue,
+            now,
+            deleting=deleting,
+            job_type=job_type,
+            tenant_id=tenant_id,
+            states=states,
+            older_than=older_than,
+        )
+        counted = await self.store.job_count_selected(chosen, deleting=deleting)
+        if dry_run or not counted:
+            return cancelling.MatchedJobs(counted, 0)
+        if deleting:
+            changed = await cancelling.delete_all(self.store, chosen)
+        else:
+            changed = await cancelling.cancel_all(self.store, chosen, now)
+        return cancelling.MatchedJobs(counted, changed)

@@ -11,14 +11,23 @@ thread, on the caller's connection, through the same statements (see
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine, Iterable
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from uuid import UUID
 
 from caravel._loop_thread import LoopThread
 from caravel.clock import Clock
-from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult, JobStatus
+from caravel.jobs import (
+    DEFAULT_TENANT,
+    CancelOutcome,
+    DispatchOptions,
+    EnqueueResult,
+    JobState,
+    JobStatus,
+)
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
@@ -27,6 +36,8 @@ from caravel.store.protocol import NewJob, Store
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
+
+    from caravel.cancelling import MatchedJobs
 
 __all__ = ["SyncQueue"]
 
@@ -165,3 +176,61 @@ class SyncQueue:
     def resume_queue(self, queue: str) -> bool:
         """As :meth:`DatabaseQueue.resume_queue <caravel.DatabaseQueue.resume_queue>`."""
         return self.call(self.queue.resume_queue, queue)
+
+    # ----- cancel and delete ---------------------------------------------------------------
+
+    def cancel(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> CancelOutcome:
+        """As :meth:`DatabaseQueue.cancel <caravel.DatabaseQueue.cancel>`."""
+        return self.call(self.queue.cancel, job_id, queue, tenant_id)
+
+    def delete(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
+        """As :meth:`DatabaseQueue.delete <caravel.DatabaseQueue.delete>`."""
+        return self.call(self.queue.delete, job_id, queue, tenant_id)
+
+    def cancel_matching(
+        self,
+        queue: str,
+        *,
+        job_type: str | None = None,
+        tenant_id: str | None = None,
+        states: Iterable[JobState | str] | None = None,
+        older_than: timedelta | None = None,
+        dry_run: bool = False,
+    ) -> MatchedJobs:
+        """As :meth:`DatabaseQueue.cancel_matching <caravel.DatabaseQueue.cancel_matching>`."""
+        return self.call(
+            functools.partial(
+                self.queue.cancel_matching,
+                job_type=job_type,
+                tenant_id=tenant_id,
+                states=states,
+                older_than=older_than,
+                dry_run=dry_run,
+            ),
+            queue,
+        )
+
+    def delete_matching(
+        self,
+        queue: str,
+        *,
+        job_type: str | None = None,
+        tenant_id: str | None = None,
+        states: Iterable[JobState | str] | None = None,
+        older_than: timedelta | None = None,
+        dry_run: bool = False,
+    ) -> MatchedJobs:
+        """As :meth:`DatabaseQueue.delete_matching <caravel.DatabaseQueue.delete_matching>`."""
+        return self.call(
+            functools.partial(
+                self.queue.delete_matching,
+                job_type=job_type,
+                tenant_id=tenant_id,
+                states=states,
+                older_than=older_than,
+                dry_run=dry_run,
+            ),
+            queue,
+        )

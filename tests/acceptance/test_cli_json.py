@@ -222,6 +222,31 @@ def test_jobs_show(sqlite_seeded: str) -> None:
     assert set(with_payload["payload"]) == {"amount", "note"}
 
 
+def test_jobs_cancel(seeded: str) -> None:
+    where = ("--url", seeded, "-q", "docs", "--json")
+    dry = one_document(run_cli("jobs", "cancel", *where, "--dry-run"), "caravel jobs cancel")
+    # The ready job and the delayed one are both stored as ready.
+    assert (dry["matched"], dry["changed"], dry["job_id"]) == ({"ready": 2, "running": 1}, 0, None)
+    done = one_document(run_cli("jobs", "cancel", *where, "--yes"), "caravel jobs cancel")
+    assert (done["dry_run"], done["changed"], done["outcome"]) == (False, 3, None)
+    listed = json.loads(run_cli("jobs", "list", "--url", seeded, "--json").stdout)
+    assert sorted(job["state"] for job in listed["jobs"]) == ["cancelled"] * 3 + ["dead_letter"]
+    job = next(j for j in listed["jobs"] if j["state"] == "cancelled")
+    again = run_cli("jobs", "cancel", job["job_id"], *where, "-t", job["tenant_id"])
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["outcome"] == "already_finished"
+
+
+def test_jobs_delete(seeded: str) -> None:
+    listed = json.loads(run_cli("jobs", "list", "--url", seeded, "--json").stdout)
+    dead = next(j for j in listed["jobs"] if j["state"] == "dead_letter")
+    where = ("--url", seeded, "-q", "docs", "-t", dead["tenant_id"], "--json")
+    found = one_document(run_cli("jobs", "delete", dead["job_id"], *where), "caravel jobs delete")
+    assert (found["outcome"], found["changed"], found["job_id"]) == ("deleted", 1, dead["job_id"])
+    dry = one_document(run_cli("jobs", "delete", *where, "--dry-run"), "caravel jobs delete")
+    assert dry["matched"] == {"completed": 0, "dead_letter": 0, "cancelled": 0}
+
+
 @pytest.mark.parametrize("command", ["current", "check"])
 def test_db(sqlite_seeded: str, command: str) -> None:
     found = one_document(
@@ -297,6 +322,8 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
         args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
     if command in ("caravel queues pause", "caravel queues resume"):
         args.append("reports")
+    if command in ("caravel jobs cancel", "caravel jobs delete"):
+        args += ["-q", "q", "--yes"]
     if command == "caravel db current":
         args = ["db", "current", "--url", "sqlite://nope.db"]  # current of a missing file is none
     text = run_cli(*args)
@@ -336,7 +363,9 @@ def test_a_usage_error_under_json_is_json_too(args: list[str], type_name: str) -
 
 
 def test_the_worker_sample_prints_the_same_convention(tmp_path: Path) -> None:
-    env = {**os.environ, "CARAVEL_WORKER_DIRECTORY": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    # This tree's own library, not whatever copy is installed.
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    env = {**os.environ, "CARAVEL_WORKER_DIRECTORY": str(tmp_path), "PYTHONPATH": path}
 
     def run(*args: str) -> str:
         done = subprocess.run(

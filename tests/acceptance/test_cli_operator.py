@@ -179,6 +179,7 @@ EXPECTED_COUNTS = [
         "expired": 1,
         "dead_letter": 1,
         "completed": 1,
+        "cancelled": 0,
     },
     {
         "queue": REPORTS,
@@ -188,6 +189,7 @@ EXPECTED_COUNTS = [
         "expired": 0,
         "dead_letter": 1,
         "completed": 0,
+        "cancelled": 0,
     },
 ]
 
@@ -440,7 +442,15 @@ def test_status_table_names_the_queues_with_their_counts(db_url: str, mix: Seede
         numbers = [int(n) for n in re.findall(r"\d+", line)]
         assert numbers == [
             expected[k]
-            for k in ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+            for k in (
+                "ready",
+                "delayed",
+                "running",
+                "expired",
+                "dead_letter",
+                "completed",
+                "cancelled",
+            )
         ]
 
 
@@ -604,7 +614,7 @@ def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded, word: str)
     done = refused(run_cli("jobs", "list", "--url", db_url, "--state", word))
     assert flat(done.stderr) == (
         "caravel jobs list: --state: must be one of "
-        "ready, delayed, running, expired, dead_letter, completed"
+        "ready, delayed, running, expired, dead_letter, completed, cancelled"
     )
 
 
@@ -614,7 +624,7 @@ def test_jobs_list_unknown_state_under_json_is_the_error_document(db_url: str) -
         "error": {
             "type": "ValidationError",
             "message": "caravel jobs list: --state: must be one of "
-            "ready, delayed, running, expired, dead_letter, completed",
+            "ready, delayed, running, expired, dead_letter, completed, cancelled",
             "exit_code": 2,
         }
     }

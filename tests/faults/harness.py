@@ -413,7 +413,9 @@ class Worker:
             *extra_args,
         ]
         inherited = {k: v for k, v in os.environ.items() if k != "CARAVEL_FAILPOINT"}
-        full_env = {**inherited, "PYTHONPATH": str(ROOT), APP_URL_ENV: app_url, **(env or {})}
+        # This tree's own library (src first), not whatever copy is installed.
+        path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+        full_env = {**inherited, "PYTHONPATH": path, APP_URL_ENV: app_url, **(env or {})}
         if failpoint:
             full_env["CARAVEL_FAILPOINT"] = failpoint
         self.log_path = log_path

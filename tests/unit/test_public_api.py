@@ -12,6 +12,7 @@ import caravel
 
 PUBLIC_NAMES = [
     "DEFAULT_TENANT",
+    "CancelOutcome",
     "CaravelError",
     "ClaimedJob",
     "Clock",
@@ -31,6 +32,7 @@ PUBLIC_NAMES = [
     "Lease",
     "LeaseLostError",
     "Leases",
+    "MatchedJobs",
     "OptionsError",
     "Outbox",
     "OutboxEnvelope",

@@ -1,5 +1,5 @@
-"""``caravel jobs``: list, show and replay jobs. Payloads and results appear only in
-``jobs show --payload`` and ``jobs show --result``."""
+"""``caravel jobs``: list, show, replay, cancel and delete jobs. Payloads and results appear
+only in ``jobs show --payload`` and ``jobs show --result``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from uuid import UUID
 
 import typer
 
+from caravel.cli import removal
 from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import JobNotFoundError, NothingReplayedError, fail
 from caravel.cli.jsonout import emit, record_fields
@@ -20,8 +21,12 @@ from caravel.jobs import DEFAULT_TENANT, JobStatus
 from caravel.store.protocol import SHOWN_STATES
 
 app = typer.Typer(
-    help="List, inspect and replay jobs.", no_args_is_help=True, rich_markup_mode=None
+    help="List, inspect, replay, cancel and delete jobs.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
+app.command("cancel")(removal.cancel)
+app.command("delete")(removal.delete)
 
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="The job's queue.")]
 TenantOpt = Annotated[
@@ -91,7 +96,7 @@ def list_jobs(
         typer.Option(
             metavar="STATE",
             help="Only jobs in this state now: ready (due), delayed (not due yet), running "
-            "(lease live), expired (lease ended), dead_letter or completed.",
+            "(lease live), expired (lease ended), dead_letter, completed or cancelled.",
         ),
     ] = None,
     job_type: TypeFilter = None,

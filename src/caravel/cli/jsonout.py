@@ -79,7 +79,7 @@ def error_document(type_name: str, message: str, exit_code: int) -> str:
 
 
 def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
-    """``{"queues": [...]}``: per queue the six counts and when the oldest job that is due now
+    """``{"queues": [...]}``: per queue the seven counts and when the oldest job that is due now
     became due (null when none is)."""
     rows = []
     for c in counts:
@@ -93,6 +93,7 @@ def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
                 "expired": c.expired,
                 "dead_letter": c.dead_letter,
                 "completed": c.completed,
+                "cancelled": c.cancelled,
                 "oldest_ready_due_at": None if oldest is None else from_ms(oldest),
             }
         )

@@ -19,7 +19,7 @@ from caravel.store.protocol import QueueCounts
 
 __all__ = ["console", "counts_table", "statuses_table", "utc", "workers_table"]
 
-COUNT_COLUMNS = ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+COUNT_COLUMNS = ("ready", "delayed", "running", "expired", "dead_letter", "completed", "cancelled")
 
 
 def utc(value: datetime) -> str:

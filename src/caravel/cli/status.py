@@ -34,8 +34,8 @@ def status(
 ) -> None:
     """Show job counts per queue and state.
 
-    Ready, delayed, running, expired-lease, dead-letter and completed counts, and when the
-    oldest ready job became due. Opens the database read-only and never changes anything.
+    Ready, delayed, running, expired-lease, dead-letter, completed and cancelled counts, and
+    when the oldest ready job became due. Opens the database read-only and never changes anything.
     """
     try:
         if queue is not None:

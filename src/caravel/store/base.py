@@ -39,6 +39,7 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.store.removal_sql import SqlRemoval
 from caravel.store.rows import (
     claimed_from_rows,
     counts_from_row,
@@ -56,9 +57,10 @@ __all__ = ["SqlStore", "claimed_from_rows"]
 _RUNNING = JobState.RUNNING.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
+CANCELLED = JobState.CANCELLED.value
 
 
-class SqlStore(PausingStore[ConnectionT]):
+class SqlStore(PausingStore[ConnectionT], SqlRemoval[ConnectionT]):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
     :meth:`_transaction` provides."""
 
@@ -303,6 +305,9 @@ class SqlStore(PausingStore[ConnectionT]):
                 if row.completed is None:
                     estimate = await self._finished_over_limit(conn, row.queue, COMPLETED)
                     counts = replace(counts, completed=estimate)
+                if row.cancelled is None:
+                    estimate = await self._finished_over_limit(conn, row.queue, CANCELLED)
+                    counts = replace(counts, cancelled=estimate)
                 counted.append(counts)
         return counted
 

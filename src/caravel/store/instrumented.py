@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from uuid import UUID
 
 from caravel import telemetry
-from caravel.jobs import FailureCategory, JobStatus, Lease
+from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -34,6 +34,7 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.store.removal import JobSelection
 
 __all__ = ["InstrumentedStore", "instrumented"]
 
@@ -166,6 +167,35 @@ class InstrumentedStore:
         if done:
             telemetry.record_replayed(ref.queue)
         return done
+
+    async def job_cancel(self, ref: JobRef, now: int) -> CancelOutcome:
+        with self._span("job_cancel"):
+            return await self.inner.job_cancel(ref, now)
+
+    async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
+        with self._span("job_cancel_many"):
+            return await self.inner.job_cancel_many(selection, now, limit)
+
+    async def job_delete(self, ref: JobRef) -> bool:
+        with self._span("job_delete"):
+            return await self.inner.job_delete(ref)
+
+    async def job_delete_many(self, selection: JobSelection, limit: int) -> int:
+        with self._span("job_delete_many"):
+            return await self.inner.job_delete_many(selection, limit)
+
+    async def job_count_selected(
+        self, selection: JobSelection, *, deleting: bool
+    ) -> dict[JobState, int]:
+        with self._span("job_count_selected"):
+            return await self.inner.job_count_selected(selection, deleting=deleting)
+
+    async def job_cancelled_among(self, job_ids: Sequence[UUID]) -> set[UUID]:
+        with self._span("job_cancelled_among"):
+            return await self.inner.job_cancelled_among(job_ids)
+
+    def cancel_notices(self) -> AsyncIterator[UUID] | None:
+        return self.inner.cancel_notices()
 
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         with self._span("job_list"):

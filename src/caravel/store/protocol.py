@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple, Protocol, get_args, overload
 from uuid import UUID
 
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+from caravel.store.removal import RemovalStore
 
 __all__ = [
     "SHOWN_STATES",
@@ -180,9 +181,8 @@ class JobRef:
 
 @dataclass(frozen=True, slots=True)
 class QueueCounts:
-    """Jobs per state in one queue at one moment. The live counts (ready, delayed, running,
-    expired) are exact; ``completed`` and ``dead_letter`` are exact up to 10,000 and past that
-    may be an estimate from the database's statistics (PostgreSQL), never below 10,001."""
+    """Jobs per state in one queue at one moment: the live counts exact, the finished ones exact
+    up to 10,000, past that maybe estimated by PostgreSQL's statistics, never below 10,001."""
 
     queue: str
     ready: int
@@ -193,6 +193,7 @@ class QueueCounts:
     completed: int
     oldest_ready_due_ms: int | None = None
     """When the oldest job that is due now became due (ms since the epoch), if any."""
+    cancelled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +207,9 @@ class PausedQueue:
 #: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and
 #: ``delayed`` before; a RUNNING one is ``running`` while its lease lasts and ``expired`` from the
 #: moment it ends (as :meth:`Store.queue_counts` counts them).
-ShownState = Literal["ready", "delayed", "running", "expired", "dead_letter", "completed"]
+ShownState = Literal[
+    "ready", "delayed", "running", "expired", "dead_letter", "completed", "cancelled"
+]
 SHOWN_STATES: tuple[ShownState, ...] = get_args(ShownState)
 
 
@@ -217,7 +220,8 @@ def shown_state(state: str, due_at: int, lease_expires_at: int | None, now: int)
         return "ready" if due_at <= now else "delayed"
     if state == JobState.RUNNING.value:
         return "running" if lease_expires_at is not None and lease_expires_at > now else "expired"
-    return "dead_letter" if state == JobState.DEAD_LETTER.value else "completed"
+    finished: dict[str, ShownState] = {"dead_letter": "dead_letter", "cancelled": "cancelled"}
+    return finished.get(state, "completed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +343,7 @@ class ReadStore(Protocol):
         ...
 
 
-class Store(ReadStore, Protocol):
+class Store(ReadStore, RemovalStore, Protocol):
     """Every queue operation on one database."""
 
     #: Whether :meth:`wakeups` pushes enqueues from other processes (PostgreSQL's NOTIFY, the

@@ -49,6 +49,7 @@ RUNNING = JobState.RUNNING.value
 READY = JobState.READY.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
+CANCELLED = JobState.CANCELLED.value
 
 #: The columns that tell whether a skipped job is a repeat or a conflict.
 _IDENTITY = (
@@ -233,7 +234,7 @@ def _shown(state: ShownState, now: int) -> sa.ColumnElement[bool]:
     if state in ("running", "expired"):
         lease = jobs.c.lease_expires_at
         return sa.and_(jobs.c.state == RUNNING, lease > now if state == "running" else lease <= now)
-    return jobs.c.state == (DEAD if state == "dead_letter" else COMPLETED)
+    return jobs.c.state == {"dead_letter": DEAD, "cancelled": CANCELLED}.get(state, COMPLETED)
 
 
 def job_list(where: JobFilter) -> sa.Select[Any]:
@@ -337,6 +338,7 @@ def counts(one_queue: bool) -> sa.Select[Any]:
             live_count("expired").label("expired"),
             capped(DEAD).label("dead_letter"),
             capped(COMPLETED).label("completed"),
+            capped(CANCELLED).label("cancelled"),
             live_cte.c.oldest,
         )
         .select_from(names.outerjoin(live_cte, live_cte.c.queue == names.c.queue))

@@ -150,6 +150,7 @@ def counts_from_row(row: Any) -> QueueCounts:
         dead_letter=-1 if row.dead_letter is None else int(row.dead_letter),
         completed=-1 if row.completed is None else int(row.completed),
         oldest_ready_due_ms=None if row.oldest is None else int(row.oldest),
+        cancelled=-1 if row.cancelled is None else int(row.cancelled),
     )
 
 

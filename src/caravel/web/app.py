@@ -33,6 +33,7 @@ from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import PausingPages
 from caravel.web.presentation import Renderer
+from caravel.web.removal_pages import RemovalPages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
 from caravel.web.security import SecurityHeaders
@@ -62,6 +63,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/jobs/{job_id}", "job", "read"),
     RouteSpec("GET", "/jobs/{job_id}/replay", "replay_one_confirm", "operate"),
     RouteSpec("POST", "/jobs/{job_id}/replay", "replay_one", "operate"),
+    RouteSpec("GET", "/jobs/{job_id}/cancel", "cancel_one_confirm", "operate"),
+    RouteSpec("POST", "/jobs/{job_id}/cancel", "cancel_one", "operate"),
+    RouteSpec("GET", "/jobs/{job_id}/delete", "delete_one_confirm", "operate"),
+    RouteSpec("POST", "/jobs/{job_id}/delete", "delete_one", "operate"),
     RouteSpec("GET", "/dead-letters", "dead_letters", "read"),
     RouteSpec("GET", "/dead-letters/replay", "replay_selection_confirm", "operate"),
     RouteSpec("POST", "/dead-letters/replay", "replay_selection", "operate"),
@@ -113,12 +118,17 @@ class Dashboard:
         pages = Pages(reader, self._view, assets, lost_after=lost_after)
         replay = ReplayPages(pages, writer, self.replays)
         pausing = PausingPages(self._view, writer)
+        removal = RemovalPages(pages, writer)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
             "job": pages.job,
             "replay_one_confirm": replay.replay_one_confirm,
             "replay_one": replay.replay_one,
+            "cancel_one_confirm": removal.cancel_one_confirm,
+            "cancel_one": removal.cancel_one,
+            "delete_one_confirm": removal.delete_one_confirm,
+            "delete_one": removal.delete_one,
             "dead_letters": pages.listing(DEAD_LETTERS),
             "replay_selection_confirm": replay.replay_selection_confirm,
             "replay_selection": replay.replay_selection,

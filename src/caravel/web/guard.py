@@ -127,7 +127,7 @@ class Guard:
                     request,
                     403,
                     "Not allowed",
-                    "Your account may not replay jobs."
+                    "Your account may not replay, cancel or delete jobs."
                     if needs == "operate" and principal.can_read
                     else "Your account may not use this dashboard.",
                 )

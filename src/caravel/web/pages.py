@@ -135,7 +135,15 @@ class Pages:
             )
         totals = {
             key: sum(getattr(c, key) for c in counts)
-            for key in ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+            for key in (
+                "ready",
+                "delayed",
+                "running",
+                "expired",
+                "dead_letter",
+                "completed",
+                "cancelled",
+            )
         }
         done_all = series(None, "completed")
         dead_all = series(None, "dead_lettered")
@@ -241,7 +249,10 @@ class Pages:
             result = None if stored is None else pretty_payload(stored)
         notice = {
             "replayed": "Replayed: the job is ready again with its attempts reset, and runs as "
-            "soon as a worker is free."
+            "soon as a worker is free.",
+            "cancelled": "Cancelled: the job will not run.",
+            "cancelled_running": "Cancelled: its worker is told and cancels the handler; "
+            "nothing the handler reports from now on changes the job.",
         }.get(request.query_params.get("notice", ""))
         return self.view.render(
             request,
@@ -255,6 +266,8 @@ class Pages:
             result=result,
             notice=notice,
             replay_url=self.job_url(request, job, "/replay"),
+            cancel_url=self.job_url(request, job, "/cancel"),
+            delete_url=self.job_url(request, job, "/delete"),
         )
 
     async def workers(self, request: Request) -> Response:

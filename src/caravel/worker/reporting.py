@@ -7,7 +7,7 @@ import logging
 
 from caravel import telemetry
 from caravel.jobs import ClaimedJob
-from caravel.worker.runner import Outcome
+from caravel.worker.runner import Abandoned, Outcome
 
 __all__ = ["OutcomeReport", "log_job", "logger"]
 
@@ -49,6 +49,9 @@ class OutcomeReport:
             dead=False,
             abandoned=reason,
         )
+        if outcome.abandoned is Abandoned.CANCELLED:  # an operator's doing, not a fault
+            log_job(logging.INFO, "job cancelled", claimed)
+            return
         log_job(logging.WARNING, "job abandoned without acknowledgement", claimed, reason=reason)
 
     def written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:

@@ -31,6 +31,7 @@ from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
 from caravel.validation import check_queue_name
 from caravel.worker.acknowledger import Acknowledger
+from caravel.worker.cancels import CancelWatch
 from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.leases import Leases
 from caravel.worker.pausing import PausedQueues
@@ -243,6 +244,7 @@ class QueueWorker(AsyncClosing):
         if interval is not None:
             gauges = QueueGaugeCollector(self.queue.store, self.queue.clock, interval)
             services.append(self._side_service(gauges.run(), "gauges"))
+        services.extend(self._cancel_services())
         listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
         if listener is not None:
             services.append(self._side_service(listener.run(), "listen"))
@@ -260,6 +262,18 @@ class QueueWorker(AsyncClosing):
             self._run_ended = True
         if self._fault is not None:
             raise self._fault
+
+    def _cancel_services(self) -> list[asyncio.Task[None]]:
+        """The loops that cancel handlers of jobs an operator cancelled: polling, and following
+        the store's pushed notices where it has them."""
+        watch = CancelWatch(
+            self.queue.store, self._watchdog, self.queue.clock, self.options.poll_interval
+        )
+        services = [self._side_service(watch.run(), "cancel-poll")]
+        notices = watch.notices()
+        if notices is not None:
+            services.append(self._side_service(watch.listen(notices), "cancel-listen"))
+        return services
 
     def _fetchers(self, names: Sequence[str]) -> list[Fetcher]:
         return [

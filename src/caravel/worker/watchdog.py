@@ -10,6 +10,9 @@ entry instead of a timer of its own. At that moment the loop:
 * or, when a renewal fails because the database failed, cancels the job's task with that error
   attached, so the job raises it and the worker stops.
 
+An operator's cancel of a running job (:mod:`caravel.worker.cancels` hears of it) ends the job's
+task the same way a lost lease does, through :meth:`LeaseWatchdog.cancel`.
+
 A renewed lease's next renewal is due one interval after the moment the renewal computed the new
 expiry, not after the renewal returned: a renewal slow to return must not push the next one
 towards (or past) the expiry.
@@ -44,6 +47,7 @@ class Abandoned(enum.StrEnum):
     LEASE_LOST = "lease_lost"
     LIFETIME_REACHED = "lifetime_reached"
     SHUTDOWN = "shutdown"
+    CANCELLED = "cancelled"
 
 
 @dataclass(eq=False, slots=True)
@@ -107,6 +111,16 @@ class LeaseWatchdog:
     def current_leases(self) -> dict[UUID, Lease]:
         """The lease, as last renewed, of every job still watched."""
         return {item[3].lease.job_id: item[3].lease for item in self._heap if item[3].active}
+
+    def cancel(self, job_id: UUID) -> bool:
+        """An operator cancelled the job ``job_id``: cancel its handler, as a lost lease does.
+        Whether this worker was running it."""
+        found = [
+            item[3] for item in self._heap if item[3].active and item[3].lease.job_id == job_id
+        ]
+        for entry in found:
+            self._abandon(entry, Abandoned.CANCELLED)
+        return bool(found)
 
     async def close(self) -> None:
         loop, self._loop = self._loop, None

@@ -102,6 +102,7 @@ class MemoryReader:
                 dead_letter=counted["dead_letter"],
                 completed=counted["completed"],
                 oldest_ready_due_ms=oldest.get(name),
+                cancelled=counted["cancelled"],
             )
             for name, counted in sorted(shown.items())
         ]

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
-from caravel.store.memory.reads import MemoryReader
+from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
 from caravel.store.protocol import (
     AllInserted,
@@ -61,7 +61,7 @@ _SOURCES: dict[ClaimSource, tuple[str, ...]] = {
 }
 
 
-class MemoryStore(MemoryReader):
+class MemoryStore(MemoryRemoval):
     """Every queue operation over one in-memory queue's tables, each atomic under their lock.
     Not durable, and per process (see the module docstring). Wake-ups within the process go
     through the queue's own hub, so :meth:`wakeups` has nothing to push."""

@@ -18,6 +18,7 @@ from caravel.store import queries
 from caravel.store.base import claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.plans import Plan, Step
+from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
@@ -204,9 +205,18 @@ class PostgresStore(InsertingStore):
         return int(plan[0]["Plan"]["Plan Rows"])
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
-        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        return listen(dsn, frozenset(queues))
+        return listen(self._listen_dsn(), frozenset(queues))
 
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str]:
-        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        return listen(dsn, frozenset(queues), QUEUES_CHANNEL)
+        return listen(self._listen_dsn(), frozenset(queues), QUEUES_CHANNEL)
+
+    def _listen_dsn(self) -> str:
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def _announce_cancelled(self, conn: AsyncConnection, job_ids: list[UUID]) -> None:
+        # Inside the cancel's transaction: the workers hear of it exactly when it commits.
+        for ids in notice_payloads(job_ids):
+            await conn.execute(CANCEL_NOTIFY, {"ids": ids})
+
+    def cancel_notices(self) -> AsyncIterator[UUID]:
+        return listen_cancels(self._listen_dsn())

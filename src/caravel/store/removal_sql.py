@@ -1,0 +1,147 @@
+"""Cancellation and deletion on the SQL stores: the statements, in portable SQLAlchemy Core, and
+the operations of :class:`~caravel.store.removal.RemovalStore` that run them.
+
+A cancel is one UPDATE: a waiting job and a running one alike end in ``cancelled`` with no
+``available_at`` (so no claim ever sees it again) and a new lease token (so the worker running
+it holds a stale lease: its completion, failure or renewal matches no row, exactly as after a
+takeover). Only a running job gets ``cancel_requested_at``, which is how the statement's
+returned rows say which jobs a worker must be told about. A delete removes finished rows only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from caravel.jobs import CancelOutcome, JobState
+from caravel.store.protocol import JobRef
+from caravel.store.queries import owned
+from caravel.store.removal import CANCELLABLE, DELETABLE, JobSelection
+from caravel.store.schema import jobs
+from caravel.store.transactions import ConnectionT, SqlTransactions
+
+__all__ = ["SqlRemoval", "cancel", "delete", "selected"]
+
+RUNNING = JobState.RUNNING.value
+CANCELLED = JobState.CANCELLED.value
+_CANCELLABLE = tuple(state.value for state in CANCELLABLE)
+_DELETABLE = tuple(state.value for state in DELETABLE)
+
+
+def selected(selection: JobSelection, *, deleting: bool) -> list[sa.ColumnElement[bool]]:
+    """The conditions of the rows a bulk cancel (or delete) of ``selection`` acts on. The
+    ``available_at`` test matches the partial index each kind of row is in (waiting and running
+    rows in the claim index, finished ones in the finished index)."""
+    allowed = _DELETABLE if deleting else _CANCELLABLE
+    states = [state.value for state in selection.states if state.value in allowed]
+    available = jobs.c.available_at.is_(None) if deleting else jobs.c.available_at.is_not(None)
+    conditions = [jobs.c.queue == selection.queue, jobs.c.state.in_(states), available]
+    if selection.job_type is not None:
+        conditions.append(jobs.c.job_type == selection.job_type)
+    if selection.tenant_id is not None:
+        conditions.append(jobs.c.tenant_id == selection.tenant_id)
+    if selection.before is not None:
+        age = jobs.c.finished_at if deleting else jobs.c.created_at
+        conditions.append(age < selection.before)
+    return conditions
+
+
+def _batch(conditions: list[sa.ColumnElement[bool]], limit: int) -> sa.ColumnElement[bool]:
+    """At most ``limit`` of the rows ``conditions`` match, in no set order: unsorted, the
+    database stops reading its index once it has found them (a row it takes leaves the
+    selection, so the next batch finds the next ones)."""
+    ids = sa.select(jobs.c.id).where(*conditions).limit(limit)
+    return jobs.c.id.in_(ids.scalar_subquery())
+
+
+def cancel(where: sa.ColumnElement[bool], now: int) -> sa.Update:
+    """Cancel the waiting or running rows ``where`` matches; returns each one's id and, for a
+    job that was running, ``cancel_requested_at`` (NULL for one that was waiting). The state is
+    tested again here, not only where the rows are picked: a row claimed in between is cancelled
+    as the running job it now is."""
+    return (
+        sa.update(jobs)
+        .where(where, jobs.c.state.in_(_CANCELLABLE))
+        .values(
+            state=CANCELLED,
+            available_at=None,
+            lease_expires_at=None,
+            finished_at=now,
+            cancel_requested_at=sa.case((jobs.c.state == RUNNING, now), else_=sa.null()),
+            lease_token=jobs.c.lease_token + 1,
+            updated_at=now,
+        )
+        .returning(jobs.c.id, jobs.c.cancel_requested_at)
+    )
+
+
+def delete(where: sa.ColumnElement[bool]) -> sa.Executable:
+    """Delete the finished rows ``where`` matches; returns their ids."""
+    return sa.delete(jobs).where(where, jobs.c.state.in_(_DELETABLE)).returning(jobs.c.id)
+
+
+class SqlRemoval(SqlTransactions[ConnectionT]):
+    """:class:`~caravel.store.removal.RemovalStore` for the SQL stores."""
+
+    async def _announce_cancelled(self, conn: ConnectionT, job_ids: list[UUID]) -> None:
+        """Tell the workers running ``job_ids`` that they were cancelled, inside the cancel's
+        transaction (PostgreSQL's NOTIFY); by default nothing: workers look by polling."""
+
+    async def _cancel_rows(self, conn: ConnectionT, statement: sa.Update) -> list[Any]:
+        rows = list(await conn.execute(statement))
+        running = [row.id for row in rows if row.cancel_requested_at is not None]
+        if running:
+            await self._announce_cancelled(conn, running)
+        return rows
+
+    async def job_cancel(self, ref: JobRef, now: int) -> CancelOutcome:
+        async with self._write("job_cancel") as conn:
+            rows = await self._cancel_rows(conn, cancel(owned(ref), now))
+            if rows:
+                was_running = rows[0].cancel_requested_at is not None
+                return CancelOutcome.CANCELLED_RUNNING if was_running else CancelOutcome.CANCELLED
+            found = await conn.execute(sa.select(jobs.c.state).where(owned(ref)))
+            if found.scalar_one_or_none() is None:
+                return CancelOutcome.NOT_FOUND
+            return CancelOutcome.ALREADY_FINISHED
+
+    async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
+        where = _batch(selected(selection, deleting=False), limit)
+        async with self._write("job_cancel_many") as conn:
+            return len(await self._cancel_rows(conn, cancel(where, now)))
+
+    async def job_delete(self, ref: JobRef) -> bool:
+        async with self._write("job_delete", single=True) as conn:
+            return (await conn.execute(delete(owned(ref)))).scalar_one_or_none() is not None
+
+    async def job_delete_many(self, selection: JobSelection, limit: int) -> int:
+        where = _batch(selected(selection, deleting=True), limit)
+        async with self._write("job_delete_many", single=True) as conn:
+            return len(list(await conn.execute(delete(where))))
+
+    async def job_count_selected(
+        self, selection: JobSelection, *, deleting: bool
+    ) -> dict[JobState, int]:
+        conditions = selected(selection, deleting=deleting)
+        stmt: sa.Select[Any] = (
+            sa.select(jobs.c.state, sa.func.count().label("jobs"))
+            .where(*conditions)
+            .group_by(jobs.c.state)
+            .order_by(jobs.c.state)
+        )
+        async with self._read("job_count_selected") as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {JobState(row.state): int(row.jobs) for row in rows}
+
+    async def job_cancelled_among(self, job_ids: Sequence[UUID]) -> set[UUID]:
+        if not job_ids:
+            return set()
+        stmt = sa.select(jobs.c.id).where(jobs.c.id.in_(job_ids), jobs.c.state == CANCELLED)
+        async with self._read("job_cancelled_among") as conn:
+            return set((await conn.execute(stmt)).scalars())
+
+    def cancel_notices(self) -> AsyncIterator[UUID] | None:
+        return None
