@@ -32,6 +32,7 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.store.prunes import PruneBatch, PruneRequest
 
 __all__ = ["InstrumentedStore", "instrumented"]
 
@@ -161,6 +162,10 @@ class InstrumentedStore:
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
         with self._span("job_throughput"):
             return await self.inner.job_throughput(query)
+
+    async def job_prune(self, request: PruneRequest) -> PruneBatch:
+        with self._span("job_prune"):
+            return await self.inner.job_prune(request)
 
     async def worker_register(self, worker: WorkerRecord) -> None:
         with self._span("worker_register"):

@@ -106,6 +106,13 @@ class Tables:
             self.keys[row.key] = row.id
         self.track(row)
 
+    def remove(self, row: JobRow) -> None:
+        """Delete ``row``, with its idempotency and claim index entries."""
+        del self.jobs[row.id]
+        if row.key is not None and self.keys.get(row.key) == row.id:
+            del self.keys[row.key]
+        self.live.get(row.queue, set()).discard(row.id)
+
     def track(self, row: JobRow) -> None:
         """Keep the claim index in step with ``row.available_at`` after any change to it."""
         if row.available_at is None:
