@@ -47,7 +47,9 @@ if TYPE_CHECKING:
     from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
+    from caravel.retention import Retention
     from caravel.store.protocol import QueueCounts
+    from caravel.store.prunes import PruneBatch
     from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
 
@@ -87,7 +89,9 @@ _HOMES = {
     "add_outbox": "caravel.outbox",
     "DatabaseQueue": "caravel.queue",
     "JobRegistry": "caravel.registry",
+    "Retention": "caravel.retention",
     "QueueCounts": "caravel.store.protocol",
+    "PruneBatch": "caravel.store.prunes",
     "SyncQueue": "caravel.sync",
     "FailureOutcome": "caravel.worker",
     "Leases": "caravel.worker",
@@ -131,11 +135,13 @@ __all__ = [
     "Outbox",
     "OutboxEnvelope",
     "OutboxRelay",
+    "PruneBatch",
     "QueueCounts",
     "QueueInspector",
     "QueueOptions",
     "QueueWorker",
     "RegistrationError",
+    "Retention",
     "SchemaNotReadyError",
     "StagedIntent",
     "StoreError",

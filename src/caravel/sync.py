@@ -11,6 +11,7 @@ thread, on the caller's connection, through the same statements (see
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -23,7 +24,9 @@ from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
+from caravel.retention import DEFAULT_PRUNE_BATCH, Retention
 from caravel.store.protocol import NewJob, Store
+from caravel.store.prunes import PruneBatch
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -151,3 +154,15 @@ class SyncQueue:
     def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
         """As :meth:`DatabaseQueue.replay <caravel.DatabaseQueue.replay>`."""
         return self.call(self.queue.replay, job_id, queue, tenant_id)
+
+    def prune(
+        self,
+        retention: Retention,
+        *,
+        queue: str | None = None,
+        limit: int = DEFAULT_PRUNE_BATCH,
+        dry_run: bool = False,
+    ) -> PruneBatch:
+        """As :meth:`DatabaseQueue.prune <caravel.DatabaseQueue.prune>`."""
+        prune = functools.partial(self.queue.prune, queue=queue, limit=limit, dry_run=dry_run)
+        return self.call(prune, retention)
