@@ -52,7 +52,7 @@ class Retention:
             age = getattr(self, name)
             if age is not None:
                 check_duration(
-                    name, age, _MIN_AGE, _MAX_AGE, "must be None or from 1 second to 100 years",
+                    name, age, _MIN_AGE, _MAX_AGE, "must be from 1 second to 100 years (or None)",
                     error=OptionsError,
                 )  # fmt: skip
 
