@@ -5,14 +5,15 @@ workers' scheduled pruner (:mod:`caravel.worker.pruner`) all run."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from caravel.clock import Clock, duration_ms
 from caravel.errors import ValidationError
-from caravel.retention import MAX_PRUNE_BATCH, Retention
+from caravel.retention import DEFAULT_PRUNE_PAUSE, MAX_PRUNE_BATCH, Retention
 from caravel.store.protocol import Store
 from caravel.store.prunes import PruneBatch, PruneRequest
-from caravel.validation import check_int, check_queue_name
+from caravel.validation import check_duration, check_int, check_queue_name
 
 __all__ = ["check_prune", "prune", "prune_request"]
 
@@ -37,8 +38,9 @@ def prune_request(
     )
 
 
-def check_prune(retention: object, queue: object, limit: object) -> None:
+def check_prune(retention: object, queue: object, limit: object, pause: object) -> None:
     """The arguments' rules, checked before anything is read or written."""
+    check_duration("pause", pause, timedelta(0), timedelta(seconds=10), "must be 0 to 10 seconds")
     if not isinstance(retention, Retention):
         raise ValidationError("retention", "must be a caravel.Retention")
     if queue is not None:
@@ -54,11 +56,15 @@ async def prune(
     queue: str | None,
     limit: int,
     dry_run: bool = False,
-    pause_s: float = 0.0,
+    pause: timedelta = DEFAULT_PRUNE_PAUSE,
 ) -> PruneBatch:
     """Prune in batches of at most ``limit`` rows until one comes back short (or another pruner
-    holds the lock: ``busy`` in the result), sleeping ``pause_s`` on ``clock`` between batches.
-    Returns the totals. A dry run counts everything that would go, in one read."""
+    holds the lock: ``busy`` in the result), ``pause`` apart. Returns the totals. A dry run
+    counts everything that would go, in one read.
+
+    The pause is real time, not the queue's clock: it leaves the database to other writers
+    (SQLite's busy handler retries a waiting claim every 100 ms or so, and a pruner starting its
+    next batch at once would win the lock again each time), which no test clock stands for."""
     if not retention.enabled:
         return PruneBatch()
     if dry_run:
@@ -75,5 +81,5 @@ async def prune(
         expired += batch.tombstones_deleted
         if batch.busy or batch.total < limit:
             return PruneBatch(deleted, tombstoned, expired, busy=batch.busy)
-        if pause_s > 0:
-            await clock.sleep(pause_s)
+        if pause:
+            await asyncio.sleep(pause.total_seconds())

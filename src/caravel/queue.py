@@ -10,6 +10,7 @@ queue through :class:`~caravel.inspector.QueueInspector`; workers hold leases th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -22,7 +23,7 @@ from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.registry import JobRegistry
-from caravel.retention import DEFAULT_PRUNE_BATCH, Retention
+from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.signals import WakeupHub
 from caravel.store import open_store
 from caravel.store.protocol import InsertResult, NewJob, Store
@@ -186,16 +187,25 @@ class DatabaseQueue(AsyncClosing):
         queue: str | None = None,
         limit: int = DEFAULT_PRUNE_BATCH,
         dry_run: bool = False,
+        pause: timedelta = DEFAULT_PRUNE_PAUSE,
     ) -> PruneBatch:
         """Remove finished jobs older than ``retention`` allows, from ``queue`` or every queue,
         in batches of at most ``limit`` rows (1 to 10,000), each its own short transaction.
-        A keyed job leaves a tombstone that keeps its key's duplicate protection until
-        ``retention.keys`` has passed; a keyless one is deleted. Returns the totals;
+        Batches are ``pause`` apart (0 to 10 s, default 150 ms), leaving the database to
+        workers in between. A keyed job leaves a tombstone that keeps its key's duplicate
+        protection until ``retention.keys`` has passed; a keyless one is deleted. Returns the
+        totals;
         ``dry_run`` only counts. ``busy`` in the result: another pruner is running, and this
         call stopped at once (nothing waits for it)."""
         from caravel import prune
 
-        prune.check_prune(retention, queue, limit)
+        prune.check_prune(retention, queue, limit, pause)
         return await prune.prune(
-            self.store, self.clock, retention, queue=queue, limit=limit, dry_run=dry_run
+            self.store,
+            self.clock,
+            retention,
+            queue=queue,
+            limit=limit,
+            dry_run=dry_run,
+            pause=pause,
         )

@@ -16,12 +16,20 @@ from datetime import timedelta
 from caravel.errors import OptionsError
 from caravel.validation import check_duration
 
-__all__ = ["DEFAULT_PRUNE_BATCH", "MAX_PRUNE_BATCH", "Retention", "content_hash"]
+__all__ = [
+    "DEFAULT_PRUNE_BATCH",
+    "DEFAULT_PRUNE_PAUSE",
+    "MAX_PRUNE_BATCH",
+    "Retention",
+    "content_hash",
+]
 
 #: Rows one prune batch touches at most by default, and at most at all: one batch is one short
 #: transaction, so a pruner never holds locks for long.
 DEFAULT_PRUNE_BATCH = 1_000
 MAX_PRUNE_BATCH = 10_000
+#: Between two batches: room for claims and acknowledgements (see caravel.prune.prune).
+DEFAULT_PRUNE_PAUSE = timedelta(milliseconds=150)
 
 _MIN_AGE = timedelta(seconds=1)
 _MAX_AGE = timedelta(days=36_500)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine, Iterable
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from uuid import UUID
@@ -24,7 +25,7 @@ from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
-from caravel.retention import DEFAULT_PRUNE_BATCH, Retention
+from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
 from caravel.store.prunes import PruneBatch
 
@@ -162,7 +163,10 @@ class SyncQueue:
         queue: str | None = None,
         limit: int = DEFAULT_PRUNE_BATCH,
         dry_run: bool = False,
+        pause: timedelta = DEFAULT_PRUNE_PAUSE,
     ) -> PruneBatch:
         """As :meth:`DatabaseQueue.prune <caravel.DatabaseQueue.prune>`."""
-        prune = functools.partial(self.queue.prune, queue=queue, limit=limit, dry_run=dry_run)
+        prune = functools.partial(
+            self.queue.prune, queue=queue, limit=limit, dry_run=dry_run, pause=pause
+        )
         return self.call(prune, retention)

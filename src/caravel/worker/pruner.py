@@ -1,6 +1,7 @@
-"""The workers' scheduled pruner: every ``prune_interval``, prune the queue under the worker's
-:class:`~caravel.retention.Retention` in bounded batches with a pause between them, so claims and
-acknowledgements get the database in between.
+"""The workers' scheduled pruner: every ``prune_interval`` (on the queue's clock),
+prune the queue under the worker's :class:`~caravel.retention.Retention` in bounded batches with
+a pause between them (150 ms, real time), so claims and acknowledgements get the database in
+between.
 
 Every worker with a retention may run one; only one prunes at a time. On PostgreSQL each batch's
 transaction takes an advisory lock and a worker that cannot get it skips this round. On SQLite
@@ -19,12 +20,9 @@ from caravel.retention import DEFAULT_PRUNE_BATCH, Retention
 from caravel.store.protocol import Store
 from caravel.store.prunes import PruneBatch
 
-__all__ = ["PRUNE_PAUSE", "Pruner"]
+__all__ = ["Pruner"]
 
 logger = logging.getLogger("caravel.worker")
-
-#: Seconds between two batches of one round: room for claims and acknowledgements.
-PRUNE_PAUSE = 0.05
 
 
 class Pruner:
@@ -66,7 +64,6 @@ class Pruner:
             self._retention,
             queue=None,
             limit=self._limit,
-            pause_s=PRUNE_PAUSE,
         )
         if done.total:
             logger.info(
