@@ -10,10 +10,11 @@ payload), so its entry in the idempotency index keeps settling repeats and confl
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from caravel.errors import OptionsError
+from caravel.errors import OptionsError, ValidationError
 from caravel.validation import check_duration
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "MAX_PRUNE_BATCH",
     "Retention",
     "content_hash",
+    "parse_age",
 ]
 
 #: Rows one prune batch touches at most by default, and at most at all: one batch is one short
@@ -79,3 +81,21 @@ def content_hash(job_type: str, payload: str) -> str:
     digest.update(kind)
     digest.update(payload.encode())
     return digest.hexdigest()
+
+
+_AGE = re.compile(r"^(\d+)([smhd]?)$")
+_UNITS = {"": "seconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_age(field: str, text: str | None) -> timedelta | None:
+    """An age as operators type it: ``7d``, ``12h``, ``30m``, ``90s`` or a bare number of
+    seconds; ``None`` or an empty text for none."""
+    if text is None or not text.strip():
+        return None
+    found = _AGE.match(text.strip())
+    if found is None:
+        raise ValidationError(field, "must be a whole number with an optional unit s, m, h or d")
+    try:
+        return timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
+    except OverflowError:
+        raise ValidationError(field, "is too large") from None

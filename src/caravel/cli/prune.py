@@ -5,7 +5,6 @@ passed; a keyless one is deleted. It counts first and asks, unless ``--yes``."""
 from __future__ import annotations
 
 import asyncio
-import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NothingPrunedError", "age", "prune_jobs"]
 
-_AGE = re.compile(r"^(\d+)([smhd]?)$")
-_UNITS = {"": "seconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _FLAGS = {
     "completed": "--completed",
     "cancelled": "--cancelled",
@@ -42,15 +39,9 @@ class NothingPrunedError(CommandFailed):
 
 def age(flag: str, text: str | None) -> timedelta | None:
     """``7d``, ``12h``, ``30m``, ``90s`` or a bare number of seconds."""
-    if text is None:
-        return None
-    found = _AGE.match(text.strip())
-    if found is None:
-        raise ValidationError(flag, "must be a whole number with an optional unit s, m, h or d")
-    try:
-        return timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
-    except OverflowError:
-        raise ValidationError(flag, "is too large") from None
+    from caravel.retention import parse_age
+
+    return parse_age(flag, text)
 
 
 def _flagged(exc: ValidationError) -> ValidationError:

@@ -31,6 +31,7 @@ from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.presentation import Renderer
+from caravel.web.prune_pages import PrunePages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
 from caravel.web.security import SecurityHeaders
@@ -64,6 +65,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/dead-letters/replay", "replay_selection_confirm", "operate"),
     RouteSpec("POST", "/dead-letters/replay", "replay_selection", "operate"),
     RouteSpec("GET", "/replays/{run_id}", "replay_progress", "operate"),
+    RouteSpec("GET", "/prune", "prune_confirm", "operate"),
+    RouteSpec("POST", "/prune", "prune", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
@@ -106,6 +109,7 @@ class Dashboard:
         self._guard = Guard(authorize, self._signer, self._view)
         pages = Pages(reader, self._view, assets, lost_after=lost_after)
         replay = ReplayPages(pages, writer, self.replays)
+        pruning = PrunePages(self._view, writer)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
@@ -116,6 +120,8 @@ class Dashboard:
             "replay_selection_confirm": replay.replay_selection_confirm,
             "replay_selection": replay.replay_selection,
             "replay_progress": replay.replay_progress,
+            "prune_confirm": pruning.prune_confirm,
+            "prune": pruning.prune,
             "workers": pages.workers,
             "static": pages.static,
         }

@@ -40,6 +40,9 @@ def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
         "replay_selection_confirm": Target("/dead-letters/replay?queue=webhooks"),
         "replay_selection": Target("/dead-letters/replay", {"queue": "webhooks"}),
         "replay_progress": Target(f"/replays/{run_id}"),
+        # Dead letters that finished over a second before the dashboard's now: all of them.
+        "prune_confirm": Target("/prune?dead_letter=1s"),
+        "prune": Target("/prune", {"dead_letter": "1s"}),
         "workers": Target("/workers"),
         "static": Target("/static/dashboard.css"),
     }
@@ -91,8 +94,9 @@ async def test_route_matrix(app: Dashboard, seeded: Seeded, user: str) -> None:
                 response = await client.get(target.path)
             else:
                 assert target.form is not None
-                # The best a refused user could send: a valid token, but the operator's.
-                token = await csrf_token(op, "/dead-letters/replay?queue=webhooks")
+                # The best a refused user could send: a valid token, but the operator's (from
+                # a page whose form is there whatever the earlier POSTs changed).
+                token = await csrf_token(op, "/prune?keys=36500d")
                 client.cookies.set(COOKIE, op.cookies[COOKIE])
                 response = await client.post(target.path, data={"csrf_token": token, **target.form})
                 client.cookies.clear()
@@ -120,7 +124,7 @@ def _post_cases(
     ]
 
 
-@pytest.mark.parametrize("action", ["replay_one", "replay_selection"])
+@pytest.mark.parametrize("action", ["replay_one", "replay_selection", "prune"])
 async def test_every_post_needs_the_token_of_its_own_cookie_and_principal(
     app: Dashboard, seeded: Seeded, action: str
 ) -> None:
