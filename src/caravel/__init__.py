@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         UnknownJobTypeError,
         ValidationError,
     )
-    from caravel.inspector import QueueInspector
+    from caravel.inspector import QueueInspector, QueuePause
     from caravel.jobs import (
         DEFAULT_TENANT,
         ClaimedJob,
@@ -71,6 +71,7 @@ _HOMES = {
     "UnknownJobTypeError": "caravel.errors",
     "ValidationError": "caravel.errors",
     "QueueInspector": "caravel.inspector",
+    "QueuePause": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
     "DispatchOptions": "caravel.jobs",
@@ -139,6 +140,7 @@ __all__ = [
     "QueueCounts",
     "QueueInspector",
     "QueueOptions",
+    "QueuePause",
     "QueueWorker",
     "RegistrationError",
     "Retention",

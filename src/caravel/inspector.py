@@ -9,7 +9,8 @@ database itself keeps read-only (SQLite ``mode=ro``, PostgreSQL
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -29,18 +30,27 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.tags import check_tag
 from caravel.validation import check_identifier, check_int, check_queue_name, check_wire_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-__all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector"]
+__all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector", "QueuePause"]
 
 #: The most jobs one listing returns, and the most it may skip.
 MAX_LIST_LIMIT = 10_000
 MAX_LIST_OFFSET = 1_000_000
 #: The most buckets one throughput read covers.
 MAX_BUCKETS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePause:
+    """A paused queue: no worker claims its jobs until it is resumed."""
+
+    queue: str
+    paused_at: datetime
 
 
 class QueueInspector(AsyncClosing):
@@ -85,6 +95,13 @@ class QueueInspector(AsyncClosing):
             check_queue_name(queue)
         return await self.store.queue_counts(queue, self.clock.now_ms())
 
+    async def paused_queues(self) -> list[QueuePause]:
+        """The queues paused now (:meth:`DatabaseQueue.pause_queue
+        <caravel.DatabaseQueue.pause_queue>`), by name, with when each was paused."""
+        return [
+            QueuePause(p.queue, from_ms(p.paused_at)) for p in await self.store.queue_list_paused()
+        ]
+
     async def list_jobs(
         self,
         *,
@@ -96,18 +113,23 @@ class QueueInspector(AsyncClosing):
         offset: int = 0,
         oldest_first: bool = False,
         shown_state: str | None = None,
+        tag: str | None = None,
     ) -> list[JobStatus]:
         """Recent jobs, newest first (oldest first with ``oldest_first``), without payloads.
         Every given filter must match. ``limit`` is 1 to 10000; ``offset`` skips that many
         matching jobs first, for paging (0 to 1000000). ``shown_state`` is one of the states
         :meth:`queue_counts` counts, judged now: ``ready`` (due), ``delayed`` (not due yet),
-        ``running`` (lease live), ``expired`` (lease ended), ``dead_letter``, ``completed``."""
+        ``running`` (lease live), ``expired`` (lease ended), ``dead_letter``, ``completed``.
+        ``tag`` keeps the jobs carrying that exact tag (it scans the rows the other filters
+        leave, so narrow by queue or state on a large table)."""
         if queue is not None:
             check_queue_name(queue)
         if tenant_id is not None:
             check_identifier(tenant_id, "tenant_id")
         if job_type is not None:
             check_wire_name(job_type, "job_type")
+        if tag is not None:
+            check_tag(tag)
         if state is not None and not isinstance(state, JobState):
             raise ValidationError("state", "must be a JobState")
         if shown_state is not None and shown_state not in SHOWN_STATES:
@@ -125,6 +147,7 @@ class QueueInspector(AsyncClosing):
                 oldest_first=bool(oldest_first),
                 shown=shown_state,
                 now=self.clock.now_ms(),
+                tag=tag,
             )
         )
 

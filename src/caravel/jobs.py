@@ -9,6 +9,7 @@ from datetime import datetime
 from uuid import UUID
 
 from caravel.clock import from_ms
+from caravel.tags import check_tags
 from caravel.validation import (
     check_identifier,
     check_max_attempts,
@@ -76,6 +77,11 @@ class DispatchOptions:
         not_before: an aware datetime; the job never runs earlier (stored to the millisecond,
             rounded up). ``None`` means due now.
         max_attempts: this job's attempt budget (1 to 100); ``None`` takes the queue default.
+        tags: labels for listings and filters, such as ``("billing", "customer:42")``: at most
+            16, each 1 to 64 characters of ``[a-z0-9:._-]``; a repeated tag is dropped. A list
+            is kept as a tuple. Tags are not payload (an idempotent repeat with other tags
+            returns the original job unchanged) and are shown to operators: never put secrets
+            in them.
     """
 
     queue: str
@@ -83,6 +89,7 @@ class DispatchOptions:
     idempotency_key: str | None = None
     not_before: datetime | None = None
     max_attempts: int | None = None
+    tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -93,6 +100,9 @@ class DispatchOptions:
             check_not_before(self.not_before)
         if self.max_attempts is not None:
             check_max_attempts(self.max_attempts)
+        if self.tags != ():
+            # Frozen: the checked, de-duplicated tuple replaces what was given.
+            object.__setattr__(self, "tags", check_tags(self.tags))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +135,8 @@ class JobStatus:
     finished_at: datetime | None
     lease_expires_at: datetime | None
     last_failure: str | None
+    tags: tuple[str, ...] = ()
+    """The labels the job was enqueued with (see :attr:`DispatchOptions.tags`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
 from caravel.registry import JobRegistration, JobRegistry
 from caravel.store.protocol import NewJob
+from caravel.tags import stored_tags
 
 __all__ = ["prepare_job", "prepare_jobs"]
 
@@ -122,6 +123,7 @@ def _new_job(
     now: int,
 ) -> NewJob:
     due = now if dispatch.not_before is None else to_ms_ceil(dispatch.not_before)
+    tags = dispatch.tags
     return NewJob(
         id=job_id,
         queue=dispatch.queue,
@@ -132,4 +134,5 @@ def _new_job(
         max_attempts=dispatch.max_attempts or options.max_attempts,
         due_at=due,
         created_at=now,
+        tags=stored_tags(tags) if tags else None,
     )

@@ -28,6 +28,7 @@ from caravel.signals import WakeupHub
 from caravel.store import open_store
 from caravel.store.protocol import InsertResult, NewJob, Store
 from caravel.store.prunes import PruneBatch
+from caravel.validation import check_queue_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -209,3 +210,19 @@ class DatabaseQueue(AsyncClosing):
             dry_run=dry_run,
             pause=pause,
         )
+
+    # ----- pausing queues (operator actions) -----------------------------------------------
+
+    async def pause_queue(self, queue: str) -> bool:
+        """Stop every worker, on every host, from claiming ``queue``'s jobs until
+        :meth:`resume_queue`. Enqueues still succeed (the jobs wait), and jobs already running
+        finish and are recorded as usual. Workers learn of it within their ``poll_interval``
+        (on PostgreSQL at once, through a notification). Returns ``False`` when the queue was
+        paused already (nothing changes)."""
+        check_queue_name(queue)
+        return await self.store.queue_pause(queue, self.clock.now_ms())
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Let workers claim ``queue``'s jobs again; ``False`` when it was not paused."""
+        check_queue_name(queue)
+        return await self.store.queue_resume(queue, self.clock.now_ms())

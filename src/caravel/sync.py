@@ -170,3 +170,13 @@ class SyncQueue:
             self.queue.prune, queue=queue, limit=limit, dry_run=dry_run, pause=pause
         )
         return self.call(prune, retention)
+
+    # ----- pausing queues ------------------------------------------------------------------
+
+    def pause_queue(self, queue: str) -> bool:
+        """As :meth:`DatabaseQueue.pause_queue <caravel.DatabaseQueue.pause_queue>`."""
+        return self.call(self.queue.pause_queue, queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        """As :meth:`DatabaseQueue.resume_queue <caravel.DatabaseQueue.resume_queue>`."""
+        return self.call(self.queue.resume_queue, queue)

@@ -238,6 +238,23 @@ def test_db(sqlite_seeded: str, command: str) -> None:
     assert found["current"] == found["head"]
 
 
+def test_queues(seeded: str) -> None:
+    paused = one_document(
+        run_cli("queues", "pause", "docs", "--url", seeded, "--json"), "caravel queues pause"
+    )
+    assert paused == {"queue": "docs", "paused": True, "changed": True}
+    listed = one_document(
+        run_cli("queues", "list", "--url", seeded, "--json"), "caravel queues list"
+    )
+    (row,) = listed["queues"]
+    assert (row["queue"], row["paused"]) == ("docs", True)
+    assert row["paused_at"] is not None
+    resumed = one_document(
+        run_cli("queues", "resume", "docs", "--url", seeded, "--json"), "caravel queues resume"
+    )
+    assert resumed == {"queue": "docs", "paused": False, "changed": True}
+
+
 def test_workers(sqlite_seeded: str, tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
@@ -286,6 +303,8 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
     args = [*command.split()[1:], "--url", f"sqlite:///{missing}"]
     if command == "caravel jobs show":
         args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
+    if command in ("caravel queues pause", "caravel queues resume"):
+        args.append("reports")
     if command == "caravel db current":
         args = ["db", "current", "--url", "sqlite://nope.db"]  # current of a missing file is none
     text = run_cli(*args)

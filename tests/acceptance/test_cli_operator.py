@@ -55,6 +55,7 @@ STATUS_FIELDS = {
     "finished_at",
     "lease_expires_at",
     "last_failure",
+    "tags",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
 import sqlalchemy as sa
@@ -177,13 +178,28 @@ def _unique_constraints(url: str) -> list[tuple[str, ...]]:
     return [tuple(c["column_names"]) for c in constraints]
 
 
+def _old_row(url: str, amount: int, key: str | None) -> UUID:
+    """Insert a ready ``Add(amount)`` job with the columns every revision has; its id."""
+    job_id = uuid4()
+    stored_id = str(job_id) if url.startswith("postgresql") else job_id.hex
+    key_sql = "NULL" if key is None else f"'{key}'"
+    execute_sql(
+        url,
+        f"INSERT INTO {JOBS} (id, queue, job_type, tenant_id, idempotency_key, payload, state,"
+        " attempt, max_attempts, due_at, available_at, lease_token, created_at, updated_at)"
+        f" VALUES ('{stored_id}', 'default', 'tests.add.v1', 'tenant-a', {key_sql},"
+        f' \'{{"amount":{amount},"note":""}}\', \'ready\', 0, 3, 1, 1, 0, 1, 1)',
+    )
+    return job_id
+
+
 async def test_upgrade_to_0004_keeps_jobs_and_still_settles_repeated_keys(empty_url: str) -> None:
     migrate.upgrade(empty_url, "0003")
     assert _idempotency_index(empty_url) is None
     assert _unique_constraints(empty_url) == [("queue", "tenant_id", "idempotency_key")]
-    async with open_queue(empty_url) as queue:
-        keyed = await queue.enqueue(Add(1), dispatch("order-1"))
-        keyless = [await queue.enqueue(Add(n), dispatch()) for n in (2, 3)]
+    # Rows as the code of revision 0003 wrote them (today's code writes today's columns).
+    keyed = _old_row(empty_url, 1, "order-1")
+    keyless = [_old_row(empty_url, n, None) for n in (2, 3)]
 
     migrate.upgrade(empty_url)
 
@@ -193,13 +209,13 @@ async def test_upgrade_to_0004_keeps_jobs_and_still_settles_repeated_keys(empty_
     async with open_queue(empty_url) as queue:
         again = await queue.enqueue(Add(1), dispatch("order-1"))
         assert again.already_enqueued
-        assert again.job_id == keyed.job_id
+        assert again.job_id == keyed
         other_tenant = await queue.enqueue(Add(1), dispatch("order-1", tenant="tenant-b"))
         assert not other_tenant.already_enqueued
         more = await queue.enqueue(Add(4), dispatch())
         assert not more.already_enqueued
-        for result in (keyed, *keyless):
-            assert await queue.get_status(result.job_id, "default", "tenant-a") is not None
+        for job_id in (keyed, *keyless):
+            assert await queue.get_status(job_id, "default", "tenant-a") is not None
     assert _rows(empty_url, f"SELECT COUNT(*) FROM {JOBS}") == [(5,)]
 
 

@@ -19,7 +19,9 @@ def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
     job = prepare_job(
         make_registry(), QueueOptions(), Add(5, note="n"), dispatch("key"), 1_700_000_000_123
     )
-    job = job._replace(trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000)
+    job = job._replace(
+        trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000, tags=",a,b:1,"
+    )
     copied = dict(zip((name for name, _ in COPY_COLUMNS), copy_row(job), strict=True))
     assert copied == SqlStore._row_values(job)
     # Every column the COPY names exists, and is sent in the binary format of its type.
@@ -46,6 +48,8 @@ def _job(n: int, key: str | None) -> NewJob:
     job = job._replace(trace_context=f'{{"traceparent":"00-{n}-2-01"}}')
     if n % 2:  # a delayed job, and one due now
         job = job._replace(due_at=1_700_000_009_000)
+    if n % 3:  # tagged, and untagged
+        job = job._replace(tags=f",batch,n:{n},")
     return job
 
 
@@ -67,7 +71,6 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "finished_at": None,
         "result": None,
         "error_class": None,
-        "tags": None,
         "snoozes": 0,
         "cancel_requested_at": None,
         "content_hash": None,

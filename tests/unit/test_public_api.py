@@ -38,6 +38,7 @@ PUBLIC_NAMES = [
     "QueueCounts",
     "QueueInspector",
     "QueueOptions",
+    "QueuePause",
     "QueueWorker",
     "RegistrationError",
     "Retention",

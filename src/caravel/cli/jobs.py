@@ -39,6 +39,10 @@ TypeFilter = Annotated[
     str | None,
     typer.Option("--type", metavar="WIRE_NAME", help="Only jobs of this wire name."),
 ]
+TagFilter = Annotated[
+    str | None,
+    typer.Option("--tag", metavar="TAG", help="Only jobs carrying this tag (exact match)."),
+]
 
 
 def _job_id(value: str) -> UUID:
@@ -49,7 +53,12 @@ def _job_id(value: str) -> UUID:
 
 
 def _filter(
-    queue: str | None, tenant: str | None, state: str | None, job_type: str | None, limit: int
+    queue: str | None,
+    tenant: str | None,
+    state: str | None,
+    job_type: str | None,
+    limit: int,
+    tag: str | None = None,
 ) -> dict[str, Any]:
     # The words of `caravel status` and the dashboard, judged when the command runs: a job not
     # due yet is "delayed", not "ready"; a running job whose lease ended is "expired".
@@ -59,13 +68,18 @@ def _filter(
     from caravel.validation import check_int
 
     check_int("--limit", limit, 1, MAX_LIST_LIMIT)
-    return {
+    found: dict[str, Any] = {
         "queue": queue,
         "tenant_id": tenant,
         "shown_state": state,
         "job_type": job_type,
         "limit": limit,
     }
+    if tag is not None:
+        from caravel.tags import check_tag
+
+        found["tag"] = check_tag(tag, "--tag")
+    return found
 
 
 @app.command("list")
@@ -82,6 +96,7 @@ def list_jobs(
         ),
     ] = None,
     job_type: TypeFilter = None,
+    tag: TagFilter = None,
     limit: Annotated[
         int, typer.Option(metavar="N", help="At most this many, newest first (1-10000).")
     ] = 50,
@@ -90,7 +105,7 @@ def list_jobs(
     """List jobs, newest first, without payloads. Read-only."""
 
     async def go() -> list[JobStatus]:
-        where = _filter(queue, tenant, state, job_type, limit)
+        where = _filter(queue, tenant, state, job_type, limit, tag)
         async with open_inspector(url) as reader:
             return await reader.list_jobs(**where)
 
@@ -178,6 +193,7 @@ def replay_dead(
     queue: QueueFilter = None,
     tenant: TenantFilter = None,
     job_type: TypeFilter = None,
+    tag: TagFilter = None,
     limit: Annotated[
         int, typer.Option(metavar="N", help="Replay at most this many (1-10000).")
     ] = 1000,
@@ -191,7 +207,7 @@ def replay_dead(
     """
 
     async def targets() -> list[tuple[UUID, str, str]]:
-        where = _filter(queue, tenant, "dead_letter", job_type, limit)
+        where = _filter(queue, tenant, "dead_letter", job_type, limit, tag)
         async with open_inspector(url) as reader:
             found = await reader.list_jobs(**where)
         return [(s.job_id, s.queue, s.tenant_id) for s in found]

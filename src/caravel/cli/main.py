@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from caravel.cli import db, jobs, outbox
+from caravel.cli import db, jobs, outbox, queues
 from caravel.cli.dashboard import dashboard
 from caravel.cli.options import CONTEXT
 from caravel.cli.status import status
@@ -20,7 +20,7 @@ _METAVARS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "list[str]": "TE
 
 app = typer.Typer(
     name="caravel",
-    help="Operate a Caravel job queue: migrations, workers, status and dead letters.",
+    help="Operate a Caravel job queue: migrations, workers, status, dead letters and pauses.",
     no_args_is_help=True,
     add_completion=False,
     context_settings=CONTEXT,
@@ -29,6 +29,7 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(jobs.app, name="jobs")
+app.add_typer(queues.app, name="queues")
 app.command()(status)
 app.command()(workers)
 app.command()(worker)
@@ -56,7 +57,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    """Operate a Caravel job queue: migrations, workers, status and dead letters."""
+    """Operate a Caravel job queue: migrations, workers, status, dead letters and pauses."""
 
 
 def command() -> Any:  # Typer's Click command (its own copy of Click in newer releases)

@@ -43,6 +43,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
         table.add_column(name)
     table.add_column("created (UTC)")
     table.add_column("failure")
+    table.add_column("tags")
     for s in statuses:
         cells = (
             str(s.job_id),
@@ -53,6 +54,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
             f"{s.attempt}/{s.max_attempts}",
             utc(s.created_at),
             s.last_failure or "",
+            ", ".join(s.tags),
         )
         # Text cells: a tenant id like "[bold]x" is shown as typed, never read as markup.
         table.add_row(*(Text(cell) for cell in cells))

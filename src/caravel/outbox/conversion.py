@@ -5,12 +5,17 @@ The shared fields copy across unchanged. ``due_at`` and ``max_attempts`` are kep
 dispatch set them: ``None`` leaves them to the queue, which fills them in when the relay creates
 the job (due then, the queue's default budget). The job is created at relay time, and the trace
 context travels with the intent, so the request that staged it continues into the job.
+
+Tags do not cross: the outbox table is the application's, created by its own migrations, and has
+no column for them. Staging a dispatch with tags is refused rather than relaying an untagged job
+the caller believes is tagged.
 """
 
 from __future__ import annotations
 
 from typing import TypeVar
 
+from caravel.errors import ValidationError
 from caravel.jobs import DispatchOptions
 from caravel.outbox.table import OutboxEnvelope
 from caravel.store.outbox import PendingEnvelope
@@ -29,7 +34,11 @@ def envelope_for(
     staged_at: int,
     trace_context: str | None,
 ) -> E:
-    """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``."""
+    """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
+    Raises :class:`~caravel.errors.ValidationError` (``tags``) when the dispatch has tags."""
+    if dispatch.tags:
+        rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
+        raise ValidationError("tags", rule)
     return model(
         id=job.id,
         queue=job.queue,

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import queries
+from caravel.store.pausing import PausingStore
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
@@ -49,7 +50,7 @@ from caravel.store.rows import (
     worker_row,
 )
 from caravel.store.schema import jobs, workers
-from caravel.store.transactions import ConnectionT, SqlTransactions
+from caravel.store.transactions import ConnectionT
 
 __all__ = ["SqlStore", "claimed_from_rows"]
 
@@ -58,7 +59,7 @@ DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
 
 
-class SqlStore(SqlTransactions[ConnectionT]):
+class SqlStore(PausingStore[ConnectionT]):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
     :meth:`_transaction` provides."""
 
@@ -336,6 +337,9 @@ class SqlStore(SqlTransactions[ConnectionT]):
         return revision
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        return None
+
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return None
 
     # ----- inserts in a transaction the caller owns (caravel.store.joined) -----------------

@@ -26,6 +26,7 @@ from caravel.store.protocol import (
     JobFilter,
     JobRef,
     NewJob,
+    PausedQueue,
     QueueCounts,
     Store,
     ThroughputBucket,
@@ -166,6 +167,21 @@ class InstrumentedStore:
     async def job_prune(self, request: PruneRequest) -> PruneBatch:
         with self._span("job_prune"):
             return await self.inner.job_prune(request)
+
+    async def queue_pause(self, queue: str, now: int) -> bool:
+        with self._span("queue_pause"):
+            return await self.inner.queue_pause(queue, now)
+
+    async def queue_resume(self, queue: str, now: int) -> bool:
+        with self._span("queue_resume"):
+            return await self.inner.queue_resume(queue, now)
+
+    async def queue_list_paused(self) -> list[PausedQueue]:
+        with self._span("queue_list_paused"):
+            return await self.inner.queue_list_paused()
+
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        return self.inner.queue_changes(queues)
 
     async def worker_register(self, worker: WorkerRecord) -> None:
         with self._span("worker_register"):

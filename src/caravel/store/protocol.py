@@ -35,6 +35,7 @@ __all__ = [
     "JobFilter",
     "JobRef",
     "NewJob",
+    "PausedQueue",
     "QueueCounts",
     "ReadStore",
     "ShownState",
@@ -60,6 +61,8 @@ class NewJob(NamedTuple):
     due_at: int
     created_at: int
     trace_context: str | None = None
+    #: The ``tags`` column's text (``,a,b,``, see :mod:`caravel.tags`), or ``None``.
+    tags: str | None = None
 
 
 class InsertOutcome(NamedTuple):
@@ -181,6 +184,14 @@ class QueueCounts:
     """When the oldest job that is due now became due (ms since the epoch), if any."""
 
 
+@dataclass(frozen=True, slots=True)
+class PausedQueue:
+    """A queue paused at ``paused_at`` (ms): workers claim none of its jobs until resumed."""
+
+    queue: str
+    paused_at: int
+
+
 #: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and
 #: ``delayed`` before; a RUNNING one is ``running`` while its lease lasts and ``expired`` from the
 #: moment it ends (as :meth:`Store.queue_counts` counts them).
@@ -214,6 +225,8 @@ class JobFilter:
     shown: ShownState | None = None
     """One of the states the operator tools show, judged at ``now``: see :data:`ShownState`."""
     now: int = 0
+    tag: str | None = None
+    """Only jobs carrying this tag (exactly: a tag never matches inside another)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +310,10 @@ class ReadStore(Protocol):
         """Workers whose last heartbeat is at or after ``since``, newest first."""
         ...
 
+    async def queue_list_paused(self) -> list[PausedQueue]:
+        """Every paused queue, by name. A queue never paused, or resumed since, is absent."""
+        ...
+
     async def schema_revision(self) -> str | None:
         """The applied migration revision, or ``None`` when the queue was never migrated."""
         ...
@@ -358,6 +375,19 @@ class Store(ReadStore, Protocol):
 
     async def job_prune(self, request: PruneRequest) -> PruneBatch:
         """One bounded prune batch in its own short transaction; live jobs are never touched."""
+        ...
+
+    async def queue_pause(self, queue: str, now: int) -> bool:
+        """Pause ``queue`` for every worker; false (``paused_at`` kept) if it was paused."""
+        ...
+
+    async def queue_resume(self, queue: str, now: int) -> bool:
+        """Let workers claim ``queue`` again; false when it was not paused."""
+        ...
+
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        """Names among ``queues`` as their pauses and resumes commit, where the database can
+        push them (PostgreSQL's NOTIFY); ``None`` where workers poll instead."""
         ...
 
     async def worker_register(self, worker: WorkerRecord) -> None:

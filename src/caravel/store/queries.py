@@ -247,6 +247,9 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
         conditions.append(jobs.c.job_type == where.job_type)
     if where.shown is not None:
         conditions.append(_shown(where.shown, where.now))
+    if where.tag is not None:
+        # LIKE '%,tag,%' with '_' escaped: the stored ",a,b," matches whole tags only.
+        conditions.append(jobs.c.tags.contains(f",{where.tag},", autoescape=True))
     order = (
         (jobs.c.created_at.asc(), jobs.c.id.asc())
         if where.oldest_first

@@ -17,6 +17,7 @@ from caravel.store.protocol import (
     WorkerRecord,
 )
 from caravel.store.schema import jobs
+from caravel.tags import tags_from
 
 __all__ = [
     "CLAIM_RETURNING",
@@ -50,6 +51,7 @@ STATUS_COLUMNS = (
     jobs.c.finished_at,
     jobs.c.lease_expires_at,
     jobs.c.last_failure,
+    jobs.c.tags,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -90,6 +92,7 @@ def status_from_row(row: Any) -> JobStatus:
         finished_at=_optional_time(row.finished_at),
         lease_expires_at=_optional_time(row.lease_expires_at),
         last_failure=row.last_failure,
+        tags=tags_from(row.tags),
     )
 
 
@@ -201,6 +204,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "created_at": job.created_at,
         "updated_at": job.created_at,
         "trace_context": job.trace_context,
+        "tags": job.tags,
     }
 
 
@@ -220,4 +224,5 @@ _JOB_ROW_COLUMNS = (
     "created_at",
     "updated_at",
     "trace_context",
+    "tags",
 )

@@ -3,10 +3,11 @@ the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection and writes only
-to replay dead letters. Every route is listed in :data:`ROUTES` with the permission it needs,
-and one guard (:mod:`caravel.web.guard`) checks that permission (and, for a POST, the
-anti-forgery token) before any page (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`)
-runs. Every answer passes :class:`~caravel.web.security.SecurityHeaders`.
+to replay dead letters and to pause or resume queues. Every route is listed in :data:`ROUTES`
+with the permission it needs, and one guard (:mod:`caravel.web.guard`) checks that permission
+(and, for a POST, the anti-forgery token) before any page (:mod:`caravel.web.pages`,
+:mod:`caravel.web.replay_pages`, :mod:`caravel.web.pausing_pages`) runs. Every answer passes
+:class:`~caravel.web.security.SecurityHeaders`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from caravel.web.auth import Authorize, remember_principal
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
+from caravel.web.pausing_pages import PausingPages
 from caravel.web.presentation import Renderer
 from caravel.web.prune_pages import PrunePages
 from caravel.web.replay import ReplayRuns
@@ -67,6 +69,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/replays/{run_id}", "replay_progress", "operate"),
     RouteSpec("GET", "/prune", "prune_confirm", "operate"),
     RouteSpec("POST", "/prune", "prune", "operate"),
+    RouteSpec("GET", "/queues/{queue}/pause", "pause_confirm", "operate"),
+    RouteSpec("POST", "/queues/{queue}/pause", "pause", "operate"),
+    RouteSpec("GET", "/queues/{queue}/resume", "resume_confirm", "operate"),
+    RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
@@ -110,6 +116,7 @@ class Dashboard:
         pages = Pages(reader, self._view, assets, lost_after=lost_after)
         replay = ReplayPages(pages, writer, self.replays)
         pruning = PrunePages(self._view, writer)
+        pausing = PausingPages(self._view, writer)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
@@ -122,6 +129,10 @@ class Dashboard:
             "replay_progress": replay.replay_progress,
             "prune_confirm": pruning.prune_confirm,
             "prune": pruning.prune,
+            "pause_confirm": pausing.pause_confirm,
+            "pause": pausing.pause,
+            "resume_confirm": pausing.resume_confirm,
+            "resume": pausing.resume,
             "workers": pages.workers,
             "static": pages.static,
         }

@@ -35,7 +35,7 @@ class Principal:
         name: shown in the page header, and part of the anti-forgery token, so a token issued
             to one principal is refused for another. Never used to look anything up.
         can_read: see the pages: queue counts, jobs, dead letters, workers.
-        can_operate: replay dead letters (one, or a filtered selection).
+        can_operate: replay dead letters (one, or a filtered selection), pause and resume queues.
         can_see_payloads: see job payloads on the job page. Payloads may hold personal data.
     """
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from caravel.errors import ValidationError
 from caravel.store.protocol import SHOWN_STATES, ShownState
+from caravel.tags import check_tag
 from caravel.validation import check_identifier, check_queue_name, check_wire_name
 
 __all__ = ["PER_PAGE_CHOICES", "Filters", "Paging", "clamp_int", "parse_filters", "parse_paging"]
@@ -39,6 +40,8 @@ class Filters:
     state: ShownState | None = None
     """In ``caravel status``'s words (``delayed``, ``expired``, ...), judged at the page's now."""
     job_type: str | None = None
+    tag: str | None = None
+    """A tag the jobs must carry (exactly)."""
 
     def query(self) -> dict[str, str]:
         """The filters as URL query parameters (only those given)."""
@@ -47,6 +50,7 @@ class Filters:
             "tenant": self.tenant,
             "state": self.state,
             "type": self.job_type,
+            "tag": self.tag,
         }
         return {name: value for name, value in found.items() if value is not None}
 
@@ -72,6 +76,7 @@ def parse_filters(
     queue = _text(values, "queue")
     tenant = _text(values, "tenant", strip=False)
     job_type = _text(values, "type")
+    tag = _text(values, "tag")
     state_text = _text(values, "state") if with_state else None
     try:
         if queue is not None:
@@ -91,13 +96,19 @@ def parse_filters(
     except ValidationError as exc:
         problems.append(f"Job type: {exc.rule}.")
         job_type = None
+    try:
+        if tag is not None:
+            check_tag(tag)
+    except ValidationError as exc:
+        problems.append(f"Tag: {exc.rule}.")
+        tag = None
     state: ShownState | None = None
     if state_text is not None:
         if state_text in SHOWN_STATES:
             state = state_text
         else:
             problems.append("State: must be " + ", ".join(SHOWN_STATES) + ".")
-    return Filters(queue=queue, tenant=tenant, state=state, job_type=job_type), problems
+    return Filters(queue=queue, tenant=tenant, state=state, job_type=job_type, tag=tag), problems
 
 
 @dataclass(frozen=True, slots=True)

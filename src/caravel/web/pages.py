@@ -44,6 +44,13 @@ BUCKET = timedelta(minutes=5)
 
 _WORKER_STATES: tuple[str, ...] = ("running", "lost", "stopped")
 
+#: What the overview says after a pause or resume redirects to it.
+PAUSE_NOTICES = {
+    "paused": "Paused: workers claim none of its jobs until it is resumed; jobs already "
+    "running finish.",
+    "resumed": "Resumed: workers claim its jobs again.",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Listing:
@@ -83,9 +90,10 @@ class Pages:
         counts = await self.reader.queue_counts()
         flows = await self.reader.throughput(window=WINDOW, bucket=BUCKET)
         workers = await self.reader.list_workers(lost_after=self.lost_after)
+        paused = {p.queue: p.paused_at for p in await self.reader.paused_queues()}
         now_ms = self.reader.clock.now_ms()
         starts = _bucket_starts(flows, now_ms)
-        names = sorted({c.queue for c in counts} | {b.queue for b in flows})
+        names = sorted({c.queue for c in counts} | {b.queue for b in flows} | set(paused))
         by_queue = {c.queue: c for c in counts}
         flow = {(b.queue, b.start): b for b in flows}
         minutes = int(BUCKET / timedelta(minutes=1))
@@ -109,6 +117,7 @@ class Pages:
             rows.append(
                 {
                     "counts": c,
+                    "paused_at": paused.get(name),
                     "oldest_wait": None if oldest is None else span(oldest / 1000),
                     "spark_done": sparkline(
                         series(name, "completed"),
@@ -152,6 +161,7 @@ class Pages:
             dead_total=dead_all.total,
             worker_states=states,
             bucket_minutes=minutes,
+            notice=PAUSE_NOTICES.get(request.query_params.get("notice", "")),
         )
 
     def listing(self, kind: Listing) -> Handler:
@@ -167,6 +177,7 @@ class Pages:
                 state=kind.only,
                 shown_state=filters.state,
                 job_type=filters.job_type,
+                tag=filters.tag,
                 limit=paging.per_page + 1,
                 offset=paging.offset,
                 oldest_first=paging.oldest_first,

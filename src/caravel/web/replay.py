@@ -30,13 +30,14 @@ KEEP_RUNS = 20
 
 async def count_dead_letters(reader: QueueInspector, filters: Filters) -> int:
     """How many dead letters match ``filters``, counting at most :data:`MAX_SELECTION`."""
-    if filters.tenant is None and filters.job_type is None:
+    if filters.tenant is None and filters.job_type is None and filters.tag is None:
         counts = await reader.queue_counts(filters.queue)
         return min(sum(c.dead_letter for c in counts), MAX_SELECTION)
     found = await reader.list_jobs(
         queue=filters.queue,
         tenant_id=filters.tenant,
         job_type=filters.job_type,
+        tag=filters.tag,
         state=JobState.DEAD_LETTER,
         limit=MAX_SELECTION,
     )
@@ -97,6 +98,7 @@ class ReplayRuns:
                     queue=f.queue,
                     tenant_id=f.tenant,
                     job_type=f.job_type,
+                    tag=f.tag,
                     state=JobState.DEAD_LETTER,
                     limit=min(CHUNK, run.total - run.processed),
                     oldest_first=True,

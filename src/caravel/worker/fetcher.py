@@ -30,6 +30,7 @@ from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.signals import WakeupHub
 from caravel.worker.leases import Leases
+from caravel.worker.pausing import PausedQueues
 
 __all__ = ["Fetcher", "Slots"]
 
@@ -94,8 +95,11 @@ class Fetcher:
         clock: Clock,
         push: bool,
         stopping: asyncio.Event,
+        paused: PausedQueues | None = None,
     ) -> None:
         self.queue = queue
+        #: The worker's paused set: nothing is claimed from this queue while it is in it.
+        self._paused = paused
         self._leases = leases
         self._slots = slots
         self._wakeups = wakeups
@@ -119,6 +123,10 @@ class Fetcher:
                 await self._slots.freed()
                 continue
             event.clear()
+            if self._paused is not None and self.queue in self._paused:
+                # Claim nothing; a resume, once read, signals the event (as a wake-up does).
+                await self._wakeups.wait(self.queue, self._longest, self._clock.sleep)
+                continue
             asked, claimed, _ = await self._step(ready_first=woken)
             woken = False
             if claimed:

@@ -33,6 +33,7 @@ from caravel.validation import check_queue_name
 from caravel.worker.acknowledger import Acknowledger
 from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.leases import Leases
+from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
 from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport, log_job, logger
@@ -121,6 +122,12 @@ class QueueWorker(AsyncClosing):
             heartbeat_interval=self.options.heartbeat_interval,
             in_flight=lambda: len(self._slots.tasks),
         )
+        self._paused = PausedQueues(
+            queue.store,
+            queue.clock,
+            queue.wakeups,
+            poll_seconds=self.options.poll_interval.total_seconds(),
+        )
         self._stop_requested = asyncio.Event()
         self._cancel_now = asyncio.Event()
         self._fault: BaseException | None = None
@@ -145,6 +152,12 @@ class QueueWorker(AsyncClosing):
         return len(self._slots.tasks)
 
     @property
+    def paused(self) -> frozenset[str]:
+        """The queues of :meth:`run` this worker found paused when it last read (see
+        :meth:`DatabaseQueue.pause_queue <caravel.DatabaseQueue.pause_queue>`)."""
+        return self._paused.paused
+
+    @property
     def lost_acknowledgements(self) -> int:
         """Outcomes a newer lease fenced off since the worker was built."""
         return self._report.lost_acknowledgements
@@ -161,8 +174,11 @@ class QueueWorker(AsyncClosing):
 
     async def step(self, queue: str) -> Step | None:
         """:meth:`run_once`, saying what it ran: the claimed job and its outcome (``None`` when
-        nothing was due). ``caravel.testing.drain`` reports runs through this."""
+        nothing was due, or ``queue`` is paused: read afresh on every call).
+        ``caravel.testing.drain`` reports runs through this."""
         check_queue_name(queue)
+        if await self._paused.paused_now(queue):
+            return None
         claimed = await self.leases.claim(queue)
         if claimed is None:
             return None
@@ -219,7 +235,9 @@ class QueueWorker(AsyncClosing):
         self.threads_at_stop = self.threads_abandoned = 0
         await self.queue.check_schema()
         await self._presence.register(names)
+        await self._paused.refresh(names)  # before the first claim
         services = [self._service(f.run(), f"fetch-{f.queue}") for f in self._fetchers(names)]
+        services.append(self._service(self._paused.run(), "paused"))
         services.append(self._side_service(self._presence.run(), "heartbeat"))
         interval = self.options.queue_metrics_interval
         if interval is not None:
@@ -260,6 +278,7 @@ class QueueWorker(AsyncClosing):
                 clock=self.queue.clock,
                 push=self.queue.store.supports_listen_notify,
                 stopping=self._stop_requested,
+                paused=self._paused,
             )
             for name in names
         ]

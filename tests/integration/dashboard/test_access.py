@@ -43,6 +43,10 @@ def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
         # Dead letters that finished over a second before the dashboard's now: all of them.
         "prune_confirm": Target("/prune?dead_letter=1s"),
         "prune": Target("/prune", {"dead_letter": "1s"}),
+        "pause_confirm": Target("/queues/emails/pause"),
+        "pause": Target("/queues/emails/pause", {"queue": "emails"}),
+        "resume_confirm": Target("/queues/emails/resume"),
+        "resume": Target("/queues/emails/resume", {"queue": "emails"}),
         "workers": Target("/workers"),
         "static": Target("/static/dashboard.css"),
     }
@@ -62,6 +66,10 @@ def _expected(spec: RouteSpec, user: str) -> int:
 
 async def _dead_letters(app: Dashboard) -> int:
     return sum(c.dead_letter for c in await app.reader.queue_counts())
+
+
+async def _paused(app: Dashboard) -> list[str]:
+    return [p.queue for p in await app.reader.paused_queues()]
 
 
 async def _start_run(app: Dashboard, queue: str) -> str:
@@ -90,13 +98,14 @@ async def test_route_matrix(app: Dashboard, seeded: Seeded, user: str) -> None:
         for spec in ROUTES:
             target = targets[spec.name]
             before = await _dead_letters(app)
+            paused_before = await _paused(app)
             if spec.method == "GET":
                 response = await client.get(target.path)
             else:
                 assert target.form is not None
-                # The best a refused user could send: a valid token, but the operator's (from
-                # a page whose form is there whatever the earlier POSTs changed).
-                token = await csrf_token(op, "/prune?keys=36500d")
+                # The best a refused user could send: a valid token, but the operator's.
+                # (A confirmation page that always has its form: the replay pages' may not.)
+                token = await csrf_token(op, "/queues/emails/pause")
                 client.cookies.set(COOKIE, op.cookies[COOKIE])
                 response = await client.post(target.path, data={"csrf_token": token, **target.form})
                 client.cookies.clear()
@@ -105,6 +114,7 @@ async def test_route_matrix(app: Dashboard, seeded: Seeded, user: str) -> None:
             assert response.status_code == expected, (spec, user, response.text[:400])
             if expected in (401, 403):
                 assert await _dead_letters(app) == before, f"{spec} changed state for {user}"
+                assert await _paused(app) == paused_before, f"{spec} paused for {user}"
                 assert "otto@example.com" not in response.text
             if expected == 401:
                 assert "Sign in first" in response.text
@@ -162,6 +172,49 @@ async def test_every_post_needs_the_token_of_its_own_cookie_and_principal(
         assert await _dead_letters(app) < before
 
 
+@pytest.mark.parametrize("action", ["pause", "resume"])
+async def test_a_pause_or_resume_needs_the_token_of_its_own_cookie_and_principal(
+    app: Dashboard, action: str
+) -> None:
+    path = f"/queues/emails/{action}"
+    if action == "resume":
+        await app.writer.pause_queue("emails")
+    async with client_for(app, "operator") as op:
+        token = await csrf_token(op, path)
+        cookie = op.cookies[COOKIE]
+        forged = app._signer.token(cookie, "rita@example.com")
+        before = await _paused(app)
+        for name, case in _post_cases(token, forged):
+            data = {"queue": "emails", **case(op)["data"]}  # type: ignore[dict-item]
+            if name == "token without its cookie":
+                op.cookies.clear()
+            response = await op.post(path, data=data)
+            if name == "token without its cookie":
+                op.cookies.set(COOKIE, cookie)
+            assert response.status_code == 403, name
+            assert "The form has expired" in response.text, name
+            assert await _paused(app) == before, name
+        mismatched = await op.post(path, data={"csrf_token": token, "queue": "reports"})
+        assert mismatched.status_code == 400  # the form names another queue than the path
+        assert await _paused(app) == before
+        response = await op.post(path, data={"csrf_token": token, "queue": "emails"})
+        assert response.status_code == 303
+        assert response.headers["location"] == f"/?notice={action}d"
+    assert await _paused(app) == (["emails"] if action == "pause" else [])
+
+
+async def test_a_bad_queue_name_in_the_path_is_refused_and_nothing_changes(app: Dashboard) -> None:
+    async with client_for(app, "operator") as op:
+        token = await csrf_token(op, "/queues/emails/pause")
+        confirm = await op.get("/queues/Not%20A%20Queue/pause")
+        response = await op.post(
+            "/queues/Not%20A%20Queue/pause", data={"csrf_token": token, "queue": "Not A Queue"}
+        )
+    assert (confirm.status_code, response.status_code) == (400, 400)
+    assert "Invalid queue" in response.text
+    assert await _paused(app) == []
+
+
 async def test_the_anti_forgery_cookie_is_http_only_strict_and_scoped(app: Dashboard) -> None:
     async with client_for(app, "operator") as op:
         response = await op.get("/dead-letters")
@@ -175,6 +228,9 @@ async def test_the_anti_forgery_cookie_is_http_only_strict_and_scoped(app: Dashb
     assert "set-cookie" not in response.headers, "read-only users get no token"
     assert "csrf_token" not in response.text
     assert "Replay" not in response.text
+    async with client_for(app, "reader") as reader:
+        overview = await reader.get("/")
+    assert "/pause" not in overview.text, "read-only users get no pause action"
 
 
 # ----- the loopback-only default ----------------------------------------------------------

@@ -430,3 +430,32 @@ async def test_mounted_under_a_prefix_every_link_and_form_keeps_it(
     status = await ops.reader.get_status(dead.job_id, dead.queue, dead.tenant_id)
     assert status is not None
     assert status.state is JobState.READY
+
+
+async def test_an_operator_pauses_and_resumes_a_queue_from_the_overview(
+    operator: httpx.AsyncClient, seeded: Seeded, app: Dashboard
+) -> None:
+    await app.writer.pause_queue("idle")  # paused with no jobs at all: still listed
+    page = (await operator.get("/")).text
+    assert _cell(page, "idle", "paused").startswith("paused since")
+    assert _cell(page, "emails", "paused") == "running"
+    assert 'href="/queues/emails/pause">Pause</a>' in page
+    assert 'href="/queues/idle/resume">Resume</a>' in page
+
+    confirm = await operator.get("/queues/emails/pause")
+    assert "Pause queue <strong>emails</strong> for every worker?" in confirm.text
+    token = await csrf_token(operator, "/queues/emails/pause")
+    form = {"csrf_token": token, "queue": "emails"}
+    done = await operator.post("/queues/emails/pause", data=form)
+    assert (done.status_code, done.headers["location"]) == (303, "/?notice=paused")
+    after = (await operator.get(done.headers["location"])).text
+    assert "Paused: workers claim none of its jobs" in after
+    assert _cell(after, "emails", "paused").startswith("paused since")
+    # Counts are as before: pausing moves no job.
+    assert _cell(after, "emails", "ready") == str(seeded.counts["emails"]["ready"])
+
+    again = await operator.post("/queues/emails/pause", data=form)
+    assert again.status_code == 303  # already paused: as asked, nothing changes
+    resumed = await operator.post("/queues/emails/resume", data=form)
+    assert resumed.headers["location"] == "/?notice=resumed"
+    assert [p.queue for p in await app.reader.paused_queues()] == ["idle"]

@@ -241,6 +241,8 @@ WRITE_OPERATIONS = (
     "job_replay",
     "worker_register",
     "worker_heartbeat",
+    "queue_pause",
+    "queue_resume",
 )
 
 

@@ -16,6 +16,7 @@ from caravel.store.memory.tables import JobRow, Tables
 from caravel.store.protocol import (
     JobFilter,
     JobRef,
+    PausedQueue,
     QueueCounts,
     ThroughputBucket,
     ThroughputQuery,
@@ -134,6 +135,10 @@ class MemoryReader:
             heard.sort(key=lambda row: (row.started_at, row.id), reverse=True)
             return [worker_from_row(row) for row in heard[:_WORKER_LIST_LIMIT]]
 
+    async def queue_list_paused(self) -> list[PausedQueue]:
+        with self._locked("queue_list_paused") as tables:
+            return [PausedQueue(name, at) for name, at in sorted(tables.paused.items())]
+
     async def schema_revision(self) -> str | None:
         """Always the newest revision: the store's shape is the library's own."""
         return HEAD
@@ -156,6 +161,8 @@ def _matches(row: JobRow, where: JobFilter) -> bool:
     if where.state is not None and row.state != where.state.value:
         return False
     if where.job_type is not None and row.job_type != where.job_type:
+        return False
+    if where.tag is not None and f",{where.tag}," not in (row.tags or ""):
         return False
     return where.shown is None or (
         row.state != _PRUNED  # a tombstone is in no shown state

@@ -198,6 +198,22 @@ class MemoryStore(MemoryReader):
                 tombstoned += 1
         return PruneBatch(deleted, tombstoned, expired)
 
+    # ----- pausing queues (queue_pause, queue_resume in caravel.store.pausing) --------------
+
+    async def queue_pause(self, queue: str, now: int) -> bool:
+        with self._locked("queue_pause") as tables:
+            if queue in tables.paused:
+                return False
+            tables.paused[queue] = now
+        return True
+
+    async def queue_resume(self, queue: str, now: int) -> bool:
+        with self._locked("queue_resume") as tables:
+            return tables.paused.pop(queue, None) is not None
+
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        return None
+
     # ----- worker registry ------------------------------------------------------------------
 
     async def worker_register(self, worker: WorkerRecord) -> None:

@@ -97,6 +97,8 @@ class Tables:
         #: claim index holds them: a claim never walks the finished history.
         self.live: dict[str, set[UUID]] = {}
         self.workers: dict[UUID, WorkerRow] = {}
+        #: ``caravel_queues`` as queue -> ``paused_at``, for the queues paused now.
+        self.paused: dict[str, int] = {}
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:

@@ -30,16 +30,19 @@ INSERT_UNNEST = sa.text(
     """
     INSERT INTO caravel_jobs (
         id, queue, job_type, tenant_id, idempotency_key, payload, state, attempt,
-        max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context
+        max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context,
+        tags
     )
     SELECT id, queue, job_type, tenant_id, key, payload, 'ready', 0,
-           max_attempts, due, due, 0, created, created, trace
+           max_attempts, due, due, 0, created, created, trace, tags
     FROM unnest(
         CAST(:ids AS uuid[]), CAST(:queues AS text[]), CAST(:job_types AS text[]),
         CAST(:tenants AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
         CAST(:max_attempts AS integer[]), CAST(:due AS bigint[]), CAST(:created AS bigint[]),
-        CAST(:traces AS text[])
-    ) AS new (id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace)
+        CAST(:traces AS text[]), CAST(:tags AS text[])
+    ) AS new (
+        id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace, tags
+    )
     ON CONFLICT DO NOTHING
     """
 )
@@ -73,6 +76,7 @@ def unnest_values(new_jobs: Sequence[NewJob]) -> dict[str, Any]:
         "due": [j.due_at for j in new_jobs],
         "created": [j.created_at for j in new_jobs],
         "traces": [j.trace_context for j in new_jobs],
+        "tags": [j.tags for j in new_jobs],
     }
 
 
@@ -94,6 +98,7 @@ COPY_COLUMNS = (
     ("created_at", "int8"),
     ("updated_at", "int8"),
     ("trace_context", "text"),
+    ("tags", "text"),
 )
 COPY_SQL = (
     f"COPY {jobs.name} ({', '.join(name for name, _ in COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
@@ -122,6 +127,7 @@ def copy_row(job: NewJob) -> tuple[Any, ...]:
         job.created_at,
         job.created_at,
         job.trace_context,
+        job.tags,
     )
 
 

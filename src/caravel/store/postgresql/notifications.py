@@ -14,12 +14,25 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from caravel.store.postgresql.connections import CONNECT_ARGS
 from caravel.store.protocol import NewJob
 
-__all__ = ["CHANNEL", "NOTIFY", "NOTIFY_COOLDOWN", "Announcer", "listen"]
+__all__ = [
+    "CHANNEL",
+    "NOTIFY",
+    "NOTIFY_COOLDOWN",
+    "QUEUES_CHANNEL",
+    "QUEUE_CHANGED",
+    "Announcer",
+    "listen",
+]
 
 logger = logging.getLogger("caravel.store")
 
 #: The channel enqueues announce new work on; the payload is the queue name.
 CHANNEL = "caravel_jobs"
+#: The channel a pause or resume is announced on, in its own transaction; the payload is the
+#: queue name. Separate from :data:`CHANNEL`, so a worker re-reads which queues are paused only
+#: when one changed, never on an enqueue's wake-up.
+QUEUES_CHANNEL = "caravel_queues"
+QUEUE_CHANGED = sa.text(f"SELECT pg_notify('{QUEUES_CHANNEL}', :b_queue)")
 LISTEN_RETRY_SECONDS = 1.0
 #: At most one enqueue transaction per queue and process carries a NOTIFY within this window.
 NOTIFY_COOLDOWN = 0.005
@@ -114,15 +127,16 @@ class Announcer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-async def listen(dsn: str, queues: frozenset[str]) -> AsyncIterator[str]:
-    """Queue names from NOTIFY that are in ``queues``, over a dedicated connection to ``dsn``
-    outside the pool. A lost connection is re-opened after a pause; polling covers the gap."""
+async def listen(dsn: str, queues: frozenset[str], channel: str = CHANNEL) -> AsyncIterator[str]:
+    """Queue names from NOTIFY on ``channel`` that are in ``queues``, over a dedicated
+    connection to ``dsn`` outside the pool. A lost connection is re-opened after a pause;
+    polling covers the gap."""
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
                 dsn, autocommit=True, **CONNECT_ARGS
             ) as conn:
-                await conn.execute(f"LISTEN {CHANNEL}")
+                await conn.execute(f"LISTEN {channel}")
                 async for note in conn.notifies():
                     if note.payload in queues:
                         yield note.payload

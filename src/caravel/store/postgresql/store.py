@@ -17,10 +17,11 @@ from caravel.jobs import Lease
 from caravel.store.base import claimed_from_rows
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.inserts import InsertingStore
-from caravel.store.postgresql.notifications import NOTIFY, listen
+from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest
 from caravel.store.schema import jobs
+from caravel.store.schema import queues as queues_table
 
 __all__ = ["PostgresStore"]
 
@@ -57,6 +58,12 @@ class PostgresStore(InsertingStore):
 
     def _insert(self) -> Any:
         return postgresql.insert(jobs)
+
+    def _queues_insert(self) -> Any:
+        return postgresql.insert(queues_table)
+
+    def _queue_changed(self) -> Sequence[Any]:
+        return (QUEUE_CHANGED,)
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
         # Lock the picked rows, skipping any another worker holds, and hand their ids over as
@@ -157,3 +164,7 @@ class PostgresStore(InsertingStore):
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
         dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         return listen(dsn, frozenset(queues))
+
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str]:
+        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        return listen(dsn, frozenset(queues), QUEUES_CHANNEL)

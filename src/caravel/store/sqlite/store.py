@@ -23,6 +23,7 @@ from caravel.store.base import SqlStore, claimed_from_rows
 from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
 from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
+from caravel.store.schema import queues as queues_table
 from caravel.store.sqlite.connections import (
     LOCK_WAIT_NOTED_MS,
     T,
@@ -253,6 +254,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
 
     def _insert(self) -> Any:
         return sqlite.insert(jobs)
+
+    def _queues_insert(self) -> Any:
+        return sqlite.insert(queues_table)
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         if self._announcer is None:

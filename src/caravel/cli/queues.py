@@ -1,0 +1,111 @@
+"""``caravel queues``: list the queues with whether each is paused, and pause or resume one.
+
+A pause is an operator action for every worker on every host: workers stop claiming the queue's
+jobs (at once on PostgreSQL, within their poll interval on SQLite), jobs already running finish,
+and enqueues still succeed. Pausing a paused queue or resuming a running one changes nothing and
+says so; both still exit 0, since the queue is then as asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from caravel.cli.connect import open_inspector, open_writer
+from caravel.cli.failure import fail
+from caravel.cli.jsonout import emit, timestamp
+from caravel.cli.options import DatabaseUrl, Json
+from caravel.errors import CaravelError
+from caravel.validation import check_queue_name
+
+app = typer.Typer(
+    help="List queues, and pause or resume one.", no_args_is_help=True, rich_markup_mode=None
+)
+
+QueueName = Annotated[str, typer.Argument(help="The queue's name.")]
+
+
+async def read_queues(url: str) -> list[tuple[str, datetime | None]]:
+    """Every queue that has jobs or is paused, by name, with when it was paused (or None)."""
+    async with open_inspector(url) as reader:
+        counted = await reader.queue_counts()
+        paused = {p.queue: p.paused_at for p in await reader.paused_queues()}
+    names = sorted({c.queue for c in counted} | set(paused))
+    return [(name, paused.get(name)) for name in names]
+
+
+@app.command("list")
+def list_queues(url: DatabaseUrl, as_json: Json = False) -> None:
+    """List the queues that have jobs or are paused, and whether each is paused.
+
+    Read-only: the database is opened as for ``caravel status``.
+    """
+    try:
+        found = asyncio.run(read_queues(url))
+    except CaravelError as exc:
+        raise fail("queues list", exc, as_json=as_json) from None
+    if as_json:
+        emit(
+            {
+                "queues": [
+                    {"queue": name, "paused": at is not None, "paused_at": at} for name, at in found
+                ]
+            }
+        )
+        return
+    if not found:
+        typer.echo("no queues")
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    from caravel.cli.render import console
+
+    table = Table(title="Queues")
+    for column in ("queue", "state", "paused since (UTC)"):
+        table.add_column(column)
+    for name, at in found:
+        since = "" if at is None else timestamp(at)
+        table.add_row(Text(name), "paused" if at is not None else "running", since)
+    console().print(table)
+
+
+def _change(command: str, url: str, queue: str, as_json: bool, *, pause: bool) -> None:
+    async def go() -> bool:
+        async with open_writer(url) as q:
+            return await (q.pause_queue(queue) if pause else q.resume_queue(queue))
+
+    try:
+        check_queue_name(queue)
+        changed = asyncio.run(go())
+    except CaravelError as exc:
+        raise fail(command, exc, as_json=as_json) from None
+    if as_json:
+        fields: dict[str, Any] = {"queue": queue, "paused": pause, "changed": changed}
+        emit(fields)
+    elif pause:
+        typer.echo(f"paused {queue}" if changed else f"{queue} was already paused")
+    else:
+        typer.echo(f"resumed {queue}" if changed else f"{queue} was not paused")
+
+
+@app.command()
+def pause(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
+    """Pause a queue for every worker.
+
+    Workers claim none of its jobs until it is resumed; jobs already running finish, and
+    enqueues still add jobs (they wait). Exit 0 also when it was paused already.
+    """
+    _change("queues pause", url, queue, as_json, pause=True)
+
+
+@app.command()
+def resume(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
+    """Resume a paused queue: workers claim its jobs again.
+
+    Exit 0 also when it was not paused.
+    """
+    _change("queues resume", url, queue, as_json, pause=False)
