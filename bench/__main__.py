@@ -96,9 +96,9 @@ def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def _retention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """Both retention measurements, once each (each needs two fresh databases)."""
-    with database(backend) as empty, database(backend) as full:
+    with database(backend) as empty, database(backend) as full, database(backend) as again:
         figures = retention.tombstones(
-            empty, full, args.history, args.jobs, args.single, args.concurrency
+            empty, full, again, args.history, args.jobs, args.single, args.concurrency
         )
     with database(backend) as quiet, database(backend) as busy:
         during = retention.prune_during_drain(

@@ -69,14 +69,15 @@ def seed(url: str, kind: str, rows: int) -> None:
 
 
 def tombstones(
-    empty_url: str, full_url: str, rows: int, jobs: int, single: int, concurrency: int
-) -> dict[str, Any]:
-    """Drain and one-job enqueue on ``empty_url``, and on ``full_url`` after seeding ``rows``
-    tombstones there."""
+    empty_url: str, full_url: str, again_url: str, rows: int, jobs: int, single: int,
+    concurrency: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Drain and one-job enqueue on ``empty_url``, on ``full_url`` after seeding ``rows``
+    tombstones there, and on ``again_url``, empty too."""
     figures: dict[str, Any] = {"tombstones": rows, "jobs": jobs, "single": single}
     seed(full_url, "tombstone", rows)
     # The empty queue is measured again last: the two empty figures show the run's noise.
-    for name, url in (("empty", empty_url), ("tombstones", full_url), ("empty_again", empty_url)):
+    for name, url in (("empty", empty_url), ("tombstones", full_url), ("empty_again", again_url)):
         drained = asyncio.run(runs.drain(url, jobs, concurrency))
         enqueued = asyncio.run(runs.enqueue_single(url, single))
         figures[f"drain_jobs_per_second_{name}"] = drained["jobs_per_second"]
