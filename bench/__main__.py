@@ -4,6 +4,7 @@
     python -m bench --only drain latency --backends postgresql --runs 1
     python -m bench --quick                 # smaller sizes, for a first look
     python -m bench --only counts           # queue_counts over 1,000,000 finished rows
+    python -m bench --only retention        # drain/enqueue with tombstones; a prune while draining
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import compare, counts, runs, sync_cost
+from bench import compare, counts, retention, runs, sync_cost
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,6 +45,7 @@ ALL = (
     "commit",
     "durability",
     "counts",
+    "retention",
     "compare",
 )
 #: The parts of the comparison with the peers (``--compare``).
@@ -92,6 +94,19 @@ def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def _retention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Both retention measurements, once each (each needs two fresh databases)."""
+    with database(backend) as empty, database(backend) as full, database(backend) as again:
+        figures = retention.tombstones(
+            empty, full, again, args.history, args.jobs, args.single, args.concurrency
+        )
+    with database(backend) as quiet, database(backend) as busy:
+        during = retention.prune_during_drain(
+            quiet, busy, args.history, args.prune_drain_jobs, args.concurrency
+        )
+    return {**figures, **{f"prune_{k}": v for k, v in during.items()}}
+
+
 def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, Any]]]:
     n = args.jobs
     conc = args.concurrency
@@ -135,6 +150,9 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=1_000_000, help="retained rows")
     parser.add_argument("--memory-jobs", type=int, default=500_000)
     parser.add_argument(
+        "--prune-drain-jobs", type=int, default=200_000, help="ready jobs drained during a prune"
+    )
+    parser.add_argument(
         "--libraries", nargs="+", default=list(compare.GRIDS), help="for --only compare"
     )
     parser.add_argument("--compare", nargs="+", choices=COMPARE, default=list(COMPARE))
@@ -146,6 +164,7 @@ def main() -> None:
     if args.quick:
         args.runs, args.jobs, args.single = 1, 5_000, 500
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
+        args.prune_drain_jobs = 20_000
         args.compare_sizes = [5_000]
 
     report: dict[str, Any] = {
@@ -186,6 +205,8 @@ def main() -> None:
             print(f"{backend:10} {name:8} ...", flush=True)
             if name == "drain":
                 figures = _drain_both(backend, args)
+            elif name == "retention":
+                figures = _retention(backend, args)
             else:
                 figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures

@@ -50,7 +50,9 @@ if TYPE_CHECKING:
     from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
+    from caravel.retention import Retention
     from caravel.store.protocol import QueueCounts
+    from caravel.store.prunes import PruneBatch
     from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
 
@@ -95,8 +97,10 @@ _HOMES = {
     "add_outbox": "caravel.outbox",
     "DatabaseQueue": "caravel.queue",
     "JobRegistry": "caravel.registry",
+    "Retention": "caravel.retention",
     "RetryPolicy": "caravel.options",
     "QueueCounts": "caravel.store.protocol",
+    "PruneBatch": "caravel.store.prunes",
     "SyncQueue": "caravel.sync",
     "FailureOutcome": "caravel.worker",
     "Leases": "caravel.worker",
@@ -143,12 +147,14 @@ __all__ = [
     "Outbox",
     "OutboxEnvelope",
     "OutboxRelay",
+    "PruneBatch",
     "QueueCounts",
     "QueueInspector",
     "QueueOptions",
     "QueuePause",
     "QueueWorker",
     "RegistrationError",
+    "Retention",
     "RetryPolicy",
     "SchemaNotReadyError",
     "Snooze",

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from caravel.errors import OptionsError
 from caravel.limits import MAX_ATTEMPTS, MAX_PAYLOAD_LIMIT, MAX_RESULT_LIMIT
+from caravel.retention import Retention
 from caravel.retry import exponential_backoff
 from caravel.validation import check_duration, check_int
 
@@ -201,6 +202,10 @@ class WorkerOptions:
             SQLite ``synchronous = NORMAL``), so a crash of the database server or machine in
             that moment loses the outcome and the job runs again once its lease ends, which
             at-least-once delivery allows. Enqueues and claims are always durable.
+        retention: when set, this worker also prunes finished jobs under this
+            :class:`~caravel.Retention` every ``prune_interval``, in bounded batches (one pruner
+            at a time across workers). ``None`` (default): nothing is ever deleted.
+        prune_interval: how often that happens (1 minute to 1 day, default 1 hour).
     """
 
     concurrency: int = 1
@@ -211,8 +216,19 @@ class WorkerOptions:
     heartbeat_interval: timedelta = timedelta(seconds=10)
     log_tracebacks: bool = False
     durable_acks: bool = False
+    retention: Retention | None = None
+    prune_interval: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
+        if self.retention is not None and not isinstance(self.retention, Retention):
+            raise OptionsError("retention", "must be None or a caravel.Retention")
+        _duration(
+            "prune_interval",
+            self.prune_interval,
+            timedelta(minutes=1),
+            timedelta(days=1),
+            "must be from 1 minute to 1 day",
+        )
         if not isinstance(self.log_tracebacks, bool):
             raise OptionsError("log_tracebacks", "must be True or False")
         if not isinstance(self.durable_acks, bool):

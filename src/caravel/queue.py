@@ -31,9 +31,11 @@ from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.registry import JobRegistry
+from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.signals import WakeupHub
 from caravel.store import open_store
 from caravel.store.protocol import InsertResult, NewJob, Store
+from caravel.store.prunes import PruneBatch
 from caravel.validation import check_queue_name
 
 if TYPE_CHECKING:
@@ -195,6 +197,38 @@ class DatabaseQueue(AsyncClosing):
         this queue and tenant. Replay repeats side effects; treat it as an administrative
         action."""
         return await self.store.job_replay(job_ref(job_id, queue, tenant_id), self.clock.now_ms())
+
+    # ----- retention -----------------------------------------------------------------------
+
+    async def prune(
+        self,
+        retention: Retention,
+        *,
+        queue: str | None = None,
+        limit: int = DEFAULT_PRUNE_BATCH,
+        dry_run: bool = False,
+        pause: timedelta = DEFAULT_PRUNE_PAUSE,
+    ) -> PruneBatch:
+        """Remove finished jobs older than ``retention`` allows, from ``queue`` or every queue,
+        in batches of at most ``limit`` rows (1 to 10,000), each its own short transaction.
+        Batches are ``pause`` apart (0 to 10 s, default 150 ms), leaving the database to
+        workers in between. A keyed job leaves a tombstone that keeps its key's duplicate
+        protection until ``retention.keys`` has passed; a keyless one is deleted. Returns the
+        totals;
+        ``dry_run`` only counts. ``busy`` in the result: another pruner is running, and this
+        call stopped at once (nothing waits for it)."""
+        from caravel import prune
+
+        prune.check_prune(retention, queue, limit, pause)
+        return await prune.prune(
+            self.store,
+            self.clock,
+            retention,
+            queue=queue,
+            limit=limit,
+            dry_run=dry_run,
+            pause=pause,
+        )
 
     # ----- pausing queues (operator actions) -----------------------------------------------
 

@@ -32,7 +32,9 @@ from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
+from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
+from caravel.store.prunes import PruneBatch
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -166,6 +168,21 @@ class SyncQueue:
     def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
         """As :meth:`DatabaseQueue.replay <caravel.DatabaseQueue.replay>`."""
         return self.call(self.queue.replay, job_id, queue, tenant_id)
+
+    def prune(
+        self,
+        retention: Retention,
+        *,
+        queue: str | None = None,
+        limit: int = DEFAULT_PRUNE_BATCH,
+        dry_run: bool = False,
+        pause: timedelta = DEFAULT_PRUNE_PAUSE,
+    ) -> PruneBatch:
+        """As :meth:`DatabaseQueue.prune <caravel.DatabaseQueue.prune>`."""
+        prune = functools.partial(
+            self.queue.prune, queue=queue, limit=limit, dry_run=dry_run, pause=pause
+        )
+        return self.call(prune, retention)
 
     # ----- pausing queues ------------------------------------------------------------------
 

@@ -247,6 +247,14 @@ def test_jobs_delete(seeded: str) -> None:
     assert dry["matched"] == {"completed": 0, "dead_letter": 0, "cancelled": 0}
 
 
+def test_jobs_prune(sqlite_seeded: str) -> None:
+    where = ("--url", sqlite_seeded, "--completed", "7d", "--dead-letter", "90d", "--keys", "30d")
+    found = one_document(
+        run_cli("jobs", "prune", *where, "--dry-run", "--json"), "caravel jobs prune"
+    )
+    assert found == {"dry_run": True, "deleted": 0, "tombstoned": 0, "tombstones_deleted": 0}
+
+
 @pytest.mark.parametrize("command", ["current", "check"])
 def test_db(sqlite_seeded: str, command: str) -> None:
     found = one_document(

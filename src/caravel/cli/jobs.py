@@ -16,17 +16,19 @@ from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import JobNotFoundError, NothingReplayedError, fail
 from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
+from caravel.cli.prune import prune_jobs
 from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, JobStatus
 from caravel.store.protocol import SHOWN_STATES
 
 app = typer.Typer(
-    help="List, inspect, replay, cancel and delete jobs.",
+    help="List, inspect, replay, cancel, delete and prune jobs.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
 app.command("cancel")(removal.cancel)
 app.command("delete")(removal.delete)
+app.command("prune")(prune_jobs)
 
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="The job's queue.")]
 TenantOpt = Annotated[

@@ -39,6 +39,8 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import prune_plan
 from caravel.store.removal_sql import SqlRemoval
 from caravel.store.rows import (
     claimed_from_rows,
@@ -280,6 +282,24 @@ class SqlStore(PausingStore[ConnectionT], SqlRemoval[ConnectionT]):
         async with self._write("job_replay", single=True) as conn:
             replayed = await conn.execute(queries.replay(ref, now))
             return replayed.scalar_one_or_none() is not None
+
+    async def job_prune(self, request: PruneRequest) -> PruneBatch:
+        plan = prune_plan(request, lock_rows=self._prune_locks_rows)
+        if request.dry_run:
+            async with self._read("job_prune") as conn:
+                return await run_plan(conn.execute, plan)
+        async with self._write("job_prune") as conn:
+            if not await self._prune_lock(conn):
+                return PruneBatch(busy=True)
+            return await run_plan(conn.execute, plan)
+
+    #: Whether a prune batch locks the rows it picks (a database with concurrent writers).
+    _prune_locks_rows = False
+
+    async def _prune_lock(self, conn: ConnectionT) -> bool:
+        """Take the one-pruner-at-a-time lock for this transaction; false when another holds
+        it. By default there is nothing to take: the database has one writer at a time."""
+        return True
 
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         async with self._read("job_list") as conn:

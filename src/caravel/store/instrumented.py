@@ -34,6 +34,7 @@ from caravel.store.protocol import (
     ThroughputQuery,
     WorkerRecord,
 )
+from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import JobSelection
 
 __all__ = ["InstrumentedStore", "instrumented"]
@@ -208,6 +209,10 @@ class InstrumentedStore:
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
         with self._span("job_throughput"):
             return await self.inner.job_throughput(query)
+
+    async def job_prune(self, request: PruneRequest) -> PruneBatch:
+        with self._span("job_prune"):
+            return await self.inner.job_prune(request)
 
     async def queue_pause(self, queue: str, now: int) -> bool:
         with self._span("queue_pause"):

@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple, Protocol, get_args, overload
 from uuid import UUID
 
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore
 
 __all__ = [
@@ -406,6 +407,10 @@ class Store(ReadStore, RemovalStore, Protocol):
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
         """Make a dead-lettered job ready again with its attempts reset."""
+        ...
+
+    async def job_prune(self, request: PruneRequest) -> PruneBatch:
+        """One bounded prune batch in its own short transaction; live jobs are never touched."""
         ...
 
     async def queue_pause(self, queue: str, now: int) -> bool:

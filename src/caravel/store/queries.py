@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from caravel.jobs import FailureCategory, JobState
+from caravel.retention import content_hash
 from caravel.store.protocol import (
     ClaimSource,
     FailedAttempt,
@@ -59,6 +60,8 @@ _IDENTITY = (
     jobs.c.idempotency_key,
     jobs.c.job_type,
     jobs.c.payload,
+    jobs.c.state,
+    jobs.c.content_hash,
 )
 
 
@@ -88,13 +91,12 @@ def existing_by_id(ids: Sequence[Any]) -> sa.Select[Any]:
 
 
 def same_content(row: Any, job: NewJob) -> bool:
-    """Whether ``row`` holds what ``job`` would have stored (a repeat, not a conflict)."""
-    return (row.queue, row.tenant_id, row.job_type, row.payload) == (
-        job.queue,
-        job.tenant_id,
-        job.job_type,
-        job.payload,
-    )
+    """Whether ``row`` holds what ``job`` would have stored (a repeat, not a conflict); a
+    tombstone (a pruned job) by the hash of the type and payload it kept instead of them."""
+    same = (row.queue, row.tenant_id) == (job.queue, job.tenant_id)
+    if row.state == JobState.PRUNED.value:
+        return same and row.content_hash == content_hash(job.job_type, job.payload)
+    return same and (row.job_type, row.payload) == (job.job_type, job.payload)
 
 
 # ----- claims and acknowledgements -----------------------------------------------------------
@@ -201,7 +203,7 @@ def status(ref: JobRef) -> sa.Select[Any]:
 
 
 def payload(ref: JobRef) -> sa.Select[Any]:
-    return sa.select(jobs.c.payload).where(owned(ref))
+    return sa.select(jobs.c.payload).where(owned(ref), jobs.c.state != JobState.PRUNED.value)
 
 
 def replay(ref: JobRef, now: int) -> sa.Update:

@@ -33,6 +33,7 @@ from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import PausingPages
 from caravel.web.presentation import Renderer
+from caravel.web.prune_pages import PrunePages
 from caravel.web.removal_pages import RemovalPages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
@@ -71,6 +72,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/dead-letters/replay", "replay_selection_confirm", "operate"),
     RouteSpec("POST", "/dead-letters/replay", "replay_selection", "operate"),
     RouteSpec("GET", "/replays/{run_id}", "replay_progress", "operate"),
+    RouteSpec("GET", "/prune", "prune_confirm", "operate"),
+    RouteSpec("POST", "/prune", "prune", "operate"),
     RouteSpec("GET", "/queues/{queue}/pause", "pause_confirm", "operate"),
     RouteSpec("POST", "/queues/{queue}/pause", "pause", "operate"),
     RouteSpec("GET", "/queues/{queue}/resume", "resume_confirm", "operate"),
@@ -117,6 +120,7 @@ class Dashboard:
         self._guard = Guard(authorize, self._signer, self._view)
         pages = Pages(reader, self._view, assets, lost_after=lost_after)
         replay = ReplayPages(pages, writer, self.replays)
+        pruning = PrunePages(self._view, writer)
         pausing = PausingPages(self._view, writer)
         removal = RemovalPages(pages, writer)
         handlers: dict[str, Handler] = {
@@ -133,6 +137,8 @@ class Dashboard:
             "replay_selection_confirm": replay.replay_selection_confirm,
             "replay_selection": replay.replay_selection,
             "replay_progress": replay.replay_progress,
+            "prune_confirm": pruning.prune_confirm,
+            "prune": pruning.prune,
             "pause_confirm": pausing.pause_confirm,
             "pause": pausing.pause,
             "resume_confirm": pausing.resume_confirm,

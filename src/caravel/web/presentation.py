@@ -135,7 +135,12 @@ def timeline(job: JobStatus) -> list[TimelineEvent]:
         events.append(TimelineEvent("Lease expires", job.lease_expires_at, "unless renewed"))
     if job.finished_at is not None:
         outcome = "completed" if job.state is JobState.COMPLETED else "moved to dead letter"
+        if job.state is JobState.PRUNED:
+            outcome = "finished"  # whether it completed or failed went with the pruning
         events.append(TimelineEvent("Finished", job.finished_at, outcome))
+    if job.state is JobState.PRUNED:
+        note = "payload removed; the tombstone keeps settling its idempotency key"
+        events.append(TimelineEvent("Pruned", job.updated_at, note))
     if all(event.at != job.updated_at for event in events):
         events.append(
             TimelineEvent("Last change", job.updated_at, f"state is now {job.state.value}")

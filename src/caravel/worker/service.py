@@ -36,6 +36,7 @@ from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.leases import Leases
 from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
+from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport, log_job, logger
 from caravel.worker.runner import JobRunner, Outcome, ScopeFactory
 from caravel.worker.threads import HandlerThreads
@@ -245,6 +246,12 @@ class QueueWorker(AsyncClosing):
             gauges = QueueGaugeCollector(self.queue.store, self.queue.clock, interval)
             services.append(self._side_service(gauges.run(), "gauges"))
         services.extend(self._cancel_services())
+        retention = self.options.retention
+        if retention is not None and retention.enabled:
+            pruner = Pruner(
+                self.queue.store, self.queue.clock, retention, self.options.prune_interval
+            )
+            services.append(self._side_service(pruner.run(), "prune"))
         listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
         if listener is not None:
             services.append(self._side_service(listener.run(), "listen"))

@@ -53,6 +53,9 @@ def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
         "replay_selection_confirm": Target("/dead-letters/replay?queue=webhooks"),
         "replay_selection": Target("/dead-letters/replay", {"queue": "webhooks"}),
         "replay_progress": Target(f"/replays/{run_id}"),
+        # Dead letters that finished over a second before the dashboard's now: all of them.
+        "prune_confirm": Target("/prune?dead_letter=1s"),
+        "prune": Target("/prune", {"dead_letter": "1s"}),
         "pause_confirm": Target("/queues/emails/pause"),
         "pause": Target("/queues/emails/pause", {"queue": "emails"}),
         "resume_confirm": Target("/queues/emails/resume"),
@@ -159,7 +162,9 @@ def _post_cases(
     ]
 
 
-@pytest.mark.parametrize("action", ["replay_one", "replay_selection", "cancel_one", "delete_one"])
+@pytest.mark.parametrize(
+    "action", ["replay_one", "replay_selection", "cancel_one", "delete_one", "prune"]
+)
 async def test_every_post_needs_the_token_of_its_own_cookie_and_principal(
     app: Dashboard, seeded: Seeded, action: str
 ) -> None:

@@ -28,6 +28,7 @@ from caravel.store.rows import status_from_row, worker_from_row
 __all__ = ["MemoryReader"]
 
 _FINISHED = (JobState.COMPLETED.value, JobState.DEAD_LETTER.value)
+_PRUNED = JobState.PRUNED.value
 #: As many workers as the SQL listing returns at most.
 _WORKER_LIST_LIMIT = 500
 
@@ -67,7 +68,7 @@ class MemoryReader:
     async def job_get_payload(self, ref: JobRef) -> str | None:
         with self._locked("job_get_payload") as tables:
             row = self._owned(tables, ref)
-            return None if row is None else row.payload
+            return None if row is None or row.state == _PRUNED else row.payload
 
     async def job_get_result(self, ref: JobRef) -> str | None:
         with self._locked("job_get_result") as tables:
@@ -87,6 +88,9 @@ class MemoryReader:
             oldest: dict[str, int] = {}
             for row in tables.jobs.values():
                 if queue is not None and row.queue != queue:
+                    continue
+                if row.state == _PRUNED:  # a tombstone: its queue is listed, it is not counted
+                    shown.setdefault(row.queue, Counter())
                     continue
                 state = shown_state(row.state, row.due_at, row.lease_expires_at, now)
                 shown.setdefault(row.queue, Counter())[state] += 1
@@ -167,5 +171,6 @@ def _matches(row: JobRow, where: JobFilter) -> bool:
     if where.tag is not None and f",{where.tag}," not in (row.tags or ""):
         return False
     return where.shown is None or (
-        shown_state(row.state, row.due_at, row.lease_expires_at, where.now) == where.shown
+        row.state != _PRUNED  # a tombstone is in no shown state
+        and shown_state(row.state, row.due_at, row.lease_expires_at, where.now) == where.shown
     )

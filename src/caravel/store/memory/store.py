@@ -15,6 +15,7 @@ from uuid import UUID
 
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
+from caravel.retention import content_hash
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
 from caravel.store.protocol import (
@@ -32,6 +33,7 @@ from caravel.store.protocol import (
     SnoozedAttempt,
     WorkerRecord,
 )
+from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.queries import same_content
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
 
@@ -50,6 +52,7 @@ READY = JobState.READY.value
 RUNNING = JobState.RUNNING.value
 COMPLETED = JobState.COMPLETED.value
 DEAD = JobState.DEAD_LETTER.value
+PRUNED = JobState.PRUNED.value
 
 #: The attribute names a claim returns, in :data:`~caravel.store.rows.CLAIM_RETURNING` order.
 _CLAIM_FIELDS = tuple(column.name for column in CLAIM_RETURNING)
@@ -206,6 +209,26 @@ class MemoryStore(MemoryRemoval):
             tables.track(row)
         return True
 
+    # ----- retention -----------------------------------------------------------------------
+
+    async def job_prune(self, request: PruneRequest) -> PruneBatch:
+        with self._locked("job_prune") as tables:
+            picked = _prunable(tables, request)
+            if request.dry_run:
+                expired = sum(1 for row, _ in picked if row.state == PRUNED)
+                keyed = sum(1 for row, _ in picked if row.state != PRUNED and row.key is not None)
+                return PruneBatch(len(picked) - expired - keyed, keyed, expired)
+            deleted = tombstoned = expired = 0
+            for row, _ in picked[: request.limit]:
+                if row.state == PRUNED or row.key is None:
+                    expired += row.state == PRUNED
+                    deleted += row.state != PRUNED
+                    tables.remove(row)
+                    continue
+                _compact(row, request.now)
+                tombstoned += 1
+        return PruneBatch(deleted, tombstoned, expired)
+
     # ----- pausing queues (queue_pause, queue_resume in caravel.store.pausing) --------------
 
     async def queue_pause(self, queue: str, now: int) -> bool:
@@ -306,3 +329,34 @@ def _claim(row: JobRow, now: int, expires: int) -> None:
     row.lease_expires_at = row.available_at = expires
     row.started_at = now
     row.finished_at = None
+
+
+def _prunable(tables: Tables, request: PruneRequest) -> list[tuple[JobRow, int]]:
+    """The finished rows a prune at ``request.now`` removes, in the SQL batch's order: queue by
+    queue, each end state's old rows, then the queue's expired tombstones."""
+    cutoffs = {state.value: cutoff for state, cutoff in request.cutoffs()}
+    if request.tombstones_before is not None:
+        cutoffs[PRUNED] = request.tombstones_before
+    order = {state: n for n, state in enumerate(cutoffs)}
+    found = []
+    for row in tables.jobs.values():
+        cutoff = cutoffs.get(row.state)
+        if cutoff is None or row.available_at is not None:
+            continue
+        if request.queue is not None and row.queue != request.queue:
+            continue
+        when = row.pruned_at if row.state == PRUNED else row.finished_at
+        if when is not None and when < cutoff:
+            found.append((row, order[row.state]))
+    found.sort(key=lambda pair: (pair[0].queue, pair[1], pair[0].rowid))
+    return found
+
+
+def _compact(row: JobRow, now: int) -> None:
+    """A keyed finished job made a tombstone, as ``pruning._tombstone`` updates its row."""
+    row.content_hash = content_hash(row.job_type, row.payload)
+    row.state = PRUNED
+    row.payload = ""
+    row.pruned_at = row.updated_at = now
+    row.result = row.tags = row.trace_context = row.last_failure = row.error_class = None
+    row.cancel_requested_at = None

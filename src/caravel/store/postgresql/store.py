@@ -70,6 +70,12 @@ def _held_by(held: Any) -> sa.ColumnElement[bool]:
     )
 
 
+#: One pruner at a time across every process: the batch's transaction holds this advisory lock
+#: (released at its end), and a batch that cannot take it at once does nothing. The key is the
+#: bytes "caravelP" read as a big-endian integer.
+_PRUNE_LOCK = sa.text("SELECT pg_try_advisory_xact_lock(7161130645419551824)")
+
+
 class PostgresStore(InsertingStore):
     supports_listen_notify = True
     db_system = "postgresql"
@@ -94,6 +100,11 @@ class PostgresStore(InsertingStore):
         picked = candidates.with_for_update(skip_locked=True).subquery("picked")
         ids = sa.select(sa.func.array_agg(picked.c.id)).scalar_subquery()
         return jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.Uuid())))
+
+    _prune_locks_rows = True
+
+    async def _prune_lock(self, conn: AsyncConnection) -> bool:
+        return bool((await conn.execute(_PRUNE_LOCK)).scalar_one())
 
     def _identity_statement(self) -> Any:
         # The cluster's system identifier (fixed when it was created) and the database's name.
