@@ -19,15 +19,14 @@ import sqlalchemy as sa
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import outcomes, queries
+from caravel.store.caller_inserts import CallerInserts
 from caravel.store.pausing import PausingStore
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
     ClaimSource,
-    Committed,
     FailedAttempt,
-    Heartbeat,
     InsertOutcome,
     InsertResult,
     JobFilter,
@@ -37,7 +36,6 @@ from caravel.store.protocol import (
     SnoozedAttempt,
     ThroughputBucket,
     ThroughputQuery,
-    WorkerRecord,
 )
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.pruning import prune_plan
@@ -48,11 +46,10 @@ from caravel.store.rows import (
     job_row,
     status_from_row,
     throughput_from_row,
-    worker_from_row,
-    worker_row,
 )
-from caravel.store.schema import jobs, workers
+from caravel.store.schema import jobs
 from caravel.store.transactions import ConnectionT
+from caravel.store.workers_sql import WorkerRegistry
 
 __all__ = ["SqlStore", "claimed_from_rows"]
 
@@ -62,7 +59,12 @@ COMPLETED = JobState.COMPLETED.value
 CANCELLED = JobState.CANCELLED.value
 
 
-class SqlStore(PausingStore[ConnectionT], SqlRemoval[ConnectionT]):
+class SqlStore(
+    PausingStore[ConnectionT],
+    SqlRemoval[ConnectionT],
+    CallerInserts[ConnectionT],
+    WorkerRegistry[ConnectionT],
+):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
     :meth:`_transaction` provides."""
 
@@ -70,7 +72,6 @@ class SqlStore(PausingStore[ConnectionT], SqlRemoval[ConnectionT]):
     db_system = "sql"
     #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
     insert_chunk = 500
-    _identity: str | None = None
 
     # ----- dialect hooks -------------------------------------------------------------------
 
@@ -352,21 +353,6 @@ class SqlStore(PausingStore[ConnectionT], SqlRemoval[ConnectionT]):
             rows = (await conn.execute(queries.throughput(query))).all()
         return [throughput_from_row(row, query.since, query.bucket_ms) for row in rows]
 
-    # ----- worker registry ------------------------------------------------------------------
-
-    async def worker_register(self, worker: WorkerRecord) -> None:
-        async with self._write("worker_register", durable=False) as conn:
-            await conn.execute(sa.insert(workers).values(worker_row(worker)))
-
-    async def worker_heartbeat(self, beat: Heartbeat) -> None:
-        async with self._write("worker_heartbeat", durable=False) as conn:
-            await conn.execute(queries.heartbeat(beat))
-
-    async def worker_list(self, since: int) -> list[WorkerRecord]:
-        async with self._read("worker_list") as conn:
-            rows = (await conn.execute(queries.worker_list(since))).all()
-        return [worker_from_row(row) for row in rows]
-
     async def schema_revision(self) -> str | None:
         try:
             async with self._read("schema_revision") as conn:
@@ -382,47 +368,6 @@ class SqlStore(PausingStore[ConnectionT], SqlRemoval[ConnectionT]):
 
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return None
-
-    # ----- inserts in a transaction the caller owns (caravel.store.joined) -----------------
-
-    def _identity_statement(self) -> Any:
-        """A statement whose one row names the database a connection is on (the dialect's)."""
-        raise NotImplementedError
-
-    def _identity_of(self, rows: list[Any]) -> str:
-        return str(rows[0][0]) if rows else ""
-
-    def _identity_plan(self) -> Plan[str]:
-        return self._identity_of((yield Step(self._identity_statement())))
-
-    def _announce_committed(self, queues: set[str]) -> None:
-        """Wake other processes' workers once the caller's transaction has committed jobs of
-        ``queues``, where the dialect's wake-ups are not part of the transaction itself."""
-
-    async def database_identity(self) -> str:
-        if self._identity is None:
-            async with self._read("database_identity") as conn:
-                self._identity = await run_plan(conn.execute, self._identity_plan())
-        return self._identity
-
-    async def job_insert_joined(
-        self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
-    ) -> InsertResult:
-        from caravel.store import joined
-
-        return await joined.insert_async(self, target, new_jobs, on_commit)
-
-    def job_insert_joined_sync(
-        self,
-        target: object,
-        new_jobs: Sequence[NewJob],
-        identity: str,
-        *,
-        on_commit: Committed = None,
-    ) -> InsertResult:
-        from caravel.store import joined
-
-        return joined.insert_sync(self, target, new_jobs, identity, on_commit)
 
     async def close(self) -> None:
         if self.closed:

@@ -6,21 +6,42 @@ implements it and declares what it can do through capability flags
 (``supports_listen_notify``), so callers never ask which database they are on.
 
 All times are whole milliseconds since the epoch, supplied by the caller's clock: the store never
-reads the database server's clock, so an injected test clock controls every lease and retry.
+reads the database server's clock, so an injected test clock controls every lease and retry. The
+parameters and rows are in :mod:`caravel.store.values`, and are importable from here too.
 """
 
 from __future__ import annotations
 
-import itertools
-import operator
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol, get_args, overload
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Protocol
 from uuid import UUID
 
-from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+from caravel.jobs import JobStatus, Lease
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore
+from caravel.store.values import (
+    SHOWN_STATES,
+    AllInserted,
+    ClaimBatch,
+    ClaimRequest,
+    ClaimSource,
+    Committed,
+    FailedAttempt,
+    Heartbeat,
+    InsertOutcome,
+    InsertResult,
+    JobFilter,
+    JobRef,
+    NewJob,
+    PausedQueue,
+    QueueCounts,
+    ShownState,
+    SnoozedAttempt,
+    ThroughputBucket,
+    ThroughputQuery,
+    WorkerRecord,
+    shown_state,
+)
 
 __all__ = [
     "SHOWN_STATES",
@@ -47,250 +68,6 @@ __all__ = [
     "WorkerRecord",
     "shown_state",
 ]
-
-
-class NewJob(NamedTuple):
-    """A validated, serialized job ready to insert. (A named tuple: a bulk enqueue builds one
-    per job, and a tuple is much cheaper to build than a frozen dataclass.)"""
-
-    id: UUID
-    queue: str
-    job_type: str
-    tenant_id: str
-    idempotency_key: str | None
-    payload: str
-    max_attempts: int
-    due_at: int
-    created_at: int
-    trace_context: str | None = None
-    #: The ``tags`` column's text (``,a,b,``, see :mod:`caravel.tags`), or ``None``.
-    tags: str | None = None
-
-
-class InsertOutcome(NamedTuple):
-    """For one :class:`NewJob`: the id it now has, and whether this call created it (false when
-    its idempotency key matched an existing job with the same type and payload)."""
-
-    job_id: UUID
-    inserted: bool
-
-
-_JOB_ID = operator.attrgetter("id")
-
-
-class AllInserted(Sequence[InsertOutcome]):
-    """The outcomes of an insert that created every one of ``jobs``, each made when read: a
-    bulk insert would otherwise keep one more object per job alive until the call returns."""
-
-    __slots__ = ("_jobs",)
-
-    def __init__(self, jobs: Sequence[NewJob]) -> None:
-        self._jobs = jobs
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    @overload
-    def __getitem__(self, index: int) -> InsertOutcome: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[InsertOutcome]: ...
-    def __getitem__(self, index: int | slice) -> InsertOutcome | list[InsertOutcome]:
-        if isinstance(index, slice):
-            return [InsertOutcome(job.id, True) for job in self._jobs[index]]
-        return InsertOutcome(self._jobs[index].id, True)
-
-    def __iter__(self) -> Iterator[InsertOutcome]:
-        # What InsertOutcome._make does, without a Python call per job: each result is read
-        # several times per call (results, wake-ups, metrics).
-        pairs = zip(map(_JOB_ID, self._jobs), itertools.repeat(True))
-        return map(tuple.__new__, itertools.repeat(InsertOutcome), pairs)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-#: What runs once a caller's transaction commits jobs (see :meth:`Store.job_insert_joined`):
-#: given the queues that got jobs due now.
-Committed = Callable[[set[str]], None] | None
-
-
-class InsertResult(NamedTuple):
-    """What one insert call did: every job it was given, in order, and each one's outcome."""
-
-    jobs: list[NewJob]
-    outcomes: Sequence[InsertOutcome]
-
-
-#: Which jobs a claim may take: ``"ready"`` waiting jobs that are due, ``"expired"`` running jobs
-#: whose lease ran out (a crashed or stalled worker's, taken over), ``"any"`` both.
-ClaimSource = Literal["any", "ready", "expired"]
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRequest:
-    """One claim: up to ``limit`` jobs of ``queue`` that are due (or whose lease expired) at
-    ``now``, each leased for ``lease_ms``; ``source`` narrows which of the two."""
-
-    queue: str
-    limit: int
-    now: int
-    lease_ms: int
-    source: ClaimSource = "any"
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimBatch:
-    """What one claim statement did: the jobs now leased to the caller, and how many jobs it
-    moved to dead letter instead because their last lease expired with no attempts left."""
-
-    claimed: list[ClaimedJob]
-    dead_lettered: int
-
-
-@dataclass(frozen=True, slots=True)
-class FailedAttempt:
-    """A failed attempt to record: retry at ``retry_at`` or, when ``None``, dead-letter."""
-
-    lease: Lease
-    category: str
-    retry_at: int | None
-    error_class: str | None = None
-    """The handler's exception class, when it raised one; ``None`` keeps the stored one."""
-
-
-@dataclass(frozen=True, slots=True)
-class SnoozedAttempt:
-    """An attempt the handler snoozed: the job runs again at ``until`` and the attempt it used
-    is given back."""
-
-    lease: Lease
-    until: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobRef:
-    """One job as its tenant names it: id, queue and exact tenant all have to match."""
-
-    job_id: UUID
-    queue: str
-    tenant_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class QueueCounts:
-    """Jobs per state in one queue at one moment: the live counts exact, the finished ones exact
-    up to 10,000, past that maybe estimated by PostgreSQL's statistics, never below 10,001."""
-
-    queue: str
-    ready: int
-    delayed: int
-    running: int
-    expired: int
-    dead_letter: int
-    completed: int
-    oldest_ready_due_ms: int | None = None
-    """When the oldest job that is due now became due (ms since the epoch), if any."""
-    cancelled: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PausedQueue:
-    """A queue paused at ``paused_at`` (ms): workers claim none of its jobs until resumed."""
-
-    queue: str
-    paused_at: int
-
-
-#: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and
-#: ``delayed`` before; a RUNNING one is ``running`` while its lease lasts and ``expired`` from the
-#: moment it ends (as :meth:`Store.queue_counts` counts them).
-ShownState = Literal[
-    "ready", "delayed", "running", "expired", "dead_letter", "completed", "cancelled"
-]
-SHOWN_STATES: tuple[ShownState, ...] = get_args(ShownState)
-
-
-def shown_state(state: str, due_at: int, lease_expires_at: int | None, now: int) -> ShownState:
-    """The :data:`ShownState` of a job stored in ``state`` at ``now``, for stores that judge it
-    in Python rather than in SQL: due at ``now`` is ready, a lease ending at ``now`` expired."""
-    if state == JobState.READY.value:
-        return "ready" if due_at <= now else "delayed"
-    if state == JobState.RUNNING.value:
-        return "running" if lease_expires_at is not None and lease_expires_at > now else "expired"
-    finished: dict[str, ShownState] = {"dead_letter": "dead_letter", "cancelled": "cancelled"}
-    return finished.get(state, "completed")
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """Which jobs a listing returns (all given fields must match)."""
-
-    queue: str | None = None
-    tenant_id: str | None = None
-    state: JobState | None = None
-    job_type: str | None = None
-    limit: int = 50
-    offset: int = 0
-    """How many matching jobs to skip first (pagination)."""
-    oldest_first: bool = False
-    """List by creation time ascending instead of newest first."""
-    shown: ShownState | None = None
-    """One of the states the operator tools show, judged at ``now``: see :data:`ShownState`."""
-    now: int = 0
-    tag: str | None = None
-    """Only jobs carrying this tag (exactly: a tag never matches inside another)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ThroughputQuery:
-    """Jobs that finished at or after ``since`` and before ``until``, counted per queue (or only
-    ``queue``) in ``bucket_ms``-long buckets starting at ``since``."""
-
-    queue: str | None
-    since: int
-    until: int
-    bucket_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ThroughputBucket:
-    """How many jobs of one queue finished in one time bucket: completed, and moved to dead
-    letter. ``start`` is the bucket's first millisecond since the epoch."""
-
-    queue: str
-    start: int
-    completed: int
-    dead_lettered: int
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """A worker process as it registered itself, with its last heartbeat."""
-
-    id: UUID
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    started_at: int
-    heartbeat_at: int
-    in_flight: int
-    stopped_at: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """A worker saying it is alive at ``now`` with ``in_flight`` handlers running, or, with
-    ``stopped``, that it shut down normally."""
-
-    worker_id: UUID
-    now: int
-    in_flight: int
-    stopped: bool = False
 
 
 class ReadStore(Protocol):

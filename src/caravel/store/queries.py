@@ -14,7 +14,6 @@ from caravel.retention import content_hash
 from caravel.store.protocol import (
     ClaimSource,
     FailedAttempt,
-    Heartbeat,
     JobFilter,
     JobRef,
     NewJob,
@@ -22,7 +21,7 @@ from caravel.store.protocol import (
     ThroughputQuery,
 )
 from caravel.store.rows import CLAIM_RETURNING, STATUS_COLUMNS
-from caravel.store.schema import VERSION_TABLE, jobs, workers
+from caravel.store.schema import VERSION_TABLE, jobs
 
 __all__ = [
     "FINISHED_EXACT_LIMIT",
@@ -33,7 +32,6 @@ __all__ = [
     "existing_by_key",
     "fail",
     "finished_count",
-    "heartbeat",
     "job_list",
     "owned",
     "payload",
@@ -43,7 +41,6 @@ __all__ = [
     "schema_revision",
     "status",
     "throughput",
-    "worker_list",
 ]
 
 RUNNING = JobState.RUNNING.value
@@ -383,23 +380,7 @@ def throughput(query: ThroughputQuery) -> sa.Select[Any]:
     )
 
 
-# ----- the worker registry and the schema ----------------------------------------------------
-
-
-def heartbeat(beat: Heartbeat) -> sa.Update:
-    values: dict[str, Any] = {"heartbeat_at": beat.now, "in_flight": beat.in_flight}
-    if beat.stopped:
-        values["stopped_at"] = beat.now
-    return sa.update(workers).where(workers.c.id == beat.worker_id).values(values)
-
-
-def worker_list(since: int) -> sa.Select[Any]:
-    return (
-        sa.select(workers)
-        .where(workers.c.heartbeat_at >= since)
-        .order_by(workers.c.started_at.desc())
-        .limit(500)
-    )
+# ----- the schema ---------------------------------------------------------------------------
 
 
 def schema_revision() -> sa.Select[Any]:
