@@ -15,6 +15,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_KEY_LENGTH",
     "MAX_PAYLOAD_LIMIT",
+    "MAX_PRIORITY",
     "MAX_QUEUE_LIST_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_RESULT_LIMIT",
@@ -25,6 +26,8 @@ __all__ = [
     "MAX_TAG_LENGTH",
     "MAX_TRACE_CONTEXT_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
+    "MIN_PRIORITY",
+    "PRIORITY_AGING_MS",
 ]
 
 #: Queue names: ``[a-z0-9._-]``, 1 to 64 characters.
@@ -60,3 +63,11 @@ MAX_TAGS = 16
 MAX_TAG_LENGTH = 64
 #: The stored form of a job's tags: ``,a,b,`` (each tag between commas, for exact filtering).
 MAX_TAGS_LENGTH = MAX_TAGS * (MAX_TAG_LENGTH + 1) + 1
+#: A job's priority: ``MIN_PRIORITY`` to ``MAX_PRIORITY``, higher claimed first, 0 by default.
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+#: What one point of priority is worth in waiting time (6 s): jobs are claimed in order of
+#: their due time moved earlier by this much per point, so a job ages past any higher priority
+#: once it has waited longer than the difference times this. The claim index is built on it:
+#: changing it needs a migration.
+PRIORITY_AGING_MS = 6_000

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
@@ -225,9 +226,18 @@ def check(url: str | sa.URL) -> SchemaReport:
                 },
             )
             found = context.get_current_revision()
-            diffs = (
-                () if found is None else tuple(str(d) for d in compare_metadata(context, metadata))
-            )
+            with warnings.catch_warnings():
+                # SQLite's reflection cannot read the claim's expression index and says so;
+                # the migration tests check that index on SQLite instead.
+                warnings.filterwarnings(
+                    "ignore", "Skipped unsupported reflection", sa.exc.SAWarning
+                )
+                warnings.filterwarnings("ignore", "autogenerate skipping", UserWarning)
+                diffs = (
+                    ()
+                    if found is None
+                    else tuple(str(d) for d in compare_metadata(context, metadata))
+                )
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError("check", driver_reason(exc)) from exc
     finally:

@@ -75,6 +75,9 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "cancel_requested_at": None,
         "content_hash": None,
         "pruned_at": None,
+        # Not carried by NewJob yet (revision 0007 added the columns).
+        "priority": 0,
+        "pending_key": None,
     }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}

@@ -30,6 +30,7 @@ from caravel.limits import (
     MAX_TAGS_LENGTH,
     MAX_TRACE_CONTEXT_LENGTH,
     MAX_WIRE_NAME_LENGTH,
+    PRIORITY_AGING_MS,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "QUEUES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
+    "claim_rank",
     "include_object",
     "jobs",
     "metadata",
@@ -86,6 +88,11 @@ jobs = sa.Table(
     # submission under its key still returns it and a different one still conflicts.
     sa.Column("content_hash", sa.String(64), nullable=True),
     sa.Column("pruned_at", sa.BigInteger(), nullable=True),
+    # Higher is claimed first, aged by waiting time (see :data:`claim_rank`).
+    sa.Column("priority", sa.SmallInteger(), nullable=False, server_default=sa.text("0")),
+    # "One pending per key": at most one ready (waiting, delayed or retrying) job per queue,
+    # tenant and key; unlike the idempotency key it frees up once the job is claimed.
+    sa.Column("pending_key", sa.String(MAX_KEY_LENGTH), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -121,6 +128,17 @@ jobs = sa.Table(
         postgresql_where=sa.text("state = 'running'"),
         sqlite_where=sa.text("state = 'running'"),
     ),
+    # The one pending job per queue, tenant and pending key; only ready rows with a key have an
+    # entry, so it costs other jobs nothing.
+    sa.Index(
+        "uq_caravel_jobs_pending",
+        "queue",
+        "tenant_id",
+        "pending_key",
+        unique=True,
+        postgresql_where=sa.text("pending_key IS NOT NULL AND state = 'ready'"),
+        sqlite_where=sa.text("pending_key IS NOT NULL AND state = 'ready'"),
+    ),
     # Finished jobs by queue and state: queue counts read at most a bounded stretch of it, never
     # the finished rows themselves (see queries.counts).
     sa.Index(
@@ -130,6 +148,20 @@ jobs = sa.Table(
         postgresql_where=sa.text("available_at IS NULL"),
         sqlite_where=sa.text("available_at IS NULL"),
     ),
+)
+
+
+#: The order ready jobs are claimed in: the due time moved earlier by the job's priority, each
+#: point worth ``PRIORITY_AGING_MS`` of waiting. The aging step is written into the SQL text (not
+#: bound) so that the claim's ORDER BY is the very expression ``ix_caravel_jobs_ranked`` holds.
+claim_rank = jobs.c.due_at - jobs.c.priority * sa.literal_column(str(PRIORITY_AGING_MS))
+
+sa.Index(
+    "ix_caravel_jobs_ranked",
+    jobs.c.queue,
+    claim_rank,
+    postgresql_where=sa.text("state = 'ready'"),
+    sqlite_where=sa.text("state = 'ready'"),
 )
 
 
