@@ -117,4 +117,5 @@ def test_a_worker_given_an_age_prunes_on_its_schedule(
         worker.kill()
     assert code == 0, err
     assert asyncio.run(states())[2] is JobState.COMPLETED, "a job younger than 7d was pruned"
+    assert "prunes finished jobs every 1 min; SIGTERM or Ctrl+C stops" in err
     assert "pruned 2 jobs (1 tombstones kept, 0 expired tombstones deleted)" in err

@@ -278,9 +278,13 @@ async def _serve(
             # flight set off again and again, stop walking it every time.
             gc.collect()
             gc.freeze()
+            pruning = ""
+            if worker_options.retention is not None:
+                minutes = int(worker_options.prune_interval.total_seconds() // 60)
+                pruning = f"; prunes finished jobs every {minutes} min"
             _say(
                 f"processing {', '.join(queues)} "
-                f"(concurrency {worker_options.concurrency}); SIGTERM or Ctrl+C stops"
+                f"(concurrency {worker_options.concurrency}){pruning}; SIGTERM or Ctrl+C stops"
             )
             try:
                 await running.run(queues)
