@@ -135,6 +135,7 @@ def _new_job(
         due_at=due,
         created_at=now,
         tags=stored_tags(tags) if tags else None,
+        priority=dispatch.priority,
     )
 
 

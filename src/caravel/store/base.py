@@ -18,8 +18,9 @@ import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
-from caravel.store import outcomes, queries
+from caravel.store import claims, outcomes, queries
 from caravel.store.caller_inserts import CallerInserts
+from caravel.store.claims import claim_by_source
 from caravel.store.pausing import PausingStore
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
@@ -155,7 +156,7 @@ class SqlStore(
 
     def _claim_statement(self, source: ClaimSource, *, literal_limit: bool = True) -> sa.Update:
         """The claim for one source of jobs, picking rows the dialect's way."""
-        return queries.claim(source, self._claim_target, literal_limit=literal_limit)
+        return claims.claim(source, self._claim_target, literal_limit=literal_limit)
 
     @staticmethod
     def _claim_params(request: ClaimRequest, now: int) -> dict[str, Any]:
@@ -167,6 +168,9 @@ class SqlStore(
         }
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        return await claim_by_source(self._claim_one, request)
+
+    async def _claim_one(self, request: ClaimRequest) -> ClaimBatch:
         source = request.source
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         async with self._write("job_claim", single=True) as conn:

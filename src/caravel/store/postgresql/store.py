@@ -119,7 +119,7 @@ class PostgresStore(InsertingStore):
         orig = getattr(exc, "orig", exc)
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
-    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+    async def _claim_one(self, request: ClaimRequest) -> ClaimBatch:
         source, limit = request.source, request.limit
         values = self._claim_params(request, request.now)
         del values["b_limit"]  # written into the statement's text instead
