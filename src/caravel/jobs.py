@@ -136,7 +136,7 @@ class DispatchOptions:
         if self.tags != ():
             # Frozen: the checked, de-duplicated tuple replaces what was given.
             object.__setattr__(self, "tags", check_tags(self.tags))
-        if self.priority != 0 or isinstance(self.priority, bool):
+        if type(self.priority) is not int or self.priority != 0:  # the default costs nothing
             check_int("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
 
 
