@@ -108,7 +108,8 @@ class DispatchOptions:
             is kept as a tuple. Tags are not payload (an idempotent repeat with other tags
             returns the original job unchanged) and are shown to operators: never put secrets
             in them.
-        priority: -100 to 100, 0 by default; higher is claimed first among a queue's due jobs,
+        priority: -100 to 100; ``None`` takes the job type's (``register(priority=...)``),
+            else 0. Higher is claimed first among a queue's due jobs,
             and waiting counts too: each point is worth 6 seconds of waiting, so a job of
             priority 100 goes ahead of priority-0 jobs that have waited less than 10 minutes,
             and a job of priority -100 waits at most 20 minutes behind any stream of
@@ -122,7 +123,7 @@ class DispatchOptions:
     not_before: datetime | None = None
     max_attempts: int | None = None
     tags: tuple[str, ...] = ()
-    priority: int = 0
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -136,7 +137,7 @@ class DispatchOptions:
         if self.tags != ():
             # Frozen: the checked, de-duplicated tuple replaces what was given.
             object.__setattr__(self, "tags", check_tags(self.tags))
-        if type(self.priority) is not int or self.priority != 0:  # the default costs nothing
+        if self.priority is not None:
             check_int("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
 
 

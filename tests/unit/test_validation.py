@@ -291,7 +291,7 @@ def test_dispatch_options_defaults() -> None:
     assert options.idempotency_key is None
     assert options.not_before is None
     assert options.max_attempts is None
-    assert options.priority == 0
+    assert options.priority is None  # the job type's, else 0
 
 
 def test_dispatch_options_keep_valid_values_exactly() -> None:
@@ -339,7 +339,6 @@ def test_dispatch_options_keep_valid_values_exactly() -> None:
         ({"priority": False}, "priority"),
         ({"priority": 0.0}, "priority"),
         ({"priority": "5"}, "priority"),
-        ({"priority": None}, "priority"),
     ],
 )
 def test_dispatch_options_reject_bad_fields(changes: dict[str, object], field: str) -> None:

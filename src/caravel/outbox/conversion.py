@@ -8,7 +8,8 @@ context travels with the intent, so the request that staged it continues into th
 
 Tags and priorities do not cross: the outbox table is the application's, created by its own
 migrations, and has no column for them. Staging a dispatch with tags or a priority other than 0 is
-refused rather than relaying a job without them that the caller believes has them.
+refused (a priority given by the job type's registration too) rather than relaying a job
+without them that the caller believes has them.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ def envelope_for(
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
     Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``) when the dispatch
-    has tags or a priority other than 0."""
+    has tags, or the job a priority other than 0 (its dispatch's or its type's)."""
     if dispatch.tags:
         rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
         raise ValidationError("tags", rule)
-    if dispatch.priority != 0:
+    if job.priority != 0:
         rule = "cannot be staged in the outbox (its table has no priority column); enqueue directly"
         raise ValidationError("priority", rule)
     return model(

@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Session
 
-from caravel import DispatchOptions, Leases, SyncQueue, ValidationError
+from caravel import DispatchOptions, JobContext, JobRegistry, Leases, SyncQueue, ValidationError
+from caravel.errors import RegistrationError
 from caravel.outbox import Outbox, add_outbox
 from caravel.store.urls import sync_url
 from tests.support import Add, dispatch, inspector_of, make_registry, open_queue
@@ -80,6 +81,38 @@ def test_the_sync_facade_and_the_callers_session_store_priorities(
         assert status.priority == (42 if result is one else n + 1)
 
 
+def _noop(job: object, ctx: JobContext[None]) -> None:
+    return None
+
+
+def _typed_registry() -> JobRegistry:
+    """``Add`` (tests.add.v1) with a priority of 30 for its type."""
+    registry = JobRegistry()
+    registry.register("tests.add.v1", Add, _noop, priority=30)
+    return registry
+
+
+async def test_a_job_type_default_priority_applies_unless_the_dispatch_gives_one(
+    db_url: str,
+) -> None:
+    async with open_queue(db_url, _typed_registry()) as queue:
+        typed = await queue.enqueue(Add(1), dispatch())
+        given = await queue.enqueue(Add(2), dispatch(priority=-5))
+        zero = await queue.enqueue(Add(3), dispatch(priority=0))
+        many = await queue.enqueue_many([(Add(n), dispatch()) for n in range(10, 30)])
+        found = {s.job_id: s.priority for s in await inspector_of(queue).list_jobs(limit=100)}
+    assert (found[typed.job_id], found[given.job_id], found[zero.job_id]) == (30, -5, 0)
+    assert {found[r.job_id] for r in many} == {30}
+
+
+@pytest.mark.parametrize("priority", [101, -101, True, 1.5, "1"])
+def test_a_job_type_priority_out_of_range_is_refused(priority: object) -> None:
+    with pytest.raises(RegistrationError) as caught:
+        JobRegistry().register("tests.add.v1", Add, _noop, priority=priority)  # type: ignore[arg-type]
+    assert caught.value.field == "priority"
+    assert caught.value.rule == "must be an integer from -100 to 100"
+
+
 class _AppBase(DeclarativeBase):
     pass
 
@@ -103,5 +136,13 @@ def test_the_outbox_refuses_a_priority_and_stages_nothing() -> None:
             outbox.stage(session, Add(1), DispatchOptions(queue="default", priority=0))
             session.commit()
             assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 1
+            # A priority the job type gives is refused too, unless the dispatch says 0.
+            typed = Outbox(_typed_registry(), _Envelope)
+            with pytest.raises(ValidationError) as caught:
+                typed.stage(session, Add(2), DispatchOptions(queue="default"))
+            assert caught.value.field == "priority"
+            typed.stage(session, Add(2), DispatchOptions(queue="default", priority=0))
+            session.commit()
+            assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 2
     finally:
         engine.dispose()
