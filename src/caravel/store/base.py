@@ -20,7 +20,6 @@ from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import claims, outcomes, queries
 from caravel.store.caller_inserts import CallerInserts
-from caravel.store.claims import claim_by_source
 from caravel.store.pausing import PausingStore
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.protocol import (
@@ -81,9 +80,12 @@ class SqlStore(
         return sa.insert(jobs)
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
-        """The rows a claim updates: those ``candidates`` picks (locking them where the
-        database needs it)."""
+        """The rows a claim updates: those whose ids ``candidates`` picks."""
         return jobs.c.id.in_(candidates.scalar_subquery())
+
+    def _claim_lock(self, picked: sa.Select[Any]) -> sa.Select[Any]:
+        """The rows one source of a claim picks, locked where the database needs it."""
+        return picked
 
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
@@ -156,7 +158,9 @@ class SqlStore(
 
     def _claim_statement(self, source: ClaimSource, *, literal_limit: bool = True) -> sa.Update:
         """The claim for one source of jobs, picking rows the dialect's way."""
-        return claims.claim(source, self._claim_target, literal_limit=literal_limit)
+        return claims.claim(
+            source, self._claim_target, self._claim_lock, literal_limit=literal_limit
+        )
 
     @staticmethod
     def _claim_params(request: ClaimRequest, now: int) -> dict[str, Any]:
@@ -168,9 +172,6 @@ class SqlStore(
         }
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        return await claim_by_source(self._claim_one, request)
-
-    async def _claim_one(self, request: ClaimRequest) -> ClaimBatch:
         source = request.source
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         async with self._write("job_claim", single=True) as conn:

@@ -1,15 +1,16 @@
-"""The claim: which jobs a worker takes, in which order, as one portable statement per source
-of jobs, and the ``"any"`` source as the two bounded claims it is made of.
+"""The claim: which jobs a worker takes and in which order, as one portable statement per source
+of jobs (see :data:`~caravel.store.values.ClaimSource`).
 
 Ready jobs are taken in ascending :data:`~caravel.store.schema.claim_rank` (the due time moved
 earlier by ``PRIORITY_AGING_MS`` per point of priority), read from ``ix_caravel_jobs_ranked``;
-running jobs whose lease expired in order of expiry, from ``ix_caravel_jobs_leases``. Each claim
-reads at most its batch from one index, never every due row."""
+running jobs whose lease expired in order of expiry, from ``ix_caravel_jobs_leases``. No one
+index holds both orders, so ``"any"`` is the two bounded reads side by side: up to the batch
+of each, expired leases first, and the batch taken from those (at most twice the batch sorted,
+never every due row)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,9 +19,9 @@ from caravel.jobs import FailureCategory, JobState
 from caravel.limits import MAX_PRIORITY, PRIORITY_AGING_MS
 from caravel.store.rows import CLAIM_RETURNING
 from caravel.store.schema import claim_rank, jobs
-from caravel.store.values import ClaimBatch, ClaimRequest, ClaimSource
+from caravel.store.values import ClaimSource
 
-__all__ = ["RANK_HORIZON_MS", "claim", "claim_by_source"]
+__all__ = ["RANK_HORIZON_MS", "claim"]
 
 RUNNING = JobState.RUNNING.value
 READY = JobState.READY.value
@@ -30,32 +31,51 @@ DEAD = JobState.DEAD_LETTER.value
 #: stops reading the index there, so a queue of far-future delayed jobs is not read to its end.
 RANK_HORIZON_MS = MAX_PRIORITY * PRIORITY_AGING_MS
 
+Lock = Callable[[sa.Select[Any]], sa.Select[Any]]
 
-def claim(source: ClaimSource, target: Any, *, literal_limit: bool = True) -> sa.Update:
-    """The claim of ``"ready"`` or ``"expired"`` jobs (``"any"`` is two claims, see
-    :func:`claim_by_source`), bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``.
-    ``target(candidates)`` is the dialect's condition for the rows the candidates pick;
-    ``literal_limit`` writes the batch size into the SQL text instead of binding it."""
-    now = sa.bindparam("b_now", type_=sa.BigInteger())
-    expires = sa.bindparam("b_expires", type_=sa.BigInteger())
-    candidates = sa.select(jobs.c.id).where(
-        jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now
-    )
-    # The state as literal SQL, so the planner can match the partial indexes.
+
+def _source(
+    source: ClaimSource, now: Any, limit: Any, lock: Lock, *, keyed: bool = False
+) -> sa.Select[Any]:
+    """The ids of up to ``limit`` jobs of one source, in its order (with that order's key as
+    ``k`` when ``keyed``), locked the dialect's way. The state is literal SQL, so the planner
+    can match the partial indexes."""
+    due = (jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now)
+    where: tuple[sa.ColumnElement[bool], ...]
     if source == "ready":
-        candidates = candidates.where(
+        where = (
             jobs.c.state == sa.literal_column(f"'{READY}'"),
             claim_rank <= now + sa.literal_column(str(RANK_HORIZON_MS)),
-        ).order_by(claim_rank)
-    elif source == "expired":
-        candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{RUNNING}'")).order_by(
-            jobs.c.available_at
         )
+        order: Any = claim_rank
     else:
-        raise ValueError(f"one claim statement per source: {source!r}")
-    candidates = candidates.limit(
-        sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
-    )
+        where = (jobs.c.state == sa.literal_column(f"'{RUNNING}'"),)
+        order = jobs.c.available_at
+    columns = (jobs.c.id, order.label("k")) if keyed else (jobs.c.id,)
+    return lock(sa.select(*columns).where(*due, *where).order_by(order).limit(limit))
+
+
+def _candidates(source: ClaimSource, now: Any, limit: Any, lock: Lock) -> sa.Select[Any]:
+    if source != "any":
+        return _source(source, now, limit, lock)
+    parts = []
+    sources: tuple[ClaimSource, ...] = ("expired", "ready")
+    for part, name in enumerate(sources):
+        picked = _source(name, now, limit, lock, keyed=True).subquery(f"{name}_jobs")
+        parts.append(sa.select(picked.c.id, sa.literal_column(str(part)).label("part"), picked.c.k))
+    both = sa.union_all(*parts).subquery("due_jobs")
+    return sa.select(both.c.id).order_by(both.c.part, both.c.k).limit(limit)
+
+
+def claim(source: ClaimSource, target: Any, lock: Lock, *, literal_limit: bool = True) -> sa.Update:
+    """The claim of ``source``, bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``.
+    ``lock(select)`` is the dialect's locking of the rows one source picks, ``target(ids)`` its
+    condition for the rows the picked ids name; ``literal_limit`` writes the batch size into
+    the SQL text instead of binding it."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    expires = sa.bindparam("b_expires", type_=sa.BigInteger())
+    limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
+    candidates = _candidates(source, now, limit, lock)
     exhausted = sa.and_(jobs.c.state == RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
     def pick(if_exhausted: Any, otherwise: Any) -> sa.Case[Any]:
@@ -76,24 +96,4 @@ def claim(source: ClaimSource, target: Any, *, literal_limit: bool = True) -> sa
             updated_at=now,
         )
         .returning(*CLAIM_RETURNING)
-    )
-
-
-async def claim_by_source(
-    claim_one: Callable[[ClaimRequest], Awaitable[ClaimBatch]], request: ClaimRequest
-) -> ClaimBatch:
-    """``request`` through ``claim_one`` (a store's claim of one source). ``"any"`` is two
-    bounded claims: expired leases first (a crashed worker's jobs have waited longest), then
-    ready jobs by rank for what the batch has left. One statement over both would have to sort
-    every due row of the queue, since no one index holds both orders."""
-    if request.source != "any":
-        return await claim_one(request)
-    expired = await claim_one(replace(request, source="expired"))
-    left = request.limit - len(expired.claimed) - expired.dead_lettered
-    if left <= 0:
-        return expired
-    ready = await claim_one(replace(request, source="ready", limit=left))
-    return ClaimBatch(
-        claimed=expired.claimed + ready.claimed,
-        dead_lettered=expired.dead_lettered + ready.dead_lettered,
     )

@@ -144,7 +144,7 @@ async def test_the_source_picks_waiting_jobs_or_expired_leases(
 @pytest.mark.parametrize("expires_in", [3_000, 10_000])
 async def test_any_takes_expired_leases_before_waiting_jobs(store: Store, expires_in: int) -> None:
     # A crashed worker's job is available from its lease expiry, a waiting job from its due
-    # time; "any" is two bounded claims, expired leases first, whichever became available first.
+    # time; "any" takes expired leases first, whichever became available first.
     crashed, waiting = new_job(1), new_job(2, due_at=T0 + 5_000, priority=100)
     await insert(store, [crashed, waiting])
     await claim_one(store, T0, lease_ms=expires_in)

@@ -16,7 +16,6 @@ from uuid import UUID
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
-from caravel.store.claims import claim_by_source
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
 from caravel.store.protocol import (
@@ -58,11 +57,18 @@ PRUNED = JobState.PRUNED.value
 
 #: The attribute names a claim returns, in :data:`~caravel.store.rows.CLAIM_RETURNING` order.
 _CLAIM_FIELDS = tuple(column.name for column in CLAIM_RETURNING)
-#: The state each claim source takes (rows with ``available_at`` set only, as in SQL) and the
-#: order it takes them in (``"any"`` is both, see :func:`~caravel.store.claims.claim_by_source`).
-_SOURCES: dict[ClaimSource, tuple[str, Callable[[JobRow], tuple[int, int]]]] = {
-    "ready": (READY, lambda row: (claim_rank_of(row.due_at, row.priority), row.rowid)),
-    "expired": (RUNNING, lambda row: (row.available_at or 0, row.rowid)),
+_Order = Callable[[JobRow], tuple[int, int]]
+_READY_ORDER: tuple[str, _Order] = (
+    READY,
+    lambda row: (claim_rank_of(row.due_at, row.priority), row.rowid),
+)
+_EXPIRED_ORDER: tuple[str, _Order] = (RUNNING, lambda row: (row.available_at or 0, row.rowid))
+#: The state each claim source reads (rows with ``available_at`` set only, as in SQL) and the
+#: order it takes them in, as :mod:`caravel.store.claims` does.
+_SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
+    "any": (_EXPIRED_ORDER, _READY_ORDER),
+    "ready": (_READY_ORDER,),
+    "expired": (_EXPIRED_ORDER,),
 }
 
 
@@ -102,20 +108,20 @@ class MemoryStore(MemoryRemoval):
     # ----- claim and acknowledge -----------------------------------------------------------
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        return await claim_by_source(self._claim_one, request)
-
-    async def _claim_one(self, request: ClaimRequest) -> ClaimBatch:
-        now = request.now
-        state, order = _SOURCES[request.source]
+        now, limit = request.now, request.limit
         with self._locked("job_claim") as tables:
-            due = (
-                row
-                for row in tables.live_rows(request.queue)
-                if row.state == state and row.available_at is not None and row.available_at <= now
-            )
-            picked = heapq.nsmallest(request.limit, due, key=order)
+            picked: list[JobRow] = []
+            # "any" as in SQL: up to the batch of each source, expired leases first.
+            for state, order in _SOURCES[request.source]:
+                due = (
+                    row
+                    for row in tables.live_rows(request.queue)
+                    if row.state == state and row.available_at is not None
+                    and row.available_at <= now
+                )  # fmt: skip
+                picked.extend(heapq.nsmallest(limit, due, key=order))
             returned = []
-            for row in picked:
+            for row in picked[:limit]:
                 _claim(row, now, now + request.lease_ms)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))

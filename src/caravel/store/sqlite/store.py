@@ -213,7 +213,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
         # one transaction and looks the colliding rows up.
         return InsertResult(new_jobs, await self._insert_general(new_jobs))
 
-    async def _claim_one(self, request: ClaimRequest) -> ClaimBatch:
+    async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         source = request.source
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
 
