@@ -8,7 +8,8 @@ context travels with the intent, so the request that staged it continues into th
 
 Tags do not cross: the outbox table is the application's, created by its own migrations, and has
 no column for them. Staging a dispatch with tags is refused rather than relaying an untagged job
-the caller believes is tagged.
+the caller believes is tagged. A pending key is refused the same way: the table has no column
+for it either, and a relayed job without it would not dedupe or debounce.
 """
 
 from __future__ import annotations
@@ -35,10 +36,17 @@ def envelope_for(
     trace_context: str | None,
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
-    Raises :class:`~caravel.errors.ValidationError` (``tags``) when the dispatch has tags."""
+    Raises :class:`~caravel.errors.ValidationError` (``tags``, ``pending_key``) when the dispatch
+    has tags or a pending key."""
     if dispatch.tags:
         rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
         raise ValidationError("tags", rule)
+    if dispatch.pending_key is not None:
+        rule = (
+            "cannot be staged in the outbox (its table has no pending_key column); "
+            "enqueue directly"
+        )
+        raise ValidationError("pending_key", rule)
     return model(
         id=job.id,
         queue=job.queue,

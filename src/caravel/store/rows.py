@@ -55,6 +55,7 @@ STATUS_COLUMNS = (
     jobs.c.tags,
     jobs.c.error_class,
     jobs.c.snoozes,
+    jobs.c.pending_key,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -101,6 +102,7 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         error_class=row.error_class,
         snoozes=row.snoozes,
         result=None if result is None else json.loads(result),
+        pending_key=row.pending_key,
     )
 
 
@@ -215,6 +217,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "updated_at": job.created_at,
         "trace_context": job.trace_context,
         "tags": job.tags,
+        "pending_key": job.pending_key,
     }
 
 
@@ -235,4 +238,5 @@ _JOB_ROW_COLUMNS = (
     "updated_at",
     "trace_context",
     "tags",
+    "pending_key",
 )
