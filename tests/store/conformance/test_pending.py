@@ -1,4 +1,4 @@
-""""One pending per key": at most one ready job per queue, tenant and pending key. A second
+""" "One pending per key": at most one ready job per queue, tenant and pending key. A second
 insert under the key returns the pending job (keep) or gives it its content (replace, its due
 time capped at its creation plus the debounce); a claimed job frees the key; a job made ready
 again while another is pending under its key gives its key up. Every insert strategy a store
@@ -42,7 +42,8 @@ async def test_keep_returns_the_pending_job_and_changes_nothing(store: Store) ->
     second = keyed(new_job(2, created_at=T0 + 10, due_at=T0 + 99))
     (made,) = (await insert(store, [first])).outcomes
     (kept,) = (await insert(store, [second])).outcomes
-    assert made.inserted and not made.replaced
+    assert made.inserted
+    assert not made.replaced
     assert (kept.job_id, kept.inserted, kept.replaced) == (first.id, False, False)
     found = await status(store, first)
     assert found.pending_key == KEY
@@ -101,7 +102,8 @@ async def test_a_pending_job_of_another_type_is_a_conflict(
     with pytest.raises(PendingKeyConflictError) as raised:
         await insert(store, [other])
     assert raised.value.job_id == first.id
-    assert "pending_key" in str(raised.value) and KEY not in str(raised.value)
+    assert "pending_key" in str(raised.value)
+    assert KEY not in str(raised.value)
     assert await payload_of(store, first.id, first) == payload(n=1)
     assert [s.job_id for s in await everything(store)] == [first.id]
 
@@ -126,7 +128,8 @@ async def test_a_claimed_job_frees_the_key(store: Store) -> None:
     assert (await claim_one(store, T0)).job_id == first.id
     second = keyed(new_job(2, created_at=T0 + 1))
     (outcome,) = (await insert(store, [second])).outcomes
-    assert outcome.inserted and outcome.job_id == second.id
+    assert outcome.inserted
+    assert outcome.job_id == second.id
     third = keyed(new_job(3, created_at=T0 + 2), debounce_ms=1_000)
     (outcome,) = (await insert(store, [third])).outcomes
     assert (outcome.job_id, outcome.replaced) == (second.id, True)
@@ -157,8 +160,10 @@ async def test_a_key_twice_in_one_call_behaves_as_two_calls(
     jobs = [*others[: plain // 2], first, apart, *others[plain // 2 :], second]
     result = await insert(store, jobs, chunk=7)
     outcomes = dict(zip((j.id for j in jobs), result.outcomes, strict=True))
-    assert outcomes[first.id].inserted and outcomes[apart.id].inserted
-    assert outcomes[second.id].job_id == first.id and not outcomes[second.id].inserted
+    assert outcomes[first.id].inserted
+    assert outcomes[apart.id].inserted
+    assert outcomes[second.id].job_id == first.id
+    assert not outcomes[second.id].inserted
     assert outcomes[second.id].replaced == (debounce_ms is not None)
     assert all(outcomes[j.id].inserted for j in others)
     expected = payload(n=2) if debounce_ms is not None else payload(n=1)
@@ -183,7 +188,8 @@ async def test_a_retry_while_another_job_is_pending_gives_up_its_key(store: Stor
     await insert(store, [second])  # the key is free again: a new pending job
     assert await fail(store, lease, T0 + 2, retry_at=T0 + 100) == {first.id}
     retried, pending = await status(store, first), await status(store, second)
-    assert retried.state == JobState.READY and retried.pending_key is None
+    assert retried.state == JobState.READY
+    assert retried.pending_key is None
     assert pending.pending_key == KEY
     # Both run: nothing accepted is lost.
     assert {job.job_id for job in (await claim(store, T0 + 100)).claimed} == {first.id, second.id}
@@ -221,7 +227,8 @@ async def test_a_replay_while_another_job_is_pending_gives_up_its_key(store: Sto
     assert (await insert(store, [second])).outcomes[0].inserted
     assert await store.job_replay(ref(first), T0 + 3)
     replayed = await status(store, first)
-    assert replayed.state == JobState.READY and replayed.pending_key is None
+    assert replayed.state == JobState.READY
+    assert replayed.pending_key is None
     assert (await status(store, second)).pending_key == KEY
 
 
