@@ -43,8 +43,7 @@ def envelope_for(
         raise ValidationError("tags", rule)
     if dispatch.pending_key is not None:
         rule = (
-            "cannot be staged in the outbox (its table has no pending_key column); "
-            "enqueue directly"
+            "cannot be staged in the outbox (its table has no pending_key column); enqueue directly"
         )
         raise ValidationError("pending_key", rule)
     return model(
