@@ -59,6 +59,7 @@ STATUS_FIELDS = {
     "error_class",
     "snoozes",
     "result",
+    "pending_key",
 }
 
 
