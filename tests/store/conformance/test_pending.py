@@ -180,6 +180,22 @@ async def test_the_same_batch_again_is_settled_against_the_pending_jobs(store: S
     assert not any(o.inserted for o in result.outcomes)
 
 
+async def test_a_batch_that_collides_and_carries_pending_keys(store: Store) -> None:
+    # Its first job's idempotency key is taken (PostgreSQL's COPY then goes to the path that
+    # skips rows), and a later chunk carries pending keys (which that path cannot settle).
+    seen = new_job(0, key="k-0")
+    await insert(store, [seen])
+    pending = keyed(new_job(50))
+    await insert(store, [pending])
+    batch = [seen, *many(20, keyed=False, start=1), keyed(new_job(60, created_at=T0 + 1))]
+    result = await insert(store, batch, chunk=5)
+    assert result.outcomes[0].job_id == seen.id
+    assert not result.outcomes[0].inserted
+    assert all(o.inserted for o in result.outcomes[1:-1])
+    assert result.outcomes[-1].job_id == pending.id
+    assert len(await everything(store)) == 22
+
+
 async def test_a_retry_while_another_job_is_pending_gives_up_its_key(store: Store) -> None:
     first = keyed(new_job(1))
     await insert(store, [first])
