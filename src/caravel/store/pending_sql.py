@@ -40,6 +40,9 @@ __all__ = [
 T = TypeVar("T")
 
 READY = JobState.READY.value
+#: The state as literal SQL, so the planner can match the partial index (a bound value cannot be
+#: proven to equal the index's 'ready' in a generic plan).
+_READY_SQL = sa.literal_column(f"'{READY}'")
 #: The unique index that holds each queue's, tenant's and key's one pending job.
 PENDING_INDEX = "uq_caravel_jobs_pending"
 _TARGET = ("queue", "tenant_id", "pending_key")
@@ -116,7 +119,7 @@ def _pending_now(job: NewJob) -> sa.Select[Any]:
         jobs.c.queue == job.queue,
         jobs.c.tenant_id == job.tenant_id,
         jobs.c.pending_key == job.pending_key,
-        jobs.c.state == READY,
+        jobs.c.state == _READY_SQL,
     )
 
 
@@ -157,7 +160,7 @@ def kept_key() -> sa.ColumnElement[Any]:
             other.c.queue == jobs.c.queue,
             other.c.tenant_id == jobs.c.tenant_id,
             other.c.pending_key == jobs.c.pending_key,
-            other.c.state == READY,
+            other.c.state == _READY_SQL,
             other.c.id != jobs.c.id,
         )
         .exists()
