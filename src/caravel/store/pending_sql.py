@@ -42,7 +42,7 @@ T = TypeVar("T")
 READY = JobState.READY.value
 #: The state as literal SQL, so the planner can match the partial index (a bound value cannot be
 #: proven to equal the index's 'ready' in a generic plan).
-_READY_SQL = sa.literal_column(f"'{READY}'")
+_READY_SQL: sa.ColumnElement[str] = sa.literal_column(f"'{READY}'")
 #: The unique index that holds each queue's, tenant's and key's one pending job.
 PENDING_INDEX = "uq_caravel_jobs_pending"
 _TARGET = ("queue", "tenant_id", "pending_key")
