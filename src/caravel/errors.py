@@ -106,15 +106,17 @@ class IdempotencyConflictError(CaravelError):
 
 class PendingKeyConflictError(CaravelError):
     """A job of another job type is pending (ready, delayed or retrying) under the same queue,
-    tenant and ``pending_key``. ``job_id`` is that pending job, which was not changed.
+    tenant and ``pending_key``. ``job_id`` is that pending job, which was not changed, and
+    ``queue`` its queue (the message names the queue, never the key, tenant or payload).
 
     An HTTP API usually answers this with 409 Conflict, as an idempotency conflict."""
 
-    def __init__(self, job_id: UUID) -> None:
+    def __init__(self, job_id: UUID, queue: str) -> None:
         self.job_id = job_id
+        self.queue = queue
         super().__init__(
-            "pending_key: a job of another job type is pending under this key in this queue "
-            "and tenant"
+            f"pending_key: a job of another job type is pending under this key in queue "
+            f"{queue} for this tenant"
         )
 
 

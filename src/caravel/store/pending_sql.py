@@ -142,7 +142,7 @@ def pending_plan(keep: Any, replace: Any, job: NewJob) -> Plan[InsertOutcome]:
             continue  # claimed since the insert met it: the key is free again
         row = pending[0]
         if row.job_type != job.job_type:
-            raise PendingKeyConflictError(row.id)
+            raise PendingKeyConflictError(row.id, job.queue)
         if not replacing:
             return InsertOutcome(row.id, inserted=False)
         # A job of this type became pending after the upsert looked: settle against it.

@@ -103,6 +103,8 @@ async def test_a_pending_job_of_another_type_is_a_conflict(
         await insert(store, [other])
     assert raised.value.job_id == first.id
     assert "pending_key" in str(raised.value)
+    assert raised.value.queue == first.queue
+    assert f"queue {first.queue} " in str(raised.value)
     assert KEY not in str(raised.value)
     assert await payload_of(store, first.id, first) == payload(n=1)
     assert [s.job_id for s in await everything(store)] == [first.id]

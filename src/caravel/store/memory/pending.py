@@ -51,7 +51,7 @@ def settle_pending(
     if row is None:
         return None
     if row.job_type != job.job_type:
-        raise PendingKeyConflictError(row.id)
+        raise PendingKeyConflictError(row.id, job.queue)
     if job.debounce_ms is None:
         return InsertOutcome(row.id, inserted=False)
     due = min(job.due_at, row.created_at + job.debounce_ms)
