@@ -67,20 +67,29 @@ def settle_plan(
     keep: Any,
     replace: Any,
 ) -> Plan[list[InsertOutcome]]:
-    """Each job inserted or settled against the row that kept it out, in the call's order: the
-    jobs without a pending key together (by ``plain``, the store's own insert), then those with
-    one, one by one (a key may come twice in a call, and one upsert cannot touch a row
-    twice)."""
+    """Each job inserted or settled against the row that kept it out, outcomes in the call's
+    order: the jobs without a pending key together (by ``plain``, the store's own insert), then
+    those with one, one by one (a key may come twice in a call, and one upsert cannot touch a
+    row twice). Those go in order of their queue, tenant and key, each key's jobs in the call's
+    order: two calls settling the same keys then wait for each other's index entries in the
+    same order, and never deadlock."""
     unkeyed, keyed = split_pending(new_jobs)
     if not keyed:
         return (yield from plain(new_jobs))
-    settled = (yield from plain(unkeyed)) if unkeyed else []
-    for job in keyed:
-        settled.append((yield from pending_plan(keep, replace, job)))
-    unkeyed_outcomes, keyed_outcomes = iter(settled[: len(unkeyed)]), iter(settled[len(unkeyed) :])
+    settled = iter((yield from plain(unkeyed)) if unkeyed else [])
+    positions = [n for n, job in enumerate(new_jobs) if job.pending_key is not None]
+    positions.sort(key=lambda n: _scope(new_jobs[n]))  # stable: a key's jobs keep their order
+    by_position: dict[int, InsertOutcome] = {}
+    for n in positions:
+        by_position[n] = yield from pending_plan(keep, replace, new_jobs[n])
     return [
-        next(unkeyed_outcomes if job.pending_key is None else keyed_outcomes) for job in new_jobs
+        next(settled) if job.pending_key is None else by_position[n]
+        for n, job in enumerate(new_jobs)
     ]
+
+
+def _scope(job: NewJob) -> tuple[str, str, str]:
+    return (job.queue, job.tenant_id, job.pending_key or "")
 
 
 def upsert_keep(insert: Any) -> Any:

@@ -175,3 +175,21 @@ def test_threads_on_one_sqlite_file_leave_one_pending_job(
     finally:
         engine.dispose()
     assert count == 1
+
+
+@pytest.mark.postgres
+async def test_batches_of_the_same_keys_in_other_orders_never_deadlock(pg_url: str) -> None:
+    clock = ManualClock()
+    keys = [f"key-{n}" for n in range(12)]
+    async with producers(pg_url, clock) as queues:
+
+        def batch(n: int) -> list[tuple[Add, DispatchOptions]]:
+            order = keys if n % 2 == 0 else list(reversed(keys))
+            return [(Add(n), dispatch(pending_key=key, on_pending="replace")) for key in order]
+
+        calls = [queue.enqueue_many(batch(n)) for n, queue in enumerate(queues) for _ in range(3)]
+        results = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+        rows = await ready_rows(queues[0])
+        assert sorted(key for _, key in rows) == sorted(keys)  # one pending job per key
+        held = {job_id for job_id, _ in rows}
+        assert {result.job_id for found in results for result in found} == held
