@@ -21,6 +21,7 @@ from caravel import migrate
 #: Alembic filter: the queue's tables in the same database belong to Caravel's own history, so
 #: this one never compares or touches them.
 include_object = migrate.exclude_caravel_tables
+include_name = migrate.exclude_caravel_names
 
 
 def _config(settings: Settings | None = None) -> Config:
@@ -92,7 +93,12 @@ def check_all(settings: Settings) -> list[str]:
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(
-                conn, opts={"include_object": include_object, "compare_type": True}
+                conn,
+                opts={
+                    "include_name": include_name,
+                    "include_object": include_object,
+                    "compare_type": True,
+                },
             )
             found = context.get_current_revision()
             diffs = compare_metadata(context, metadata) if found == newest else []

@@ -48,7 +48,11 @@ def check_all(settings: Settings) -> list[str]:
         with engine.connect() as conn:
             context = MigrationContext.configure(
                 conn,
-                opts={"include_object": migrate.exclude_caravel_tables, "compare_type": True},
+                opts={
+                    "include_name": migrate.exclude_caravel_names,
+                    "include_object": migrate.exclude_caravel_tables,
+                    "compare_type": True,
+                },
             )
             found = context.get_current_revision()
             diffs = compare_metadata(context, metadata) if found == newest else []

@@ -9,6 +9,7 @@
     ├── UnknownJobTypeError        enqueue of a value whose type is not registered
     ├── PrincipalTypeError         a dashboard's authorize returned neither a Principal nor None
     ├── IdempotencyConflictError   same queue, tenant and key, different job type or payload
+    ├── PendingKeyConflictError    a job of another type is pending under the same pending key
     ├── LeaseLostError             a complete/fail by a worker that no longer holds the lease
     ├── JobCancelledError          raised inside a handler whose job was cancelled
     ├── SchemaNotReadyError        the database is not migrated to the library's head revision
@@ -34,6 +35,7 @@ __all__ = [
     "JobCancelledError",
     "LeaseLostError",
     "OptionsError",
+    "PendingKeyConflictError",
     "PrincipalTypeError",
     "RegistrationError",
     "SchemaNotReadyError",
@@ -99,6 +101,22 @@ class IdempotencyConflictError(CaravelError):
         super().__init__(
             "idempotency_key: already used in this queue and tenant with a different "
             "job type or payload"
+        )
+
+
+class PendingKeyConflictError(CaravelError):
+    """A job of another job type is pending (ready, delayed or retrying) under the same queue,
+    tenant and ``pending_key``. ``job_id`` is that pending job, which was not changed, and
+    ``queue`` its queue (the message names the queue, never the key, tenant or payload).
+
+    An HTTP API usually answers this with 409 Conflict, as an idempotency conflict."""
+
+    def __init__(self, job_id: UUID, queue: str) -> None:
+        self.job_id = job_id
+        self.queue = queue
+        super().__init__(
+            f"pending_key: a job of another job type is pending under this key in queue "
+            f"{queue} for this tenant"
         )
 
 

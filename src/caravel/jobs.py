@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 from uuid import UUID
 
 from caravel.clock import from_ms
 from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
+from caravel.pending import DEFAULT_MAX_DEBOUNCE, check_pending
 from caravel.tags import check_tags
 from caravel.validation import (
     check_identifier,
@@ -115,6 +116,17 @@ class DispatchOptions:
             and a job of priority -100 waits at most 20 minutes behind any stream of
             priority-100 work. Equal priorities run in due order. It never makes a delayed job
             run before ``not_before``. Retries and snoozes keep it.
+        pending_key: "one pending per key": at most one job of the queue and tenant is pending
+            (ready, delayed or retrying) under this key; same rules as ``idempotency_key``, and
+            not combined with it. Unlike an idempotency key it frees up once the pending job is
+            claimed. ``None`` (the default) means no such rule.
+        on_pending: what an enqueue does when a job is pending under ``pending_key``:
+            ``"keep"`` (dedupe) returns the pending job unchanged; ``"replace"`` (debounce)
+            gives it this call's payload, trace context and due time, but never a due time
+            later than its creation plus ``max_debounce``. Only with ``pending_key``.
+        max_debounce: with ``on_pending="replace"``, how long after its creation a pending job
+            may be pushed back at most (positive, at most 30 days; 10 minutes by default), so a
+            steady stream of calls still runs it. Only with ``pending_key``.
     """
 
     queue: str
@@ -124,6 +136,9 @@ class DispatchOptions:
     max_attempts: int | None = None
     tags: tuple[str, ...] = ()
     priority: int | None = None
+    pending_key: str | None = None
+    on_pending: Literal["keep", "replace"] = "keep"
+    max_debounce: timedelta = DEFAULT_MAX_DEBOUNCE
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -139,6 +154,14 @@ class DispatchOptions:
             object.__setattr__(self, "tags", check_tags(self.tags))
         if self.priority is not None:
             check_int("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
+        if (
+            self.pending_key is not None
+            or self.on_pending != "keep"
+            or self.max_debounce != DEFAULT_MAX_DEBOUNCE
+        ):
+            check_pending(
+                self.pending_key, self.idempotency_key, self.on_pending, self.max_debounce
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +169,15 @@ class EnqueueResult:
     """The outcome of an enqueue that committed.
 
     ``already_enqueued`` is true when the idempotency key matched an existing job with the same
-    type and payload; ``job_id`` is then that job's id, and nothing changed.
+    type and payload, or a job of the same type was pending under the ``pending_key``;
+    ``job_id`` is then that job's id. Nothing changed, except with ``on_pending="replace"``:
+    then ``replaced`` is true, and the pending job now has this call's payload, trace context
+    and (capped) due time.
     """
 
     job_id: UUID
     already_enqueued: bool
+    replaced: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,6 +211,9 @@ class JobStatus:
     """What the handler returned, decoded from its stored JSON; ``None`` when it returned
     ``None``, has not completed, or the status came from a listing (listings leave results out;
     :meth:`~caravel.DatabaseQueue.get_status` reads it)."""
+    pending_key: str | None = None
+    """The job's pending key (see :attr:`DispatchOptions.pending_key`), while it holds one: a
+    job that returned to ready while another was pending under its key gave it up."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,12 +49,17 @@ __all__ = [
     "current_async",
     "downgrade",
     "downgrade_async",
+    "exclude_caravel_names",
     "exclude_caravel_tables",
     "head",
     "require_current_schema",
     "upgrade",
     "upgrade_async",
 ]
+
+
+#: Every table Caravel's own history creates and changes.
+_OURS = frozenset({*metadata.tables, VERSION_TABLE, FINISHED_COUNTS_TABLE})
 
 
 def exclude_caravel_tables(
@@ -68,11 +73,24 @@ def exclude_caravel_tables(
 
         context.configure(..., include_object=caravel.migrate.exclude_caravel_tables)
     """
-    ours = {*metadata.tables, VERSION_TABLE, FINISHED_COUNTS_TABLE}
     if type_ == "table":
-        return name not in ours
+        return name not in _OURS
     table = getattr(obj, "table", None)
-    return getattr(table, "name", None) not in ours
+    return getattr(table, "name", None) not in _OURS
+
+
+def exclude_caravel_names(name: str | None, type_: str, parent_names: object) -> bool:
+    """The ``include_name`` companion of :func:`exclude_caravel_tables`: it leaves Caravel's
+    tables out before Alembic reflects them, so your autogenerate never reads their indexes
+    (SQLite's reflection cannot read the claim's expression index and would warn about it)::
+
+        context.configure(
+            ...,
+            include_name=caravel.migrate.exclude_caravel_names,
+            include_object=caravel.migrate.exclude_caravel_tables,
+        )
+    """
+    return type_ != "table" or name not in _OURS
 
 
 def _config(url: str | sa.URL) -> Config:

@@ -8,6 +8,7 @@ whichever path it takes; a bulk enqueue's :func:`prepare_jobs` checks each job t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -136,6 +137,8 @@ def _new_job(
         created_at=now,
         tags=stored_tags(tags) if tags else None,
         priority=_priority(entry, dispatch),
+        pending_key=dispatch.pending_key,
+        debounce_ms=_debounce_ms(dispatch),
     )
 
 
@@ -144,6 +147,14 @@ def _priority(entry: JobRegistration, dispatch: DispatchOptions) -> int:
     if dispatch.priority is not None:
         return dispatch.priority
     return 0 if entry.priority is None else entry.priority
+
+
+def _debounce_ms(dispatch: DispatchOptions) -> int | None:
+    """What a job pending under the dispatch's key may be pushed back by, in whole ms (at least
+    1), when the dispatch replaces it; ``None`` when it keeps it or has no key."""
+    if dispatch.pending_key is None or dispatch.on_pending != "replace":
+        return None
+    return max(1, dispatch.max_debounce // timedelta(milliseconds=1))
 
 
 def _type_attempts(entry: JobRegistration) -> int | None:

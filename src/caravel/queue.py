@@ -161,9 +161,13 @@ class DatabaseQueue(AsyncClosing):
         new_jobs, outcomes = inserted
         if wake:
             self.wakeups.notify(
-                {job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted}
+                {
+                    job.queue
+                    for job, o in zip(new_jobs, outcomes, strict=True)
+                    if o.inserted or o.replaced
+                }
             )
-        return [EnqueueResult(o.job_id, not o.inserted) for o in outcomes]
+        return [EnqueueResult(o.job_id, not o.inserted, o.replaced) for o in outcomes]
 
     # ----- status and replay ---------------------------------------------------------------
 

@@ -430,3 +430,21 @@ def test_jobs_show_prints_the_result_only_when_asked(
     shown = one_document(run_cli("jobs", "show", job_id, *where, "--result"), "caravel jobs show")
     assert shown["result"] == {"pages": [1, 2]}
     assert shown["payload"] is None
+
+
+async def _pending(url: str) -> str:
+    async with open_queue(url, clock=ManualClock()) as queue:
+        accepted = await queue.enqueue(Add(5), dispatch(queue="docs", pending_key="render:7"))
+        return str(accepted.job_id)
+
+
+def test_jobs_show_and_list_print_the_pending_key(
+    tmp_path: Path, sqlite_template: SqliteTemplate
+) -> None:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    job_id = asyncio.run(_pending(url))
+    where = ("--url", url, "-q", "docs", "-t", "tenant-a")
+    shown = one_document(run_cli("jobs", "show", job_id, *where), "caravel jobs show")
+    assert shown["pending_key"] == "render:7"
+    listed = one_document(run_cli("jobs", "list", "--url", url, "--json"), "caravel jobs list")
+    assert [job["pending_key"] for job in listed["jobs"]] == ["render:7"]

@@ -60,6 +60,7 @@ STATUS_FIELDS = {
     "snoozes",
     "priority",
     "result",
+    "pending_key",
 }
 
 

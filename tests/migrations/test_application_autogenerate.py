@@ -63,7 +63,12 @@ def _project(tmp_path: Path, url: str, *, filtered: bool) -> Config:
     command.init(config, str(folder))
     config.set_main_option("script_location", str(folder))
     config.set_main_option("sqlalchemy.url", sync_url(url).render_as_string(hide_password=False))
-    include = "include_object=caravel.migrate.exclude_caravel_tables," if filtered else ""
+    include = (
+        "include_name=caravel.migrate.exclude_caravel_names,"
+        " include_object=caravel.migrate.exclude_caravel_tables,"
+        if filtered
+        else ""
+    )
     (folder / "env.py").write_text(ENV.replace("{include}", include), encoding="utf-8")
     (tmp_path / "app_models.py").write_text(MODELS, encoding="utf-8")
     return config

@@ -26,7 +26,9 @@ def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
         priority=-42,
     )
     copied = dict(zip((name for name, _ in COPY_COLUMNS), copy_row(job), strict=True))
-    assert copied == SqlStore._row_values(job)
+    # A job with a pending key never takes COPY (it is settled one by one), so COPY leaves the
+    # column to its NULL default.
+    assert {**copied, "pending_key": None} == SqlStore._row_values(job)
     # Every column the COPY names exists, and is sent in the binary format of its type.
     for name, kind in COPY_COLUMNS:
         column_type = jobs.c[name].type
@@ -83,7 +85,7 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "content_hash": None,
         "pruned_at": None,
         # Not carried by NewJob yet (revision 0007 added the column).
-        "pending_key": None,
+        "pending_key": None,  # these jobs have none
     }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}

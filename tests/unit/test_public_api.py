@@ -37,6 +37,7 @@ PUBLIC_NAMES = [
     "Outbox",
     "OutboxEnvelope",
     "OutboxRelay",
+    "PendingKeyConflictError",
     "PruneBatch",
     "QueueCounts",
     "QueueInspector",

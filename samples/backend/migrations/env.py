@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 from caravel_samples.backend.db import metadata
-from caravel_samples.backend.schema import include_object
+from caravel_samples.backend.schema import include_name, include_object
 
 config = context.config
 
@@ -19,6 +19,7 @@ def run() -> None:
             context.configure(
                 connection=connection,
                 target_metadata=metadata,
+                include_name=include_name,
                 include_object=include_object,
                 compare_type=True,
             )

@@ -20,6 +20,7 @@ def run() -> None:
             context.configure(
                 connection=connection,
                 target_metadata=metadata,
+                include_name=migrate.exclude_caravel_names,
                 include_object=migrate.exclude_caravel_tables,
                 compare_type=True,
             )

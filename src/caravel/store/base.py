@@ -9,7 +9,7 @@ error translation, are :mod:`caravel.store.transactions`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -19,19 +19,17 @@ import sqlalchemy as sa
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import claims, outcomes, queries
-from caravel.store.caller_inserts import CallerInserts
+from caravel.store.inserts_sql import SqlInserts
 from caravel.store.pausing import PausingStore
-from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
+from caravel.store.pending_sql import returning_key, with_key_given_up
+from caravel.store.plans import run_plan
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
     ClaimSource,
     FailedAttempt,
-    InsertOutcome,
-    InsertResult,
     JobFilter,
     JobRef,
-    NewJob,
     QueueCounts,
     SnoozedAttempt,
     ThroughputBucket,
@@ -43,7 +41,6 @@ from caravel.store.removal_sql import SqlRemoval
 from caravel.store.rows import (
     claimed_from_rows,
     counts_from_row,
-    job_row,
     status_from_row,
     throughput_from_row,
 )
@@ -62,7 +59,7 @@ CANCELLED = JobState.CANCELLED.value
 class SqlStore(
     PausingStore[ConnectionT],
     SqlRemoval[ConnectionT],
-    CallerInserts[ConnectionT],
+    SqlInserts[ConnectionT],
     WorkerRegistry[ConnectionT],
 ):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
@@ -70,14 +67,8 @@ class SqlStore(
 
     supports_listen_notify = False
     db_system = "sql"
-    #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
-    insert_chunk = 500
 
     # ----- dialect hooks -------------------------------------------------------------------
-
-    def _insert(self) -> Any:
-        """The dialect's INSERT construct (it must offer ``on_conflict_do_nothing``)."""
-        return sa.insert(jobs)
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
         """The rows a claim updates: those whose ids ``candidates`` picks."""
@@ -89,70 +80,6 @@ class SqlStore(
 
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
-
-    # ----- enqueue -------------------------------------------------------------------------
-
-    async def job_insert_many(
-        self, chunks: Iterable[Sequence[NewJob]], *, total: int
-    ) -> InsertResult:
-        new_jobs = [job for chunk in chunks for job in chunk]
-        return InsertResult(new_jobs, await self._insert_general(new_jobs))
-
-    async def _insert_general(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
-        """Insert in one transaction, skipping rows that are already there, and look the
-        skipped jobs' rows up (the path every dialect can take)."""
-        if not new_jobs:
-            return []
-        # One job is one INSERT statement (any duplicate lookup after it only reads committed
-        # rows), so it needs no explicit transaction around it.
-        async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
-            inserted = await self._insert_rows(conn, new_jobs)
-            return await self._outcomes(conn, new_jobs, inserted)
-
-    async def _outcomes(
-        self, conn: ConnectionT, new_jobs: Sequence[NewJob], inserted: set[UUID]
-    ) -> list[InsertOutcome]:
-        """Each job's outcome once the batch is inserted (see :func:`outcomes_plan`)."""
-        return await run_plan(conn.execute, outcomes_plan(new_jobs, inserted, self.insert_chunk))
-
-    async def _insert_rows(self, conn: ConnectionT, new_jobs: Sequence[NewJob]) -> set[UUID]:
-        return await run_plan(conn.execute, self._insert_rows_plan(new_jobs))
-
-    def _insert_plan(self, new_jobs: Sequence[NewJob]) -> Plan[list[InsertOutcome]]:
-        """The whole insert of ``new_jobs`` as a plan, for a transaction the caller owns: the
-        rows, each job's outcome, and the dialect's wake-up for the queues that got jobs due
-        now (delivered when that transaction commits, where the dialect can)."""
-        inserted = yield from self._insert_rows_plan(new_jobs)
-        outcomes = yield from outcomes_plan(new_jobs, inserted, self.insert_chunk)
-        due = {j.queue for j in new_jobs if j.id in inserted and j.due_at <= j.created_at}
-        yield from self._announce_plan(due)
-        return outcomes
-
-    def _announce_plan(self, queues: set[str]) -> Plan[None]:
-        """Statements that wake workers of ``queues`` when the caller's transaction commits
-        (PostgreSQL's NOTIFY); by default none."""
-        return
-        yield  # pragma: no cover
-
-    def _insert_rows_plan(self, new_jobs: Sequence[NewJob]) -> Plan[set[UUID]]:
-        """Insert what is new; the ids inserted. No conflict target: a duplicate
-        idempotency key and a duplicate id (a relay sending the same outbox intent twice) are
-        both settled by the database, and the row is skipped."""
-        # One cached statement over many parameter sets: SQLAlchemy batches it into multi-row
-        # INSERTs ("insertmanyvalues") without recompiling for each batch size.
-        rows = [self._row_values(job) for job in new_jobs]
-        return {row.id for row in (yield Step(self._insert_statement(), rows))}
-
-    def _insert_statement(self) -> Any:
-        """INSERT of whole job rows (bound by column name) that skips any duplicate and returns
-        the ids it inserted; built once."""
-        return self._statement(
-            "insert", lambda: self._insert().on_conflict_do_nothing().returning(jobs.c.id)
-        )
-
-    @staticmethod
-    def _row_values(job: NewJob) -> dict[str, Any]:
-        return job_row(job)
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
@@ -230,27 +157,39 @@ class SqlStore(
     ) -> set[UUID]:
         if not snoozes:
             return set()
-        stmt = self._statement("snooze", lambda: outcomes.snooze(self._held_clause()))
-        done: set[UUID] = set()
-        async with self._write("job_snooze", durable=durable) as conn:
-            for snoozed in snoozes:
-                held = self._held_params([snoozed.lease])
-                params = {**held, "b_now": now, "b_until": snoozed.until}
-                done.update((await conn.execute(stmt, params)).scalars())
-        return done
+
+        async def run(give_up: bool) -> set[UUID]:
+            stmt = self._statement(
+                f"snooze_{give_up}",
+                lambda: outcomes.snooze(self._held_clause(), returning_key(give_up)),
+            )
+            done: set[UUID] = set()
+            async with self._write("job_snooze", durable=durable) as conn:
+                for snoozed in snoozes:
+                    held = self._held_params([snoozed.lease])
+                    params = {**held, "b_now": now, "b_until": snoozed.until}
+                    done.update((await conn.execute(stmt, params)).scalars())
+            return done
+
+        return await with_key_given_up(run, self._is_pending_conflict)
 
     async def job_fail_many(
         self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
     ) -> set[UUID]:
         if not failures:
             return set()
-        done: set[UUID] = set()
-        async with self._write("job_fail", durable=durable) as conn:
-            for failure in failures:
-                stmt = queries.fail(self._held_clause(), failure, now)
-                held = self._held_params([failure.lease])
-                done.update((await conn.execute(stmt, held)).scalars())
-        return done
+
+        async def run(give_up: bool) -> set[UUID]:
+            done: set[UUID] = set()
+            key = returning_key(give_up)
+            async with self._write("job_fail", durable=durable) as conn:
+                for failure in failures:
+                    stmt = queries.fail(self._held_clause(), failure, now, key)
+                    held = self._held_params([failure.lease])
+                    done.update((await conn.execute(stmt, held)).scalars())
+            return done
+
+        return await with_key_given_up(run, self._is_pending_conflict)
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         stmt = queries.renew(self._held_clause(), now, expires_at)
@@ -285,9 +224,12 @@ class SqlStore(
         return payload
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
-        async with self._write("job_replay", single=True) as conn:
-            replayed = await conn.execute(queries.replay(ref, now))
-            return replayed.scalar_one_or_none() is not None
+        async def run(give_up: bool) -> bool:
+            async with self._write("job_replay", single=True) as conn:
+                replayed = await conn.execute(queries.replay(ref, now, returning_key(give_up)))
+                return replayed.scalar_one_or_none() is not None
+
+        return await with_key_given_up(run, self._is_pending_conflict)
 
     async def job_prune(self, request: PruneRequest) -> PruneBatch:
         plan = prune_plan(request, lock_rows=self._prune_locks_rows)

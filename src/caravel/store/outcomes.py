@@ -43,9 +43,10 @@ def complete_with_result(held: sa.ColumnElement[bool]) -> sa.Update:
     return complete(held, sa.bindparam("b_result", type_=sa.Text()))
 
 
-def snooze(held: sa.ColumnElement[bool]) -> sa.Update:
-    """The row ``held`` matches made ready again at ``b_until``, its attempt given back and its
-    snoozes counted; returns its id. Not a failure: ``last_failure`` stays as it was."""
+def snooze(held: sa.ColumnElement[bool], key: Any = jobs.c.pending_key) -> sa.Update:
+    """The row ``held`` matches made ready again at ``b_until``, its attempt given back, its
+    snoozes counted and its pending key ``key``; returns its id. Not a failure:
+    ``last_failure`` stays as it was."""
     until = sa.bindparam("b_until", type_=sa.BigInteger())
     return (
         sa.update(jobs)
@@ -58,6 +59,7 @@ def snooze(held: sa.ColumnElement[bool]) -> sa.Update:
             available_at=until,
             lease_expires_at=None,
             updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
+            pending_key=key,
         )
         .returning(jobs.c.id)
     )

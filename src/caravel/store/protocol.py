@@ -139,7 +139,11 @@ class Store(ReadStore, RemovalStore, Protocol):
         A job whose (queue, tenant, key) or id already exists is not inserted: with the same
         job type and payload its outcome names the existing job; with different content the
         whole transaction rolls back and :class:`~caravel.errors.IdempotencyConflictError` is
-        raised."""
+        raised. A job with a pending key is settled against the job pending (ready) under its
+        queue, tenant and key, in the call's order: that job is returned (``debounce_ms`` is
+        ``None``) or takes the job's payload, trace context and due time, capped at its own
+        creation plus ``debounce_ms`` (``replaced``); a pending job of another type rolls the
+        transaction back with :class:`~caravel.errors.PendingKeyConflictError`."""
         ...
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:

@@ -113,9 +113,11 @@ def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:
     return sa.update(jobs).where(held).values(values).returning(jobs.c.id)
 
 
-def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.Update:
-    """Record one failed attempt on the row ``held`` matches: ready again at ``retry_at``, or a
-    dead letter when there is none. Returns its id."""
+def fail(
+    held: sa.ColumnElement[bool], failure: FailedAttempt, now: int, key: Any = jobs.c.pending_key
+) -> sa.Update:
+    """Record one failed attempt on the row ``held`` matches: ready again at ``retry_at`` (its
+    pending key then ``key``), or a dead letter when there is none. Returns its id."""
     retry_at = failure.retry_at
     return (
         sa.update(jobs)
@@ -129,6 +131,7 @@ def fail(held: sa.ColumnElement[bool], failure: FailedAttempt, now: int) -> sa.U
             last_failure=failure.category,
             error_class=failure.error_class or jobs.c.error_class,  # none given: kept
             updated_at=now,
+            pending_key=key if retry_at is not None else jobs.c.pending_key,
         )
         .returning(jobs.c.id)
     )
@@ -155,8 +158,9 @@ def payload(ref: JobRef) -> sa.Select[Any]:
     return sa.select(jobs.c.payload).where(owned(ref), jobs.c.state != JobState.PRUNED.value)
 
 
-def replay(ref: JobRef, now: int) -> sa.Update:
-    """A dead letter of this queue and tenant made ready again: attempts reset, due now."""
+def replay(ref: JobRef, now: int, key: Any = jobs.c.pending_key) -> sa.Update:
+    """A dead letter of this queue and tenant made ready again: attempts reset, due now, its
+    pending key ``key``."""
     return (
         sa.update(jobs)
         .where(owned(ref), jobs.c.state == DEAD)
@@ -172,6 +176,7 @@ def replay(ref: JobRef, now: int) -> sa.Update:
             error_class=None,
             snoozes=0,
             updated_at=now,
+            pending_key=key,
         )
         .returning(jobs.c.id)
     )

@@ -56,6 +56,7 @@ STATUS_COLUMNS = (
     jobs.c.error_class,
     jobs.c.snoozes,
     jobs.c.priority,
+    jobs.c.pending_key,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -104,6 +105,7 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         snoozes=row.snoozes,
         priority=row.priority,
         result=None if result is None else json.loads(result),
+        pending_key=row.pending_key,
     )
 
 
@@ -221,6 +223,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "trace_context": job.trace_context,
         "tags": job.tags,
         "priority": job.priority,
+        "pending_key": job.pending_key,
     }
 
 
@@ -242,4 +245,5 @@ _JOB_ROW_COLUMNS = (
     "trace_context",
     "tags",
     "priority",
+    "pending_key",
 )

@@ -59,14 +59,22 @@ class NewJob(NamedTuple):
     tags: str | None = None
     #: From ``MIN_PRIORITY`` to ``MAX_PRIORITY``; higher is claimed first (see ``claim_rank``).
     priority: int = 0
+    #: "One pending per key": the key (column ``pending_key``), or ``None``.
+    pending_key: str | None = None
+    #: With a pending key, not a column: ``None`` keeps a job pending under the key as it is
+    #: (dedupe); a number of ms replaces its content (debounce), its due time never later than
+    #: its creation plus this.
+    debounce_ms: int | None = None
 
 
 class InsertOutcome(NamedTuple):
     """For one :class:`NewJob`: the id it now has, and whether this call created it (false when
-    its idempotency key matched an existing job with the same type and payload)."""
+    its idempotency key matched an existing job with the same type and payload, or a job was
+    pending under its pending key); ``replaced`` when that pending job took its content."""
 
     job_id: UUID
     inserted: bool
+    replaced: bool = False
 
 
 _JOB_ID = operator.attrgetter("id")
@@ -96,8 +104,8 @@ class AllInserted(Sequence[InsertOutcome]):
     def __iter__(self) -> Iterator[InsertOutcome]:
         # What InsertOutcome._make does, without a Python call per job: each result is read
         # several times per call (results, wake-ups, metrics).
-        pairs = zip(map(_JOB_ID, self._jobs), itertools.repeat(True))
-        return map(tuple.__new__, itertools.repeat(InsertOutcome), pairs)
+        fields = zip(map(_JOB_ID, self._jobs), itertools.repeat(True), itertools.repeat(False))
+        return map(tuple.__new__, itertools.repeat(InsertOutcome), fields)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence):

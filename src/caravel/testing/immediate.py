@@ -82,7 +82,8 @@ class ImmediateQueue(DatabaseQueue):
         queue. With ``session`` the job joins the caller's transaction and does not exist until
         that commits, so this call cannot run it: :func:`~caravel.testing.drain` does."""
         result = await super().enqueue(job, dispatch, session=session)
-        if session is None and not result.already_enqueued:
+        # A replaced pending job may have become due now: it runs too.
+        if session is None and (not result.already_enqueued or result.replaced):
             await self._run_due({dispatch.queue})
         return result
 
@@ -95,7 +96,9 @@ class ImmediateQueue(DatabaseQueue):
         results = await super().enqueue_many(items, session=session)
         if session is None:
             pairs = zip(items, results, strict=True)
-            await self._run_due({d.queue for (_, d), r in pairs if not r.already_enqueued})
+            await self._run_due(
+                {d.queue for (_, d), r in pairs if not r.already_enqueued or r.replaced}
+            )
         return results
 
     async def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.orm import Session
 
-from caravel import DispatchOptions, JobContext, JobRegistry, Leases, SyncQueue, ValidationError
+from caravel import JobContext, JobRegistry, Leases, SyncQueue
 from caravel.errors import RegistrationError
-from caravel.outbox import Outbox, add_outbox
 from caravel.store.urls import sync_url
 from tests.support import Add, dispatch, inspector_of, make_registry, open_queue
 
@@ -111,38 +110,3 @@ def test_a_job_type_priority_out_of_range_is_refused(priority: object) -> None:
         JobRegistry().register("tests.add.v1", Add, _noop, priority=priority)  # type: ignore[arg-type]
     assert caught.value.field == "priority"
     assert caught.value.rule == "must be an integer from -100 to 100"
-
-
-class _AppBase(DeclarativeBase):
-    pass
-
-
-_Envelope = add_outbox(_AppBase.metadata)
-
-
-def test_the_outbox_refuses_a_priority_and_stages_nothing() -> None:
-    engine = sa.create_engine("sqlite://")
-    _AppBase.metadata.create_all(engine)
-    outbox = Outbox(make_registry(), _Envelope)
-    try:
-        with Session(engine) as session:
-            with pytest.raises(ValidationError) as caught:
-                outbox.stage(session, Add(1), DispatchOptions(queue="default", priority=5))
-            assert caught.value.field == "priority"
-            assert "outbox" in caught.value.rule
-            session.commit()
-            assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 0
-            # With the default priority, the same job stages.
-            outbox.stage(session, Add(1), DispatchOptions(queue="default", priority=0))
-            session.commit()
-            assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 1
-            # A priority the job type gives is refused too, unless the dispatch says 0.
-            typed = Outbox(_typed_registry(), _Envelope)
-            with pytest.raises(ValidationError) as caught:
-                typed.stage(session, Add(2), DispatchOptions(queue="default"))
-            assert caught.value.field == "priority"
-            typed.stage(session, Add(2), DispatchOptions(queue="default", priority=0))
-            session.commit()
-            assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 2
-    finally:
-        engine.dispose()

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.orm import Session
 
-from caravel import DispatchOptions, SyncQueue, ValidationError
-from caravel.outbox import Outbox, add_outbox
+from caravel import SyncQueue, ValidationError
 from caravel.store.urls import sync_url
 from tests.support import Add, dispatch, inspector_of, make_registry, open_queue
 
@@ -79,30 +78,3 @@ def test_the_sync_facade_and_the_callers_session_store_tags(
         status = sync_queue.get_status(result.job_id, "default", "tenant-a")
         assert status is not None
         assert status.tags == ("joined", f"n:{n}")
-
-
-class _AppBase(DeclarativeBase):
-    pass
-
-
-_Envelope = add_outbox(_AppBase.metadata)
-
-
-def test_the_outbox_refuses_a_tagged_dispatch_and_stages_nothing() -> None:
-    engine = sa.create_engine("sqlite://")
-    _AppBase.metadata.create_all(engine)
-    outbox = Outbox(make_registry(), _Envelope)
-    try:
-        with Session(engine) as session:
-            with pytest.raises(ValidationError) as caught:
-                outbox.stage(session, Add(1), DispatchOptions(queue="default", tags=("a",)))
-            assert caught.value.field == "tags"
-            assert "outbox" in caught.value.rule
-            session.commit()
-            assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 0
-            # Without tags, the same job stages.
-            outbox.stage(session, Add(1), DispatchOptions(queue="default"))
-            session.commit()
-            assert session.scalar(sa.select(sa.func.count()).select_from(_Envelope)) == 1
-    finally:
-        engine.dispose()

@@ -56,6 +56,24 @@ async def test_an_idempotent_repeat_does_not_run_the_job_again(db_url: str) -> N
         assert effects.seen == [(0, 1, "q")]
 
 
+async def test_a_replace_that_makes_a_delayed_pending_job_due_runs_it(db_url: str) -> None:
+    effects = Effects()
+    clock = ManualClock()
+    async with ImmediateQueue(effects.registry, target=db_url, clock=clock) as queue:
+        later = DispatchOptions(
+            queue="q",
+            pending_key="p-1",
+            on_pending="replace",
+            not_before=clock.now() + timedelta(minutes=5),
+        )
+        delayed = await queue.enqueue(Add(0), later)
+        assert effects.seen == []  # not due yet
+        now = DispatchOptions(queue="q", pending_key="p-1", on_pending="replace")
+        replaced = await queue.enqueue(Add(0), now)
+        assert (replaced.job_id, replaced.replaced) == (delayed.job_id, True)
+        assert effects.seen == [(0, 1, "q")]
+
+
 async def test_an_invalid_job_is_refused_as_enqueue_refuses_it(db_url: str) -> None:
     async with ImmediateQueue(Effects().registry, target=db_url) as queue:
         with pytest.raises(ValidationError):

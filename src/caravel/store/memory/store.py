@@ -11,11 +11,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 from uuid import UUID
 
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
+from caravel.store.memory.pending import give_up_taken_key, settle_pending
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
 from caravel.store.protocol import (
@@ -87,9 +89,17 @@ class MemoryStore(MemoryRemoval):
         with self._locked("job_insert") as tables:
             staged: dict[UUID, JobRow] = {}
             staged_keys: dict[Key, UUID] = {}
+            changes: dict[UUID, dict[str, Any]] = {}
             outcomes: list[InsertOutcome] = []
             for job in new_jobs:
-                held = _holder(tables, staged, staged_keys, job)
+                if job.pending_key is not None:
+                    settled = settle_pending(tables, staged, changes, job)
+                    if settled is not None:
+                        outcomes.append(settled)
+                        continue
+                    held = None
+                else:
+                    held = _holder(tables, staged, staged_keys, job)
                 if held is not None:
                     if not same_content(held, job):
                         raise IdempotencyConflictError(held.id)  # nothing staged is kept
@@ -101,6 +111,11 @@ class MemoryStore(MemoryRemoval):
                 outcomes.append(InsertOutcome(row.id, inserted=True))
             for row in staged.values():
                 tables.add(row)
+            for job_id, values in changes.items():
+                changed = tables.jobs[job_id]
+                for name, value in values.items():
+                    setattr(changed, name, value)
+                tables.track(changed)
         if len(staged) == len(new_jobs):
             return InsertResult(new_jobs, AllInserted(new_jobs))
         return InsertResult(new_jobs, outcomes)
@@ -163,6 +178,7 @@ class MemoryStore(MemoryRemoval):
                 retry_at = failure.retry_at
                 row.state = READY if retry_at is not None else DEAD
                 if retry_at is not None:
+                    give_up_taken_key(tables, row)
                     row.due_at = retry_at
                 row.available_at = retry_at
                 row.lease_expires_at = None
@@ -184,6 +200,7 @@ class MemoryStore(MemoryRemoval):
                 row = _held(tables, snoozed.lease)
                 if row is None:
                     continue
+                give_up_taken_key(tables, row)
                 row.state = READY
                 row.attempt -= 1
                 row.snoozes += 1
@@ -211,6 +228,7 @@ class MemoryStore(MemoryRemoval):
             row = self._owned(tables, ref)
             if row is None or row.state != DEAD:
                 return False
+            give_up_taken_key(tables, row)
             row.state = READY
             row.attempt = 0
             row.due_at = row.available_at = row.updated_at = now

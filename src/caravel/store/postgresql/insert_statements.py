@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,8 +22,10 @@ __all__ = [
     "INSERT_ONE",
     "INSERT_ONE_NOTIFY",
     "INSERT_UNNEST",
+    "ONE_ROW_FIELDS",
     "SEEN_BEFORE",
     "copy_row",
+    "one_row_values",
     "unnest_values",
 ]
 
@@ -135,11 +138,18 @@ def copy_row(job: NewJob) -> tuple[Any, ...]:
     )
 
 
+#: The fields of a :class:`NewJob` that are columns (named after them), in its order; the
+#: others say how to insert it.
+ONE_ROW_FIELDS = tuple(name for name in NewJob._fields if name in jobs.c)
+#: A job's values for :data:`INSERT_ONE`: its column fields, as one tuple (one C call).
+one_row_values = operator.itemgetter(*(NewJob._fields.index(name) for name in ONE_ROW_FIELDS))
+
+
 def _one_row_insert() -> str:
-    """INSERT of one job whose parameters are the :class:`NewJob` itself, field by field (its
-    fields are named after their columns); the columns it does not carry are those of a new
-    job. No RETURNING: the row count says whether the job went in."""
-    fields = ", ".join(NewJob._fields)
+    """INSERT of one job whose parameters are the :class:`NewJob`'s column fields, field by
+    field (:func:`one_row_values`); the columns it does not carry are those of a new job. No
+    RETURNING: the row count says whether the job went in."""
+    fields = ", ".join(ONE_ROW_FIELDS)
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
 
     def cast(name: str) -> str:
@@ -149,7 +159,7 @@ def _one_row_insert() -> str:
         unbounded = sa.String() if isinstance(kind, sa.String) else kind
         return f"%b::{unbounded.compile(dialect)}"
 
-    casts = ", ".join(cast(name) for name in NewJob._fields)
+    casts = ", ".join(cast(name) for name in ONE_ROW_FIELDS)
     return (
         f"INSERT INTO {jobs.name} ({fields}, state, attempt, available_at, lease_token,"
         f" updated_at) SELECT {fields}, '{_READY}', 0, due_at, 0, created_at"

@@ -14,6 +14,7 @@ from uuid import UUID
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from caravel.store.plans import run_plan
 from caravel.store.postgresql.connections import ConnectedStore, driver_of
 from caravel.store.postgresql.insert_statements import (
     COPY_SQL,
@@ -24,6 +25,7 @@ from caravel.store.postgresql.insert_statements import (
     INSERTED_HERE,
     SEEN_BEFORE,
     copy_row,
+    one_row_values,
     unnest_values,
 )
 from caravel.store.postgresql.notifications import NOTIFY, Announcer
@@ -69,6 +71,36 @@ class Inserted(NamedTuple):
 
 class _Collided(Exception):
     """A COPY met a row that was already there; the call goes to the path that skips rows."""
+
+
+class _Keyed(Exception):
+    """A bulk path met a job with a pending key, which neither COPY nor an unnested insert can
+    settle; the call goes to the path that settles each such job against its pending one."""
+
+
+def _check_unkeyed(chunk: Sequence[NewJob]) -> None:
+    if any(job.pending_key is not None for job in chunk):
+        raise _Keyed
+
+
+class _Recording(Iterator[Sequence[NewJob]]):
+    """The caller's chunks, each kept as it is drawn, so a call that has to start again on
+    another path can have every job back."""
+
+    def __init__(self, chunks: Iterator[Sequence[NewJob]]) -> None:
+        self._chunks = chunks
+        self._drawn: list[Sequence[NewJob]] = []
+
+    def __next__(self) -> Sequence[NewJob]:
+        chunk = next(self._chunks)
+        self._drawn.append(chunk)
+        return chunk
+
+    def everything(self) -> list[NewJob]:
+        """Every job drawn so far and every one still to draw, in order."""
+        for _ in self:
+            pass
+        return [job for chunk in self._drawn for job in chunk]
 
 
 def _settle(future: asyncio.Future[None], _: object) -> None:
@@ -128,10 +160,16 @@ class InsertingStore(ConnectedStore):
         drawn = iter(chunks)
         strategy = _strategy_for(total)
         if strategy == "copy":
-            done = await self._insert_copy(drawn)
+            recording = _Recording(drawn)
+            try:
+                done = await self._insert_copy(recording)
+            except _Keyed:  # rolled back: the whole call goes the way that settles keys
+                done = await self._insert_values(recording.everything())
         else:
             new_jobs = [job for chunk in drawn for job in chunk]
-            if strategy == "one_row" and len(new_jobs) == 1:
+            if any(job.pending_key is not None for job in new_jobs):
+                done = await self._insert_values(new_jobs)  # settled one by one
+            elif strategy == "one_row" and len(new_jobs) == 1:
                 done = await self._insert_one_row(new_jobs)
             else:
                 done = await self._insert_values(new_jobs)
@@ -148,7 +186,8 @@ class InsertingStore(ConnectedStore):
         use = self._autocommit("job_insert")
         async with use:
             cursor = use.cursor()
-            await cursor.execute(INSERT_ONE_NOTIFY if leading else INSERT_ONE, job, prepare=True)
+            sql = INSERT_ONE_NOTIFY if leading else INSERT_ONE
+            await cursor.execute(sql, one_row_values(job), prepare=True)
             inserted = cursor.rowcount == 1
         if not inserted:  # nothing inserted, so no NOTIFY was sent either
             return await self._insert_values(new_jobs)
@@ -161,8 +200,7 @@ class InsertingStore(ConnectedStore):
             return Inserted(InsertResult([], []))
         async with self._write("job_insert", single=len(new_jobs) == 1) as conn:
             announced = await self._announce(await driver_of(conn), new_jobs)
-            inserted = await self._insert_rows(conn, new_jobs)
-            outcomes = await self._outcomes(conn, new_jobs, inserted)
+            outcomes = await run_plan(conn.execute, self._settle_plan(new_jobs))
         return Inserted(InsertResult(new_jobs, outcomes), announced)
 
     async def _insert_copy(self, chunks: Iterator[Sequence[NewJob]]) -> Inserted:
@@ -207,6 +245,7 @@ class InsertingStore(ConnectedStore):
                 raise _Collided
 
             async def copy_chunk(chunk: Sequence[NewJob], sent: asyncio.Future[None]) -> None:
+                _check_unkeyed(chunk)
                 # One COPY per chunk: PostgreSQL inserts a binary COPY's rows when it ends (or
                 # every 1,000 rows), so separate COPYs let the server work on one chunk while
                 # the next is prepared.
@@ -232,6 +271,7 @@ class InsertingStore(ConnectedStore):
             inserted: set[UUID] = set()
 
             async def insert_chunk(chunk: Sequence[NewJob], sent: asyncio.Future[None]) -> None:
+                _check_unkeyed(chunk)
                 sent.set_result(None)  # the statement is on its way once this task waits
                 inserted.update(await self._insert_array(driver, chunk))
 
@@ -277,7 +317,7 @@ class InsertingStore(ConnectedStore):
         due_now = {
             job.queue
             for job, outcome in zip(new_jobs, outcomes, strict=True)
-            if outcome.inserted and job.due_at <= job.created_at
+            if (outcome.inserted or outcome.replaced) and job.due_at <= job.created_at
         }
         for queue in sorted(due_now):
             self._announcer.committed(queue, announced=queue in done.announced)

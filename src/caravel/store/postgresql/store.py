@@ -17,6 +17,7 @@ from caravel.jobs import Lease
 from caravel.store import queries
 from caravel.store.base import claimed_from_rows
 from caravel.store.outcomes import split_results
+from caravel.store.pending_sql import PENDING_INDEX
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
@@ -118,6 +119,10 @@ class PostgresStore(InsertingStore):
         # NOTIFY inside the caller's transaction: PostgreSQL delivers it when that commits.
         for queue in sorted(queues):
             yield Step(NOTIFY, {"queue": queue})
+
+    def _is_pending_conflict(self, exc: BaseException) -> bool:
+        diag = getattr(getattr(exc, "orig", exc), "diag", None)
+        return getattr(diag, "constraint_name", None) == PENDING_INDEX
 
     def _is_schema_missing(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)

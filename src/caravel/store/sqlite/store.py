@@ -194,13 +194,17 @@ class SqliteStore(SqlStore[ThreadConnection]):
         result = await self._insert_committed(new_jobs)
         if self._announcer is not None:
             outcomes = zip(result.jobs, result.outcomes, strict=True)
-            due = {j.queue for j, o in outcomes if o.inserted and j.due_at <= j.created_at}
+            due = {
+                j.queue
+                for j, o in outcomes
+                if (o.inserted or o.replaced) and j.due_at <= j.created_at
+            }
             if due:
                 self._announcer.announce(due)
         return result
 
     async def _insert_committed(self, new_jobs: list[NewJob]) -> InsertResult:
-        if len(new_jobs) == 1:
+        if len(new_jobs) == 1 and new_jobs[0].pending_key is None:
             job = new_jobs[0]
             sql, parameters = self._raw_insert()
             values = parameters(job)
@@ -209,8 +213,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
             )
             if row is not None:
                 return InsertResult(new_jobs, [InsertOutcome(job.id, inserted=True)])
-        # Several jobs, or one that collided with an existing row: the general path inserts in
-        # one transaction and looks the colliding rows up.
+        # Several jobs, one with a pending key, or one that collided with an existing row: the
+        # general path inserts in one transaction and settles each with the row that kept it
+        # out.
         return InsertResult(new_jobs, await self._insert_general(new_jobs))
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
