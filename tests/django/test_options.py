@@ -65,7 +65,8 @@ def test_max_attempts_dead_letters_as_failed(alias: str, tasks: Any) -> None:
     enqueued = options(tasks.broken.using(backend=alias), max_attempts=1).enqueue()
     assert [run.outcome for run in drain(backend(alias).queue())] == ["dead_letter"]
     found = tasks.broken.using(backend=alias).get_result(enqueued.id)
-    assert found.status == TaskResultStatus.FAILED and found.is_finished
+    assert found.status == TaskResultStatus.FAILED
+    assert found.is_finished
     assert [e.exception_class_path for e in found.errors] == ["builtins.KeyError"]
     with pytest.raises(ValueError, match="failed"):
         _ = found.return_value

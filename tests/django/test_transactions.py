@@ -28,10 +28,17 @@ def test_a_rollback_drops_the_job_with_the_row_beside_it(alias: str, tasks: Any)
     from caravel.contrib.django.compat import TaskResultDoesNotExist
 
     users = User.objects.using(alias)
-    with pytest.raises(Boom), transaction.atomic(using=alias):
-        users.create(username="rolled-back")
-        result = tasks.add.using(backend=alias).enqueue(1, 2)
-        raise Boom
+    enqueued: list[Any] = []
+
+    def rolled_back() -> None:
+        with transaction.atomic(using=alias):
+            users.create(username="rolled-back")
+            enqueued.append(tasks.add.using(backend=alias).enqueue(1, 2))
+            raise Boom
+
+    with pytest.raises(Boom):
+        rolled_back()
+    (result,) = enqueued
     assert not users.filter(username="rolled-back").exists()
     with pytest.raises(TaskResultDoesNotExist):
         tasks.add.using(backend=alias).get_result(result.id)
@@ -66,9 +73,16 @@ def test_a_separate_queue_database_gets_the_job_on_commit(tasks: Any) -> None:
             task.get_result(pending.id)  # not sent yet
     assert task.get_result(pending.id).args == [3, 4]
 
-    with pytest.raises(Boom), transaction.atomic():
-        dropped = task.enqueue(5, 6)
-        raise Boom
+    enqueued: list[Any] = []
+
+    def rolled_back() -> None:
+        with transaction.atomic():
+            enqueued.append(task.enqueue(5, 6))
+            raise Boom
+
+    with pytest.raises(Boom):
+        rolled_back()
+    (dropped,) = enqueued
     with pytest.raises(TaskResultDoesNotExist):
         task.get_result(dropped.id)
 
