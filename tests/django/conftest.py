@@ -84,10 +84,33 @@ def _configure(tmp: Path) -> None:
         DATABASES=databases,
         TASKS=tasks,
         INSTALLED_APPS=[
+            "django.contrib.admin",
             "django.contrib.contenttypes",
             "django.contrib.auth",
+            "django.contrib.sessions",
+            "django.contrib.messages",
             "caravel.contrib.django",
             "tests.django.app",
+        ],
+        ROOT_URLCONF="tests.django.urls",
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.middleware.csrf.CsrfViewMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "django.contrib.messages.middleware.MessageMiddleware",
+        ],
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {
+                    "context_processors": [
+                        "django.template.context_processors.request",
+                        "django.contrib.auth.context_processors.auth",
+                        "django.contrib.messages.context_processors.messages",
+                    ]
+                },
+            }
         ],
     )
     django.setup()
