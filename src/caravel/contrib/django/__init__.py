@@ -19,15 +19,17 @@ from caravel._lazy import lazy_attributes
 if TYPE_CHECKING:
     from caravel.contrib.django.backend import CaravelBackend
     from caravel.contrib.django.dispatch import CaravelTask, options
+    from caravel.contrib.django.queues import close_queues
 
 
-__all__ = ["CaravelBackend", "CaravelTask", "options", "result"]
+__all__ = ["CaravelBackend", "CaravelTask", "close_queues", "options", "result"]
 
 # Lazy, so that Django can import this package (an installed app) before settings are ready.
 _HOMES = {
     "CaravelBackend": "caravel.contrib.django.backend",
     "CaravelTask": "caravel.contrib.django.dispatch",
     "options": "caravel.contrib.django.dispatch",
+    "close_queues": "caravel.contrib.django.queues",
 }
 
 __getattr__ = lazy_attributes(__name__, globals(), _HOMES)

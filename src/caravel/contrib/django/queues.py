@@ -27,7 +27,8 @@ def queue_for(url: str, catalog: TaskCatalog, max_attempts: int) -> SyncQueue:
 
 
 def close_queues() -> None:
-    """Close every queue (tests that drop their databases call it first)."""
+    """Close the queues this process opened (their connections), as before a test database
+    is dropped; the next enqueue opens a queue again."""
     with _LOCK:
         queues = list(_QUEUES.values())
         _QUEUES.clear()
