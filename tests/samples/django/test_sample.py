@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("django")
-
 from tests.support.databases import create_pg_database, drop_pg_database
 
 pytestmark = pytest.mark.django
