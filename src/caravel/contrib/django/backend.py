@@ -156,7 +156,15 @@ class CaravelBackend(BaseTaskBackend):
         if entry is None or payload is None:
             return None  # not a task of ours (or pruned meanwhile): nothing to show it as
         call = entry.payload_type.model_validate_json(payload)
-        return stored_result(entry.task, self.alias, status, call)
+        return stored_result(self._as_stored(entry.task, status.queue), self.alias, status, call)
+
+    def _as_stored(self, task: Any, queue_name: str) -> Any:
+        """``task`` as this job was enqueued: on this backend (so ``refresh()`` reads here)
+        and its queue; the task as defined if the settings no longer allow that."""
+        try:
+            return task.using(backend=self.alias, queue_name=queue_name)
+        except InvalidTask:
+            return task
 
     def _insert(self, queue: SyncQueue, call: Any, dispatch: Any) -> tuple[UUID, bool]:
         """Insert the job: on Django's connection, in its open transaction, when the queue
