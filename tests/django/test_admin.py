@@ -95,3 +95,27 @@ def test_the_apps_migrations_match_its_model() -> None:
     from django.core.management import call_command
 
     call_command("makemigrations", "caravel", check=True, dry_run=True, verbosity=0)
+
+
+def test_caravel_status_counts_the_backends_jobs(
+    tasks: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from django.core.management import call_command
+
+    from tests.django.conftest import empty_queue
+
+    empty_queue("default")
+    tasks.send_email.enqueue("d@example.com", subject="s")
+    call_command("caravel_status", json=True)
+    counts = json.loads(capsys.readouterr().out)
+    assert "emails" in json.dumps(counts)
+
+
+def test_the_commands_name_a_caravel_backend() -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no backend 'nope'"):
+        call_command("caravel_status", backend="nope")

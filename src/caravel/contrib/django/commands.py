@@ -35,12 +35,12 @@ def caravel_backend(alias: str) -> Any:
     return backend
 
 
-def run_caravel(args: list[str], prog_name: str) -> int:
-    """Run ``caravel ARGS``; its exit code."""
+def run_caravel(name: str, args: list[str], prog_name: str) -> int:
+    """Run ``caravel NAME ARGS`` (its usage and help under ``prog_name``); its exit code."""
     from caravel.cli.main import command
 
     try:
-        command().main(args=args, prog_name=prog_name, standalone_mode=True)
+        command().commands[name].main(args=args, prog_name=prog_name, standalone_mode=True)
     except SystemExit as done:
         code = done.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -8,27 +8,26 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from caravel.contrib.django.commands import caravel_backend, run_caravel, split_backend
+from caravel.contrib.django.commands import caravel_backend, run_caravel
 
 PROG = "manage.py caravel_status"
 
 
 class Command(BaseCommand):
-    help = "Show a TASKS backend's job counts per queue and state (caravel status's options)."
+    help = "Show a TASKS backend's job counts per queue and state, as caravel status does."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--backend", default="default", help="The TASKS alias.")
-        parser.add_argument("status_args", nargs="*", help="Options of caravel status.")
-
-    def run_from_argv(self, argv: list[str]) -> None:
-        alias, rest = split_backend(argv[2:])
-        sys.exit(self.run(alias, rest))
+        parser.add_argument("--queue", "-q", metavar="NAME", help="Only this queue.")
+        parser.add_argument("--json", action="store_true", help="One JSON document.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        code = self.run(options["backend"], list(options["status_args"]))
+        backend = caravel_backend(options["backend"])
+        argv = ["--url", backend.config.queue_url()]
+        if options["queue"] is not None:
+            argv += ["--queue", options["queue"]]
+        if options["json"]:
+            argv.append("--json")
+        code = run_caravel("status", argv, PROG)
         if code:
             sys.exit(code)
-
-    def run(self, alias: str, rest: list[str]) -> int:
-        backend = caravel_backend(alias)
-        return run_caravel(["status", "--url", backend.config.queue_url(), *rest], PROG)

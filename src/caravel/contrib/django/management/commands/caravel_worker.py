@@ -38,11 +38,11 @@ class Command(BaseCommand):
     def run(self, alias: str, rest: list[str]) -> int:
         backend = caravel_backend(alias)
         worker_app.registry = backend.catalog.registry
-        args = ["worker", "--url", backend.config.queue_url()]
+        args = ["--url", backend.config.queue_url()]
         args += ["--app", "caravel.contrib.django.worker_app:registry"]
         if not {"--queue", "-q"} & set(rest):
             for name in sorted(backend.queues):
                 args += ["--queue", name]
         if backend.config.log_tracebacks and "--traceback" not in rest:
             args.append("--traceback")
-        return run_caravel(args + rest, PROG)
+        return run_caravel("worker", args + rest, PROG)
