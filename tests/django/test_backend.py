@@ -200,11 +200,11 @@ def test_signals_are_sent(alias: str, tasks: Any) -> None:
         task_started,
     )
 
-    seen: list[tuple[str, Any]] = []
+    seen: list[tuple[str, Any, str]] = []
 
     def receiver(name: str) -> Any:
         def record(sender: Any, task_result: Any, **kwargs: Any) -> None:
-            seen.append((name, task_result.status))
+            seen.append((name, task_result.status, task_result.backend))
 
         return record
 
@@ -225,9 +225,9 @@ def test_signals_are_sent(alias: str, tasks: Any) -> None:
         for signal, fn in receivers.items():
             signal.disconnect(fn)
     assert seen == [
-        ("enqueued", TaskResultStatus.READY),
-        ("started", TaskResultStatus.RUNNING),
-        ("finished", TaskResultStatus.SUCCESSFUL),
+        ("enqueued", TaskResultStatus.READY, alias),
+        ("started", TaskResultStatus.RUNNING, alias),
+        ("finished", TaskResultStatus.SUCCESSFUL, alias),
     ]
 
 

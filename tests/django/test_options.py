@@ -75,7 +75,7 @@ def test_max_attempts_dead_letters_as_failed(alias: str, tasks: Any) -> None:
 def test_wire_names_come_from_module_paths(tasks: Any) -> None:
     from caravel.contrib.django.catalog import catalog_for
 
-    catalog = catalog_for(None)
+    catalog = catalog_for("default", None)
     entry = catalog.entry_for(tasks.send_email)
     assert entry is not None
     assert entry.wire_name == "tests.django.app.tasks.send-email"
@@ -135,3 +135,24 @@ def test_unknown_options_are_refused_by_name() -> None:
         CaravelBackend("x", {"QUEUES": ["Not Ours"]})
     with pytest.raises(ImproperlyConfigured, match="MAX_ATTEMPTS"):
         CaravelBackend("x", {"OPTIONS": {"MAX_ATTEMPTS": 0}})
+
+
+def test_the_system_check_reports_a_catalog_that_cannot_be_built() -> None:
+    from caravel.contrib.django import CaravelBackend
+
+    clashing = CaravelBackend(
+        "clashing",
+        {
+            "OPTIONS": {
+                "TASKS": ["tests.django.app.clashing.notify", "tests.django.app.clashing.Notify"]
+            }
+        },
+    )
+    (error,) = clashing.check()
+    assert error.id == "caravel.E001"
+    assert "same wire name" in error.msg
+    missing = CaravelBackend("missing", {"OPTIONS": {"TASKS": ["tests.django.app.tasks.SEEN"]}})
+    assert "is not a task" in missing.check()[0].msg
+    from caravel.contrib.django.compat import task_backends
+
+    assert task_backends["default"].check() == []

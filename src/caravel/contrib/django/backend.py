@@ -124,12 +124,26 @@ class CaravelBackend(BaseTaskBackend):
     async def aget_result(self, result_id: str) -> Any:
         return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
 
+    def check(self, **kwargs: Any) -> list[Any]:
+        """Django's system check (``manage.py check``, ``runserver``, ``migrate``): the task
+        catalog builds, so a wire-name clash or a bad ``OPTIONS["TASKS"]`` entry is reported
+        at start-up rather than at the first enqueue."""
+        from django.core import checks
+        from django.core.exceptions import ImproperlyConfigured
+
+        found = list(super().check(**kwargs))
+        try:
+            _ = self.catalog
+        except ImproperlyConfigured as exc:
+            found.append(checks.Error(str(exc), obj=f"TASKS[{self.alias!r}]", id="caravel.E001"))
+        return found
+
     # ----- Caravel's side ------------------------------------------------------------------
 
     @property
     def catalog(self) -> TaskCatalog:
         """The tasks this backend runs (built on first use)."""
-        return catalog_for(self.config.tasks)
+        return catalog_for(self.alias, self.config.tasks)
 
     def queue(self) -> SyncQueue:
         """The process's queue on this backend's database."""

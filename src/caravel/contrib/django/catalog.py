@@ -66,9 +66,12 @@ class TaskCatalog:
     """The tasks of one configuration, and the :class:`~caravel.JobRegistry` running them.
 
     Two tasks whose module paths give the same wire name, or a path longer than a wire name may
-    be, are refused here, when the catalog is built, with ``ImproperlyConfigured``."""
+    be, are refused here, when the catalog is built, with ``ImproperlyConfigured``. ``alias``
+    is the backend whose worker runs them (the results its handlers report are that
+    backend's)."""
 
-    def __init__(self, tasks: Iterable[Any]) -> None:
+    def __init__(self, tasks: Iterable[Any], alias: str = "default") -> None:
+        self.alias = alias
         self.registry = JobRegistry()
         self._by_path: dict[str, TaskEntry] = {}
         self._by_wire: dict[str, TaskEntry] = {}
@@ -92,7 +95,7 @@ class TaskCatalog:
             )
         payload_type = create_model(f"TaskCall{len(self._by_wire)}", __base__=TaskCall)
         entry = TaskEntry(task, wire, payload_type)
-        self.registry.register(wire, payload_type, handler_for(task))
+        self.registry.register(wire, payload_type, handler_for(task, self.alias))
         self._by_path[path] = entry
         self._by_wire[wire] = entry
 
@@ -141,17 +144,17 @@ def listed_tasks(paths: Iterable[str]) -> list[Any]:
     return found
 
 
-_CATALOGS: dict[tuple[str, ...] | None, TaskCatalog] = {}
+_CATALOGS: dict[tuple[str, tuple[str, ...] | None], TaskCatalog] = {}
 _LOCK = threading.RLock()
 
 
-def catalog_for(paths: tuple[str, ...] | None) -> TaskCatalog:
-    """The process's one catalog of ``paths`` (``None``: the installed apps' tasks), built on
-    first use (never while the tasks modules are still importing: ``@task`` validates
-    against the backend, and that must not need the catalog)."""
+def catalog_for(alias: str, paths: tuple[str, ...] | None) -> TaskCatalog:
+    """The process's one catalog of backend ``alias``, of ``paths`` (``None``: the installed
+    apps' tasks), built on first use (never while the tasks modules are still importing:
+    ``@task`` validates against the backend, and that must not need the catalog)."""
     with _LOCK:
-        catalog = _CATALOGS.get(paths)
+        catalog = _CATALOGS.get((alias, paths))
         if catalog is None:
             tasks = discover_tasks() if paths is None else listed_tasks(paths)
-            catalog = _CATALOGS[paths] = TaskCatalog(tasks)
+            catalog = _CATALOGS[alias, paths] = TaskCatalog(tasks, alias)
         return catalog

@@ -44,8 +44,8 @@ def _sender() -> type[Any]:
     return CaravelBackend
 
 
-def _start(task: Any, job: Any, ctx: JobContext[Any]) -> tuple[Any, list[Any]]:
-    result = running_result(task, task.backend, ctx.job_id, ctx.queue, ctx.attempt, job, _now())
+def _start(task: Any, alias: str, job: Any, ctx: JobContext[Any]) -> tuple[Any, list[Any]]:
+    result = running_result(task, alias, ctx.job_id, ctx.queue, ctx.attempt, job, _now())
     task_started.send(sender=_sender(), task_result=result)
     args = list(job.args)
     if task.takes_context:
@@ -65,13 +65,27 @@ def _succeeded(result: Any, raw: Any) -> Any:
     return value
 
 
-def handler_for(task: Any) -> Callable[[Any, JobContext[Any]], Any]:
-    """The handler of ``task``: async for a coroutine function, synchronous otherwise."""
+def _on_backend(task: Any, alias: str) -> Any:
+    """``task`` on the backend whose worker runs it (so a result's ``refresh()`` reads there),
+    or as defined when that backend would refuse it."""
+    if task.backend == alias:
+        return task
+    from caravel.contrib.django.compat import InvalidTask
+
+    try:
+        return task.using(backend=alias)
+    except InvalidTask:
+        return task
+
+
+def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
+    """The handler of ``task`` run by backend ``alias``'s worker: async for a coroutine
+    function, synchronous otherwise."""
     func = task.func
     if iscoroutinefunction(func):
 
         async def run_async(job: Any, ctx: JobContext[Any]) -> Any:
-            result, args = _start(task, job, ctx)
+            result, args = _start(_on_backend(task, alias), alias, job, ctx)
             try:
                 raw = await func(*args, **job.kwargs)
             except _DIRECTIVES:
@@ -88,7 +102,7 @@ def handler_for(task: Any) -> Callable[[Any, JobContext[Any]], Any]:
 
         close_old_connections()
         try:
-            result, args = _start(task, job, ctx)
+            result, args = _start(_on_backend(task, alias), alias, job, ctx)
             try:
                 raw = func(*args, **job.kwargs)
             except _DIRECTIVES:
