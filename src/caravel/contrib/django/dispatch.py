@@ -81,11 +81,8 @@ def dispatch_options(task: Any) -> DispatchOptions:
     """The dispatch of one enqueue of ``task``: its queue, due time (``run_after``, never
     early), priority and, for a :class:`CaravelTask`, Caravel's own options."""
     priority = task.priority
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidTask(
-            f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}."
-        )
-    if not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY:
+    whole = isinstance(priority, int) and not isinstance(priority, bool)
+    if not whole or not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY:
         raise InvalidTask(
             f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}."
         )
