@@ -116,6 +116,8 @@ def test_context_carries_the_attempt(alias: str, tasks: Any) -> None:
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == 3
     assert result.attempts == 3
+    # The latest attempt's start: Caravel keeps no earlier one.
+    assert result.started_at == result.last_attempted_at <= result.finished_at
 
 
 def test_no_exception_message_reaches_the_queue(alias: str, tasks: Any) -> None:

@@ -5,7 +5,9 @@ carries it. Caravel states map onto Django's four: ``ready`` is READY (waiting, 
 for a retry), ``running`` is RUNNING, ``completed`` is SUCCESSFUL, and ``dead_letter`` and
 ``cancelled`` are FAILED. Caravel does not record which worker ran an attempt, so
 ``worker_ids`` holds one placeholder per attempt (``TaskResult.attempts`` and the task
-context's ``attempt`` count right). Errors carry the exception's class path and an empty
+context's ``attempt`` count right). Caravel stores when the latest attempt started, so
+``started_at`` and ``last_attempted_at`` are both that time (the same on a first attempt, as
+Django's are). Errors carry the exception's class path and an empty
 traceback: exception messages and tracebacks never reach the queue's rows.
 """
 
@@ -132,9 +134,6 @@ def stored_result(task: Any, alias: str, status: JobStatus, call: Any) -> Any | 
     if error is not None:
         errors.append(TaskError(exception_class_path=error, traceback=""))
     finished = status.state is not JobState.READY and status.state is not JobState.RUNNING
-    last_attempt = None
-    if status.attempt > 0:
-        last_attempt = status.started_at if status.attempt == 1 else status.updated_at
     result = _result(
         task,
         alias,
@@ -145,7 +144,7 @@ def stored_result(task: Any, alias: str, status: JobStatus, call: Any) -> Any | 
         enqueued_at=status.created_at,
         started_at=status.started_at,
         finished_at=status.finished_at if finished else None,
-        last_attempted_at=last_attempt,
+        last_attempted_at=status.started_at,
         errors=errors,
         worker_ids=[UNRECORDED_WORKER] * status.attempt,
     )
