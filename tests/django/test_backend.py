@@ -273,3 +273,17 @@ def test_priority_reaches_the_stored_job(alias: str, tasks: Any) -> None:
     assert status.priority == 50
     runs = work(alias)
     assert [str(run.job_id) for run in runs] == [high.id.split(":")[1], low.id.split(":")[1]]
+
+
+def test_no_exception_message_reaches_djangos_task_log(
+    alias: str, tasks: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from caravel.contrib.django.compat import SOURCE
+
+    with caplog.at_level(logging.DEBUG, logger=SOURCE):
+        tasks.flaky.using(backend=alias).enqueue(5)
+        work(alias)
+    assert "state=FAILED" in caplog.text  # Django's receiver logged the attempt
+    assert "secret detail" not in caplog.text

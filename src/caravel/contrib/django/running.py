@@ -5,7 +5,8 @@ It calls the task's function with the stored arguments (and, for ``takes_context
 ``task_finished`` signals around every attempt, and returns the JSON-normalised return value,
 which the worker stores as the job's result. An exception propagates to the worker, which
 records its class and retries or dead-letters the job; ``task_finished`` is sent first, with
-the attempt's FAILED result. A synchronous task runs in a worker thread between
+the attempt's FAILED result, outside the exception handler, so Django's logging receiver has no
+traceback (with its message) to log. A synchronous task runs in a worker thread between
 ``close_old_connections()`` calls, as a Django request does, so no broken or expired database
 connection lingers in a thread from one job to the next.
 """
@@ -53,9 +54,13 @@ def _start(task: Any, alias: str, job: Any, ctx: JobContext[Any]) -> tuple[Any, 
     return result, args
 
 
-def _failed(result: Any, exc: BaseException) -> None:
+def _failed(result: Any, exc: Exception) -> Exception:
+    """Send the FAILED result, and give back ``exc`` to raise. Called after the ``except``
+    block, not in it: Django's own receiver logs ``sys.exc_info()`` when there is one, and a
+    traceback quotes the exception's message, which never reaches our logs."""
     finish(result, _now(), error=exception_path(exc))
     task_finished.send(sender=_sender(), task_result=result)
+    return exc
 
 
 def _succeeded(result: Any, raw: Any) -> Any:
@@ -91,9 +96,10 @@ def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
             except _DIRECTIVES:
                 raise
             except Exception as exc:
-                _failed(result, exc)
-                raise
-            return _succeeded(result, raw)
+                failure = exc
+            else:
+                return _succeeded(result, raw)
+            raise _failed(result, failure)
 
         return run_async
 
@@ -108,9 +114,10 @@ def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
             except _DIRECTIVES:
                 raise
             except Exception as exc:
-                _failed(result, exc)
-                raise
-            return _succeeded(result, raw)
+                failure = exc
+            else:
+                return _succeeded(result, raw)
+            raise _failed(result, failure)
         finally:
             close_old_connections()
 
