@@ -6,6 +6,7 @@
     python -m bench --only counts           # queue_counts over 1,000,000 finished rows
     python -m bench --only retention        # drain/enqueue with tombstones; a prune while draining
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
+    python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
@@ -37,6 +38,7 @@ ALL = (
     "sync",
     "bulk",
     "drain",
+    "drain_priority",
     "steady",
     "latency",
     "history",
@@ -84,6 +86,30 @@ def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
         for mode, durable in ACK_MODES.items():
             with database(backend) as url:
                 run = runs.drain(url, args.jobs, args.concurrency, durable_acks=durable)
+                results[mode].append(asyncio.run(run))
+    figures: dict[str, Any] = {"jobs": args.jobs, "concurrency": args.concurrency}
+    for mode, measured in results.items():
+        median = _median(measured)
+        figures["runs"] = median["runs"]
+        for key in ("jobs_per_second", "seconds", "completed"):
+            figures[f"{key}_{mode}"] = median[key]
+    return figures
+
+
+#: The priority drain's two backlogs, measured in the same run: every job of priority 0, and
+#: every priority from -100 to 100 in turn (claimed in another order than they were inserted).
+PRIORITY_MODES = {"plain": False, "mixed": True}
+
+
+def _drain_priority(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The drain (default acknowledgements) of a plain and of a mixed-priority backlog, the runs
+    alternating between them, each on a fresh database: the two figures should be within
+    noise, since the claim reads either in index order."""
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in PRIORITY_MODES}
+    for _ in range(args.runs):
+        for mode, mixed in PRIORITY_MODES.items():
+            with database(backend) as url:
+                run = runs.drain(url, args.jobs, args.concurrency, priorities=mixed)
                 results[mode].append(asyncio.run(run))
     figures: dict[str, Any] = {"jobs": args.jobs, "concurrency": args.concurrency}
     for mode, measured in results.items():
@@ -205,6 +231,8 @@ def main() -> None:
             print(f"{backend:10} {name:8} ...", flush=True)
             if name == "drain":
                 figures = _drain_both(backend, args)
+            elif name == "drain_priority":
+                figures = _drain_priority(backend, args)
             elif name == "retention":
                 figures = _retention(backend, args)
             else:

@@ -38,14 +38,21 @@ async def _counts(queue: DatabaseQueue) -> list[QueueCounts]:
     return await QueueInspector(queue.store, clock=queue.clock).queue_counts(QUEUE)
 
 
-def _dispatch(key: str | None = None) -> DispatchOptions:
-    return DispatchOptions(queue=QUEUE, tenant_id="bench", idempotency_key=key)
+def _dispatch(key: str | None = None, priority: int = 0) -> DispatchOptions:
+    return DispatchOptions(queue=QUEUE, tenant_id="bench", idempotency_key=key, priority=priority)
 
 
-async def _fill(queue: DatabaseQueue, n: int, batch: int = 1000) -> None:
+async def _fill(
+    queue: DatabaseQueue, n: int, batch: int = 1000, *, priorities: bool = False
+) -> None:
+    """``n`` jobs, of priority 0 or, with ``priorities``, of every priority from -100 to 100 in
+    turn (a backlog whose claim order is not its insertion order)."""
     for start in range(0, n, batch):
         await queue.enqueue_many(
-            [(Noop(i), _dispatch()) for i in range(start, min(n, start + batch))]
+            [
+                (Noop(i), _dispatch(priority=(i * 37) % 201 - 100 if priorities else 0))
+                for i in range(start, min(n, start + batch))
+            ]
         )
 
 
@@ -98,11 +105,11 @@ class _Counter:
 
 
 async def drain(
-    url: str, n: int, concurrency: int, *, durable_acks: bool = False
+    url: str, n: int, concurrency: int, *, durable_acks: bool = False, priorities: bool = False
 ) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
-    ``durable_acks``."""
+    ``durable_acks``; with ``priorities``, the jobs have mixed priorities (see :func:`_fill`)."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -111,7 +118,7 @@ async def drain(
         counter.hit()
 
     async with DatabaseQueue(url, counting) as queue:
-        await _fill(queue, n)
+        await _fill(queue, n, priorities=priorities)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
         worker = QueueWorker(queue, options=options)
         started = time.perf_counter()

@@ -5,6 +5,7 @@ rows however many jobs match."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,13 +16,23 @@ from caravel.store.protocol import Store
 from caravel.store.removal import CANCELLABLE, DELETABLE, JobSelection
 from caravel.validation import check_identifier, check_int, check_queue_name, check_wire_name
 
-__all__ = ["BATCH", "MAX_BATCH", "MatchedJobs", "cancel_all", "delete_all", "selection"]
+__all__ = [
+    "BATCH",
+    "MAX_BATCH",
+    "MatchedJobs",
+    "cancel_all",
+    "delete_all",
+    "parse_older_than",
+    "selection",
+]
 
 #: Rows per statement of a bulk cancel or delete, unless the caller says otherwise.
 BATCH = 500
 MAX_BATCH = 10_000
 #: The oldest ``older_than`` accepted (about 100 years): beyond it the cut-off means nothing.
 _LONGEST_AGE = timedelta(days=36_500)
+_AGE = re.compile(r"^(\d{1,9})([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +44,19 @@ class MatchedJobs:
 
     matched: dict[JobState, int]
     changed: int
+
+
+def parse_older_than(field: str, text: str | None) -> timedelta | None:
+    """An ``older_than`` as operators type it (the command line's ``--older-than`` and the
+    dashboard's field): a whole number and a unit, ``90s``, ``30m``, ``12h`` or ``7d``;
+    ``None`` for none. A unit is required here, unlike a prune's ages: a bare number before a
+    cancel or delete is too easy to misread."""
+    if text is None:
+        return None
+    found = _AGE.match(text.strip())
+    if found is None:
+        raise ValidationError(field, "must be a whole number and a unit: 90s, 30m, 12h, 7d")
+    return timedelta(seconds=int(found.group(1)) * _UNIT_SECONDS[found.group(2)])
 
 
 def selection(

@@ -135,7 +135,15 @@ def _new_job(
         due_at=due,
         created_at=now,
         tags=stored_tags(tags) if tags else None,
+        priority=_priority(entry, dispatch),
     )
+
+
+def _priority(entry: JobRegistration, dispatch: DispatchOptions) -> int:
+    """The dispatch's priority, else the job type's, else 0."""
+    if dispatch.priority is not None:
+        return dispatch.priority
+    return 0 if entry.priority is None else entry.priority
 
 
 def _type_attempts(entry: JobRegistration) -> int | None:

@@ -20,8 +20,9 @@ from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter
 
 from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
+from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
 from caravel.options import RetryPolicy
-from caravel.validation import check_wire_name
+from caravel.validation import check_int, check_wire_name
 
 __all__ = ["Handler", "JobRegistration", "JobRegistry"]
 
@@ -100,6 +101,8 @@ class JobRegistration:
     adapter: TypeAdapter[Any]
     retry: RetryPolicy | None = None
     """This type's retry policy, over the queue's defaults; ``None``: the queue's."""
+    priority: int | None = None
+    """This type's jobs' priority where their dispatch gives none; ``None``: 0."""
 
 
 class JobRegistry:
@@ -130,13 +133,15 @@ class JobRegistry:
         handler: Handler,
         *,
         retry: RetryPolicy | None = None,
+        priority: int | None = None,
     ) -> None:
         """Register ``payload_type`` under ``wire_name`` with its handler, and optionally the
-        :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults.
+        :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults and the
+        priority (-100 to 100) its jobs get when their ``DispatchOptions.priority`` is ``None``.
 
         Raises :class:`~caravel.errors.RegistrationError` for an invalid or already used wire
         name, a type registered before, a type that is neither a dataclass nor a pydantic model,
-        or a handler that is not callable.
+        a handler that is not callable, or a priority out of range.
         """
         try:
             check_wire_name(wire_name)
@@ -154,6 +159,8 @@ class JobRegistry:
             )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise RegistrationError("retry", "must be a RetryPolicy or None")
+        if priority is not None:
+            check_int("priority", priority, MIN_PRIORITY, MAX_PRIORITY, error=RegistrationError)
         if wire_name in self._by_name:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
@@ -165,17 +172,23 @@ class JobRegistry:
             is_async=_is_async_callable(handler),
             adapter=_adapter(wire_name, payload_type),
             retry=retry,
+            priority=priority,
         )
         self._by_name[wire_name] = entry
         self._by_type[payload_type] = entry
 
     def handles(
-        self, wire_name: str, payload_type: type[JobT], *, retry: RetryPolicy | None = None
+        self,
+        wire_name: str,
+        payload_type: type[JobT],
+        *,
+        retry: RetryPolicy | None = None,
+        priority: int | None = None,
     ) -> Callable[[HandlerT], HandlerT]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
 
         def decorate(handler: HandlerT) -> HandlerT:
-            self.register(wire_name, payload_type, handler, retry=retry)
+            self.register(wire_name, payload_type, handler, retry=retry, priority=priority)
             return handler
 
         return decorate

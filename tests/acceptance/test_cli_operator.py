@@ -58,6 +58,7 @@ STATUS_FIELDS = {
     "tags",
     "error_class",
     "snoozes",
+    "priority",
     "result",
 }
 
@@ -164,7 +165,7 @@ async def _seed_mix(url: str) -> Seeded:
         )
         await clock.advance(tick)
         seeded.ids["reports_ready"] = await _enqueue(
-            past, Report(report_id="r-ready"), queue=REPORTS, tenant=TENANT_C
+            past, Report(report_id="r-ready"), queue=REPORTS, tenant=TENANT_C, priority=-42
         )
     return seeded
 
@@ -521,6 +522,8 @@ def test_jobs_list_is_newest_first_without_payloads(db_url: str, mix: Seeded) ->
     assert by_id[mix["dead"]]["last_failure"] == "HandlerFailed"
     assert by_id[mix["reports_dead"]]["attempt"] == 2
     assert by_id[mix["completed"]]["state"] == "completed"
+    assert by_id[mix["reports_ready"]]["priority"] == -42
+    assert by_id[mix["dead"]]["priority"] == 0
 
 
 def test_jobs_list_table_shows_jobs_but_never_payloads(db_url: str, mix: Seeded) -> None:
@@ -535,6 +538,9 @@ def test_jobs_list_table_shows_jobs_but_never_payloads(db_url: str, mix: Seeded)
     assert "dead_letter" in line
     assert "2/2" in line
     assert "HandlerFailed" in line
+    assert "priority" in done.stdout
+    (ready,) = [ln for ln in done.stdout.splitlines() if mix["reports_ready"] in ln]
+    assert " -42 " in ready
 
 
 def test_jobs_list_filters(db_url: str, mix: Seeded) -> None:
@@ -662,6 +668,10 @@ def test_jobs_show_prints_the_status_without_the_payload(db_url: str, mix: Seede
     assert shown["last_failure"] is None
     assert shown["due_at"] == shown["created_at"]
     assert shown["created_at"].endswith("Z")
+    assert shown["priority"] == 0
+    where = ("--url", db_url, "-q", REPORTS, "-t", TENANT_C)
+    ready = json.loads(ok(run_cli("jobs", "show", mix["reports_ready"], *where)).stdout)
+    assert ready["priority"] == -42
 
     dead = json.loads(
         ok(

@@ -1,10 +1,12 @@
 """``caravel jobs prune`` as an operator runs it, on a real SQLite file: counts first and asks,
-prunes only what is old enough, keeps a keyed job's duplicate protection, refuses bad ages."""
+prunes only what is old enough, keeps a keyed job's duplicate protection, refuses bad ages; and
+``caravel worker`` with the same age flags, pruning on its schedule."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from caravel import JobState, Leases
 from caravel.testing import ManualClock
 from tests.support import Add, dispatch, open_queue, status_of
 from tests.support.databases import SqliteTemplate
-from tests.support.processes import run_cli
+from tests.support.processes import WorkerProcess, run_cli, wait_until
 
 pytestmark = pytest.mark.slow  # the console script, in subprocesses
 
@@ -83,3 +85,37 @@ def test_bad_ages_exit_2_naming_the_flag(seeded: tuple[str, list[object]], args:
     error = json.loads(done.stderr)["error"]
     assert error["type"] in ("ValidationError", "OptionsError")
     assert f"{flag}:" in error["message"] or f"{flag} " in error["message"]
+
+
+def test_a_worker_given_an_age_prunes_on_its_schedule(
+    seeded: tuple[str, list[object]], tmp_path: Path
+) -> None:
+    """The shortest interval the library takes is a minute, and a worker's first round comes one
+    interval after it starts (the CLI has no clock to inject): this test waits that minute."""
+    url, (keyed, keyless, young) = seeded
+
+    async def states() -> list[JobState | None]:
+        async with open_queue(url) as queue:
+            found = [await queue.get_status(job, "default", "tenant-a") for job in made]  # type: ignore[arg-type]
+        return [None if status is None else status.state for status in found]
+
+    made = (keyed, keyless, young)
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    worker = WorkerProcess(
+        url, evidence, ["naps"], "--completed", "7d", "--keys", "30d", "--prune-interval", "1m"
+    )
+    try:
+        wait_until(
+            lambda: asyncio.run(states())[:2] == [JobState.PRUNED, None],
+            timeout=150,
+            what="the worker's first prune round",
+        )
+        worker.signal(signal.SIGTERM)
+        code, err = worker.wait()
+    finally:
+        worker.kill()
+    assert code == 0, err
+    assert asyncio.run(states())[2] is JobState.COMPLETED, "a job younger than 7d was pruned"
+    assert "prunes finished jobs every 1 min; SIGTERM or Ctrl+C stops" in err
+    assert "pruned 2 jobs (1 tombstones kept, 0 expired tombstones deleted)" in err

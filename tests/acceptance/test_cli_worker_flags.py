@@ -49,6 +49,20 @@ def worker(url: str, *extra: str) -> tuple[int, list[str]]:
         (["--poll-interval", "1e300"], "--poll-interval is too large"),
         (["--log-level", "loud"], "--log-level must be one of debug, info, warning, error"),
         (
+            ["--completed", "7 days"],
+            "--completed must be a whole number with an optional unit s, m, h or d",
+        ),
+        (["--dead-letter", "0"], "--dead-letter must be from 1 second to 100 years (or None)"),
+        (
+            ["--keys", "30d", "--prune-interval", "5s"],
+            "--prune-interval must be from 1 minute to 1 day",
+        ),
+        (
+            ["--prune-interval", "1h"],
+            "--prune-interval needs an age to prune by: --completed, --cancelled, "
+            "--dead-letter or --keys",
+        ),
+        (
             ["--log-level", "warning", "--verbose"],
             "--verbose means --log-level debug; give one or the other, not warning",
         ),

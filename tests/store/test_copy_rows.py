@@ -20,7 +20,10 @@ def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
         make_registry(), QueueOptions(), Add(5, note="n"), dispatch("key"), 1_700_000_000_123
     )
     job = job._replace(
-        trace_context='{"traceparent":"00-1-2-01"}', due_at=1_700_000_009_000, tags=",a,b:1,"
+        trace_context='{"traceparent":"00-1-2-01"}',
+        due_at=1_700_000_009_000,
+        tags=",a,b:1,",
+        priority=-42,
     )
     copied = dict(zip((name for name, _ in COPY_COLUMNS), copy_row(job), strict=True))
     assert copied == SqlStore._row_values(job)
@@ -33,6 +36,8 @@ def test_a_copied_row_holds_what_an_insert_of_the_job_holds() -> None:
             expected = "text"
         elif isinstance(column_type, sa.BigInteger):
             expected = "int8"
+        elif isinstance(column_type, sa.SmallInteger):
+            expected = "int2"
         else:
             assert isinstance(column_type, sa.Integer), name
             expected = "int4"
@@ -50,6 +55,8 @@ def _job(n: int, key: str | None) -> NewJob:
         job = job._replace(due_at=1_700_000_009_000)
     if n % 3:  # tagged, and untagged
         job = job._replace(tags=f",batch,n:{n},")
+    if n % 4:  # a priority of its own (both signs, next to other small integers), and the default
+        job = job._replace(priority=n * (-1) ** n)
     return job
 
 
@@ -75,8 +82,7 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "cancel_requested_at": None,
         "content_hash": None,
         "pruned_at": None,
-        # Not carried by NewJob yet (revision 0007 added the columns).
-        "priority": 0,
+        # Not carried by NewJob yet (revision 0007 added the column).
         "pending_key": None,
     }
     for job in new_jobs:

@@ -291,6 +291,7 @@ def test_dispatch_options_defaults() -> None:
     assert options.idempotency_key is None
     assert options.not_before is None
     assert options.max_attempts is None
+    assert options.priority is None  # the job type's, else 0
 
 
 def test_dispatch_options_keep_valid_values_exactly() -> None:
@@ -301,7 +302,10 @@ def test_dispatch_options_keep_valid_values_exactly() -> None:
         idempotency_key="order/42 ✓",
         not_before=due,
         max_attempts=100,
+        priority=-100,
     )
+    assert options.priority == -100
+    assert DispatchOptions(queue="q", priority=100).priority == 100
     assert options.queue == "a.b-c_9"
     assert options.tenant_id == " Tenant Ä "
     assert options.idempotency_key == "order/42 ✓"
@@ -329,6 +333,12 @@ def test_dispatch_options_keep_valid_values_exactly() -> None:
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": 101}, "max_attempts"),
         ({"max_attempts": True}, "max_attempts"),
+        ({"priority": 101}, "priority"),
+        ({"priority": -101}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"priority": False}, "priority"),
+        ({"priority": 0.0}, "priority"),
+        ({"priority": "5"}, "priority"),
     ],
 )
 def test_dispatch_options_reject_bad_fields(changes: dict[str, object], field: str) -> None:
@@ -336,6 +346,8 @@ def test_dispatch_options_reject_bad_fields(changes: dict[str, object], field: s
     with pytest.raises(ValidationError) as caught:
         DispatchOptions(**arguments)  # type: ignore[arg-type]
     assert caught.value.field == field
+    if field == "priority":
+        assert caught.value.rule == "must be an integer from -100 to 100"
 
 
 def test_dispatch_options_never_echo_the_tenant_or_key() -> None:

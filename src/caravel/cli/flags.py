@@ -31,7 +31,10 @@ def seconds(flag: str, value: float) -> timedelta:
 
 def flag_message(exc: ValidationError, flags: Mapping[str, str]) -> str:
     """``exc`` with every field named in ``flags`` replaced by its flag, in the field's place
-    and inside the rule (``at most half of lease_duration``); as it is for other fields."""
+    and inside the rule (``at most half of lease_duration``); a field that is already a flag
+    (``--completed``) without the colon; as it is for other fields."""
+    if exc.field.startswith("--"):
+        return f"{exc.field} {exc.rule}"
     if exc.field not in flags:
         return str(exc)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, flags)) + r")\b")

@@ -21,16 +21,17 @@ if TYPE_CHECKING:
     from caravel.retention import Retention
     from caravel.store.prunes import PruneBatch
 
-__all__ = ["NothingPrunedError", "age", "prune_jobs"]
+__all__ = ["AGE_FLAGS", "NothingPrunedError", "age", "prune_jobs", "retention_from_flags"]
 
-_FLAGS = {
+#: The flag of each :class:`~caravel.Retention` age (``caravel jobs prune``'s, and
+#: ``caravel worker``'s for its scheduled pruning).
+AGE_FLAGS = {
     "completed": "--completed",
     "cancelled": "--cancelled",
     "dead_letter": "--dead-letter",
     "keys": "--keys",
-    "limit": "--limit",
-    "queue": "--queue",
 }
+_FLAGS = {**AGE_FLAGS, "limit": "--limit", "queue": "--queue"}
 
 
 class NothingPrunedError(CommandFailed):
@@ -42,6 +43,26 @@ def age(flag: str, text: str | None) -> timedelta | None:
     from caravel.retention import parse_age
 
     return parse_age(flag, text)
+
+
+def retention_from_flags(
+    completed: str | None, cancelled: str | None, dead_letter: str | None, keys: str | None
+) -> Retention | None:
+    """The :class:`~caravel.Retention` the age flags ask for, or ``None`` when none is given;
+    a :class:`~caravel.errors.ValidationError` naming the flag for an age that cannot be
+    read (and an :class:`~caravel.errors.OptionsError` naming the field for one out of range)."""
+    from caravel.retention import Retention
+
+    typed = {
+        "completed": completed,
+        "cancelled": cancelled,
+        "dead_letter": dead_letter,
+        "keys": keys,
+    }
+    ages = {name: age(AGE_FLAGS[name], text) for name, text in typed.items()}
+    if all(value is None for value in ages.values()):
+        return None
+    return Retention(**ages)
 
 
 def _flagged(exc: ValidationError) -> ValidationError:
@@ -99,19 +120,12 @@ def prune_jobs(
     """
 
     def policy() -> Retention:
-        from caravel.retention import Retention
-
-        ages = {
-            "completed": age("--completed", completed),
-            "cancelled": age("--cancelled", cancelled),
-            "dead_letter": age("--dead-letter", dead_letter),
-            "keys": age("--keys", keys),
-        }
-        if all(value is None for value in ages.values()):
+        found = retention_from_flags(completed, cancelled, dead_letter, keys)
+        if found is None:
             raise ValidationError(
                 "ages", "give at least one of --completed, --cancelled, --dead-letter, --keys"
             )
-        return Retention(**ages)
+        return found
 
     async def go(retention: Retention, *, counting: bool) -> PruneBatch:
         async with open_writer(url) as q:

@@ -9,13 +9,14 @@ how many changed, and, for one job, what happened to it.
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
+from caravel.cancelling import parse_older_than
 from caravel.cli.connect import open_writer
 from caravel.cli.failure import CommandFailed, fail
 from caravel.cli.jsonout import emit
@@ -62,20 +63,6 @@ DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Say what would change, per state; change nothing.")
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", help="Confirm without asking.")]
-
-_AGE = re.compile(r"^(\d{1,9})([smhd])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _age(text: str | None) -> timedelta | None:
-    if text is None:
-        return None
-    found = _AGE.match(text.strip())
-    if found is None:
-        raise ValidationError(
-            "--older-than", "must be a whole number and a unit: 90s, 30m, 12h, 7d"
-        )
-    return timedelta(seconds=int(found.group(1)) * _UNIT_SECONDS[found.group(2)])
 
 
 def _document(
@@ -124,35 +111,45 @@ def _one(url: str, job_id: str, queue: str, tenant: str | None, *, deleting: boo
     return asyncio.run(go())
 
 
+@dataclass(frozen=True, slots=True)
+class _Filter:
+    """The flags that narrow a cancel or delete, as typed: a job id takes only ``tenant``."""
+
+    tenant: str | None
+    job_type: str | None
+    states: list[str] | None
+    older_than: str | None
+
+
 def _run(
-    command: str,
+    action: str,
     url: str,
     job_id: str | None,
     queue: str,
-    tenant: str | None,
-    job_type: str | None,
-    states: list[str] | None,
-    older_than: str | None,
+    chosen: _Filter,
+    *,
     dry_run: bool,
     yes: bool,
     as_json: bool,
-    *,
-    deleting: bool,
 ) -> None:
+    deleting = action == "delete"
     try:
         if job_id is not None:
-            if job_type is not None or states or older_than is not None or dry_run:
+            if (
+                chosen.job_type is not None
+                or chosen.states
+                or chosen.older_than is not None
+                or dry_run
+            ):
                 raise ValidationError(
                     "JOB_ID", "takes no --type, --state, --older-than or --dry-run"
                 )
-            found = _one(url, job_id, queue, tenant, deleting=deleting)
+            found = _one(url, job_id, queue, chosen.tenant, deleting=deleting)
             doc, line = _one_result(queue, job_id, found, deleting=deleting)
         else:
-            doc, line = _many(
-                url, queue, tenant, job_type, states, _age(older_than), dry_run, yes, deleting
-            )
+            doc, line = _many(url, queue, chosen, dry_run=dry_run, yes=yes, deleting=deleting)
     except (CaravelError, CommandFailed) as exc:
-        raise fail(command, exc, as_json=as_json) from None
+        raise fail(f"jobs {action}", exc, as_json=as_json) from None
     if as_json:
         emit(doc)
     else:
@@ -199,16 +196,9 @@ def _one_result(
 
 
 def _many(
-    url: str,
-    queue: str,
-    tenant: str | None,
-    job_type: str | None,
-    states: list[str] | None,
-    older_than: timedelta | None,
-    dry_run: bool,
-    yes: bool,
-    deleting: bool,
+    url: str, queue: str, chosen: _Filter, *, dry_run: bool, yes: bool, deleting: bool
 ) -> tuple[dict[str, Any], str]:
+    older_than = parse_older_than("--older-than", chosen.older_than)
     verb = "delete" if deleting else "cancel"
     done_verb = "deleted" if deleting else "cancelled"
 
@@ -217,9 +207,9 @@ def _many(
             method = q.delete_matching if deleting else q.cancel_matching
             return await method(
                 queue,
-                job_type=job_type,
-                tenant_id=tenant,
-                states=states or None,
+                job_type=chosen.job_type,
+                tenant_id=chosen.tenant,
+                states=chosen.states or None,
                 older_than=older_than,
                 dry_run=dry,
             )
@@ -260,69 +250,45 @@ StatesOpt = Annotated[
 ]
 
 
-def cancel(
-    url: DatabaseUrl,
-    queue: QueueOpt,
-    job_id: JobIdArg = None,
-    tenant: TenantOpt = None,
-    job_type: TypeOpt = None,
-    state: StatesOpt = None,
-    older_than: AgeOpt = None,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    as_json: Json = False,
-) -> None:
+def _command(action: str, doc: str) -> Callable[..., None]:
+    """The ``caravel jobs cancel`` or ``delete`` command: the same flags, the same handling;
+    only the action and its help differ."""
+
+    def command(
+        url: DatabaseUrl,
+        queue: QueueOpt,
+        job_id: JobIdArg = None,
+        tenant: TenantOpt = None,
+        job_type: TypeOpt = None,
+        state: StatesOpt = None,
+        older_than: AgeOpt = None,
+        dry_run: DryRunOpt = False,
+        yes: YesOpt = False,
+        as_json: Json = False,
+    ) -> None:
+        chosen = _Filter(tenant=tenant, job_type=job_type, states=state, older_than=older_than)
+        _run(action, url, job_id, queue, chosen, dry_run=dry_run, yes=yes, as_json=as_json)
+
+    command.__name__ = command.__qualname__ = action
+    command.__doc__ = doc
+    return command
+
+
+cancel = _command(
+    "cancel",
     """Cancel one job, or every waiting or running job a filter matches.
 
     A waiting job is cancelled at once; a running one too, and its worker cancels the handler.
     --state is ready or running. By filter, asks first unless --yes (refused without a
     terminal). Exit 1 when nothing was cancelled.
-    """
-    _run(
-        "jobs cancel",
-        url,
-        job_id,
-        queue,
-        tenant,
-        job_type,
-        state,
-        older_than,
-        dry_run,
-        yes,
-        as_json,
-        deleting=False,
-    )
-
-
-def delete(
-    url: DatabaseUrl,
-    queue: QueueOpt,
-    job_id: JobIdArg = None,
-    tenant: TenantOpt = None,
-    job_type: TypeOpt = None,
-    state: StatesOpt = None,
-    older_than: AgeOpt = None,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    as_json: Json = False,
-) -> None:
+    """,
+)
+delete = _command(
+    "delete",
     """Delete one finished job, or every finished job a filter matches.
 
     --state is completed, dead_letter or cancelled; waiting and running jobs are never deleted.
     By filter, asks first unless --yes (refused without a terminal). Exit 1 when nothing was
     deleted.
-    """
-    _run(
-        "jobs delete",
-        url,
-        job_id,
-        queue,
-        tenant,
-        job_type,
-        state,
-        older_than,
-        dry_run,
-        yes,
-        as_json,
-        deleting=True,
-    )
+    """,
+)

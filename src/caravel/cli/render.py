@@ -47,6 +47,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
     table = Table(title="Jobs")
     for name in ("job id", "queue", "tenant", "type", "state", "attempt"):
         table.add_column(name)
+    table.add_column("priority", justify="right")
     table.add_column("created (UTC)")
     table.add_column("failure")
     table.add_column("tags")
@@ -58,6 +59,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
             s.job_type,
             s.state.value,
             f"{s.attempt}/{s.max_attempts}",
+            str(s.priority),
             utc(s.created_at),
             _failure(s),
             ", ".join(s.tags),

@@ -17,6 +17,7 @@ from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
+from caravel.cli.prune import AGE_FLAGS, age, retention_from_flags
 from caravel.cli.shutdown import abandoned_line, stopped_line, stopping_line
 from caravel.errors import CaravelError, ValidationError
 from caravel.options import QueueOptions, WorkerOptions
@@ -38,6 +39,8 @@ FLAGS = {
     "lease_duration": "--lease-duration",
     "lease_renewal_interval": "--lease-renewal-interval",
     "max_lease_lifetime": "--max-lease-lifetime",
+    **AGE_FLAGS,
+    "prune_interval": "--prune-interval",
 }
 
 
@@ -109,6 +112,38 @@ def worker(
             "off: an outcome lost in a database crash means the job runs again).",
         ),
     ] = False,
+    completed: Annotated[
+        str | None,
+        typer.Option(
+            metavar="AGE",
+            help="Prune completed jobs finished this long ago (7d, 12h, 30m), every "
+            "--prune-interval; with no age given, this worker prunes nothing.",
+        ),
+    ] = None,
+    cancelled: Annotated[
+        str | None, typer.Option(metavar="AGE", help="Prune cancelled jobs this old.")
+    ] = None,
+    dead_letter: Annotated[
+        str | None,
+        typer.Option(
+            "--dead-letter", metavar="AGE", help="Prune dead letters this old (keep long)."
+        ),
+    ] = None,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            metavar="AGE",
+            help="Delete tombstones pruned this long ago; their keys' duplicate protection ends.",
+        ),
+    ] = None,
+    prune_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--prune-interval",
+            metavar="AGE",
+            help="How often to prune, from 1m to 1d (default 1h); needs an age above.",
+        ),
+    ] = None,
     event_loop: Annotated[
         str,
         typer.Option(
@@ -143,6 +178,13 @@ def worker(
             ),
             max_lease_lifetime=seconds("--max-lease-lifetime", max_lease_lifetime),
         )
+        retention = retention_from_flags(completed, cancelled, dead_letter, keys)
+        interval = age("--prune-interval", prune_interval)
+        if interval is not None and retention is None:
+            raise FlagError(
+                "--prune-interval needs an age to prune by: --completed, --cancelled, "
+                "--dead-letter or --keys"
+            )
         worker_options = WorkerOptions(
             concurrency=concurrency,
             poll_interval=poll,
@@ -151,6 +193,9 @@ def worker(
             heartbeat_interval=seconds("--heartbeat-interval", heartbeat_interval),
             log_tracebacks=traceback,
             durable_acks=durable_acks,
+            retention=retention,
+            # Left out, the library's default interval holds.
+            **({} if interval is None else {"prune_interval": interval}),
         )
         run = event_loop_runner(event_loop)
         registry = load_registry(app)
@@ -233,9 +278,13 @@ async def _serve(
             # flight set off again and again, stop walking it every time.
             gc.collect()
             gc.freeze()
+            pruning = ""
+            if worker_options.retention is not None:
+                minutes = int(worker_options.prune_interval.total_seconds() // 60)
+                pruning = f"; prunes finished jobs every {minutes} min"
             _say(
                 f"processing {', '.join(queues)} "
-                f"(concurrency {worker_options.concurrency}); SIGTERM or Ctrl+C stops"
+                f"(concurrency {worker_options.concurrency}){pruning}; SIGTERM or Ctrl+C stops"
             )
             try:
                 await running.run(queues)

@@ -6,9 +6,10 @@ dispatch set them: ``None`` leaves them to the queue, which fills them in when t
 the job (due then, the queue's default budget). The job is created at relay time, and the trace
 context travels with the intent, so the request that staged it continues into the job.
 
-Tags do not cross: the outbox table is the application's, created by its own migrations, and has
-no column for them. Staging a dispatch with tags is refused rather than relaying an untagged job
-the caller believes is tagged.
+Tags and priorities do not cross: the outbox table is the application's, created by its own
+migrations, and has no column for them. Staging a dispatch with tags or a priority other than 0 is
+refused (a priority given by the job type's registration too) rather than relaying a job
+without them that the caller believes has them.
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ def envelope_for(
     trace_context: str | None,
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
-    Raises :class:`~caravel.errors.ValidationError` (``tags``) when the dispatch has tags."""
+    Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``) when the dispatch
+    has tags, or the job a priority other than 0 (its dispatch's or its type's)."""
     if dispatch.tags:
         rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
         raise ValidationError("tags", rule)
+    if job.priority != 0:
+        rule = "cannot be staged in the outbox (its table has no priority column); enqueue directly"
+        raise ValidationError("priority", rule)
     return model(
         id=job.id,
         queue=job.queue,

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
-from caravel.store import outcomes, queries
+from caravel.store import claims, outcomes, queries
 from caravel.store.caller_inserts import CallerInserts
 from caravel.store.pausing import PausingStore
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
@@ -80,9 +80,12 @@ class SqlStore(
         return sa.insert(jobs)
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
-        """The rows a claim updates: those ``candidates`` picks (locking them where the
-        database needs it)."""
+        """The rows a claim updates: those whose ids ``candidates`` picks."""
         return jobs.c.id.in_(candidates.scalar_subquery())
+
+    def _claim_lock(self, picked: sa.Select[Any]) -> sa.Select[Any]:
+        """The rows one source of a claim picks, locked where the database needs it."""
+        return picked
 
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
@@ -155,7 +158,9 @@ class SqlStore(
 
     def _claim_statement(self, source: ClaimSource, *, literal_limit: bool = True) -> sa.Update:
         """The claim for one source of jobs, picking rows the dialect's way."""
-        return queries.claim(source, self._claim_target, literal_limit=literal_limit)
+        return claims.claim(
+            source, self._claim_target, self._claim_lock, literal_limit=literal_limit
+        )
 
     @staticmethod
     def _claim_params(request: ClaimRequest, now: int) -> dict[str, Any]:

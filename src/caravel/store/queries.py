@@ -9,10 +9,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from caravel.jobs import FailureCategory, JobState
+from caravel.jobs import JobState
 from caravel.retention import content_hash
 from caravel.store.protocol import (
-    ClaimSource,
     FailedAttempt,
     JobFilter,
     JobRef,
@@ -20,12 +19,11 @@ from caravel.store.protocol import (
     ShownState,
     ThroughputQuery,
 )
-from caravel.store.rows import CLAIM_RETURNING, STATUS_COLUMNS
+from caravel.store.rows import STATUS_COLUMNS
 from caravel.store.schema import VERSION_TABLE, jobs
 
 __all__ = [
     "FINISHED_EXACT_LIMIT",
-    "claim",
     "complete",
     "counts",
     "existing_by_id",
@@ -97,52 +95,6 @@ def same_content(row: Any, job: NewJob) -> bool:
 
 
 # ----- claims and acknowledgements -----------------------------------------------------------
-
-
-def claim(
-    source: ClaimSource,
-    target: Any,
-    *,
-    literal_limit: bool = True,
-) -> sa.Update:
-    """The claim for one source of jobs (see :data:`~caravel.store.protocol.ClaimSource`),
-    bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``. ``target(candidates)`` is
-    the dialect's condition for the rows the candidates pick; ``literal_limit`` writes the batch
-    size into the SQL text instead of binding it."""
-    now = sa.bindparam("b_now", type_=sa.BigInteger())
-    expires = sa.bindparam("b_expires", type_=sa.BigInteger())
-    candidates = sa.select(jobs.c.id).where(
-        jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now
-    )
-    # The state as literal SQL, so the planner can match the partial lease index.
-    if source == "ready":
-        candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{READY}'"))
-    elif source == "expired":
-        candidates = candidates.where(jobs.c.state == sa.literal_column(f"'{RUNNING}'"))
-    candidates = candidates.order_by(jobs.c.available_at).limit(
-        sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
-    )
-    exhausted = sa.and_(jobs.c.state == RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
-
-    def pick(if_exhausted: Any, otherwise: Any) -> sa.Case[Any]:
-        return sa.case((exhausted, if_exhausted), else_=otherwise)
-
-    return (
-        sa.update(jobs)
-        .where(target(candidates))
-        .values(
-            state=pick(DEAD, RUNNING),
-            attempt=pick(jobs.c.attempt, jobs.c.attempt + 1),
-            lease_token=jobs.c.lease_token + 1,
-            lease_expires_at=pick(sa.null(), expires),
-            available_at=pick(sa.null(), expires),
-            started_at=pick(jobs.c.started_at, now),
-            finished_at=pick(now, sa.null()),
-            last_failure=pick(FailureCategory.LEASE_EXPIRED.value, jobs.c.last_failure),
-            updated_at=now,
-        )
-        .returning(*CLAIM_RETURNING)
-    )
 
 
 def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:

@@ -17,7 +17,7 @@ from caravel.store.protocol import (
     ThroughputBucket,
     WorkerRecord,
 )
-from caravel.store.schema import jobs
+from caravel.store.schema import claim_rank_of, jobs
 from caravel.tags import tags_from
 
 __all__ = [
@@ -55,6 +55,7 @@ STATUS_COLUMNS = (
     jobs.c.tags,
     jobs.c.error_class,
     jobs.c.snoozes,
+    jobs.c.priority,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -73,6 +74,7 @@ CLAIM_RETURNING = (
     jobs.c.due_at,
     jobs.c.trace_context,
     jobs.c.snoozes,
+    jobs.c.priority,
 )
 
 
@@ -100,18 +102,20 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         tags=tags_from(row.tags),
         error_class=row.error_class,
         snoozes=row.snoozes,
+        priority=row.priority,
         result=None if result is None else json.loads(result),
     )
 
 
 def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
-    """The jobs a claim returned (columns in :data:`CLAIM_RETURNING` order), oldest due first;
+    """The jobs a claim returned (columns in :data:`CLAIM_RETURNING` order), in claim order
+    (:func:`~caravel.store.schema.claim_rank_of`: due time, moved earlier by priority);
     rows the claim dead-lettered instead (their last lease had expired) are only counted."""
     claimed: list[ClaimedJob] = []
     dead = 0
     for row in rows:
         (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
-         started, due, trace, snoozes) = row  # fmt: skip
+         started, due, trace, snoozes, priority) = row  # fmt: skip
         if state != RUNNING:
             dead += 1
             continue
@@ -133,9 +137,10 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
                 due_at_ms=due,
                 trace_context=trace,
                 snoozes=snoozes,
+                priority=priority,
             )
         )
-    claimed.sort(key=lambda job: job.due_at_ms)
+    claimed.sort(key=lambda job: claim_rank_of(job.due_at_ms, job.priority))
     return ClaimBatch(claimed=claimed, dead_lettered=dead)
 
 
@@ -215,6 +220,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "updated_at": job.created_at,
         "trace_context": job.trace_context,
         "tags": job.tags,
+        "priority": job.priority,
     }
 
 
@@ -235,4 +241,5 @@ _JOB_ROW_COLUMNS = (
     "updated_at",
     "trace_context",
     "tags",
+    "priority",
 )

@@ -57,6 +57,8 @@ class NewJob(NamedTuple):
     trace_context: str | None = None
     #: The ``tags`` column's text (``,a,b,``, see :mod:`caravel.tags`), or ``None``.
     tags: str | None = None
+    #: From ``MIN_PRIORITY`` to ``MAX_PRIORITY``; higher is claimed first (see ``claim_rank``).
+    priority: int = 0
 
 
 class InsertOutcome(NamedTuple):

@@ -3,10 +3,11 @@ the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection and writes only
-to replay dead letters and to pause or resume queues. Every route is listed in :data:`ROUTES`
-with the permission it needs, and one guard (:mod:`caravel.web.guard`) checks that permission
-(and, for a POST, the anti-forgery token) before any page (:mod:`caravel.web.pages`,
-:mod:`caravel.web.replay_pages`, :mod:`caravel.web.pausing_pages`) runs. Every answer passes
+to replay dead letters, to cancel, delete and prune jobs, and to pause or resume queues. Every
+route is listed in :data:`ROUTES` with the permission it needs, and one guard
+(:mod:`caravel.web.guard`) checks that permission (and, for a POST, the anti-forgery token)
+before any page (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`,
+:mod:`caravel.web.bulk_pages`, ...) runs. Every answer passes
 :class:`~caravel.web.security.SecurityHeaders`.
 """
 
@@ -28,6 +29,7 @@ from caravel.registry import JobRegistry
 from caravel.validation import check_duration, check_int
 from caravel.web.assets import load_assets
 from caravel.web.auth import Authorize, remember_principal
+from caravel.web.bulk_pages import BulkPages
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
@@ -61,6 +63,11 @@ class RouteSpec:
 ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/", "overview", "read"),
     RouteSpec("GET", "/jobs", "jobs", "read"),
+    # Before "/jobs/{job_id}", which would otherwise take "cancel" and "delete" for job ids.
+    RouteSpec("GET", "/jobs/cancel", "cancel_matching_confirm", "operate"),
+    RouteSpec("POST", "/jobs/cancel", "cancel_matching", "operate"),
+    RouteSpec("GET", "/jobs/delete", "delete_matching_confirm", "operate"),
+    RouteSpec("POST", "/jobs/delete", "delete_matching", "operate"),
     RouteSpec("GET", "/jobs/{job_id}", "job", "read"),
     RouteSpec("GET", "/jobs/{job_id}/replay", "replay_one_confirm", "operate"),
     RouteSpec("POST", "/jobs/{job_id}/replay", "replay_one", "operate"),
@@ -123,9 +130,14 @@ class Dashboard:
         pruning = PrunePages(self._view, writer)
         pausing = PausingPages(self._view, writer)
         removal = RemovalPages(pages, writer)
+        bulk = BulkPages(self._view, writer)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
+            "cancel_matching_confirm": bulk.cancel_matching_confirm,
+            "cancel_matching": bulk.cancel_matching,
+            "delete_matching_confirm": bulk.delete_matching_confirm,
+            "delete_matching": bulk.delete_matching,
             "job": pages.job,
             "replay_one_confirm": replay.replay_one_confirm,
             "replay_one": replay.replay_one,

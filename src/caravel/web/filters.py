@@ -13,10 +13,20 @@ from dataclasses import dataclass
 
 from caravel.errors import ValidationError
 from caravel.store.protocol import SHOWN_STATES, ShownState
+from caravel.store.removal import CANCELLABLE, DELETABLE
 from caravel.tags import check_tag
 from caravel.validation import check_identifier, check_queue_name, check_wire_name
 
-__all__ = ["PER_PAGE_CHOICES", "Filters", "Paging", "clamp_int", "parse_filters", "parse_paging"]
+__all__ = [
+    "PER_PAGE_CHOICES",
+    "STORED_STATE",
+    "Filters",
+    "Paging",
+    "clamp_int",
+    "parse_filters",
+    "parse_paging",
+    "removal_query",
+]
 
 PER_PAGE_CHOICES = (20, 50, 100, 200)
 MAX_PAGE = 5_000
@@ -109,6 +119,37 @@ def parse_filters(
         else:
             problems.append("State: must be " + ", ".join(SHOWN_STATES) + ".")
     return Filters(queue=queue, tenant=tenant, state=state, job_type=job_type, tag=tag), problems
+
+
+#: The stored state behind each state a listing shows: what a cancel or delete by filter, which
+#: selects by stored state, takes for it (``delayed`` jobs are stored ``ready``, ``expired``
+#: ones ``running``).
+STORED_STATE: dict[ShownState, str] = {
+    "ready": "ready",
+    "delayed": "ready",
+    "running": "running",
+    "expired": "running",
+    "dead_letter": "dead_letter",
+    "completed": "completed",
+    "cancelled": "cancelled",
+}
+
+
+def removal_query(filters: Filters, *, deleting: bool) -> dict[str, str] | None:
+    """The query of the page that cancels (or, ``deleting``, deletes) the jobs a listing's
+    ``filters`` match, or ``None`` when no such page can: no queue is chosen (a cancel or
+    delete by filter acts on one queue), a tag is (it cannot select by tag), or the state is one
+    it never touches. The listing's state becomes its stored state, which may take in more
+    jobs (all waiting jobs for ``delayed``); the page shows the stored state and the count."""
+    if filters.queue is None or filters.tag is not None:
+        return None
+    query = {"queue": filters.queue, "tenant": filters.tenant, "type": filters.job_type}
+    if filters.state is not None:
+        stored = STORED_STATE[filters.state]
+        if stored not in {state.value for state in (DELETABLE if deleting else CANCELLABLE)}:
+            return None
+        query["state"] = stored
+    return {name: value for name, value in query.items() if value is not None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from caravel.validation import check_identifier, check_queue_name
 from caravel.web.assets import StaticAsset
 from caravel.web.auth import principal_of
 from caravel.web.charts import Series, bar_chart, sparkline
-from caravel.web.filters import parse_filters, parse_paging
+from caravel.web.filters import clamp_int, parse_filters, parse_paging, removal_query
 from caravel.web.guard import Handler, Refusal
 from caravel.web.presentation import (
     Renderer,
@@ -203,6 +203,9 @@ class Pages:
                 problems=problems,
                 states=SHOWN_STATES,
                 path=kind.path,
+                bulk_cancel=removal_query(filters, deleting=False),
+                bulk_delete=removal_query(filters, deleting=True),
+                notice=_removal_notice(request.query_params),
             )
 
         return page
@@ -298,6 +301,15 @@ class Pages:
         request = Request(scope, receive)
         response = self.view.error(request, 404, "Not found", "There is no such page.")
         await response(scope, receive, send)
+
+
+def _removal_notice(values: Mapping[str, str]) -> str | None:
+    """What the jobs listing says after a cancel or delete by filter redirects to it."""
+    for done in ("cancelled", "deleted"):
+        count = clamp_int(values.get(done), default=-1, low=0, high=10**9)
+        if count >= 0:
+            return f"{done.capitalize()} {count} {'job' if count == 1 else 'jobs'}."
+    return None
 
 
 def _bucket_starts(flows: list[ThroughputBucket], now_ms: int) -> list[int]:

@@ -107,9 +107,11 @@ class Leases:
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` due jobs of ``queue``. Each claim counts as an attempt.
 
-        ``source`` narrows what is taken: ``"ready"`` only waiting jobs, ``"expired"`` only
-        running jobs whose lease ran out (taking over a crashed worker's job), ``"any"`` (the
-        default) both, oldest first.
+        ``source`` narrows what is taken: ``"ready"`` only waiting jobs, higher priority first
+        with each point worth 6 s of waiting (see :attr:`~caravel.DispatchOptions.priority`),
+        ``"expired"`` only running jobs whose lease ran out (taking over a crashed worker's
+        job), oldest expiry first, ``"any"`` (the default) expired leases first, then waiting
+        jobs.
         """
         check_queue_name(queue)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

@@ -36,6 +36,11 @@ def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
     return {
         "overview": Target("/"),
         "jobs": Target("/jobs?queue=emails"),
+        # Jobs no other target touches: the waiting invoices, and the completed reports.
+        "cancel_matching_confirm": Target("/jobs/cancel?queue=billing.invoices"),
+        "cancel_matching": Target("/jobs/cancel", {"queue": "billing.invoices"}),
+        "delete_matching_confirm": Target("/jobs/delete?queue=reports&state=completed"),
+        "delete_matching": Target("/jobs/delete", {"queue": "reports", "state": "completed"}),
         "job": Target(f"/jobs/{dead.job_id}?{owner}"),
         "replay_one_confirm": Target(f"/jobs/{dead.job_id}/replay?{owner}"),
         "replay_one": Target(
@@ -163,7 +168,16 @@ def _post_cases(
 
 
 @pytest.mark.parametrize(
-    "action", ["replay_one", "replay_selection", "cancel_one", "delete_one", "prune"]
+    "action",
+    [
+        "replay_one",
+        "replay_selection",
+        "cancel_one",
+        "delete_one",
+        "cancel_matching",
+        "delete_matching",
+        "prune",
+    ],
 )
 async def test_every_post_needs_the_token_of_its_own_cookie_and_principal(
     app: Dashboard, seeded: Seeded, action: str

@@ -52,6 +52,7 @@ def new_job(
     due_at: int | None = None,
     job_id: UUID | None = None,
     trace_context: str | None = None,
+    priority: int = 0,
 ) -> NewJob:
     """A job created at ``created_at`` and due then (or at ``due_at``), with payload
     ``{"n": n}`` unless ``body`` says otherwise."""
@@ -66,6 +67,7 @@ def new_job(
         due_at=created_at if due_at is None else due_at,
         created_at=created_at,
         trace_context=trace_context,
+        priority=priority,
     )
 
 

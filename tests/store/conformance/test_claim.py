@@ -1,7 +1,8 @@
 """``job_claim_many``: which jobs a claim takes, in what order, and what it does to them.
 
-A claim takes due jobs of its queue only, oldest ``available_at`` first (the due time of a
-waiting job, the lease expiry of a running one), up to ``limit``; each claim spends an attempt and
+A claim takes due jobs of its queue only, up to ``limit``: waiting jobs by rank (the due time
+moved earlier by priority, see ``test_priority``), running jobs whose lease expired by expiry,
+and ``"any"`` those expired leases first, then waiting jobs; each claim spends an attempt and
 changes the lease token; a lease that expired with no attempts left is dead-lettered instead.
 """
 
@@ -140,20 +141,22 @@ async def test_the_source_picks_waiting_jobs_or_expired_leases(
         assert (await status(store, jobs["crashed"])).attempt == 2
 
 
-@pytest.mark.parametrize(("expires_in", "first"), [(3_000, "crashed"), (10_000, "waiting")])
-async def test_the_oldest_available_job_goes_first_whatever_its_state(
-    store: Store, expires_in: int, first: str
-) -> None:
-    # A crashed worker's job is available from its lease expiry, a waiting job from its due time.
-    crashed, waiting = new_job(1), new_job(2, due_at=T0 + 5_000)
+@pytest.mark.parametrize("expires_in", [3_000, 10_000])
+async def test_any_takes_expired_leases_before_waiting_jobs(store: Store, expires_in: int) -> None:
+    # A crashed worker's job is available from its lease expiry, a waiting job from its due
+    # time; "any" takes expired leases first, whichever became available first.
+    crashed, waiting = new_job(1), new_job(2, due_at=T0 + 5_000, priority=100)
     await insert(store, [crashed, waiting])
     await claim_one(store, T0, lease_ms=expires_in)
-    order = {"crashed": crashed.id, "waiting": waiting.id}
-    second = "waiting" if first == "crashed" else "crashed"
 
     taken = [ids((await claim(store, T0 + 20_000, 1)).claimed) for _ in range(3)]
 
-    assert taken == [[order[first]], [order[second]], []]
+    assert taken == [[crashed.id], [waiting.id], []]
+    another = new_job(3, due_at=T0 + 20_000)
+    await insert(store, [another])
+    batch = await claim(store, T0 + 60_000, 5)  # both leases expired again, and one more job
+    assert set(ids(batch.claimed[:2])) == {crashed.id, waiting.id}
+    assert ids(batch.claimed[2:]) == [another.id]
 
 
 @pytest.mark.parametrize("source", ["any", "expired"])

@@ -9,7 +9,7 @@ the process exits. It suits tests and local development, not production.
 from __future__ import annotations
 
 import heapq
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from uuid import UUID
 
@@ -36,6 +36,7 @@ from caravel.store.protocol import (
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.queries import same_content
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
+from caravel.store.schema import claim_rank_of
 
 __all__ = ["MemoryStore"]
 
@@ -56,11 +57,18 @@ PRUNED = JobState.PRUNED.value
 
 #: The attribute names a claim returns, in :data:`~caravel.store.rows.CLAIM_RETURNING` order.
 _CLAIM_FIELDS = tuple(column.name for column in CLAIM_RETURNING)
-#: The states each claim source takes (rows with ``available_at`` set only, as in SQL).
-_SOURCES: dict[ClaimSource, tuple[str, ...]] = {
-    "any": (READY, RUNNING),
-    "ready": (READY,),
-    "expired": (RUNNING,),
+_Order = Callable[[JobRow], tuple[int, int]]
+_READY_ORDER: tuple[str, _Order] = (
+    READY,
+    lambda row: (claim_rank_of(row.due_at, row.priority), row.rowid),
+)
+_EXPIRED_ORDER: tuple[str, _Order] = (RUNNING, lambda row: (row.available_at or 0, row.rowid))
+#: The state each claim source reads (rows with ``available_at`` set only, as in SQL) and the
+#: order it takes them in, as :mod:`caravel.store.claims` does.
+_SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
+    "any": (_EXPIRED_ORDER, _READY_ORDER),
+    "ready": (_READY_ORDER,),
+    "expired": (_EXPIRED_ORDER,),
 }
 
 
@@ -100,17 +108,20 @@ class MemoryStore(MemoryRemoval):
     # ----- claim and acknowledge -----------------------------------------------------------
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        now = request.now
-        states = _SOURCES[request.source]
+        now, limit = request.now, request.limit
         with self._locked("job_claim") as tables:
-            due = (
-                row
-                for row in tables.live_rows(request.queue)
-                if row.state in states and row.available_at is not None and row.available_at <= now
-            )
-            picked = heapq.nsmallest(request.limit, due, key=_availability)
+            picked: list[JobRow] = []
+            # "any" as in SQL: up to the batch of each source, expired leases first.
+            for state, order in _SOURCES[request.source]:
+                due = (
+                    row
+                    for row in tables.live_rows(request.queue)
+                    if row.state == state and row.available_at is not None
+                    and row.available_at <= now
+                )  # fmt: skip
+                picked.extend(heapq.nsmallest(limit, due, key=order))
             returned = []
-            for row in picked:
+            for row in picked[:limit]:
                 _claim(row, now, now + request.lease_ms)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
@@ -308,14 +319,9 @@ def _held(tables: Tables, lease: Lease) -> JobRow | None:
     return row
 
 
-def _availability(row: JobRow) -> tuple[int, int]:
-    """Claim order: oldest ``available_at`` first, then the order the jobs were stored in."""
-    return (row.available_at or 0, row.rowid)
-
-
 def _claim(row: JobRow, now: int, expires: int) -> None:
     """What one claim does to a picked row: lease it, or dead-letter it when its expired lease
-    was its last attempt (``queries.claim``'s two branches)."""
+    was its last attempt (``claims.claim``'s two branches)."""
     row.lease_token += 1
     row.updated_at = now
     if row.state == RUNNING and row.attempt >= row.max_attempts:

@@ -52,6 +52,7 @@ class JobRow:
     cancel_requested_at: int | None = None
     content_hash: str | None = None
     pruned_at: int | None = None
+    priority: int = 0
     #: Insertion order, as a SQLite rowid: what breaks a tie between jobs available at the
     #: same moment (the SQL stores' claim then takes them in the order they were stored).
     rowid: int = 0

@@ -31,17 +31,18 @@ INSERT_UNNEST = sa.text(
     INSERT INTO caravel_jobs (
         id, queue, job_type, tenant_id, idempotency_key, payload, state, attempt,
         max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context,
-        tags
+        tags, priority
     )
     SELECT id, queue, job_type, tenant_id, key, payload, 'ready', 0,
-           max_attempts, due, due, 0, created, created, trace, tags
+           max_attempts, due, due, 0, created, created, trace, tags, priority
     FROM unnest(
         CAST(:ids AS uuid[]), CAST(:queues AS text[]), CAST(:job_types AS text[]),
         CAST(:tenants AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
         CAST(:max_attempts AS integer[]), CAST(:due AS bigint[]), CAST(:created AS bigint[]),
-        CAST(:traces AS text[]), CAST(:tags AS text[])
+        CAST(:traces AS text[]), CAST(:tags AS text[]), CAST(:priorities AS smallint[])
     ) AS new (
-        id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace, tags
+        id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace, tags,
+        priority
     )
     ON CONFLICT DO NOTHING
     """
@@ -77,6 +78,7 @@ def unnest_values(new_jobs: Sequence[NewJob]) -> dict[str, Any]:
         "created": [j.created_at for j in new_jobs],
         "traces": [j.trace_context for j in new_jobs],
         "tags": [j.tags for j in new_jobs],
+        "priorities": [j.priority for j in new_jobs],
     }
 
 
@@ -99,6 +101,7 @@ COPY_COLUMNS = (
     ("updated_at", "int8"),
     ("trace_context", "text"),
     ("tags", "text"),
+    ("priority", "int2"),
 )
 COPY_SQL = (
     f"COPY {jobs.name} ({', '.join(name for name, _ in COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
@@ -128,6 +131,7 @@ def copy_row(job: NewJob) -> tuple[Any, ...]:
         job.created_at,
         job.trace_context,
         job.tags,
+        job.priority,
     )
 
 

@@ -93,11 +93,15 @@ class PostgresStore(InsertingStore):
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)
 
+    def _claim_lock(self, picked: sa.Select[Any]) -> sa.Select[Any]:
+        # Lock the picked rows, skipping any another worker holds.
+        return picked.with_for_update(skip_locked=True)
+
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
-        # Lock the picked rows, skipping any another worker holds, and hand their ids over as
-        # one array: "id = ANY(array)" is answered from the primary key, whatever the table's
-        # size, where a join against the picked set may be planned as a scan of the table.
-        picked = candidates.with_for_update(skip_locked=True).subquery("picked")
+        # Hand the picked ids over as one array: "id = ANY(array)" is answered from the primary
+        # key, whatever the table's size, where a join against the picked set may be planned as
+        # a scan of the table.
+        picked = candidates.subquery("picked")
         ids = sa.select(sa.func.array_agg(picked.c.id)).scalar_subquery()
         return jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.Uuid())))
 
