@@ -260,13 +260,7 @@ def test_a_result_read_back_refreshes_from_its_own_backend(alias: str, tasks: An
     assert found.status == TaskResultStatus.SUCCESSFUL
 
 
-def test_priority_reaches_the_stored_job(alias: str, tasks: Any) -> None:
-    """A tripwire for the integrator: once DispatchOptions has a priority, the backend must
-    pass Django's through (dispatch.py's ``# priority: wired when ...`` comment)."""
-    from caravel import DispatchOptions
-
-    if "priority" not in DispatchOptions.__dataclass_fields__:
-        pytest.skip("DispatchOptions has no priority field yet")
+def test_priority_reaches_the_stored_job_and_orders_claims(alias: str, tasks: Any) -> None:
     low = tasks.add.using(backend=alias, priority=-50).enqueue(1, 1)
     high = tasks.add.using(backend=alias, priority=50).enqueue(2, 2)
     status = backend(alias).queue().get_status(high.id.split(":")[1], "default")

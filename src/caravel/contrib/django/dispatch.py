@@ -97,7 +97,7 @@ def dispatch_options(task: Any) -> DispatchOptions:
     return DispatchOptions(
         queue=task.queue_name,
         not_before=_not_before(task.run_after),
-        # priority: wired when DispatchOptions has it (Django's -100..100, default 0, is
-        # exactly ours, so the value passes through unchanged: priority=priority).
+        # Django's -100..100, default 0, is exactly ours: the value passes through unchanged.
+        priority=priority,
         **extra,
     )
