@@ -156,6 +156,8 @@ def test_queue_names_and_priority(alias: str, tasks: Any) -> None:
     assert {r.outcome for r in work(alias)} == {"completed"}
     assert top.task.priority == 100
     assert bottom.task.priority == -100
+    assert tasks.add.using(backend=alias).get_result(top.id).task.priority == 100
+    assert tasks.add.using(backend=alias).get_result(bottom.id).task.priority == -100
 
 
 @pytest.mark.parametrize(

@@ -170,13 +170,14 @@ class CaravelBackend(BaseTaskBackend):
         if entry is None or payload is None:
             return None  # not a task of ours (or pruned meanwhile): nothing to show it as
         call = entry.payload_type.model_validate_json(payload)
-        return stored_result(self._as_stored(entry.task, status.queue), self.alias, status, call)
+        task = self._as_stored(entry.task, status.queue, status.priority)
+        return stored_result(task, self.alias, status, call)
 
-    def _as_stored(self, task: Any, queue_name: str) -> Any:
-        """``task`` as this job was enqueued: on this backend (so ``refresh()`` reads here)
-        and its queue; the task as defined if the settings no longer allow that."""
+    def _as_stored(self, task: Any, queue_name: str, priority: int) -> Any:
+        """``task`` as this job was enqueued: on this backend (so ``refresh()`` reads here),
+        its queue and priority; the task as defined if the settings no longer allow that."""
         try:
-            return task.using(backend=self.alias, queue_name=queue_name)
+            return task.using(backend=self.alias, queue_name=queue_name, priority=priority)
         except InvalidTask:
             return task
 
