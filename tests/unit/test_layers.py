@@ -81,8 +81,14 @@ def test_the_layers_are_read_from_every_module() -> None:
 
 
 def test_nothing_imports_the_command_line_but_the_command_line() -> None:
-    allowed = ("caravel.cli", "caravel.__main__")
+    # Django's management commands are the command line too, reached through manage.py: they
+    # run `caravel worker` and `caravel status` themselves rather than a copy of them.
+    allowed = ("caravel.cli", "caravel.__main__", "caravel.contrib.django.commands")
     assert _offenders(("caravel",), ("caravel.cli",), allowed=allowed) == []
+
+
+def test_nothing_imports_an_integration_but_itself() -> None:
+    assert _offenders(("caravel",), ("caravel.contrib",), allowed=("caravel.contrib",)) == []
 
 
 def test_nothing_imports_the_dashboard_but_the_dashboard_and_its_command() -> None:
@@ -150,7 +156,9 @@ def test_leaves_import_only_leaves() -> None:
         ("rich", ("caravel.cli",)),
         ("opentelemetry", ("caravel.telemetry", "caravel.gauges")),
         ("fastapi", ()),
-        ("django", ()),
+        ("django", ("caravel.contrib.django",)),
+        ("django_tasks", ("caravel.contrib.django",)),
+        ("asgiref", ("caravel.contrib.django",)),
         ("pytest", ("caravel.testing.plugin",)),
     ],
 )

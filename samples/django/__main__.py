@@ -1,0 +1,18 @@
+"""``python -m caravel_samples.django COMMAND``: the sample's ``manage.py`` (``migrate``,
+``runserver``, ``caravel_worker``, ``caravel_status``, ``test``, ...)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "caravel_samples.django.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The sample's settings. Its database (the application's tables and the queue together) is
+``CARAVEL_DATABASE_URL``: ``sqlite:///shop.db`` (the default) or ``postgresql://...``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+def database(url: str) -> dict[str, Any]:
+    """Django's settings for a database URL."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        name = str(Path(parts.path[1:]).resolve())  # sqlite:///relative.db, sqlite:////abs.db
+        # The test runner's database is a file beside it: the queue needs a file, not memory.
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name,
+            "TEST": {"NAME": name + ".test"},
+        }
+    if parts.scheme.startswith("postgresql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": parts.path.lstrip("/"),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+        }
+    raise ImproperlyConfigured("CARAVEL_DATABASE_URL must be sqlite:///FILE or postgresql://...")
+
+
+DATABASES = {"default": database(os.environ.get("CARAVEL_DATABASE_URL", "sqlite:///shop.db"))}
+
+TASKS = {
+    "default": {
+        "BACKEND": "caravel.contrib.django.CaravelBackend",
+        "QUEUES": ["receipts"],
+        "OPTIONS": {"MAX_ATTEMPTS": 5},
+    }
+}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "caravel.contrib.django",
+    "caravel_samples.django.shop",
+]
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "the-sample-only-not-for-production")
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+USE_TZ = True
+ROOT_URLCONF = "caravel_samples.django.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+TEST_RUNNER = "caravel_samples.django.testrunner.SampleRunner"

@@ -1,0 +1,1 @@
+"""The shop app: orders, and the receipt task each order enqueues."""

@@ -1,0 +1,1 @@
+"""Integrations with frameworks; nothing in the core imports them."""

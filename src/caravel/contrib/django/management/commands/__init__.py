@@ -1,0 +1,1 @@
+"""``caravel_worker`` and ``caravel_status``."""

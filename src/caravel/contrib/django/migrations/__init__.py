@@ -1,0 +1,1 @@
+"""Django migrations of the Caravel app: one, delegating to Caravel's own."""

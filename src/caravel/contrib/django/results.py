@@ -1,0 +1,153 @@
+"""Django's ``TaskResult`` from Caravel's stored state.
+
+The result id is ``<queue>:<job id>``: the queue is part of every lookup of ours, so the id
+carries it. Caravel states map onto Django's four: ``ready`` is READY (waiting, delayed or due
+for a retry), ``running`` is RUNNING, ``completed`` is SUCCESSFUL, and ``dead_letter`` and
+``cancelled`` are FAILED. Caravel does not record which worker ran an attempt, so
+``worker_ids`` holds one placeholder per attempt (``TaskResult.attempts`` and the task
+context's ``attempt`` count right). Caravel stores when the latest attempt started, so
+``started_at`` and ``last_attempted_at`` are both that time (the same on a first attempt, as
+Django's are). Errors carry the exception's class path and an empty
+traceback: exception messages and tracebacks never reach the queue's rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from caravel.clock import from_ms
+from caravel.contrib.django.compat import TaskError, TaskResult, TaskResultStatus
+from caravel.jobs import FailureCategory, JobState, JobStatus
+from caravel.validation import check_queue_name
+
+__all__ = [
+    "UNRECORDED_WORKER",
+    "exception_path",
+    "finish",
+    "parse_result_id",
+    "result_id",
+    "running_result",
+    "stored_result",
+]
+
+#: What ``worker_ids`` holds for each attempt.
+UNRECORDED_WORKER = "unrecorded"
+
+_STATUS = {
+    JobState.READY: "READY",
+    JobState.RUNNING: "RUNNING",
+    JobState.COMPLETED: "SUCCESSFUL",
+    JobState.DEAD_LETTER: "FAILED",
+    JobState.CANCELLED: "FAILED",
+}
+
+#: The exception class behind a failure that no handler raised.
+_CATEGORY_CLASS: dict[str, str] = {
+    FailureCategory.UNKNOWN_JOB_TYPE: "caravel.errors.UnknownJobTypeError",
+    FailureCategory.INVALID_PAYLOAD: "caravel.errors.ValidationError",
+    FailureCategory.LEASE_EXPIRED: "caravel.errors.LeaseLostError",
+}
+
+
+def result_id(queue: str, job_id: UUID) -> str:
+    return f"{queue}:{job_id}"
+
+
+def parse_result_id(text: object) -> tuple[str, UUID] | None:
+    """The queue and job id of a result id, or ``None`` when it is not one."""
+    if not isinstance(text, str):
+        return None
+    queue, sep, job = text.partition(":")
+    if not sep:
+        return None
+    try:
+        check_queue_name(queue)
+        return queue, UUID(job)
+    except ValueError:  # ValidationError is a ValueError, and so is a bad UUID
+        return None
+
+
+def enqueued_at(job_id: UUID) -> datetime:
+    """When the job was enqueued: its version-7 id starts with that millisecond."""
+    return from_ms(job_id.int >> 80)
+
+
+def exception_path(exc: BaseException) -> str:
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _result(task: Any, alias: str, job_id: UUID, queue: str, call: Any, **fields: Any) -> Any:
+    return TaskResult(
+        task=task,
+        id=result_id(queue, job_id),
+        args=list(call.args),
+        kwargs=dict(call.kwargs),
+        backend=alias,
+        **fields,
+    )
+
+
+def running_result(
+    task: Any, alias: str, job_id: UUID, queue: str, attempt: int, call: Any, now: datetime
+) -> Any:
+    """The result of an attempt that is starting now (what the task context carries)."""
+    return _result(
+        task,
+        alias,
+        job_id,
+        queue,
+        call,
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=enqueued_at(job_id),
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        errors=[],
+        worker_ids=[UNRECORDED_WORKER] * attempt,
+    )
+
+
+def finish(result: Any, now: datetime, *, value: Any = None, error: str | None = None) -> None:
+    """Mark ``result`` finished: successful with ``value``, or failed with ``error``'s class
+    path. (``TaskResult`` is frozen; Django's own backends update it the same way.)"""
+    object.__setattr__(result, "finished_at", now)
+    if error is None:
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "_return_value", value)
+    else:
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        result.errors.append(TaskError(exception_class_path=error, traceback=""))
+
+
+def stored_result(task: Any, alias: str, status: JobStatus, call: Any) -> Any | None:
+    """The result of a stored job, or ``None`` for a pruned one (its state is gone)."""
+    name = _STATUS.get(status.state)
+    if name is None:
+        return None
+    errors = []
+    error = status.error_class or _CATEGORY_CLASS.get(status.last_failure or "")
+    if error is None and status.last_failure is not None:
+        error = "caravel.errors.CaravelError"
+    if error is not None:
+        errors.append(TaskError(exception_class_path=error, traceback=""))
+    finished = status.state is not JobState.READY and status.state is not JobState.RUNNING
+    result = _result(
+        task,
+        alias,
+        status.job_id,
+        status.queue,
+        call,
+        status=getattr(TaskResultStatus, name),
+        enqueued_at=status.created_at,
+        started_at=status.started_at,
+        finished_at=status.finished_at if finished else None,
+        last_attempted_at=status.started_at,
+        errors=errors,
+        worker_ids=[UNRECORDED_WORKER] * status.attempt,
+    )
+    if status.state is JobState.COMPLETED:
+        object.__setattr__(result, "_return_value", status.result)
+    return result

@@ -1,0 +1,124 @@
+"""The job handler of each Django task: what a Caravel worker runs.
+
+It calls the task's function with the stored arguments (and, for ``takes_context`` tasks, a
+``TaskContext`` whose result carries the attempt), sends Django's ``task_started`` and
+``task_finished`` signals around every attempt, and returns the JSON-normalised return value,
+which the worker stores as the job's result. An exception propagates to the worker, which
+records its class and retries or dead-letters the job; ``task_finished`` is sent first, with
+the attempt's FAILED result, outside the exception handler, so Django's logging receiver has no
+traceback (with its message) to log. A synchronous task runs in a worker thread between
+``close_old_connections()`` calls, as a Django request does, so no broken or expired database
+connection lingers in a thread from one job to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from inspect import iscoroutinefunction
+from typing import Any
+
+from caravel.context import JobContext
+from caravel.contrib.django.compat import (
+    TaskContext,
+    normalize_json,
+    task_finished,
+    task_started,
+)
+from caravel.contrib.django.results import exception_path, finish, running_result
+from caravel.directives import Discard, Snooze
+
+__all__ = ["handler_for"]
+
+#: Directives to the worker, not failures of the task: no FAILED signal for them.
+_DIRECTIVES = (Snooze, Discard)
+
+
+def _now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+def _sender() -> type[Any]:
+    from caravel.contrib.django.backend import CaravelBackend
+
+    return CaravelBackend
+
+
+def _start(task: Any, alias: str, job: Any, ctx: JobContext[Any]) -> tuple[Any, list[Any]]:
+    result = running_result(task, alias, ctx.job_id, ctx.queue, ctx.attempt, job, _now())
+    task_started.send(sender=_sender(), task_result=result)
+    args = list(job.args)
+    if task.takes_context:
+        args.insert(0, TaskContext(task_result=result))
+    return result, args
+
+
+def _failed(result: Any, exc: Exception) -> Exception:
+    """Send the FAILED result, and give back ``exc`` to raise. Called after the ``except``
+    block, not in it: Django's own receiver logs ``sys.exc_info()`` when there is one, and a
+    traceback quotes the exception's message, which never reaches our logs."""
+    finish(result, _now(), error=exception_path(exc))
+    task_finished.send(sender=_sender(), task_result=result)
+    return exc
+
+
+def _succeeded(result: Any, raw: Any) -> Any:
+    value = normalize_json(raw)
+    finish(result, _now(), value=value)
+    task_finished.send(sender=_sender(), task_result=result)
+    return value
+
+
+def _on_backend(task: Any, alias: str) -> Any:
+    """``task`` on the backend whose worker runs it (so a result's ``refresh()`` reads there),
+    or as defined when that backend would refuse it."""
+    if task.backend == alias:
+        return task
+    from caravel.contrib.django.compat import InvalidTask
+
+    try:
+        return task.using(backend=alias)
+    except InvalidTask:
+        return task
+
+
+def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
+    """The handler of ``task`` run by backend ``alias``'s worker: async for a coroutine
+    function, synchronous otherwise."""
+    func = task.func
+    if iscoroutinefunction(func):
+
+        async def run_async(job: Any, ctx: JobContext[Any]) -> Any:
+            result, args = _start(_on_backend(task, alias), alias, job, ctx)
+            try:
+                raw = await func(*args, **job.kwargs)
+            except _DIRECTIVES:
+                raise
+            except Exception as exc:
+                failure = exc
+            else:
+                return _succeeded(result, raw)
+            raise _failed(result, failure)
+
+        return run_async
+
+    def run_sync(job: Any, ctx: JobContext[Any]) -> Any:
+        from django.db import close_old_connections
+
+        close_old_connections()
+        try:
+            result, args = _start(_on_backend(task, alias), alias, job, ctx)
+            try:
+                raw = func(*args, **job.kwargs)
+            except _DIRECTIVES:
+                raise
+            except Exception as exc:
+                failure = exc
+            else:
+                return _succeeded(result, raw)
+            raise _failed(result, failure)
+        finally:
+            close_old_connections()
+
+    return run_sync

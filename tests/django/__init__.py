@@ -1,0 +1,1 @@
+"""caravel.contrib.django against Django's own documentation of the Tasks API."""

@@ -1,0 +1,1 @@
+"""An installed app whose ``tasks`` module the backend's catalog discovers."""

@@ -1,0 +1,44 @@
+"""The tasks the Django tests enqueue (module level, as Django requires)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from caravel.contrib.django.compat import SOURCE, TaskContext
+
+# django.tasks.task or django_tasks.task, whichever this Django has.
+task: Any = import_module(SOURCE).task
+
+#: What the tasks saw, for the tests to read (the worker runs in this process).
+SEEN: list[Any] = []
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(queue_name="emails", priority=10)
+def send_email(to: str, *, subject: str) -> dict[str, str]:
+    SEEN.append(("send_email", to, subject))
+    return {"to": to, "subject": subject}
+
+
+@task(takes_context=True)
+def flaky(context: TaskContext, fail_times: int) -> int:
+    """Fails on its first ``fail_times`` attempts; returns the attempt it succeeded on."""
+    SEEN.append(("flaky", context.attempt, context.task_result.id))
+    if context.attempt <= fail_times:
+        raise RuntimeError("secret detail that must never be stored")
+    return int(context.attempt)
+
+
+@task
+def broken() -> None:
+    raise KeyError("never stored either")
+
+
+@task
+async def async_double(value: int) -> int:
+    return value * 2

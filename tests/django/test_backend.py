@@ -1,0 +1,285 @@
+"""Django's documented behaviours of the Tasks API, against CaravelBackend, on SQLite and
+PostgreSQL: enqueue, results, return values, defer, priority, context, validation, signals,
+async enqueue. The worker is ours, run in this process by caravel.testing.drain."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from caravel.testing import drain
+
+
+def backend(alias: str) -> Any:
+    from caravel.contrib.django.compat import task_backends
+
+    return task_backends[alias]
+
+
+def work(alias: str) -> list[Any]:
+    return drain(backend(alias).queue())
+
+
+def test_the_backend_says_what_it_supports(alias: str) -> None:
+    b = backend(alias)
+    assert (b.supports_defer, b.supports_async_task, b.supports_get_result) == (True,) * 3
+    assert b.supports_priority is True
+
+
+def test_enqueue_returns_a_ready_result_and_the_worker_runs_it(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    result = tasks.add.using(backend=alias).enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    assert result.args == [2, 3]
+    assert result.kwargs == {}
+    assert result.backend == alias
+    assert result.enqueued_at is not None
+    assert not result.is_finished
+    with pytest.raises(ValueError, match="not finished"):
+        _ = result.return_value
+
+    runs = work(alias)
+    assert [run.outcome for run in runs] == ["completed"]
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.is_finished
+    assert result.attempts == 1
+    assert result.started_at is not None
+    assert result.finished_at is not None
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.errors == []
+
+
+def test_get_result_reads_the_stored_state(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    task = tasks.send_email.using(backend=alias)
+    enqueued = task.enqueue("a@example.com", subject="hi")
+    assert task.get_result(enqueued.id).status == TaskResultStatus.READY
+    work(alias)
+    found = task.get_result(enqueued.id)
+    assert found.id == enqueued.id
+    assert found.status == TaskResultStatus.SUCCESSFUL
+    assert found.return_value == {"to": "a@example.com", "subject": "hi"}
+    assert found.args == ["a@example.com"]
+    assert found.kwargs == {"subject": "hi"}
+    assert found.task.func is tasks.send_email.func
+    assert tasks.SEEN == [("send_email", "a@example.com", "hi")]
+
+
+def test_a_result_of_another_task_or_an_unknown_id_is_refused(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultDoesNotExist
+
+    enqueued = tasks.add.using(backend=alias).enqueue(1, 1)
+    with pytest.raises(Exception, match="Task does not match"):
+        tasks.broken.using(backend=alias).get_result(enqueued.id)
+    for bad in ("nope", "default:not-a-uuid", "Bad Queue:" + enqueued.id.split(":")[1]):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend(alias).get_result(bad)
+    with pytest.raises(TaskResultDoesNotExist):
+        backend(alias).get_result("default:0190d1f2-0000-7000-8000-000000000000")
+
+
+def test_a_failing_task_is_retried_then_failed_with_its_class_only(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    result = tasks.broken.using(backend=alias).enqueue()
+    runs = drain(backend(alias).queue(), max_jobs=1)
+    assert [run.outcome for run in runs] == ["retrying"]
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # due for its retry
+    assert [e.exception_class_path for e in result.errors] == ["builtins.KeyError"]
+    assert result.errors[0].exception_class is KeyError
+    assert result.errors[0].traceback == ""
+    with pytest.raises(ValueError, match="not finished"):
+        _ = result.return_value
+
+
+def test_context_carries_the_attempt(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+    from caravel.sync import SyncQueue
+    from caravel.testing import ManualClock
+
+    result = tasks.flaky.using(backend=alias).enqueue(2)
+    b = backend(alias)
+    clock = ManualClock(datetime.now(UTC) + timedelta(seconds=1))
+    with SyncQueue(b.config.queue_url(), b.catalog.registry, clock=clock) as queue:
+        runs = drain(queue, advance=True)
+    assert [run.outcome for run in runs] == ["retrying", "retrying", "completed"]
+    assert [seen[1] for seen in tasks.SEEN] == [1, 2, 3]
+    assert {seen[2] for seen in tasks.SEEN} == {result.id}
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 3
+    assert result.attempts == 3
+    # The latest attempt's start: Caravel keeps no earlier one.
+    assert result.started_at == result.last_attempted_at <= result.finished_at
+
+
+def test_no_exception_message_reaches_the_queue(alias: str, tasks: Any) -> None:
+    from tests.support.databases import sync_engine
+
+    tasks.flaky.using(backend=alias).enqueue(5)
+    work(alias)
+    engine = sync_engine(backend(alias).config.queue_url())
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT * FROM caravel_jobs").fetchall()
+    finally:
+        engine.dispose()
+    assert rows
+    assert "secret detail" not in repr(rows)
+
+
+def test_run_after_defers_and_never_runs_early(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    later = datetime.now(UTC) + timedelta(hours=1, microseconds=1)
+    result = tasks.add.using(backend=alias, run_after=later).enqueue(1, 2)
+    assert work(alias) == []
+    status = backend(alias).queue().get_status(result.id.split(":")[1], "default")
+    assert status.due_at >= later
+    assert tasks.add.using(backend=alias).get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_queue_names_and_priority(alias: str, tasks: Any) -> None:
+    result = tasks.send_email.using(backend=alias).enqueue("b@example.com", subject="s")
+    assert result.task.queue_name == "emails"
+    assert result.task.priority == 10
+    assert result.id.startswith("emails:")
+    top = tasks.add.using(backend=alias, priority=100).enqueue(1, 1)
+    bottom = tasks.add.using(backend=alias, priority=-100).enqueue(1, 1)
+    assert {r.outcome for r in work(alias)} == {"completed"}
+    assert top.task.priority == 100
+    assert bottom.task.priority == -100
+    assert tasks.add.using(backend=alias).get_result(top.id).task.priority == 100
+    assert tasks.add.using(backend=alias).get_result(bottom.id).task.priority == -100
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"queue_name": "elsewhere"}, "Queue 'elsewhere' is not valid"),
+        ({"priority": 101}, "priority must be a whole number"),
+        ({"priority": -101}, "priority must be a whole number"),
+        ({"run_after": datetime(2030, 1, 1)}, "run_after must be an aware datetime"),
+    ],
+)
+def test_invalid_tasks_are_refused(
+    alias: str, tasks: Any, change: dict[str, Any], message: str
+) -> None:
+    from caravel.contrib.django.compat import InvalidTask
+
+    with pytest.raises(InvalidTask, match=message):
+        tasks.add.using(backend=alias, **change)
+
+
+def test_task_shapes_django_refuses(alias: str) -> None:
+    from importlib import import_module
+
+    from caravel.contrib.django.compat import SOURCE, InvalidTask
+
+    task = import_module(SOURCE).task
+
+    def local() -> None:
+        pass
+
+    with pytest.raises(InvalidTask, match="module level"):
+        task(local, backend=alias)
+    from tests.django.app import tasks as module
+
+    with pytest.raises(InvalidTask, match="first argument of 'context'"):
+        task(module.add.func, backend=alias, takes_context=True)
+
+
+def test_signals_are_sent(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import (
+        TaskResultStatus,
+        task_enqueued,
+        task_finished,
+        task_started,
+    )
+
+    seen: list[tuple[str, Any, str]] = []
+
+    def receiver(name: str) -> Any:
+        def record(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            seen.append((name, task_result.status, task_result.backend))
+
+        return record
+
+    receivers = {
+        s: receiver(n)
+        for s, n in [
+            (task_enqueued, "enqueued"),
+            (task_started, "started"),
+            (task_finished, "finished"),
+        ]
+    }
+    for signal, fn in receivers.items():
+        signal.connect(fn, weak=False)
+    try:
+        tasks.add.using(backend=alias).enqueue(1, 2)
+        work(alias)
+    finally:
+        for signal, fn in receivers.items():
+            signal.disconnect(fn)
+    assert seen == [
+        ("enqueued", TaskResultStatus.READY, alias),
+        ("started", TaskResultStatus.RUNNING, alias),
+        ("finished", TaskResultStatus.SUCCESSFUL, alias),
+    ]
+
+
+async def test_async_enqueue_and_async_results(alias: str, tasks: Any) -> None:
+    from asgiref.sync import sync_to_async
+
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    task = tasks.async_double.using(backend=alias)
+    result = await task.aenqueue(21)
+    assert result.status == TaskResultStatus.READY
+    await sync_to_async(work)(alias)
+    found = await task.aget_result(result.id)
+    assert found.status == TaskResultStatus.SUCCESSFUL
+    assert found.return_value == 42
+    await result.arefresh()
+    assert result.return_value == 42
+
+
+def test_a_result_read_back_refreshes_from_its_own_backend(alias: str, tasks: Any) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    enqueued = tasks.send_email.using(backend=alias).enqueue("c@example.com", subject="x")
+    found = tasks.send_email.using(backend=alias).get_result(enqueued.id)
+    assert (found.task.backend, found.task.queue_name) == (alias, "emails")
+    work(alias)
+    found.refresh()
+    assert found.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_priority_reaches_the_stored_job_and_orders_claims(alias: str, tasks: Any) -> None:
+    low = tasks.add.using(backend=alias, priority=-50).enqueue(1, 1)
+    high = tasks.add.using(backend=alias, priority=50).enqueue(2, 2)
+    status = backend(alias).queue().get_status(high.id.split(":")[1], "default")
+    assert status.priority == 50
+    runs = work(alias)
+    assert [str(run.job_id) for run in runs] == [high.id.split(":")[1], low.id.split(":")[1]]
+
+
+def test_no_exception_message_reaches_djangos_task_log(
+    alias: str, tasks: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from caravel.contrib.django.compat import SOURCE
+
+    with caplog.at_level(logging.DEBUG, logger=SOURCE):
+        tasks.flaky.using(backend=alias).enqueue(5)
+        work(alias)
+    assert "state=FAILED" in caplog.text  # Django's receiver logged the attempt
+    assert "secret detail" not in caplog.text

@@ -1,0 +1,1 @@
+"""The Django sample (samples/django), by its own tests and as real processes."""
