@@ -8,6 +8,7 @@ test's ``tmp_path``. Tests marked ``serial`` all run on one worker, one after an
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,14 @@ from tests.support.databases import SqliteTemplate, pg_database, truncate_pg
 
 BACKENDS = ("sqlite", "postgresql")
 SERIAL_GROUP = "serial"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background of a non-interactive shell inherits SIGINT ignored,
+    and so would every process a test starts: a Ctrl+C test would then wait for a worker that
+    never hears it. Tests send SIGINT on purpose, so they get the ordinary disposition."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,7 +16,7 @@ from uuid import UUID
 import pytest
 import sqlalchemy as sa
 
-from caravel import DatabaseQueue, DispatchOptions, SyncQueue
+from caravel import DatabaseQueue, DispatchOptions, EnqueueResult, SyncQueue
 from caravel.jobs import JobState
 from caravel.store.protocol import ClaimRequest, FailedAttempt, JobRef
 from caravel.store.schema import jobs
@@ -28,6 +28,9 @@ from tests.support.databases import SqliteTemplate
 KEY = "sync:account-7"
 PRODUCERS = 6
 CALLS = 8
+#: The calls one producer has in flight at once in the concurrent test: each takes a connection
+#: of its own, and the whole suite shares one server's connection limit (100 by default).
+IN_FLIGHT = 3
 
 
 def options(on_pending: str) -> DispatchOptions:
@@ -54,12 +57,19 @@ async def ready_rows(queue: DatabaseQueue) -> list[tuple[UUID, str | None]]:
 async def test_concurrent_producers_leave_one_pending_job(pg_url: str, on_pending: str) -> None:
     clock = ManualClock()
     async with producers(pg_url, clock) as queues:
-        calls = [
-            queue.enqueue(Add(n * CALLS + m), options(on_pending))
-            for n, queue in enumerate(queues)
-            for m in range(CALLS)
-        ]
-        results = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+
+        async def produce(n: int, queue: DatabaseQueue) -> list[EnqueueResult]:
+            async def one(m: int) -> EnqueueResult:
+                async with slots[n]:
+                    return await queue.enqueue(Add(n * CALLS + m), options(on_pending))
+
+            return list(await asyncio.gather(*(one(m) for m in range(CALLS))))
+
+        slots = [asyncio.Semaphore(IN_FLIGHT) for _ in queues]
+        batches = await asyncio.wait_for(
+            asyncio.gather(*(produce(n, queue) for n, queue in enumerate(queues))), WAIT
+        )
+        results = [result for batch in batches for result in batch]
         ids = {result.job_id for result in results}
         assert len(ids) == 1
         assert sum(not result.already_enqueued for result in results) == 1
