@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import compare, counts, retention, runs, sync_cost
+from bench import ceilings, compare, counts, retention, runs, sync_cost
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -152,9 +152,9 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
         "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),
         "history": history,
         "memory": lambda url: runs.memory(url, args.memory_jobs, conc),
-        "sql": lambda url: runs.sql_limit(url, n, args.batch),
-        "commit": lambda url: runs.sqlite_commit_limit(url),
-        "durability": lambda url: runs.durability(url),
+        "sql": lambda url: ceilings.sql_limit(url, n, args.batch),
+        "commit": lambda url: ceilings.sqlite_commit_limit(url),
+        "durability": lambda url: ceilings.durability(url),
         "counts": lambda url: counts.counts(url, args.history),
     }
 

@@ -22,7 +22,6 @@ from caravel import (
     DispatchOptions,
     JobContext,
     JobRegistry,
-    Leases,
     QueueCounts,
     QueueInspector,
     QueueWorker,
@@ -38,7 +37,7 @@ async def _counts(queue: DatabaseQueue) -> list[QueueCounts]:
     return await QueueInspector(queue.store, clock=queue.clock).queue_counts(QUEUE)
 
 
-def _dispatch(key: str | None = None, priority: int = 0) -> DispatchOptions:
+def dispatch(key: str | None = None, priority: int = 0) -> DispatchOptions:
     return DispatchOptions(queue=QUEUE, tenant_id="bench", idempotency_key=key, priority=priority)
 
 
@@ -50,7 +49,7 @@ async def _fill(
     for start in range(0, n, batch):
         await queue.enqueue_many(
             [
-                (Noop(i), _dispatch(priority=(i * 37) % 201 - 100 if priorities else 0))
+                (Noop(i), dispatch(priority=(i * 37) % 201 - 100 if priorities else 0))
                 for i in range(start, min(n, start + batch))
             ]
         )
@@ -63,11 +62,11 @@ async def enqueue_single(url: str, n: int, producers: int = 1) -> dict[str, Any]
     """One ``enqueue`` call per job, each its own durable, idempotent transaction, from
     ``producers`` concurrent callers sharing one queue (as a web application's requests do)."""
     async with DatabaseQueue(url, registry) as queue:
-        await queue.enqueue(Noop(-1), _dispatch("warm-up"))
+        await queue.enqueue(Noop(-1), dispatch("warm-up"))
 
         async def produce(first: int) -> None:
             for i in range(first, n, producers):
-                await queue.enqueue(Noop(i), _dispatch(f"key-{i}"))
+                await queue.enqueue(Noop(i), dispatch(f"key-{i}"))
 
         started = time.perf_counter()
         await asyncio.gather(*(produce(p) for p in range(producers)))
@@ -79,11 +78,11 @@ async def enqueue_single(url: str, n: int, producers: int = 1) -> dict[str, Any]
 async def enqueue_bulk(url: str, n: int, batch: int = 1000) -> dict[str, Any]:
     """``enqueue_many`` in batches, every job with its own idempotency key."""
     async with DatabaseQueue(url, registry) as queue:
-        await queue.enqueue(Noop(-1), _dispatch("warm-up"))
+        await queue.enqueue(Noop(-1), dispatch("warm-up"))
         started = time.perf_counter()
         for start in range(0, n, batch):
             await queue.enqueue_many(
-                [(Noop(i), _dispatch(f"key-{i}")) for i in range(start, min(n, start + batch))]
+                [(Noop(i), dispatch(f"key-{i}")) for i in range(start, min(n, start + batch))]
             )
         elapsed = time.perf_counter() - started
     return {"jobs": n, "batch": batch, "seconds": elapsed, "jobs_per_second": n / elapsed}
@@ -152,7 +151,7 @@ async def steady(url: str, seconds: float, producers: int, concurrency: int) -> 
             nonlocal produced
             i = 0
             while time.perf_counter() < deadline:
-                await queue.enqueue(Noop(offset + i), _dispatch())
+                await queue.enqueue(Noop(offset + i), dispatch())
                 produced += 1
                 i += 1
 
@@ -210,7 +209,7 @@ def latency(url: str, n: int, gap: float) -> dict[str, Any]:
         async with DatabaseQueue(url, registry) as queue:
             for i in range(n + 10):
                 before = time.time()
-                result = await queue.enqueue(Stamp(i), _dispatch())
+                result = await queue.enqueue(Stamp(i), dispatch())
                 returned = time.time()
                 job_id = str(result.job_id)
                 with seen:
@@ -240,66 +239,6 @@ def latency(url: str, n: int, gap: float) -> dict[str, Any]:
         "p99_ms": pct(samples, 0.99),
         "enqueue_call_p50_ms": pct(calls, 0.50),
     }
-
-
-# ----- durability -----------------------------------------------------------------------------
-
-
-def _wal_syncs(url: str) -> int:
-    with psycopg.connect(postgres_dsn(url), autocommit=True) as conn:
-        row = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
-    return int(row[0]) if row else 0
-
-
-def durability(url: str, n: int = 200, settle: float = 2.0) -> dict[str, Any]:
-    """What each kind of commit costs in WAL flushes (PostgreSQL's ``pg_stat_wal.wal_sync``):
-    ``n`` one-job enqueues, ``n`` one-job claims, then ``n / 2`` one-job acknowledgements as
-    the worker sends them by default and ``n / 2`` durable ones, one after the other. Durable
-    commits flush once each; default acknowledgements commit asynchronously and leave flushing
-    to the WAL writer. (Server statistics reach ``pg_stat_wal`` about a second after
-    the statements, hence the ``settle`` pauses; this is a count, not a timing.)"""
-
-    async def phase(step: Any) -> int:
-        before = _wal_syncs(url)
-        async with DatabaseQueue(url, registry) as queue:
-            await step(queue)
-        await asyncio.sleep(settle)
-        return _wal_syncs(url) - before
-
-    async def enqueue(queue: DatabaseQueue) -> None:
-        for i in range(n):
-            await queue.enqueue(Noop(i), _dispatch(f"durable-{i}"))
-
-    leases: list[Any] = []
-
-    async def claim(queue: DatabaseQueue) -> None:
-        held = Leases(queue)
-        for _ in range(n):
-            claimed = await held.claim(QUEUE)
-            assert claimed is not None
-            leases.append(claimed.lease)
-
-    async def acknowledge(queue: DatabaseQueue) -> None:
-        held = Leases(queue)
-        for lease in leases[: n // 2]:
-            await held.complete(lease)
-
-    async def acknowledge_durably(queue: DatabaseQueue) -> None:
-        held = Leases(queue, durable_acks=True)
-        for lease in leases[n // 2 :]:
-            await held.complete(lease)
-
-    async def run() -> dict[str, Any]:
-        await asyncio.sleep(settle)
-        return {
-            "jobs": n,
-            "wal_syncs_enqueue": await phase(enqueue),
-            "wal_syncs_claim": await phase(claim),
-            "wal_syncs_acknowledge": await phase(acknowledge),
-            "wal_syncs_acknowledge_durable": await phase(acknowledge_durably),
-        }
-
-    return asyncio.run(run())
 
 
 # ----- retained history -----------------------------------------------------------------------
@@ -404,94 +343,3 @@ def memory(url: str, n: int, concurrency: int, window: int = 50_000) -> dict[str
         "rss_last_window_mib": last_mib,
         "growth_percent": (last_mib - first_mib) / first_mib * 100,
     }
-
-
-# ----- the plain-SQL limit --------------------------------------------------------------------
-
-_PG_INSERT = """
-INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, payload, state, attempt,
-    max_attempts, due_at, available_at, lease_token, created_at, updated_at)
-SELECT gen_random_uuid(), 'sql', 'bench.noop.v1', 'bench', '{"n":1}', 'ready', 0, 3,
-    1, 1, 0, 1, 1 FROM generate_series(1, %s)
-"""
-_PG_CLAIM = """
-UPDATE caravel_jobs SET state = 'running', attempt = attempt + 1, lease_token = lease_token + 1,
-    lease_expires_at = 9e15, available_at = 9e15, started_at = 2, updated_at = 2
-WHERE id = ANY(ARRAY(SELECT id FROM caravel_jobs WHERE queue = 'sql' AND available_at <= 2
-    ORDER BY available_at LIMIT %s FOR UPDATE SKIP LOCKED))
-RETURNING id, lease_token, payload
-"""
-_PG_COMPLETE = """
-UPDATE caravel_jobs SET state = 'completed', available_at = NULL, lease_expires_at = NULL,
-    finished_at = 3, updated_at = 3
-WHERE id = ANY(%s) AND state = 'running'
-"""
-
-
-def sql_limit(url: str, n: int, batch: int) -> dict[str, Any]:
-    """The same per-job SQL work (insert, claim, complete) done by a plain driver loop in
-    batches of ``batch``: the ceiling a Python worker over this schema could approach."""
-    started = time.perf_counter()
-    if backend_of(url) == "postgresql":
-        with psycopg.connect(postgres_dsn(url)) as conn:
-            for _ in range(0, n, batch):
-                conn.execute(_PG_INSERT, (batch,))
-                conn.commit()
-                rows = conn.execute(_PG_CLAIM, (batch,)).fetchall()
-                conn.commit()
-                conn.execute(_PG_COMPLETE, ([r[0] for r in rows],))
-                conn.commit()
-    else:
-        path = url.removeprefix("sqlite:///")
-        conn = sqlite3.connect(path, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        for _ in range(0, n, batch):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, payload, state, "
-                "attempt, max_attempts, due_at, available_at, lease_token, created_at, "
-                "updated_at) VALUES (lower(hex(randomblob(16))), 'sql', 'bench.noop.v1', "
-                "'bench', '{\"n\":1}', 'ready', 0, 3, 1, 1, 0, 1, 1)",
-                [()] * batch,
-            )
-            conn.execute("COMMIT")
-            conn.execute("BEGIN IMMEDIATE")
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "UPDATE caravel_jobs SET state='running', attempt=attempt+1, "
-                    "lease_token=lease_token+1, available_at=9e15 WHERE id IN (SELECT id FROM "
-                    "caravel_jobs WHERE queue='sql' AND available_at <= 2 ORDER BY available_at "
-                    "LIMIT ?) RETURNING id, payload",
-                    (batch,),
-                ).fetchall()
-            ]
-            conn.execute("COMMIT")
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "UPDATE caravel_jobs SET state='completed', available_at=NULL WHERE id = ? "
-                "AND state='running'",
-                [(i,) for i in ids],
-            )
-            conn.execute("COMMIT")
-        conn.close()
-    elapsed = time.perf_counter() - started
-    return {"jobs": n, "batch": batch, "seconds": elapsed, "jobs_per_second": n / elapsed}
-
-
-def sqlite_commit_limit(url: str, n: int = 2000) -> dict[str, Any]:
-    """SQLite's own durable commit rate on this disk: one single-row insert per commit."""
-    path = url.removeprefix("sqlite:///")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE IF NOT EXISTS commit_probe (x INTEGER)")
-    started = time.perf_counter()
-    for i in range(n):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO commit_probe VALUES (?)", (i,))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    conn.close()
-    return {"commits": n, "commits_per_second": n / elapsed}
