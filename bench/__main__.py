@@ -7,6 +7,7 @@
     python -m bench --only retention        # drain/enqueue with tombstones; a prune while draining
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
+    python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
@@ -96,22 +97,22 @@ def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-#: The priority drain's two backlogs, measured in the same run: every job of priority 0, and
-#: every priority from -100 to 100 in turn (claimed in another order than they were inserted).
-PRIORITY_MODES = {"plain": False, "mixed": True}
-
-
 def _drain_priority(backend: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The drain (default acknowledgements) of a plain and of a mixed-priority backlog, the runs
-    alternating between them, each on a fresh database: the two figures should be within
-    noise, since the claim reads either in index order."""
-    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in PRIORITY_MODES}
+    """The drain (default acknowledgements) of a plain backlog (every job of priority 0) and of
+    a mixed one (``--priority-levels`` priorities taking turns, so claimed in another order than
+    inserted), the runs alternating between them, each on a fresh database."""
+    modes = {"plain": 1, "mixed": args.priority_levels}
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for _ in range(args.runs):
-        for mode, mixed in PRIORITY_MODES.items():
+        for mode, levels in modes.items():
             with database(backend) as url:
-                run = runs.drain(url, args.jobs, args.concurrency, priorities=mixed)
+                run = runs.drain(url, args.jobs, args.concurrency, priority_levels=levels)
                 results[mode].append(asyncio.run(run))
-    figures: dict[str, Any] = {"jobs": args.jobs, "concurrency": args.concurrency}
+    figures: dict[str, Any] = {
+        "jobs": args.jobs,
+        "concurrency": args.concurrency,
+        "priority_levels": args.priority_levels,
+    }
     for mode, measured in results.items():
         median = _median(measured)
         figures["runs"] = median["runs"]
@@ -165,6 +166,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain/bulk run")
+    parser.add_argument(
+        "--priority-levels",
+        type=int,
+        default=201,
+        help="drain_priority: how many priorities (-100 to 100, evenly spread) take turns",
+    )
     parser.add_argument("--single", type=int, default=2_000, help="jobs for one-call enqueue")
     parser.add_argument("--concurrency", type=int, default=1000, help="worker concurrency")
     parser.add_argument(

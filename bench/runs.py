@@ -41,15 +41,21 @@ def dispatch(key: str | None = None, priority: int = 0) -> DispatchOptions:
     return DispatchOptions(queue=QUEUE, tenant_id="bench", idempotency_key=key, priority=priority)
 
 
-async def _fill(
-    queue: DatabaseQueue, n: int, batch: int = 1000, *, priorities: bool = False
-) -> None:
-    """``n`` jobs, of priority 0 or, with ``priorities``, of every priority from -100 to 100 in
-    turn (a backlog whose claim order is not its insertion order)."""
+def _priority(i: int, levels: int) -> int:
+    """The ``i``-th job's priority when ``levels`` priorities, spread evenly over -100 to 100,
+    take turns (1: every job 0; 201: every priority)."""
+    if levels <= 1:
+        return 0
+    return -100 + 200 * ((i * 37) % levels) // (levels - 1)
+
+
+async def _fill(queue: DatabaseQueue, n: int, batch: int = 1000, *, levels: int = 1) -> None:
+    """``n`` jobs whose priorities take turns among ``levels`` (see :func:`_priority`): with
+    more than one, a backlog whose claim order is not its insertion order."""
     for start in range(0, n, batch):
         await queue.enqueue_many(
             [
-                (Noop(i), dispatch(priority=(i * 37) % 201 - 100 if priorities else 0))
+                (Noop(i), dispatch(priority=_priority(i, levels)))
                 for i in range(start, min(n, start + batch))
             ]
         )
@@ -104,11 +110,12 @@ class _Counter:
 
 
 async def drain(
-    url: str, n: int, concurrency: int, *, durable_acks: bool = False, priorities: bool = False
+    url: str, n: int, concurrency: int, *, durable_acks: bool = False, priority_levels: int = 1
 ) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
-    ``durable_acks``; with ``priorities``, the jobs have mixed priorities (see :func:`_fill`)."""
+    ``durable_acks``; with ``priority_levels`` above 1, the jobs' priorities take turns among that
+    many (see :func:`_fill`)."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -117,7 +124,7 @@ async def drain(
         counter.hit()
 
     async with DatabaseQueue(url, counting) as queue:
-        await _fill(queue, n, priorities=priorities)
+        await _fill(queue, n, levels=priority_levels)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
         worker = QueueWorker(queue, options=options)
         started = time.perf_counter()
