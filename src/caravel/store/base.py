@@ -38,6 +38,7 @@ from caravel.store.protocol import (
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.pruning import prune_plan
 from caravel.store.removal_sql import SqlRemoval
+from caravel.store.schedules_sql import ScheduleStateStore
 from caravel.store.rows import (
     claimed_from_rows,
     counts_from_row,
@@ -58,6 +59,7 @@ CANCELLED = JobState.CANCELLED.value
 
 class SqlStore(
     PausingStore[ConnectionT],
+    ScheduleStateStore[ConnectionT],
     SqlRemoval[ConnectionT],
     SqlInserts[ConnectionT],
     WorkerRegistry[ConnectionT],

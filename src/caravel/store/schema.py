@@ -37,6 +37,7 @@ __all__ = [
     "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
     "QUEUES_TABLE",
+    "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
     "claim_rank",
@@ -45,6 +46,7 @@ __all__ = [
     "jobs",
     "metadata",
     "queues",
+    "schedules",
     "workers",
 ]
 
@@ -219,4 +221,18 @@ queues = sa.Table(
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint("queue", name="pk_caravel_queues"),
+)
+
+SCHEDULES_TABLE = "caravel_schedules"
+
+#: One row per schedule that a scheduler handled a slot of, or that an operator paused. The
+#: row only saves work: a slot's job is settled by its idempotency key, not by this table.
+schedules = sa.Table(
+    SCHEDULES_TABLE,
+    metadata,
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("last_slot_at", sa.BigInteger(), nullable=True),
+    sa.Column("paused_at", sa.BigInteger(), nullable=True),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint("name", name="pk_caravel_schedules"),
 )
