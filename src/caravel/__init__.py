@@ -52,10 +52,12 @@ if TYPE_CHECKING:
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
     from caravel.retention import Retention
+    from caravel.schedules import Schedule
     from caravel.store.protocol import QueueCounts
     from caravel.store.prunes import PruneBatch
     from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
+    from caravel.worker.scheduler import Scheduler, SlotRun
 
 #: Where each public name lives.
 _HOMES = {
@@ -100,6 +102,9 @@ _HOMES = {
     "DatabaseQueue": "caravel.queue",
     "JobRegistry": "caravel.registry",
     "Retention": "caravel.retention",
+    "Schedule": "caravel.schedules",
+    "Scheduler": "caravel.worker.scheduler",
+    "SlotRun": "caravel.worker.scheduler",
     "RetryPolicy": "caravel.options",
     "QueueCounts": "caravel.store.protocol",
     "PruneBatch": "caravel.store.prunes",
@@ -159,7 +164,10 @@ __all__ = [
     "RegistrationError",
     "Retention",
     "RetryPolicy",
+    "Schedule",
+    "Scheduler",
     "SchemaNotReadyError",
+    "SlotRun",
     "Snooze",
     "StagedIntent",
     "StoreError",

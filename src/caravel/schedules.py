@@ -15,7 +15,6 @@ every process computes the same slots and daylight saving never moves them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,25 +32,24 @@ from caravel.validation import (
     check_int,
     check_max_attempts,
     check_queue_name,
+    check_schedule_name,
 )
 
 __all__ = [
     "MACROS",
-    "MAX_SCHEDULE_NAME_LENGTH",
     "ON_TIME_GRACE",
     "MissedPolicy",
     "Schedule",
-    "check_schedule_name",
     "slot_key",
 ]
 
 MissedPolicy = Literal["skip", "latest"]
 
-MAX_SCHEDULE_NAME_LENGTH = 64
-_NAME = re.compile(r"[a-z0-9._-]{1,64}")
 
 #: The macros a cron schedule may use instead of five fields.
-MACROS = frozenset({"@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight"})
+MACROS = frozenset(
+    {"@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight"}
+)
 
 #: How late a slot may be found and still run under ``missed="skip"``: a scheduler that was
 #: busy or restarted for less than this still enqueues the slot; later than this it is missed.
@@ -60,15 +58,6 @@ ON_TIME_GRACE = timedelta(minutes=1)
 _MIN_EVERY = timedelta(seconds=1)
 _MAX_EVERY = timedelta(days=366)
 _US = timedelta(microseconds=1)
-
-
-def check_schedule_name(value: object, field: str = "name") -> str:
-    """A schedule's name: 1 to 64 of ``a-z 0-9 . _ -``; otherwise :class:`ValidationError`."""
-    if not isinstance(value, str) or _NAME.fullmatch(value) is None:
-        raise ValidationError(
-            field, f"must be 1 to {MAX_SCHEDULE_NAME_LENGTH} characters of a-z, 0-9, '.', '_', '-'"
-        )
-    return value
 
 
 def slot_key(name: str, slot_ms: int) -> str:

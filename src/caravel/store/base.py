@@ -38,13 +38,13 @@ from caravel.store.protocol import (
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.pruning import prune_plan
 from caravel.store.removal_sql import SqlRemoval
-from caravel.store.schedules_sql import ScheduleStateStore
 from caravel.store.rows import (
     claimed_from_rows,
     counts_from_row,
     status_from_row,
     throughput_from_row,
 )
+from caravel.store.schedules_sql import ScheduleStateStore
 from caravel.store.schema import jobs
 from caravel.store.transactions import ConnectionT
 from caravel.store.workers_sql import WorkerRegistry

@@ -34,7 +34,10 @@ def advance(insert: Any) -> Any:
     current = schedules.c.last_slot_at
     return values.on_conflict_do_update(
         index_elements=[schedules.c.name],
-        set_={"last_slot_at": values.excluded.last_slot_at, "updated_at": values.excluded.updated_at},
+        set_={
+            "last_slot_at": values.excluded.last_slot_at,
+            "updated_at": values.excluded.updated_at,
+        },
         where=sa.or_(current.is_(None), current < values.excluded.last_slot_at),
     ).returning(schedules.c.name)
 

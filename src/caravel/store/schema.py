@@ -26,6 +26,7 @@ from caravel.limits import (
     MAX_KEY_LENGTH,
     MAX_QUEUE_LIST_LENGTH,
     MAX_QUEUE_NAME_LENGTH,
+    MAX_SCHEDULE_NAME_LENGTH,
     MAX_STATE_LENGTH,
     MAX_TAGS_LENGTH,
     MAX_TRACE_CONTEXT_LENGTH,
@@ -230,7 +231,7 @@ SCHEDULES_TABLE = "caravel_schedules"
 schedules = sa.Table(
     SCHEDULES_TABLE,
     metadata,
-    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(MAX_SCHEDULE_NAME_LENGTH), nullable=False),
     sa.Column("last_slot_at", sa.BigInteger(), nullable=True),
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),

@@ -18,8 +18,8 @@ from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
-from caravel.store.memory.schedules import MemorySchedules
 from caravel.store.memory.removal import MemoryRemoval
+from caravel.store.memory.schedules import MemorySchedules
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
 from caravel.store.protocol import (
     AllInserted,
