@@ -49,7 +49,9 @@ def berlin(cron: str) -> Schedule:
         ({"tags": "one"}, "tags"),
     ],
 )
-def test_a_bad_schedule_is_refused_naming_the_field(overrides: dict[str, object], field: str) -> None:
+def test_a_bad_schedule_is_refused_naming_the_field(
+    overrides: dict[str, object], field: str
+) -> None:
     values: dict[str, object] = {"name": "nightly", "queue": "default", "cron": "30 2 * * *"}
     values.update(overrides)
     name = values.pop("name")

@@ -34,6 +34,8 @@ logger = logging.getLogger("caravel.worker")
 _GRACE_MS = int(ON_TIME_GRACE.total_seconds() * 1000)
 #: The longest the loop sleeps between passes, so a jump of the clock is noticed.
 _MAX_SLEEP_S = 60.0
+#: After a failed pass (the database away), the least wait before the next.
+_RETRY_S = 1.0
 
 SlotOutcome = Literal["enqueued", "repeat", "missed", "paused"]
 
@@ -62,24 +64,32 @@ class Scheduler:
         next one retries (its slot is still due)."""
         clock = self._queue.clock
         while True:
+            now = clock.now_ms()
+            retry = 0.0
             try:
-                await self.run_once()
+                await self._pass(now)
             except CaravelError as exc:
+                retry = _RETRY_S
                 logger.warning(
                     "schedule pass failed: %s",
                     type(exc).__name__,
                     extra={"error_type": type(exc).__name__},
                 )
-            now = clock.now_ms()
+            # The next slot after the pass's own time: one that came due during the pass
+            # gets a pass at once, not a sleep past it.
             soonest = min((s.next_slot(now) for s in self._schedules), default=None)
-            wait = _MAX_SLEEP_S if soonest is None else (soonest - now) / 1000
-            await clock.sleep(min(max(wait, 0.001), _MAX_SLEEP_S))
+            wait = _MAX_SLEEP_S if soonest is None else (soonest - clock.now_ms()) / 1000
+            wait = max(wait, retry)
+            if wait > 0:
+                await clock.sleep(min(wait, _MAX_SLEEP_S))
 
     async def run_once(self) -> list[SlotRun]:
         """One pass at the clock's now: each schedule whose latest slot is not handled yet."""
+        return await self._pass(self._queue.clock.now_ms())
+
+    async def _pass(self, now: int) -> list[SlotRun]:
         if not self._schedules:
             return []
-        now = self._queue.clock.now_ms()
         states = {state.name: state for state in await self._queue.store.schedule_list()}
         runs: list[SlotRun] = []
         for schedule in self._schedules:
