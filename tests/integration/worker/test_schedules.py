@@ -16,6 +16,8 @@ from caravel import (
     QueueWorker,
     Schedule,
     Scheduler,
+    SyncQueue,
+    ValidationError,
     WorkerOptions,
 )
 from caravel.schedules import slot_key
@@ -185,3 +187,14 @@ async def test_the_worker_runs_the_scheduler_on_the_queue_clock(
             await running
         off = QueueWorker(queue, options=WorkerOptions(schedules=False))
         assert off.options.schedules is False
+
+
+def test_the_sync_queue_pauses_and_resumes_a_schedule(db_url: str) -> None:
+    with SyncQueue(db_url, registry_with()) as queue:
+        assert queue.pause_schedule("tick") is True
+        assert queue.pause_schedule("tick") is False
+        assert queue.resume_schedule("tick") is True
+        assert queue.resume_schedule("tick") is False
+        with pytest.raises(ValidationError) as caught:
+            queue.pause_schedule("Not A Name")
+        assert caught.value.field == "name"
