@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         UnknownJobTypeError,
         ValidationError,
     )
-    from caravel.inspector import QueueInspector, QueuePause
+    from caravel.inspector import QueueInspector, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
         CancelOutcome,
@@ -82,6 +82,7 @@ _HOMES = {
     "ValidationError": "caravel.errors",
     "QueueInspector": "caravel.inspector",
     "QueuePause": "caravel.inspector",
+    "ScheduleRecord": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
     "CancelOutcome": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
@@ -165,6 +166,7 @@ __all__ = [
     "Retention",
     "RetryPolicy",
     "Schedule",
+    "ScheduleRecord",
     "Scheduler",
     "SchemaNotReadyError",
     "SlotRun",

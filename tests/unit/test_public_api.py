@@ -48,6 +48,7 @@ PUBLIC_NAMES = [
     "Retention",
     "RetryPolicy",
     "Schedule",
+    "ScheduleRecord",
     "Scheduler",
     "SchemaNotReadyError",
     "SlotRun",
