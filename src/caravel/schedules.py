@@ -92,7 +92,7 @@ class Schedule:
     """
 
     name: str
-    job: object
+    job: object = field(repr=False)  # a payload: kept out of logs
     queue: str
     cron: str | None = None
     every: timedelta | None = None
@@ -171,6 +171,8 @@ class Schedule:
             check_int("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
         if isinstance(self.tags, str):
             raise RegistrationError("tags", "must be a sequence of strings, not one string")
+        # The options every slot's job will carry, checked now rather than at the first slot.
+        self.dispatch(0)
 
     def dispatch(self, slot_ms: int) -> DispatchOptions:
         """The options of the job for the slot at ``slot_ms``."""

@@ -47,6 +47,7 @@ def berlin(cron: str) -> Schedule:
         ({"priority": 101}, "priority"),
         ({"tenant_id": " "}, "tenant_id"),
         ({"tags": "one"}, "tags"),
+        ({"tags": ["Not A Tag"]}, "tags"),
     ],
 )
 def test_a_bad_schedule_is_refused_naming_the_field(
@@ -129,3 +130,8 @@ def test_interval_slots_count_from_the_epoch_in_utc() -> None:
     schedule = Schedule("tick", Add(1), queue="default", every=timedelta(minutes=5))
     assert schedule.latest_slot(at(2026, 3, 29, 1, 3)) == at(2026, 3, 29, 1, 0)
     assert schedule.next_slot(at(2026, 3, 29, 1, 0)) == at(2026, 3, 29, 1, 5)
+
+
+def test_the_repr_leaves_the_payload_out() -> None:
+    schedule = Schedule("nightly", Add(1, note="secret"), queue="default", cron="@daily")
+    assert "secret" not in repr(schedule)
