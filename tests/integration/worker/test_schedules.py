@@ -198,3 +198,25 @@ def test_the_sync_queue_pauses_and_resumes_a_schedule(db_url: str) -> None:
         with pytest.raises(ValidationError) as caught:
             queue.pause_schedule("Not A Name")
         assert caught.value.field == "name"
+
+
+async def test_two_running_workers_make_one_job_per_slot(db_url: str, clock: ManualClock) -> None:
+    registry = registry_with(every_minute())
+    quiet = WorkerOptions(poll_interval=timedelta(seconds=60))
+    async with (
+        open_queue(db_url, registry, clock=clock) as first,
+        open_queue(db_url, registry, clock=clock) as second,
+    ):
+        workers = [QueueWorker(q, options=quiet) for q in (first, second)]
+        running = [asyncio.create_task(w.run("default")) for w in workers]
+        try:
+            async with asyncio.timeout(20):
+                for slots in range(1, 6):
+                    await until_jobs(first, slots)
+                    await clock.advance(MINUTE)
+                await until_jobs(first, 6)
+        finally:
+            for worker in workers:
+                worker.stop(immediate=True)
+            await asyncio.gather(*running)
+        assert await jobs_of(first) == 6
