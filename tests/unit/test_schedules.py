@@ -135,3 +135,17 @@ def test_interval_slots_count_from_the_epoch_in_utc() -> None:
 def test_the_repr_leaves_the_payload_out() -> None:
     schedule = Schedule("nightly", Add(1, note="secret"), queue="default", cron="@daily")
     assert "secret" not in repr(schedule)
+
+
+def test_new_york_transitions_of_2026() -> None:
+    # 2026-03-08: 02:00 EST (07:00 UTC) jumps to 03:00 EDT; 02:30 runs once at the jump.
+    spring = Schedule("ny", Add(1), queue="default", cron="30 2 * * *", timezone="America/New_York")
+    slot = spring.next_slot(at(2026, 3, 7, 12))
+    assert utc(slot) == datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    assert utc(spring.next_slot(slot)) == datetime(2026, 3, 9, 6, 30, tzinfo=UTC)
+    # 2026-11-01: 02:00 EDT (06:00 UTC) goes back to 01:00 EST; 01:30 runs at 05:30 UTC only.
+    fall = Schedule("ny", Add(1), queue="default", cron="30 1 * * *", timezone="America/New_York")
+    slot = fall.next_slot(at(2026, 10, 31, 12))
+    assert utc(slot) == datetime(2026, 11, 1, 5, 30, tzinfo=UTC)
+    assert fall.latest_slot(at(2026, 11, 1, 6, 45)) == slot  # during the second 01:30
+    assert utc(fall.next_slot(slot)) == datetime(2026, 11, 2, 6, 30, tzinfo=UTC)
