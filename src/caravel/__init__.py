@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         UnknownJobTypeError,
         ValidationError,
     )
-    from caravel.inspector import QueueInspector, QueuePause
+    from caravel.inspector import QueueInspector, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
         CancelOutcome,
@@ -52,10 +52,12 @@ if TYPE_CHECKING:
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
     from caravel.retention import Retention
+    from caravel.schedules import Schedule
     from caravel.store.protocol import QueueCounts
     from caravel.store.prunes import PruneBatch
     from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
+    from caravel.worker.scheduler import Scheduler, SlotRun
 
 #: Where each public name lives.
 _HOMES = {
@@ -80,6 +82,7 @@ _HOMES = {
     "ValidationError": "caravel.errors",
     "QueueInspector": "caravel.inspector",
     "QueuePause": "caravel.inspector",
+    "ScheduleRecord": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
     "CancelOutcome": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
@@ -100,6 +103,9 @@ _HOMES = {
     "DatabaseQueue": "caravel.queue",
     "JobRegistry": "caravel.registry",
     "Retention": "caravel.retention",
+    "Schedule": "caravel.schedules",
+    "Scheduler": "caravel.worker.scheduler",
+    "SlotRun": "caravel.worker.scheduler",
     "RetryPolicy": "caravel.options",
     "QueueCounts": "caravel.store.protocol",
     "PruneBatch": "caravel.store.prunes",
@@ -159,7 +165,11 @@ __all__ = [
     "RegistrationError",
     "Retention",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleRecord",
+    "Scheduler",
     "SchemaNotReadyError",
+    "SlotRun",
     "Snooze",
     "StagedIntent",
     "StoreError",

@@ -36,7 +36,13 @@ from caravel.validation import check_identifier, check_int, check_queue_name, ch
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-__all__ = ["MAX_LIST_LIMIT", "MAX_LIST_OFFSET", "QueueInspector", "QueuePause"]
+__all__ = [
+    "MAX_LIST_LIMIT",
+    "MAX_LIST_OFFSET",
+    "QueueInspector",
+    "QueuePause",
+    "ScheduleRecord",
+]
 
 #: The most jobs one listing returns, and the most it may skip.
 MAX_LIST_LIMIT = 10_000
@@ -51,6 +57,16 @@ class QueuePause:
 
     queue: str
     paused_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """What the database holds of a schedule: the latest slot a scheduler handled (``None``
+    before the first) and when it was paused (``None`` while it runs)."""
+
+    name: str
+    last_slot_at: datetime | None
+    paused_at: datetime | None
 
 
 class QueueInspector(AsyncClosing):
@@ -107,6 +123,19 @@ class QueueInspector(AsyncClosing):
         <caravel.DatabaseQueue.pause_queue>`), by name, with when each was paused."""
         return [
             QueuePause(p.queue, from_ms(p.paused_at)) for p in await self.store.queue_list_paused()
+        ]
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule the database has state for (one that ran a slot, or was paused), by
+        name. What each schedule is (its cron or interval, its next slot) is in the code that
+        registers it, not in the database."""
+        return [
+            ScheduleRecord(
+                s.name,
+                None if s.last_slot_at is None else from_ms(s.last_slot_at),
+                None if s.paused_at is None else from_ms(s.paused_at),
+            )
+            for s in await self.store.schedule_list()
         ]
 
     async def list_jobs(

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_QUEUE_LIST_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_RESULT_LIMIT",
+    "MAX_SCHEDULE_NAME_LENGTH",
     "MAX_SNOOZES",
     "MAX_STATE_LENGTH",
     "MAX_TAGS",
@@ -32,6 +33,8 @@ __all__ = [
 
 #: Queue names: ``[a-z0-9._-]``, 1 to 64 characters.
 MAX_QUEUE_NAME_LENGTH = 64
+#: A schedule name\'s length (it is part of each slot\'s idempotency key).
+MAX_SCHEDULE_NAME_LENGTH = 64
 #: Wire names (a job type's persisted name): ``[a-z0-9._-]``, 1 to 128 characters.
 MAX_WIRE_NAME_LENGTH = 128
 #: Tenant ids and idempotency keys: nonblank, at most 128 characters.

@@ -206,6 +206,10 @@ class WorkerOptions:
             :class:`~caravel.Retention` every ``prune_interval``, in bounded batches (one pruner
             at a time across workers). ``None`` (default): nothing is ever deleted.
         prune_interval: how often that happens (1 minute to 1 day, default 1 hour).
+        schedules: whether :meth:`~caravel.QueueWorker.run` also enqueues the slots of the
+            registry's schedules (:class:`~caravel.Schedule`). On by default: every worker may
+            run the scheduler, since each slot's idempotency key keeps one job per slot however
+            many race. ``False`` leaves it to other processes.
     """
 
     concurrency: int = 1
@@ -218,8 +222,11 @@ class WorkerOptions:
     durable_acks: bool = False
     retention: Retention | None = None
     prune_interval: timedelta = timedelta(hours=1)
+    schedules: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.schedules, bool):
+            raise OptionsError("schedules", "must be True or False")
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise OptionsError("retention", "must be None or a caravel.Retention")
         _duration(

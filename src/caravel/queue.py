@@ -36,7 +36,7 @@ from caravel.signals import WakeupHub
 from caravel.store import open_store
 from caravel.store.protocol import InsertResult, NewJob, Store
 from caravel.store.prunes import PruneBatch
-from caravel.validation import check_queue_name
+from caravel.validation import check_queue_name, check_schedule_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -249,6 +249,19 @@ class DatabaseQueue(AsyncClosing):
         """Let workers claim ``queue``'s jobs again; ``False`` when it was not paused."""
         check_queue_name(queue)
         return await self.store.queue_resume(queue, self.clock.now_ms())
+
+    async def pause_schedule(self, name: str) -> bool:
+        """Stop every scheduler from enqueueing schedule ``name``'s slots until
+        :meth:`resume_schedule`; slots that come due meanwhile are passed over, not caught up.
+        Returns ``False`` when it was paused already. The name need not be registered here."""
+        check_schedule_name(name)
+        return await self.store.schedule_pause(name, self.clock.now_ms())
+
+    async def resume_schedule(self, name: str) -> bool:
+        """Let schedulers enqueue ``name``'s slots again, from its next slot; ``False`` when it
+        was not paused."""
+        check_schedule_name(name)
+        return await self.store.schedule_resume(name, self.clock.now_ms())
 
     # ----- cancel and delete ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter
 
@@ -23,6 +23,9 @@ from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationErr
 from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
 from caravel.options import RetryPolicy
 from caravel.validation import check_int, check_wire_name
+
+if TYPE_CHECKING:
+    from caravel.schedules import Schedule
 
 __all__ = ["Handler", "JobRegistration", "JobRegistry"]
 
@@ -125,6 +128,7 @@ class JobRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, JobRegistration] = {}
         self._by_type: dict[type[Any], JobRegistration] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     def register(
         self,
@@ -192,6 +196,26 @@ class JobRegistry:
             return handler
 
         return decorate
+
+    def schedule(self, schedule: Schedule) -> Schedule:
+        """Register a periodic job (see :class:`~caravel.Schedule`); returns it. Workers on
+        this registry enqueue its slots. Raises :class:`~caravel.errors.RegistrationError`
+        when the name is taken or the job's type is not registered here."""
+        from caravel.schedules import Schedule
+
+        if not isinstance(schedule, Schedule):
+            raise RegistrationError("schedule", "must be a caravel.Schedule")
+        if schedule.name in self._schedules:
+            raise RegistrationError("name", "is already used by another schedule")
+        if type(schedule.job) not in self._by_type:
+            raise RegistrationError("job", "must be an instance of a type registered here")
+        self._schedules[schedule.name] = schedule
+        return schedule
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The registered schedules, in the order they were registered."""
+        return tuple(self._schedules.values())
 
     def for_job(self, job: object) -> JobRegistration:
         """The registration for ``job``'s exact type, or :class:`UnknownJobTypeError`."""

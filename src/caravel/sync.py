@@ -194,6 +194,14 @@ class SyncQueue:
         """As :meth:`DatabaseQueue.resume_queue <caravel.DatabaseQueue.resume_queue>`."""
         return self.call(self.queue.resume_queue, queue)
 
+    def pause_schedule(self, name: str) -> bool:
+        """As :meth:`DatabaseQueue.pause_schedule <caravel.DatabaseQueue.pause_schedule>`."""
+        return self.call(self.queue.pause_schedule, name)
+
+    def resume_schedule(self, name: str) -> bool:
+        """As :meth:`DatabaseQueue.resume_schedule <caravel.DatabaseQueue.resume_schedule>`."""
+        return self.call(self.queue.resume_schedule, name)
+
     # ----- cancel and delete ---------------------------------------------------------------
 
     def cancel(

@@ -16,6 +16,7 @@ from caravel.limits import (
     MAX_JSON_DEPTH,
     MAX_KEY_LENGTH,
     MAX_QUEUE_NAME_LENGTH,
+    MAX_SCHEDULE_NAME_LENGTH,
     MAX_WIRE_NAME_LENGTH,
 )
 
@@ -30,10 +31,12 @@ __all__ = [
     "check_max_attempts",
     "check_not_before",
     "check_queue_name",
+    "check_schedule_name",
     "check_wire_name",
 ]
 
 _NAME = re.compile(r"[a-z0-9._-]+")
+_SCHEDULE_NAME = re.compile(r"[a-z0-9._-]{1,64}")
 # C0 and C1 control characters, plus DEL.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -45,6 +48,15 @@ def _check_name(field: str, value: object, limit: int) -> str:
         raise ValidationError(
             field,
             f"must be 1 to {limit} characters of lowercase letters, digits, '.', '-' or '_'",
+        )
+    return value
+
+
+def check_schedule_name(value: object, field: str = "name") -> str:
+    """A schedule's name: 1 to 64 of ``a-z 0-9 . _ -``; otherwise :class:`ValidationError`."""
+    if not isinstance(value, str) or _SCHEDULE_NAME.fullmatch(value) is None:
+        raise ValidationError(
+            field, f"must be 1 to {MAX_SCHEDULE_NAME_LENGTH} characters of a-z, 0-9, '.', '_', '-'"
         )
     return value
 

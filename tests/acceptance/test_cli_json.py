@@ -280,6 +280,28 @@ def test_queues(seeded: str) -> None:
     assert resumed == {"queue": "docs", "paused": False, "changed": True}
 
 
+def test_schedules(seeded: str) -> None:
+    paused = one_document(
+        run_cli("schedules", "pause", "heartbeat", "--url", seeded, "--json"),
+        "caravel schedules pause",
+    )
+    assert paused == {"schedule": "heartbeat", "paused": True, "changed": True}
+    app = "tests.support.apps.scheduled:registry"
+    listed = one_document(
+        run_cli("schedules", "list", "--url", seeded, "--app", app, "--json"),
+        "caravel schedules list",
+    )
+    assert [(r["name"], r["paused"]) for r in listed["schedules"]] == [
+        ("heartbeat", True),
+        ("nightly-digest", False),
+    ]
+    resumed = one_document(
+        run_cli("schedules", "resume", "heartbeat", "--url", seeded, "--json"),
+        "caravel schedules resume",
+    )
+    assert resumed == {"schedule": "heartbeat", "paused": False, "changed": True}
+
+
 def test_workers(sqlite_seeded: str, tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
@@ -330,6 +352,10 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
         args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
     if command in ("caravel queues pause", "caravel queues resume"):
         args.append("reports")
+    if command in ("caravel schedules pause", "caravel schedules resume"):
+        args.append("nightly")
+    if command == "caravel schedules list":
+        args += ["--app", "tests.support.apps.scheduled:registry"]
     if command in ("caravel jobs cancel", "caravel jobs delete"):
         args += ["-q", "q", "--yes"]
     if command == "caravel db current":

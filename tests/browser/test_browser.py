@@ -239,6 +239,7 @@ def test_csrf_and_authorization_in_the_browser(live: Live, browser: BrowserConte
         job_path(dead): "read",
         "/dead-letters": "read",
         "/workers": "read",
+        "/schedules": "read",
         job_path(dead, "/replay"): "operate",
         "/dead-letters/replay?queue=emails": "operate",
     }

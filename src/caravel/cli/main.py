@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from caravel.cli import db, jobs, outbox, queues
+from caravel.cli import db, jobs, outbox, queues, schedules
 from caravel.cli.dashboard import dashboard
 from caravel.cli.options import CONTEXT
 from caravel.cli.status import status
@@ -30,6 +30,7 @@ app.add_typer(db.app, name="db")
 app.add_typer(outbox.app, name="outbox")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(queues.app, name="queues")
+app.add_typer(schedules.app, name="schedules")
 app.command()(status)
 app.command()(workers)
 app.command()(worker)

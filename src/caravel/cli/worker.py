@@ -112,6 +112,13 @@ def worker(
             "off: an outcome lost in a database crash means the job runs again).",
         ),
     ] = False,
+    no_schedules: Annotated[
+        bool,
+        typer.Option(
+            "--no-schedules",
+            help="Do not enqueue the registry's schedules' slots here (other workers may).",
+        ),
+    ] = False,
     completed: Annotated[
         str | None,
         typer.Option(
@@ -194,6 +201,7 @@ def worker(
             log_tracebacks=traceback,
             durable_acks=durable_acks,
             retention=retention,
+            schedules=not no_schedules,
             # Left out, the library's default interval holds.
             **({} if interval is None else {"prune_interval": interval}),
         )

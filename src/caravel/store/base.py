@@ -44,6 +44,7 @@ from caravel.store.rows import (
     status_from_row,
     throughput_from_row,
 )
+from caravel.store.schedules_sql import ScheduleStateStore
 from caravel.store.schema import jobs
 from caravel.store.transactions import ConnectionT
 from caravel.store.workers_sql import WorkerRegistry
@@ -58,6 +59,7 @@ CANCELLED = JobState.CANCELLED.value
 
 class SqlStore(
     PausingStore[ConnectionT],
+    ScheduleStateStore[ConnectionT],
     SqlRemoval[ConnectionT],
     SqlInserts[ConnectionT],
     WorkerRegistry[ConnectionT],

@@ -28,6 +28,7 @@ from caravel.store.protocol import (
     NewJob,
     PausedQueue,
     QueueCounts,
+    ScheduleState,
     SnoozedAttempt,
     Store,
     ThroughputBucket,
@@ -228,6 +229,22 @@ class InstrumentedStore:
 
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return self.inner.queue_changes(queues)
+
+    async def schedule_list(self) -> list[ScheduleState]:
+        with self._span("schedule_list"):
+            return await self.inner.schedule_list()
+
+    async def schedule_advance(self, name: str, slot_at: int, now: int) -> bool:
+        with self._span("schedule_advance"):
+            return await self.inner.schedule_advance(name, slot_at, now)
+
+    async def schedule_pause(self, name: str, now: int) -> bool:
+        with self._span("schedule_pause"):
+            return await self.inner.schedule_pause(name, now)
+
+    async def schedule_resume(self, name: str, now: int) -> bool:
+        with self._span("schedule_resume"):
+            return await self.inner.schedule_resume(name, now)
 
     async def worker_register(self, worker: WorkerRecord) -> None:
         with self._span("worker_register"):

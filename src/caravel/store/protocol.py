@@ -35,6 +35,7 @@ from caravel.store.values import (
     NewJob,
     PausedQueue,
     QueueCounts,
+    ScheduleState,
     ShownState,
     SnoozedAttempt,
     ThroughputBucket,
@@ -60,6 +61,7 @@ __all__ = [
     "PausedQueue",
     "QueueCounts",
     "ReadStore",
+    "ScheduleState",
     "ShownState",
     "SnoozedAttempt",
     "Store",
@@ -110,6 +112,11 @@ class ReadStore(Protocol):
 
     async def queue_list_paused(self) -> list[PausedQueue]:
         """Every paused queue, by name. A queue never paused, or resumed since, is absent."""
+        ...
+
+    async def schedule_list(self) -> list[ScheduleState]:
+        """Every schedule the database has a row for (one that handled a slot or was ever
+        paused), by name."""
         ...
 
     async def schema_revision(self) -> str | None:
@@ -200,6 +207,21 @@ class Store(ReadStore, RemovalStore, Protocol):
 
     async def queue_resume(self, queue: str, now: int) -> bool:
         """Let workers claim ``queue`` again; false when it was not paused."""
+        ...
+
+    async def schedule_advance(self, name: str, slot_at: int, now: int) -> bool:
+        """Record that ``name``'s slots up to ``slot_at`` are handled; false (nothing changes)
+        when a slot at or after it was recorded already, so racing schedulers never move it
+        back."""
+        ...
+
+    async def schedule_pause(self, name: str, now: int) -> bool:
+        """Pause schedule ``name`` for every scheduler; false (``paused_at`` kept) if it was
+        paused."""
+        ...
+
+    async def schedule_resume(self, name: str, now: int) -> bool:
+        """Let schedulers enqueue ``name``'s slots again; false when it was not paused."""
         ...
 
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:

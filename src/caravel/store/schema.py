@@ -26,6 +26,7 @@ from caravel.limits import (
     MAX_KEY_LENGTH,
     MAX_QUEUE_LIST_LENGTH,
     MAX_QUEUE_NAME_LENGTH,
+    MAX_SCHEDULE_NAME_LENGTH,
     MAX_STATE_LENGTH,
     MAX_TAGS_LENGTH,
     MAX_TRACE_CONTEXT_LENGTH,
@@ -37,6 +38,7 @@ __all__ = [
     "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
     "QUEUES_TABLE",
+    "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
     "claim_rank",
@@ -45,6 +47,7 @@ __all__ = [
     "jobs",
     "metadata",
     "queues",
+    "schedules",
     "workers",
 ]
 
@@ -219,4 +222,18 @@ queues = sa.Table(
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint("queue", name="pk_caravel_queues"),
+)
+
+SCHEDULES_TABLE = "caravel_schedules"
+
+#: One row per schedule that a scheduler handled a slot of, or that an operator paused. The
+#: row only saves work: a slot's job is settled by its idempotency key, not by this table.
+schedules = sa.Table(
+    SCHEDULES_TABLE,
+    metadata,
+    sa.Column("name", sa.String(MAX_SCHEDULE_NAME_LENGTH), nullable=False),
+    sa.Column("last_slot_at", sa.BigInteger(), nullable=True),
+    sa.Column("paused_at", sa.BigInteger(), nullable=True),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint("name", name="pk_caravel_schedules"),
 )

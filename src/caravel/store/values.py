@@ -32,6 +32,7 @@ __all__ = [
     "NewJob",
     "PausedQueue",
     "QueueCounts",
+    "ScheduleState",
     "ShownState",
     "SnoozedAttempt",
     "ThroughputBucket",
@@ -205,6 +206,17 @@ class PausedQueue:
 
     queue: str
     paused_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """What the database holds of one schedule: the latest slot a scheduler handled
+    (enqueued, or passed over as its missed policy says), and when it was paused (ms; ``None``
+    while it runs). A schedule without a row has handled no slot and is not paused."""
+
+    name: str
+    last_slot_at: int | None
+    paused_at: int | None
 
 
 #: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and

@@ -86,6 +86,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("GET", "/queues/{queue}/resume", "resume_confirm", "operate"),
     RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
+    RouteSpec("GET", "/schedules", "schedules", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
 
@@ -156,6 +157,7 @@ class Dashboard:
             "resume_confirm": pausing.resume_confirm,
             "resume": pausing.resume,
             "workers": pages.workers,
+            "schedules": pages.schedules,
             "static": pages.static,
         }
         self.router = Router(

@@ -287,6 +287,16 @@ class Pages:
             in_flight=sum(w.in_flight for w in found),
         )
 
+    async def schedules(self, request: Request) -> Response:
+        found = await self.reader.list_schedules()
+        return self.view.render(
+            request,
+            "schedules.html",
+            nav="schedules",
+            page_title="Schedules",
+            schedules=found,
+        )
+
     async def static(self, request: Request) -> Response:
         asset = self._assets.get(request.path_params["name"])
         if asset is None:

@@ -39,6 +39,7 @@ from caravel.worker.presence import Presence, QueueGaugeCollector
 from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport, log_job, logger
 from caravel.worker.runner import JobRunner, Outcome, ScopeFactory
+from caravel.worker.scheduler import Scheduler
 from caravel.worker.threads import HandlerThreads
 from caravel.worker.wakeups import WakeupListener
 from caravel.worker.watchdog import LeaseWatchdog
@@ -252,6 +253,10 @@ class QueueWorker(AsyncClosing):
                 self.queue.store, self.queue.clock, retention, self.options.prune_interval
             )
             services.append(self._side_service(pruner.run(), "prune"))
+        schedules = self.queue.registry.schedules
+        if schedules and self.options.schedules:
+            scheduler = Scheduler(self.queue, schedules)
+            services.append(self._side_service(scheduler.run(), "schedules"))
         listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
         if listener is not None:
             services.append(self._side_service(listener.run(), "listen"))

@@ -66,6 +66,7 @@ def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
         "resume_confirm": Target("/queues/emails/resume"),
         "resume": Target("/queues/emails/resume", {"queue": "emails"}),
         "workers": Target("/workers"),
+        "schedules": Target("/schedules"),
         "static": Target("/static/dashboard.css"),
     }
 

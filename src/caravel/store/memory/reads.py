@@ -18,6 +18,7 @@ from caravel.store.protocol import (
     JobRef,
     PausedQueue,
     QueueCounts,
+    ScheduleState,
     ThroughputBucket,
     ThroughputQuery,
     WorkerRecord,
@@ -144,6 +145,13 @@ class MemoryReader:
     async def queue_list_paused(self) -> list[PausedQueue]:
         with self._locked("queue_list_paused") as tables:
             return [PausedQueue(name, at) for name, at in sorted(tables.paused.items())]
+
+    async def schedule_list(self) -> list[ScheduleState]:
+        with self._locked("schedule_list") as tables:
+            return [
+                ScheduleState(name, last, paused)
+                for name, (last, paused) in sorted(tables.schedules.items())
+            ]
 
     async def schema_revision(self) -> str | None:
         """Always the newest revision: the store's shape is the library's own."""

@@ -19,6 +19,7 @@ from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
 from caravel.store.memory.removal import MemoryRemoval
+from caravel.store.memory.schedules import MemorySchedules
 from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
 from caravel.store.protocol import (
     AllInserted,
@@ -74,7 +75,7 @@ _SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
 }
 
 
-class MemoryStore(MemoryRemoval):
+class MemoryStore(MemoryRemoval, MemorySchedules):
     """Every queue operation over one in-memory queue's tables, each atomic under their lock.
     Not durable, and per process (see the module docstring). Wake-ups within the process go
     through the queue's own hub, so :meth:`wakeups` has nothing to push."""

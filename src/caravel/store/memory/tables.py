@@ -101,6 +101,8 @@ class Tables:
         self.workers: dict[UUID, WorkerRow] = {}
         #: ``caravel_queues`` as queue -> ``paused_at``, for the queues paused now.
         self.paused: dict[str, int] = {}
+        #: ``caravel_schedules`` as name -> [last_slot_at, paused_at].
+        self.schedules: dict[str, list[int | None]] = {}
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:

@@ -26,6 +26,7 @@ from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest
 from caravel.store.schema import jobs
 from caravel.store.schema import queues as queues_table
+from caravel.store.schema import schedules as schedules_table
 
 __all__ = ["PostgresStore"]
 
@@ -90,6 +91,9 @@ class PostgresStore(InsertingStore):
 
     def _queues_insert(self) -> Any:
         return postgresql.insert(queues_table)
+
+    def _schedules_insert(self) -> Any:
+        return postgresql.insert(schedules_table)
 
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)

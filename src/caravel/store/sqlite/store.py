@@ -25,6 +25,7 @@ from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, Inse
 from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
 from caravel.store.schema import queues as queues_table
+from caravel.store.schema import schedules as schedules_table
 from caravel.store.sqlite.connections import (
     LOCK_WAIT_NOTED_MS,
     T,
@@ -274,6 +275,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
 
     def _queues_insert(self) -> Any:
         return sqlite.insert(queues_table)
+
+    def _schedules_insert(self) -> Any:
+        return sqlite.insert(schedules_table)
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         if self._announcer is None:

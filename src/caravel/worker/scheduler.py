@@ -1,0 +1,136 @@
+"""The scheduler: enqueues each registered :class:`~caravel.Schedule`'s slots as they come
+due, on the queue's clock. Every worker whose registry has schedules runs one (unless
+``WorkerOptions(schedules=False)``); no leader is needed, because each slot's job carries the
+slot's idempotency key and racing schedulers resolve to one job in the database.
+
+One pass (:meth:`Scheduler.run_once`) reads the schedules' state once, and for each schedule
+whose latest slot is newer than its recorded last slot decides by the missed policy: a slot
+found within :data:`~caravel.schedules.ON_TIME_GRACE` is enqueued; an older one is enqueued
+once under ``missed="latest"`` and passed over under ``"skip"``. Either way the last slot
+moves to it, so missed slots never come as a burst. A paused schedule's slots are passed over.
+A crash between the enqueue and the record is harmless: the next pass enqueues the same slot
+again, which is a repeat of the same key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from caravel.clock import from_ms
+from caravel.errors import CaravelError, IdempotencyConflictError
+from caravel.queue import DatabaseQueue
+from caravel.schedules import ON_TIME_GRACE, Schedule
+from caravel.store.protocol import ScheduleState
+
+__all__ = ["Scheduler", "SlotOutcome", "SlotRun"]
+
+logger = logging.getLogger("caravel.worker")
+
+_GRACE_MS = int(ON_TIME_GRACE.total_seconds() * 1000)
+#: The longest the loop sleeps between passes, so a jump of the clock is noticed.
+_MAX_SLEEP_S = 60.0
+#: After a failed pass (the database away), the least wait before the next.
+_RETRY_S = 1.0
+
+SlotOutcome = Literal["enqueued", "repeat", "missed", "paused"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRun:
+    """What one pass did with one schedule's slot: ``enqueued`` (a new job), ``repeat`` (the
+    slot's job existed: another scheduler was first), ``missed`` (passed over by the missed
+    policy) or ``paused``. ``job_id`` is the slot's job where there is one."""
+
+    schedule: str
+    slot_at: datetime
+    outcome: SlotOutcome
+    job_id: UUID | None = None
+
+
+class Scheduler:
+    """Enqueues the slots of ``schedules`` on ``queue``."""
+
+    def __init__(self, queue: DatabaseQueue, schedules: Sequence[Schedule]) -> None:
+        self._queue = queue
+        self._schedules = tuple(schedules)
+
+    async def run(self) -> None:
+        """A pass now and then at each next slot. A failed pass is logged, not fatal: the
+        next one retries (its slot is still due)."""
+        clock = self._queue.clock
+        while True:
+            now = clock.now_ms()
+            retry = 0.0
+            try:
+                await self._pass(now)
+            except CaravelError as exc:
+                retry = _RETRY_S
+                logger.warning(
+                    "schedule pass failed: %s",
+                    type(exc).__name__,
+                    extra={"error_type": type(exc).__name__},
+                )
+            # The next slot after the pass's own time: one that came due during the pass
+            # gets a pass at once, not a sleep past it.
+            soonest = min((s.next_slot(now) for s in self._schedules), default=None)
+            wait = _MAX_SLEEP_S if soonest is None else (soonest - clock.now_ms()) / 1000
+            wait = max(wait, retry)
+            if wait > 0:
+                await clock.sleep(min(wait, _MAX_SLEEP_S))
+
+    async def run_once(self) -> list[SlotRun]:
+        """One pass at the clock's now: each schedule whose latest slot is not handled yet."""
+        return await self._pass(self._queue.clock.now_ms())
+
+    async def _pass(self, now: int) -> list[SlotRun]:
+        if not self._schedules:
+            return []
+        states = {state.name: state for state in await self._queue.store.schedule_list()}
+        runs: list[SlotRun] = []
+        for schedule in self._schedules:
+            run = await self._slot(schedule, states.get(schedule.name), now)
+            if run is not None:
+                runs.append(run)
+        return runs
+
+    async def _slot(
+        self, schedule: Schedule, state: ScheduleState | None, now: int
+    ) -> SlotRun | None:
+        slot = schedule.latest_slot(now)
+        last = None if state is None else state.last_slot_at
+        if last is not None and slot <= last:
+            return None
+        on_time = now - slot <= _GRACE_MS
+        # A schedule seen for the first time has missed nothing: only an on-time slot runs.
+        wanted = on_time or (last is not None and schedule.missed == "latest")
+        run = SlotRun(schedule.name, from_ms(slot), "missed" if not wanted else "enqueued")
+        if state is not None and state.paused_at is not None:
+            run = SlotRun(schedule.name, from_ms(slot), "paused")
+        elif wanted:
+            run = await self._enqueue(schedule, slot)
+        await self._queue.store.schedule_advance(schedule.name, slot, now)
+        if run.outcome in ("enqueued", "missed"):
+            logger.info(
+                "schedule %s slot %s %s",
+                schedule.name,
+                run.slot_at.isoformat(),
+                run.outcome,
+                extra={"schedule": schedule.name, "outcome": run.outcome},
+            )
+        return run
+
+    async def _enqueue(self, schedule: Schedule, slot: int) -> SlotRun:
+        at = from_ms(slot)
+        try:
+            result = await self._queue.enqueue(schedule.job, schedule.dispatch(slot))
+        except IdempotencyConflictError:
+            # Another scheduler enqueued this slot with a different payload (a deploy of a
+            # changed schedule racing the old one): the slot has its one job all the same.
+            return SlotRun(schedule.name, at, "repeat")
+        outcome: SlotOutcome = "repeat" if result.already_enqueued else "enqueued"
+        return SlotRun(schedule.name, at, outcome, result.job_id)

@@ -1,0 +1,222 @@
+"""The scheduler end to end on each database, time moved by a manual clock: exactly one job
+per slot with two schedulers racing (two queues on one database, as two hosts), the missed
+policies, pausing, a daylight-saving gap, and the worker's own scheduler loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from caravel import (
+    DatabaseQueue,
+    JobRegistry,
+    QueueWorker,
+    Schedule,
+    Scheduler,
+    SyncQueue,
+    ValidationError,
+    WorkerOptions,
+)
+from caravel.schedules import slot_key
+from caravel.testing import ManualClock
+from tests.support import Add, dispatch, inspector_of, noop, open_queue
+
+START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+def registry_with(*schedules: Schedule) -> JobRegistry:
+    registry = JobRegistry()
+    registry.register("tests.add.v1", Add, noop)
+    for schedule in schedules:
+        registry.schedule(schedule)
+    return registry
+
+
+def every_minute(missed: str = "skip") -> Schedule:
+    return Schedule(
+        "tick",
+        Add(7),
+        queue="default",
+        tenant_id="tenant-a",
+        cron="* * * * *",
+        missed=missed,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+@pytest.fixture
+async def two_queues(
+    db_url: str, clock: ManualClock
+) -> AsyncIterator[tuple[DatabaseQueue, DatabaseQueue]]:
+    registry = registry_with(every_minute())
+    async with (
+        open_queue(db_url, registry, clock=clock) as first,
+        open_queue(db_url, registry, clock=clock) as second,
+    ):
+        yield first, second
+
+
+async def jobs_of(queue: DatabaseQueue) -> int:
+    return len(await inspector_of(queue).list_jobs(queue="default", limit=1000))
+
+
+async def until_jobs(queue: DatabaseQueue, count: int) -> None:
+    """Return once ``queue`` has ``count`` jobs (the caller bounds the wait)."""
+    while await jobs_of(queue) < count:  # noqa: ASYNC110 - rows in the database, no event
+        await asyncio.sleep(0.01)
+
+
+async def test_racing_schedulers_enqueue_one_job_per_slot(
+    two_queues: tuple[DatabaseQueue, DatabaseQueue], clock: ManualClock
+) -> None:
+    first, second = two_queues
+    schedulers = [Scheduler(q, q.registry.schedules) for q in two_queues]
+    enqueued: list[str] = []
+    for _ in range(12):
+        passes = await asyncio.gather(*(s.run_once() for s in schedulers))
+        runs = [run for one in passes for run in one]
+        enqueued += [run.slot_at.isoformat() for run in runs if run.outcome == "enqueued"]
+        # Whoever lost the race saw its slot's job already there, or nothing left to do.
+        assert {run.outcome for run in runs} <= {"enqueued", "repeat"}
+        assert len({run.job_id for run in runs}) == 1
+        await clock.advance(MINUTE)
+    assert len(enqueued) == len(set(enqueued)) == 12
+    assert await jobs_of(first) == 12
+    # The slot's key settles a late repeat by hand too.
+    again = await first.enqueue(Add(7), dispatch(slot_key("tick", int(START.timestamp() * 1000))))
+    assert again.already_enqueued
+    assert (await first.store.schedule_list())[0].last_slot_at == clock.now_ms() - 60_000
+    assert await jobs_of(second) == 12
+
+
+@pytest.mark.parametrize("missed", ["skip", "latest"])
+async def test_missed_slots_never_come_as_a_burst(
+    db_url: str, clock: ManualClock, missed: str
+) -> None:
+    hourly = Schedule("hourly", Add(1), queue="default", cron="@hourly", missed=missed)  # type: ignore[arg-type]
+    async with open_queue(db_url, registry_with(hourly), clock=clock) as queue:
+        scheduler = Scheduler(queue, queue.registry.schedules)
+        assert [r.outcome for r in await scheduler.run_once()] == ["enqueued"]
+        # Every scheduler is down for three hours; found 30 s late, the slot is still on time.
+        await clock.advance(timedelta(hours=3, seconds=30))
+        (run,) = await scheduler.run_once()
+        assert (run.outcome, run.slot_at) == ("enqueued", START + timedelta(hours=3))
+        # Down again; found ten minutes late, the slot is missed, or run once under "latest".
+        await clock.advance(timedelta(hours=2, minutes=10))
+        (run,) = await scheduler.run_once()
+        assert run.slot_at == START + timedelta(hours=5)
+        assert run.outcome == ("missed" if missed == "skip" else "enqueued")
+        assert await scheduler.run_once() == []
+        assert await jobs_of(queue) == (2 if missed == "skip" else 3)
+        # The next slot runs as usual.
+        await clock.set(START + timedelta(hours=6))
+        assert [r.outcome for r in await scheduler.run_once()] == ["enqueued"]
+
+
+async def test_a_schedule_seen_first_late_has_missed_nothing(
+    db_url: str, clock: ManualClock
+) -> None:
+    await clock.advance(timedelta(minutes=6))
+    hourly = Schedule("hourly", Add(1), queue="default", cron="@hourly", missed="latest")
+    registry = registry_with(hourly)
+    async with open_queue(db_url, registry, clock=clock) as queue:
+        (run,) = await Scheduler(queue, registry.schedules).run_once()
+        assert run.outcome == "missed"  # 12:00 was six minutes ago, before it was known
+
+
+async def test_a_paused_schedule_passes_its_slots_over_until_resumed(
+    two_queues: tuple[DatabaseQueue, DatabaseQueue], clock: ManualClock
+) -> None:
+    first, second = two_queues
+    scheduler = Scheduler(second, second.registry.schedules)
+    assert await first.pause_schedule("tick") is True
+    assert await first.pause_schedule("tick") is False
+    for _ in range(3):
+        assert [r.outcome for r in await scheduler.run_once()] == ["paused"]
+        await clock.advance(MINUTE)
+    assert await jobs_of(first) == 0
+    assert await first.resume_schedule("tick") is True
+    assert await first.resume_schedule("tick") is False
+    # The slots passed over stay passed over; the current one runs.
+    (run,) = await scheduler.run_once()
+    assert (run.outcome, run.slot_at) == ("enqueued", START + 3 * MINUTE)
+    assert await jobs_of(first) == 1
+
+
+async def test_a_slot_in_the_spring_gap_runs_once_at_the_jump(db_url: str) -> None:
+    clock = ManualClock(datetime(2026, 3, 29, 0, 55, tzinfo=UTC))
+    nightly = Schedule(
+        "nightly", Add(1), queue="default", cron="30 2 * * *", timezone="Europe/Berlin"
+    )
+    registry = registry_with(nightly)
+    async with open_queue(db_url, registry, clock=clock) as queue:
+        scheduler = Scheduler(queue, registry.schedules)
+        runs = []
+        for _ in range(20):  # 00:55 to 01:15 UTC, across the jump at 01:00 UTC
+            runs += await scheduler.run_once()
+            await clock.advance(MINUTE)
+        # The first pass found yesterday's slot, long gone: passed over, as a new schedule's.
+        assert [(r.outcome, r.slot_at) for r in runs] == [
+            ("missed", datetime(2026, 3, 28, 1, 30, tzinfo=UTC)),
+            ("enqueued", datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
+        ]
+
+
+async def test_the_worker_runs_the_scheduler_on_the_queue_clock(
+    db_url: str, clock: ManualClock
+) -> None:
+    registry = registry_with(every_minute())
+    async with open_queue(db_url, registry, clock=clock) as queue:
+        worker = QueueWorker(queue, options=WorkerOptions(poll_interval=timedelta(seconds=60)))
+        running = asyncio.create_task(worker.run("default"))
+        try:
+            async with asyncio.timeout(10):
+                await until_jobs(queue, 1)
+                await clock.advance(MINUTE)
+                await until_jobs(queue, 2)
+        finally:
+            worker.stop(immediate=True)
+            await running
+        off = QueueWorker(queue, options=WorkerOptions(schedules=False))
+        assert off.options.schedules is False
+
+
+def test_the_sync_queue_pauses_and_resumes_a_schedule(db_url: str) -> None:
+    with SyncQueue(db_url, registry_with()) as queue:
+        assert queue.pause_schedule("tick") is True
+        assert queue.pause_schedule("tick") is False
+        assert queue.resume_schedule("tick") is True
+        assert queue.resume_schedule("tick") is False
+        with pytest.raises(ValidationError) as caught:
+            queue.pause_schedule("Not A Name")
+        assert caught.value.field == "name"
+
+
+async def test_two_running_workers_make_one_job_per_slot(db_url: str, clock: ManualClock) -> None:
+    registry = registry_with(every_minute())
+    quiet = WorkerOptions(poll_interval=timedelta(seconds=60))
+    async with (
+        open_queue(db_url, registry, clock=clock) as first,
+        open_queue(db_url, registry, clock=clock) as second,
+    ):
+        workers = [QueueWorker(q, options=quiet) for q in (first, second)]
+        running = [asyncio.create_task(w.run("default")) for w in workers]
+        try:
+            async with asyncio.timeout(20):
+                for slots in range(1, 6):
+                    await until_jobs(first, slots)
+                    await clock.advance(MINUTE)
+                await until_jobs(first, 6)
+        finally:
+            for worker in workers:
+                worker.stop(immediate=True)
+            await asyncio.gather(*running)
+        assert await jobs_of(first) == 6
