@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from caravel.batches import BatchResult, BatchStatus
     from caravel.cancelling import MatchedJobs
+    from caravel.chains import ChainResult, ChainStatus
     from caravel.clock import Clock, SystemClock
-    from caravel.context import JobContext
+    from caravel.context import BatchOutcome, JobContext
     from caravel.directives import Discard, Snooze
     from caravel.errors import (
         CaravelError,
@@ -61,6 +63,11 @@ if TYPE_CHECKING:
 
 #: Where each public name lives.
 _HOMES = {
+    "BatchResult": "caravel.batches",
+    "BatchStatus": "caravel.batches",
+    "ChainResult": "caravel.chains",
+    "ChainStatus": "caravel.chains",
+    "BatchOutcome": "caravel.context",
     "MatchedJobs": "caravel.cancelling",
     "Clock": "caravel.clock",
     "SystemClock": "caravel.clock",
@@ -130,8 +137,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_TENANT",
+    "BatchOutcome",
+    "BatchResult",
+    "BatchStatus",
     "CancelOutcome",
     "CaravelError",
+    "ChainResult",
+    "ChainStatus",
     "ClaimedJob",
     "Clock",
     "DatabaseNotFoundError",

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from caravel.errors import JobCancelledError
 
-__all__ = ["CancellationSignal", "JobContext"]
+__all__ = ["BatchOutcome", "CancellationSignal", "JobContext", "handed"]
 
 ScopeT = TypeVar("ScopeT")
 
@@ -48,6 +49,37 @@ class CancellationSignal:
         return self._event.wait(timeout)
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What a batch's callback is handed (:attr:`JobContext.batch`): the batch's counts when
+    its last job finished (``failed`` counts the dead-lettered ones)."""
+
+    batch_id: UUID
+    total: int
+    completed: int
+    failed: int
+    cancelled: int
+
+
+def handed(upstream: str | None) -> tuple[Any, BatchOutcome | None]:
+    """The previous step's result and the batch outcome in a job's stored ``upstream`` (JSON
+    the database wrote when it released the job)."""
+    if upstream is None:
+        return None, None
+    found = json.loads(upstream)
+    batch = found.get("batch")
+    if batch is None:
+        return found.get("result"), None
+    outcome = BatchOutcome(
+        batch_id=UUID(str(batch["batch_id"])),
+        total=int(batch["total"]),
+        completed=int(batch["completed"]),
+        failed=int(batch["dead_letter"]),
+        cancelled=int(batch["cancelled"]),
+    )
+    return None, outcome
+
+
 @dataclass(kw_only=True, slots=True, eq=False)
 class JobContext(Generic[ScopeT]):
     """The stored identity of the job being run, and its cancellation signal.
@@ -70,6 +102,11 @@ class JobContext(Generic[ScopeT]):
     max_attempts: int
     scope: ScopeT
     cancelled: CancellationSignal = field(default_factory=CancellationSignal)
+    previous_result: Any = None
+    """For a chain's later step: what the step before it returned (decoded from its stored
+    JSON); ``None`` for other jobs, or when that step returned ``None``."""
+    batch: BatchOutcome | None = None
+    """For a batch's callback: the batch's counts when its last job finished."""
 
     @property
     def is_cancelled(self) -> bool:

@@ -214,6 +214,19 @@ class JobStatus:
     pending_key: str | None = None
     """The job's pending key (see :attr:`DispatchOptions.pending_key`), while it holds one: a
     job that returned to ready while another was pending under its key gave it up."""
+    chain_id: UUID | None = None
+    """The chain this job is a step of (the id of its first step), if any."""
+    chain_step: int | None = None
+    """Its place in the chain, from 0."""
+    batch_id: UUID | None = None
+    """The batch this job is a member of, if any."""
+
+    @property
+    def held(self) -> bool:
+        """Whether the job waits to be released: a chain step whose previous step has not
+        completed, or a batch callback whose batch has not finished. Its state is ``ready``
+        and its due time the far future (9999-12-31) until the database releases it."""
+        return self.state is JobState.READY and self.due_at.year == 9999
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +259,9 @@ class ClaimedJob:
     trace_context: str | None
     snoozes: int = 0
     priority: int = 0
+    upstream: str | None = None
+    """What the database handed this job when it released it (JSON): see
+    :attr:`~caravel.JobContext.previous_result` and :attr:`~caravel.JobContext.batch`."""
 
     @property
     def job_id(self) -> UUID:

@@ -8,8 +8,11 @@ validation always fits its column. Changing one here needs a migration.
 from __future__ import annotations
 
 __all__ = [
+    "HELD_DUE_AT",
     "MAX_ATTEMPTS",
+    "MAX_BATCH_JOBS",
     "MAX_CATEGORY_LENGTH",
+    "MAX_CHAIN_STEPS",
     "MAX_ERROR_CLASS_LENGTH",
     "MAX_HOST_LENGTH",
     "MAX_JSON_DEPTH",
@@ -74,3 +77,11 @@ MAX_PRIORITY = 100
 #: once it has waited longer than the difference times this. The claim index is built on it:
 #: changing it needs a migration.
 PRIORITY_AGING_MS = 6_000
+#: The due time of a job that waits for something before it may run (a chain's later step, a
+#: batch's callback): 9999-12-31T23:59:59Z, past any claim's horizon. The database releases it
+#: (sets its due time to the moment of release) in the transaction that finishes what it waits for.
+HELD_DUE_AT = 253_402_300_799_000
+#: Steps in one chain (its first job included).
+MAX_CHAIN_STEPS = 100
+#: Jobs in one batch (its callback not counted).
+MAX_BATCH_JOBS = 10_000

@@ -13,14 +13,14 @@ from caravel.validation import check_identifier, check_queue_name
 __all__ = ["job_ref", "parse_job_id"]
 
 
-def parse_job_id(value: object) -> UUID:
-    """A job id given as a :class:`~uuid.UUID` or its text."""
+def parse_job_id(value: object, field: str = "job_id") -> UUID:
+    """A job (or chain, or batch) id given as a :class:`~uuid.UUID` or its text."""
     if isinstance(value, UUID):
         return value
     try:
         return UUID(str(value))
     except ValueError:
-        raise ValidationError("job_id", "must be a UUID") from None
+        raise ValidationError(field, "must be a UUID") from None
 
 
 def job_ref(job_id: object, queue: object, tenant_id: object) -> JobRef:

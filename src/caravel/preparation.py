@@ -24,7 +24,14 @@ from caravel.registry import JobRegistration, JobRegistry
 from caravel.store.protocol import NewJob
 from caravel.tags import stored_tags
 
-__all__ = ["prepare_job", "prepare_jobs"]
+__all__ = ["dispatch_of", "prepare_job", "prepare_jobs"]
+
+
+def dispatch_of(item: object, field: str) -> DispatchOptions:
+    """The options of a ``(job, DispatchOptions)`` pair given as ``field``."""
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], DispatchOptions):
+        return item[1]
+    raise ValidationError(field, "must be a (job, DispatchOptions) pair")
 
 
 def prepare_job(

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
+from caravel.batches import BatchResult, BatchStatus, batch_status, prepare_batch
+from caravel.chains import ChainResult, ChainStatus, chain_status, prepare_chain
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
 from caravel.jobs import (
@@ -26,7 +28,7 @@ from caravel.jobs import (
     JobState,
     JobStatus,
 )
-from caravel.lookup import job_ref
+from caravel.lookup import job_ref, parse_job_id
 from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
@@ -36,7 +38,7 @@ from caravel.signals import WakeupHub
 from caravel.store import open_store
 from caravel.store.protocol import InsertResult, NewJob, Store
 from caravel.store.prunes import PruneBatch
-from caravel.validation import check_queue_name, check_schedule_name
+from caravel.validation import check_identifier, check_queue_name, check_schedule_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -168,6 +170,53 @@ class DatabaseQueue(AsyncClosing):
                 }
             )
         return [EnqueueResult(o.job_id, not o.inserted, o.replaced) for o in outcomes]
+
+    # ----- chains and batches --------------------------------------------------------------
+
+    async def enqueue_chain(self, steps: Iterable[tuple[object, DispatchOptions]]) -> ChainResult:
+        """Save a chain: jobs that run one after another, each once the one before it has
+        completed, handed that one's result (:attr:`~caravel.JobContext.previous_result`). All
+        steps are saved now, in one transaction; a dead-lettered or cancelled step stops the
+        chain, and replaying it resumes. An idempotency key on the first step makes the whole
+        chain idempotent (see :mod:`caravel.chains` for the rules)."""
+        linked = prepare_chain(self.registry, self.options, list(steps), self.clock.now_ms())
+        ids, created = await self.store.chain_insert(linked)
+        if created:
+            self.wakeups.notify({linked[0].job.queue})
+        return ChainResult(ids[0], ids, already_enqueued=not created)
+
+    async def get_chain(
+        self, chain_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> ChainStatus | None:
+        """A chain's steps and state, for this exact tenant; ``None`` when there is none."""
+        found = parse_job_id(chain_id, "chain_id")
+        tenant = check_identifier(tenant_id, "tenant_id")
+        return chain_status(found, await self.store.chain_steps(found, tenant))
+
+    async def enqueue_batch(
+        self,
+        jobs: Iterable[tuple[object, DispatchOptions]],
+        *,
+        callback: tuple[object, DispatchOptions] | None = None,
+    ) -> BatchResult:
+        """Save a batch of jobs, and ``callback``, a job that runs once when every one of them
+        has finished, handed their counts (:attr:`~caravel.JobContext.batch`). One
+        transaction; follow it with :meth:`get_batch`."""
+        batch, members, held = prepare_batch(
+            self.registry, self.options, list(jobs), callback, self.clock.now_ms()
+        )
+        await self.store.batch_insert(batch, members, held)
+        self.wakeups.notify({member.job.queue for member in members})
+        return BatchResult(batch.id, [m.job.id for m in members], batch.callback_id)
+
+    async def get_batch(
+        self, batch_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> BatchStatus | None:
+        """How a batch stands (total, pending, completed, failed, cancelled), for this exact
+        tenant; ``None`` when there is none."""
+        found = parse_job_id(batch_id, "batch_id")
+        record = await self.store.batch_get(found, check_identifier(tenant_id, "tenant_id"))
+        return None if record is None else batch_status(record)
 
     # ----- status and replay ---------------------------------------------------------------
 

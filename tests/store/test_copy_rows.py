@@ -86,6 +86,12 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "pruned_at": None,
         # Not carried by NewJob yet (revision 0007 added the column).
         "pending_key": None,  # these jobs have none
+        # A chain's or batch's links: never set by a plain insert.
+        "chain_id": None,
+        "chain_step": None,
+        "chain_next": None,
+        "batch_id": None,
+        "upstream": None,
     }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}

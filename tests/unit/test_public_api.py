@@ -12,8 +12,13 @@ import caravel
 
 PUBLIC_NAMES = [
     "DEFAULT_TENANT",
+    "BatchOutcome",
+    "BatchResult",
+    "BatchStatus",
     "CancelOutcome",
     "CaravelError",
+    "ChainResult",
+    "ChainStatus",
     "ClaimedJob",
     "Clock",
     "DatabaseNotFoundError",

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import claims, outcomes, queries
-from caravel.store.inserts_sql import SqlInserts
+from caravel.store.links_sql import SqlLinks
 from caravel.store.pausing import PausingStore
 from caravel.store.pending_sql import returning_key, with_key_given_up
 from caravel.store.plans import run_plan
@@ -61,7 +61,7 @@ class SqlStore(
     PausingStore[ConnectionT],
     ScheduleStateStore[ConnectionT],
     SqlRemoval[ConnectionT],
-    SqlInserts[ConnectionT],
+    SqlLinks[ConnectionT],
     WorkerRegistry[ConnectionT],
 ):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
@@ -103,9 +103,13 @@ class SqlStore(
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         source = request.source
         stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
-        async with self._write("job_claim", single=True) as conn:
-            rows = (await conn.execute(stmt, self._claim_params(request, request.now))).all()
-        return claimed_from_rows(rows)
+        params = self._claim_params(request, request.now)
+
+        async def run() -> list[Any]:
+            async with self._write("job_claim", single=True) as conn:
+                return list((await conn.execute(stmt, params)).all())
+
+        return claimed_from_rows(await self._deadlock_retried(run))
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
         """Rows still held by the leases bound as ``b_ids``/``b_pairs``: same id, same token,
@@ -144,15 +148,19 @@ class SqlStore(
         plain, valued = outcomes.split_results(leases, results)
         stmt = self._statement("complete", self._complete_statement)
         with_result = self._statement("complete_result", self._complete_result_statement)
-        done: set[UUID] = set()
-        async with self._write("job_complete", durable=durable) as conn:
-            if plain:
-                params = {**self._held_params(plain), "b_now": now}
-                done.update((await conn.execute(stmt, params)).scalars())
-            for lease, text in valued:
-                params = {**self._held_params([lease]), "b_now": now, "b_result": text}
-                done.update((await conn.execute(with_result, params)).scalars())
-        return done
+
+        async def run() -> set[UUID]:
+            done: set[UUID] = set()
+            async with self._write("job_complete", durable=durable) as conn:
+                if plain:
+                    params = {**self._held_params(plain), "b_now": now}
+                    done.update((await conn.execute(stmt, params)).scalars())
+                for lease, text in valued:
+                    params = {**self._held_params([lease]), "b_now": now, "b_result": text}
+                    done.update((await conn.execute(with_result, params)).scalars())
+            return done
+
+        return await self._deadlock_retried(run)
 
     async def job_snooze_many(
         self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
@@ -191,7 +199,9 @@ class SqlStore(
                     done.update((await conn.execute(stmt, held)).scalars())
             return done
 
-        return await with_key_given_up(run, self._is_pending_conflict)
+        return await self._deadlock_retried(
+            lambda: with_key_given_up(run, self._is_pending_conflict)
+        )
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         stmt = queries.renew(self._held_clause(), now, expires_at)

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from caravel import telemetry
 from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
+from caravel.store.links import BatchRecord, LinkedJob, NewBatch
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -245,6 +246,28 @@ class InstrumentedStore:
     async def schedule_resume(self, name: str, now: int) -> bool:
         with self._span("schedule_resume"):
             return await self.inner.schedule_resume(name, now)
+
+    async def chain_insert(self, steps: Sequence[LinkedJob]) -> tuple[list[UUID], bool]:
+        with self._span("chain_insert"):
+            return await self.inner.chain_insert(steps)
+
+    async def batch_insert(
+        self, batch: NewBatch, members: Sequence[LinkedJob], callback: LinkedJob | None
+    ) -> None:
+        with self._span("batch_insert"):
+            await self.inner.batch_insert(batch, members, callback)
+
+    async def chain_steps(self, chain_id: UUID, tenant_id: str | None) -> list[JobStatus]:
+        with self._span("chain_steps"):
+            return await self.inner.chain_steps(chain_id, tenant_id)
+
+    async def batch_get(self, batch_id: UUID, tenant_id: str | None) -> BatchRecord | None:
+        with self._span("batch_get"):
+            return await self.inner.batch_get(batch_id, tenant_id)
+
+    async def batch_list(self, limit: int, offset: int = 0) -> list[BatchRecord]:
+        with self._span("batch_list"):
+            return await self.inner.batch_list(limit, offset)
 
     async def worker_register(self, worker: WorkerRecord) -> None:
         with self._span("worker_register"):

@@ -17,6 +17,7 @@ from typing import Protocol
 from uuid import UUID
 
 from caravel.jobs import JobStatus, Lease
+from caravel.store.links import LinkReads, LinkWrites
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore
 from caravel.store.values import (
@@ -72,7 +73,7 @@ __all__ = [
 ]
 
 
-class ReadStore(Protocol):
+class ReadStore(LinkReads, Protocol):
     """The operations that only read: what operators look at. A store opened for reading
     (:func:`~caravel.store.open_reader`) offers only these, on a connection the database itself
     keeps read-only."""
@@ -128,7 +129,7 @@ class ReadStore(Protocol):
         ...
 
 
-class Store(ReadStore, RemovalStore, Protocol):
+class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
     """Every queue operation on one database."""
 
     #: Whether :meth:`wakeups` pushes enqueues from other processes (PostgreSQL's NOTIFY, the

@@ -66,6 +66,7 @@ def _tombstone(state: str) -> sa.Update:
             pruned_at=sa.bindparam("b_now"),
             updated_at=sa.bindparam("b_now"),
             result=None,
+            upstream=None,
             tags=None,
             trace_context=None,
             last_failure=None,

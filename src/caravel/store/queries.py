@@ -208,6 +208,8 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
     if where.tag is not None:
         # LIKE '%,tag,%' with '_' escaped: the stored ",a,b," matches whole tags only.
         conditions.append(jobs.c.tags.contains(f",{where.tag},", autoescape=True))
+    if where.batch_id is not None:
+        conditions.append(jobs.c.batch_id == where.batch_id)
     order = (
         (jobs.c.created_at.asc(), jobs.c.id.asc())
         if where.oldest_first

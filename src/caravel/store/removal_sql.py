@@ -110,8 +110,12 @@ class SqlRemoval(SqlTransactions[ConnectionT]):
 
     async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
         where = _batch(selected(selection, deleting=False), limit)
-        async with self._write("job_cancel_many") as conn:
-            return len(await self._cancel_rows(conn, cancel(where, now)))
+
+        async def run() -> int:
+            async with self._write("job_cancel_many") as conn:
+                return len(await self._cancel_rows(conn, cancel(where, now)))
+
+        return await self._deadlock_retried(run)
 
     async def job_delete(self, ref: JobRef) -> bool:
         async with self._write("job_delete", single=True) as conn:

@@ -10,6 +10,8 @@ from typing import Any
 
 from caravel.clock import from_ms
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+from caravel.limits import HELD_DUE_AT
+from caravel.store.links import BatchRecord, LinkedJob
 from caravel.store.protocol import (
     ClaimBatch,
     NewJob,
@@ -23,10 +25,12 @@ from caravel.tags import tags_from
 __all__ = [
     "CLAIM_RETURNING",
     "STATUS_COLUMNS",
+    "batch_from_row",
     "claimed_from_rows",
     "counts_from_row",
     "job_row",
     "job_row_columns",
+    "linked_row",
     "status_from_row",
     "throughput_from_row",
     "worker_from_row",
@@ -57,6 +61,9 @@ STATUS_COLUMNS = (
     jobs.c.snoozes,
     jobs.c.priority,
     jobs.c.pending_key,
+    jobs.c.chain_id,
+    jobs.c.chain_step,
+    jobs.c.batch_id,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -76,6 +83,7 @@ CLAIM_RETURNING = (
     jobs.c.trace_context,
     jobs.c.snoozes,
     jobs.c.priority,
+    jobs.c.upstream,
 )
 
 
@@ -106,6 +114,9 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         priority=row.priority,
         result=None if result is None else json.loads(result),
         pending_key=row.pending_key,
+        chain_id=row.chain_id,
+        chain_step=row.chain_step,
+        batch_id=row.batch_id,
     )
 
 
@@ -117,7 +128,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
     dead = 0
     for row in rows:
         (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
-         started, due, trace, snoozes, priority) = row  # fmt: skip
+         started, due, trace, snoozes, priority, upstream) = row  # fmt: skip
         if state != RUNNING:
             dead += 1
             continue
@@ -140,6 +151,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
                 trace_context=trace,
                 snoozes=snoozes,
                 priority=priority,
+                upstream=upstream,
             )
         )
     claimed.sort(key=lambda job: claim_rank_of(job.due_at_ms, job.priority))
@@ -201,6 +213,34 @@ def worker_row(worker: WorkerRecord) -> dict[str, Any]:
 def job_row_columns() -> tuple[str, ...]:
     """The columns :func:`job_row` fills, in its order."""
     return _JOB_ROW_COLUMNS
+
+
+def linked_row(linked: LinkedJob) -> dict[str, Any]:
+    """The row of a chain step or batch job: the job's own, with its links, and held (see
+    :data:`~caravel.limits.HELD_DUE_AT`) while it waits for a release."""
+    row = job_row(linked.job)
+    if linked.held:
+        row["due_at"] = row["available_at"] = HELD_DUE_AT
+    row["chain_id"] = linked.chain_id
+    row["chain_step"] = linked.chain_step
+    row["chain_next"] = linked.chain_next
+    row["batch_id"] = linked.batch_id
+    return row
+
+
+def batch_from_row(row: Any) -> BatchRecord:
+    return BatchRecord(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        total=row.total,
+        completed=row.completed,
+        dead_letter=row.dead_letter,
+        cancelled=row.cancelled,
+        callback_id=row.callback_id,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        updated_at=row.updated_at,
+    )
 
 
 def job_row(job: NewJob) -> dict[str, Any]:

@@ -35,12 +35,14 @@ from caravel.limits import (
 )
 
 __all__ = [
+    "BATCHES_TABLE",
     "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
     "QUEUES_TABLE",
     "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
+    "batches",
     "claim_rank",
     "claim_rank_of",
     "include_object",
@@ -97,6 +99,16 @@ jobs = sa.Table(
     # "One pending per key": at most one ready (waiting, delayed or retrying) job per queue,
     # tenant and key; unlike the idempotency key it frees up once the job is claimed.
     sa.Column("pending_key", sa.String(MAX_KEY_LENGTH), nullable=True),
+    # A chain's steps share the first step's id as ``chain_id``, numbered from 0 by
+    # ``chain_step``; ``chain_next`` is the step after this one, held until this one completes.
+    sa.Column("chain_id", sa.Uuid(), nullable=True),
+    sa.Column("chain_step", sa.Integer(), nullable=True),
+    sa.Column("chain_next", sa.Uuid(), nullable=True),
+    # The batch this job belongs to (its callback is not a member: the batch row names it).
+    sa.Column("batch_id", sa.Uuid(), nullable=True),
+    # What the database handed a released job (JSON): ``{"result": ...}``, the previous chain
+    # step's result, or ``{"batch": {...}}``, a batch callback's counts.
+    sa.Column("upstream", sa.Text(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -142,6 +154,20 @@ jobs = sa.Table(
         unique=True,
         postgresql_where=sa.text("pending_key IS NOT NULL AND state = 'ready'"),
         sqlite_where=sa.text("pending_key IS NOT NULL AND state = 'ready'"),
+    ),
+    sa.Index(
+        "ix_caravel_jobs_chain",
+        "chain_id",
+        "chain_step",
+        postgresql_where=sa.text("chain_id IS NOT NULL"),
+        sqlite_where=sa.text("chain_id IS NOT NULL"),
+    ),
+    sa.Index(
+        "ix_caravel_jobs_batch",
+        "batch_id",
+        "state",
+        postgresql_where=sa.text("batch_id IS NOT NULL"),
+        sqlite_where=sa.text("batch_id IS NOT NULL"),
     ),
     # Finished jobs by queue and state: queue counts read at most a bounded stretch of it, never
     # the finished rows themselves (see queries.counts).
@@ -236,4 +262,28 @@ schedules = sa.Table(
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint("name", name="pk_caravel_schedules"),
+)
+
+BATCHES_TABLE = "caravel_batches"
+
+#: One row per batch: how many jobs it has and how many of them finished in each end state,
+#: kept by a trigger on the jobs table in the transaction of every finish (and of a replay,
+#: which takes one back), and the callback job it releases when the last one finishes.
+batches = sa.Table(
+    BATCHES_TABLE,
+    metadata,
+    sa.Column("id", sa.Uuid(), nullable=False),
+    sa.Column("tenant_id", sa.String(MAX_KEY_LENGTH), nullable=False),
+    sa.Column("total", sa.Integer(), nullable=False),
+    sa.Column("completed", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    sa.Column("dead_letter", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    sa.Column("cancelled", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    sa.Column("callback_id", sa.Uuid(), nullable=True),
+    sa.Column("created_at", sa.BigInteger(), nullable=False),
+    # When every job had finished the first time (the callback's release); a replay after it
+    # moves the counts but never releases the callback again.
+    sa.Column("finished_at", sa.BigInteger(), nullable=True),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint("id", name="pk_caravel_batches"),
+    sa.Index("ix_caravel_batches_created", "created_at"),
 )

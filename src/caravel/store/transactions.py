@@ -9,7 +9,7 @@ supply the transaction itself and what their errors mean.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -30,6 +30,10 @@ class Connection(Protocol):
 
 
 ConnectionT = TypeVar("ConnectionT", bound=Connection)
+T = TypeVar("T")
+
+#: How often an operation is tried when it keeps losing deadlocks.
+_DEADLOCK_TRIES = 4
 
 
 class SqlTransactions(Generic[ConnectionT]):
@@ -46,6 +50,25 @@ class SqlTransactions(Generic[ConnectionT]):
     def _is_schema_missing(self, exc: BaseException) -> bool:
         """Whether a driver error means the queue's tables or columns are missing."""
         return False
+
+    def _is_deadlock(self, exc: BaseException) -> bool:
+        """Whether a driver error means the database rolled the transaction back to break a
+        deadlock (never, with one writer at a time)."""
+        return False
+
+    async def _deadlock_retried(self, run: Callable[[], Awaitable[T]]) -> T:
+        """``run()``, run again when the database picked its transaction as a deadlock's
+        victim. Finishing jobs of two batches locks their counts' rows in the order the jobs
+        are updated, so two transactions can each hold the row the other waits for; the one
+        rolled back has changed nothing, and its second try finds the other one committed."""
+        for attempt in range(_DEADLOCK_TRIES):
+            try:
+                return await run()
+            except StoreError as exc:
+                cause = exc.__cause__
+                if attempt + 1 == _DEADLOCK_TRIES or cause is None or not self._is_deadlock(cause):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _transaction(
         self, *, readonly: bool, durable: bool = True, single: bool = False

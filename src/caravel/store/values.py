@@ -257,6 +257,8 @@ class JobFilter:
     now: int = 0
     tag: str | None = None
     """Only jobs carrying this tag (exactly: a tag never matches inside another)."""
+    batch_id: UUID | None = None
+    """Only the members of this batch."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,7 +145,8 @@ async def _due_now(queue: DatabaseQueue, name: str) -> bool:
 
 async def next_due_ms(store: Store, queues: Sequence[str], now: int) -> int | None:
     """The next moment after ``now`` when a job of ``queues`` becomes claimable: a waiting job's
-    due time, or a running job's lease end. ``None`` when nothing waits."""
+    due time, or a running job's lease end. ``None`` when nothing waits. Held jobs (a chain's
+    later steps, a batch's callback) wait for the jobs that release them, not for a time."""
     found: int | None = None
     for name in queues:
         for state in (JobState.READY, JobState.RUNNING):
@@ -155,7 +156,7 @@ async def next_due_ms(store: Store, queues: Sequence[str], now: int) -> int | No
                 page = await store.job_list(where)
                 for status in page:
                     moment = status.due_at if state is JobState.READY else status.lease_expires_at
-                    if moment is None:
+                    if moment is None or status.held:  # a held job waits for a release
                         continue
                     at = to_ms_ceil(moment)
                     if at > now and (found is None or at < found):

@@ -29,7 +29,7 @@ from typing import Any
 from caravel import telemetry
 from caravel.clock import Clock, duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
-from caravel.context import JobContext
+from caravel.context import JobContext, handed
 from caravel.directives import Discard, Snooze
 from caravel.jobs import ClaimedJob, FailureCategory, Lease
 from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
@@ -174,6 +174,8 @@ class JobRunner:
             max_attempts=lease.max_attempts,
             scope=None,
         )
+        if claimed.upstream is not None:
+            context.previous_result, context.batch = handed(claimed.upstream)
         watched = self._watch.watch(lease, context)
         scope = self._scope() if self._scope is not None else nullcontext(None)
         returned: object = None

@@ -178,6 +178,8 @@ def _matches(row: JobRow, where: JobFilter) -> bool:
         return False
     if where.tag is not None and f",{where.tag}," not in (row.tags or ""):
         return False
+    if where.batch_id is not None and row.batch_id != where.batch_id:
+        return False
     return where.shown is None or (
         row.state != _PRUNED  # a tombstone is in no shown state
         and shown_state(row.state, row.due_at, row.lease_expires_at, where.now) == where.shown

@@ -17,6 +17,7 @@ from uuid import UUID
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
+from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.schedules import MemorySchedules
@@ -75,7 +76,7 @@ _SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
 }
 
 
-class MemoryStore(MemoryRemoval, MemorySchedules):
+class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLinks):
     """Every queue operation over one in-memory queue's tables, each atomic under their lock.
     Not durable, and per process (see the module docstring). Wake-ups within the process go
     through the queue's own hub, so :meth:`wakeups` has nothing to push."""
@@ -384,4 +385,5 @@ def _compact(row: JobRow, now: int) -> None:
     row.payload = ""
     row.pruned_at = row.updated_at = now
     row.result = row.tags = row.trace_context = row.last_failure = row.error_class = None
+    row.upstream = None
     row.cancel_requested_at = None

@@ -8,15 +8,17 @@ exactly as they turn a database row, and the two kinds of store cannot drift apa
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
+from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import NewJob
 from caravel.store.rows import job_row
 
-__all__ = ["JobRow", "Key", "Tables", "WorkerRow"]
+__all__ = ["BatchRow", "JobRow", "Key", "Tables", "WorkerRow"]
 
 #: An idempotency key's scope: (queue, tenant, key).
 Key = tuple[str, str, str]
@@ -54,6 +56,14 @@ class JobRow:
     pruned_at: int | None = None
     priority: int = 0
     pending_key: str | None = None
+    chain_id: UUID | None = None
+    chain_step: int | None = None
+    chain_next: UUID | None = None
+    batch_id: UUID | None = None
+    upstream: str | None = None
+    #: The state the tables last saw (see :meth:`Tables.track`): not a column, the trigger's
+    #: ``OLD.state``.
+    seen_state: str = "ready"
     #: Insertion order, as a SQLite rowid: what breaks a tie between jobs available at the
     #: same moment (the SQL stores' claim then takes them in the order they were stored).
     rowid: int = 0
@@ -68,6 +78,25 @@ class JobRow:
         if self.idempotency_key is None:
             return None
         return (self.queue, self.tenant_id, self.idempotency_key)
+
+
+@dataclass(slots=True)
+class BatchRow:
+    """One batch, column for column as ``caravel_batches`` holds it."""
+
+    id: UUID
+    tenant_id: str
+    total: int
+    callback_id: UUID | None
+    created_at: int
+    updated_at: int
+    completed: int = 0
+    dead_letter: int = 0
+    cancelled: int = 0
+    finished_at: int | None = None
+
+
+_END_STATES = ("completed", "dead_letter", "cancelled")
 
 
 @dataclass(slots=True)
@@ -103,10 +132,12 @@ class Tables:
         self.paused: dict[str, int] = {}
         #: ``caravel_schedules`` as name -> [last_slot_at, paused_at].
         self.schedules: dict[str, list[int | None]] = {}
+        self.batches: dict[UUID, BatchRow] = {}
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:
         row.rowid = next(self._rowids)
+        row.seen_state = row.state
         self.jobs[row.id] = row
         if row.key is not None:
             self.keys[row.key] = row.id
@@ -120,11 +151,51 @@ class Tables:
         self.live.get(row.queue, set()).discard(row.id)
 
     def track(self, row: JobRow) -> None:
-        """Keep the claim index in step with ``row.available_at`` after any change to it."""
+        """Keep the claim index in step with ``row.available_at`` after any change to it, and
+        release what waits for a change of its state, as the SQL stores' triggers do."""
+        if row.state != row.seen_state:
+            old, row.seen_state = row.seen_state, row.state
+            self._release(row, old)
         if row.available_at is None:
             self.live.get(row.queue, set()).discard(row.id)
         else:
             self.live.setdefault(row.queue, set()).add(row.id)
+
+    def _release(self, row: JobRow, old: str) -> None:
+        """What migration 0009's triggers do on a change of ``row``'s state from ``old``."""
+        if row.chain_next is not None and row.state == "completed":
+            result = row.result if row.result is not None else "null"
+            self._release_held(row.chain_next, row.updated_at, '{"result":' + result + "}")
+        batch = self.batches.get(row.batch_id) if row.batch_id is not None else None
+        if batch is None or row.state == "pruned":
+            return
+        if row.state not in _END_STATES and old not in _END_STATES:
+            return
+        for state in _END_STATES:
+            change = (row.state == state) - (old == state)
+            setattr(batch, state, getattr(batch, state) + change)
+        batch.updated_at = row.updated_at
+        if batch.finished_at is not None:
+            return
+        if batch.completed + batch.dead_letter + batch.cancelled == batch.total:
+            batch.finished_at = row.updated_at
+            if batch.callback_id is not None:
+                counts = {
+                    "batch_id": str(batch.id),
+                    "total": batch.total,
+                    "completed": batch.completed,
+                    "dead_letter": batch.dead_letter,
+                    "cancelled": batch.cancelled,
+                }
+                self._release_held(batch.callback_id, row.updated_at, json.dumps({"batch": counts}))
+
+    def _release_held(self, job_id: UUID, now: int, upstream: str) -> None:
+        held = self.jobs.get(job_id)
+        if held is None or held.state != "ready" or held.due_at != HELD_DUE_AT:
+            return
+        held.due_at = held.available_at = held.updated_at = now
+        held.upstream = upstream
+        self.track(held)
 
     def live_rows(self, queue: str) -> Iterator[JobRow]:
         jobs = self.jobs

@@ -124,6 +124,9 @@ class PostgresStore(InsertingStore):
         for queue in sorted(queues):
             yield Step(NOTIFY, {"queue": queue})
 
+    def _is_deadlock(self, exc: BaseException) -> bool:
+        return getattr(getattr(exc, "orig", exc), "sqlstate", None) == "40P01"
+
     def _is_pending_conflict(self, exc: BaseException) -> bool:
         diag = getattr(getattr(exc, "orig", exc), "diag", None)
         return getattr(diag, "constraint_name", None) == PENDING_INDEX

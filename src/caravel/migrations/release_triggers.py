@@ -1,0 +1,108 @@
+"""The triggers that release held jobs (migration 0009), per dialect: a chain's next step when
+its step completes, and a batch's callback when its last job finishes.
+
+They run inside the statement that changes a job's state, whichever operation that is (an
+acknowledgement, a claim that dead-letters an expired lease, a cancel, a replay), so what a job
+waits for and its release commit together or not at all. On PostgreSQL the release also sends
+the released job's queue its NOTIFY, delivered at that commit. A batch's counts are one row updated
+by every member's finish: concurrent finishers queue on its row lock, and exactly one of them
+sees the last count and releases the callback, which only a job still held can be (so a replay
+after the batch finished never releases it twice).
+"""
+
+from __future__ import annotations
+
+from caravel.limits import HELD_DUE_AT
+from caravel.store.postgresql.notifications import CHANNEL
+
+__all__ = ["POSTGRESQL_CREATE", "POSTGRESQL_DROP", "SQLITE_CREATE", "SQLITE_DROP"]
+
+_END_STATES = "('completed', 'dead_letter', 'cancelled')"
+#: The transitions that change a batch's counts: into or out of an end state (a prune's
+#: ``pruned`` keeps the count it had).
+_COUNTED = (
+    f"OLD.state <> NEW.state AND NEW.state <> 'pruned'"
+    f" AND (NEW.state IN {_END_STATES} OR OLD.state IN {_END_STATES})"
+)
+_CHAINED = "NEW.state = 'completed' AND OLD.state <> 'completed'"
+_HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
+_RELEASE = "due_at = NEW.updated_at, available_at = NEW.updated_at, updated_at = NEW.updated_at"
+_NEXT_STEP = (
+    f"UPDATE caravel_jobs SET {_RELEASE},"
+    " upstream = '{\"result\":' || COALESCE(NEW.result, 'null') || '}'"
+    f" WHERE id = NEW.chain_next AND {_HELD};"
+)
+
+
+def _delta(state: str, cast: str) -> str:
+    return f"{state} = {state} + (NEW.state = '{state}'){cast} - (OLD.state = '{state}'){cast}"
+
+
+def _counts(cast: str) -> str:
+    parts = ", ".join(_delta(state, cast) for state in ("completed", "dead_letter", "cancelled"))
+    return f"UPDATE caravel_batches SET {parts}, updated_at = NEW.updated_at"
+
+
+POSTGRESQL_CREATE = (
+    f"""
+CREATE FUNCTION caravel_jobs_release() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    b caravel_batches%ROWTYPE;
+    released VARCHAR;
+BEGIN
+    IF NEW.chain_next IS NOT NULL AND {_CHAINED} THEN
+        {_NEXT_STEP[:-1]} RETURNING queue INTO released;
+        IF FOUND THEN
+            PERFORM pg_notify('{CHANNEL}', released);
+        END IF;
+    END IF;
+    IF NEW.batch_id IS NOT NULL AND {_COUNTED} THEN
+        {_counts("::int")} WHERE id = NEW.batch_id RETURNING * INTO b;
+        IF FOUND AND b.finished_at IS NULL
+                AND b.completed + b.dead_letter + b.cancelled = b.total THEN
+            UPDATE caravel_batches SET finished_at = NEW.updated_at WHERE id = b.id;
+            UPDATE caravel_jobs SET {_RELEASE},
+                upstream = json_build_object('batch', json_build_object(
+                    'batch_id', b.id, 'total', b.total, 'completed', b.completed,
+                    'dead_letter', b.dead_letter, 'cancelled', b.cancelled))::text
+            WHERE id = b.callback_id AND {_HELD} RETURNING queue INTO released;
+            IF FOUND THEN
+                PERFORM pg_notify('{CHANNEL}', released);
+            END IF;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$
+""",
+    "CREATE TRIGGER caravel_jobs_release AFTER UPDATE OF state ON caravel_jobs FOR EACH ROW"
+    f" WHEN ((NEW.chain_next IS NOT NULL AND {_CHAINED})"
+    f" OR (NEW.batch_id IS NOT NULL AND {_COUNTED}))"
+    " EXECUTE FUNCTION caravel_jobs_release()",
+)
+POSTGRESQL_DROP = (
+    "DROP TRIGGER IF EXISTS caravel_jobs_release ON caravel_jobs",
+    "DROP FUNCTION IF EXISTS caravel_jobs_release()",
+)
+
+_FINISHED_NOW = (
+    "finished_at IS NULL AND completed + dead_letter + cancelled = total AND id = NEW.batch_id"
+)
+SQLITE_CREATE = (
+    "CREATE TRIGGER caravel_jobs_chain_release AFTER UPDATE OF state ON caravel_jobs"
+    f" WHEN NEW.chain_next IS NOT NULL AND {_CHAINED} BEGIN {_NEXT_STEP} END",
+    "CREATE TRIGGER caravel_jobs_batch_release AFTER UPDATE OF state ON caravel_jobs"
+    f" WHEN NEW.batch_id IS NOT NULL AND {_COUNTED} BEGIN"
+    f" {_counts('')} WHERE id = NEW.batch_id;"
+    f" UPDATE caravel_jobs SET {_RELEASE}, upstream = (SELECT json_object('batch', json_object("
+    "'batch_id', b.id, 'total', b.total, 'completed', b.completed,"
+    " 'dead_letter', b.dead_letter, 'cancelled', b.cancelled))"
+    " FROM caravel_batches AS b WHERE b.id = NEW.batch_id)"
+    f" WHERE id = (SELECT callback_id FROM caravel_batches WHERE {_FINISHED_NOW}) AND {_HELD};"
+    f" UPDATE caravel_batches SET finished_at = NEW.updated_at WHERE {_FINISHED_NOW};"
+    " END",
+)
+SQLITE_DROP = (
+    "DROP TRIGGER IF EXISTS caravel_jobs_chain_release",
+    "DROP TRIGGER IF EXISTS caravel_jobs_batch_release",
+)
