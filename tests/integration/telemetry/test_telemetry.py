@@ -450,9 +450,7 @@ async def test_a_chain_and_a_batch_are_producer_spans_their_released_jobs_contin
     async with open_queue(db_url) as queue, QueueWorker(queue) as worker:
         with app_tracer.start_as_current_span("request") as request:
             chain = await queue.enqueue_chain([(Add(1), dispatch()), (Add(2), dispatch())])
-            batch = await queue.enqueue_batch(
-                [(Add(3), dispatch())], callback=(Add(4), dispatch())
-            )
+            batch = await queue.enqueue_batch([(Add(3), dispatch())], callback=(Add(4), dispatch()))
         sends = otel.spans("send default")
         assert [(s.attributes or {})["messaging.batch.message_count"] for s in sends] == [2, 2]
         assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == 4
