@@ -6,7 +6,8 @@ The last two members finished at the same instant by different connections: thei
 transactions queue on the batch's row, so the second sees the first's count, and the callback
 is released exactly once, with the right counts. Two transactions finishing members of two
 batches in opposite orders each hold one batch row the other wants: PostgreSQL breaks the
-deadlock by rolling one back, and the store runs that one again, so both calls succeed.
+deadlock by rolling one back, and the store runs that one again, so both calls succeed; the
+same for two claims that dead-letter expired leases of the two batches.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from caravel._ids import uuid7
 from caravel.jobs import ClaimedJob, JobState
 from caravel.store import open_store
 from caravel.store.protocol import Store
@@ -195,3 +197,55 @@ async def test_concurrent_cross_batch_finishes_keep_every_count(
         released = await claim(one, now + 1, 10, queue=CALLBACKS)
         assert len(released.claimed) == 2, round_
         assert {json.loads(j.upstream or "")["batch"]["completed"] for j in released.claimed} == {2}
+
+
+async def _expiring_round(
+    stores: tuple[Store, Store], pg_url: str, watch: psycopg.AsyncConnection[object], now: int
+) -> None:
+    """:func:`_opposite_round` with claims instead of acknowledgements: each claim dead-letters
+    two expired leases (their attempts used up), one of each batch, in the order of their ids
+    (the claim's update reads them by primary key), X's first for the first queue and Y's first
+    for the second."""
+    one, other = stores
+    ids = [
+        uuid7(now + n) for n in range(4)
+    ]  # increasing: X1 < Y1 on one queue, Y2 < X2 on the other
+    x1, y1 = (new_job(n, queue="q1", job_id=ids[n], created_at=now, max_attempts=1) for n in (0, 1))
+    y2, x2 = (new_job(n, queue="q2", job_id=ids[n], created_at=now, max_attempts=1) for n in (2, 3))
+    x = await insert_batch(one, [x1, x2], new_job(98, queue=CALLBACKS, created_at=now))
+    y = await insert_batch(one, [y1, y2], new_job(99, queue=CALLBACKS, created_at=now))
+    for queue in ("q1", "q2"):
+        assert len((await claim(one, now, 2, queue=queue, lease_ms=1_000)).claimed) == 2
+    expired = now + 1_000
+
+    async with await psycopg.AsyncConnection.connect(pg_url) as holder:
+        await holder.execute("SELECT 1 FROM caravel_batches WHERE id = %s FOR UPDATE", [x.id])
+        first = asyncio.ensure_future(claim(one, expired, 10, queue="q1"))
+        await _until(watch, 1)
+        second = asyncio.ensure_future(claim(other, expired, 10, queue="q2"))
+        await _until(watch, 2)
+        await holder.commit()
+    done = await asyncio.wait_for(asyncio.gather(first, second), WAIT)
+
+    assert [(batch.claimed, batch.dead_lettered) for batch in done] == [([], 2), ([], 2)]
+    for batch in (x, y):
+        got = await one.batch_get(batch.id, None)
+        assert got is not None
+        assert (got.dead_letter, got.pending, got.finished_at) == (2, 0, expired)
+    released = await claim(one, expired, 10, queue=CALLBACKS)
+    assert sorted(job.job_id for job in released.claimed) == sorted([x.callback_id, y.callback_id])
+
+
+async def test_claims_dead_lettering_two_batches_in_opposite_orders_survive_the_deadlock(
+    stores: tuple[Store, Store], pg_url: str
+) -> None:
+    """As for acknowledgements: a claim that dead-letters expired leases updates the batches'
+    counts, can be the deadlock's victim, and is run again."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as watch:
+        before = await _deadlocks(watch)
+        for round_ in range(60):
+            await _expiring_round(stores, pg_url, watch, T0 + round_ * 10_000)
+            if await _deadlocks(watch) > before:
+                break
+        else:
+            pytest.fail("no round formed a deadlock")
