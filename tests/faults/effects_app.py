@@ -14,6 +14,9 @@ the two tables with plain SQL (:func:`create_app_schema`):
 The payload steers the handler: ``sleep`` seconds (cooperative), ``cpu`` seconds of busy loop
 (blocking the event loop in :class:`Effect`, a worker thread in :class:`SyncEffect`), a seeded
 ``fail_probability``, and ``poison`` (the handler kills its own process with SIGKILL).
+
+:class:`BatchDone` is a batch's callback: its effect's value carries the counts it was handed
+(:attr:`~caravel.JobContext.batch`), so a test sees how many times it ran and with what.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from caravel import JobContext, JobRegistry
 __all__ = [
     "APP_URL_ENV",
     "AppConnection",
+    "BatchDone",
     "Blob",
     "Effect",
     "HandlerFailure",
@@ -84,6 +88,13 @@ class Blob:
     data: Any = None
     text: str = ""
     number: int = 0
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    """A batch's callback (its handler records the counts it was handed as its effect)."""
+
+    label: str = ""
 
 
 class HandlerFailure(RuntimeError):
@@ -287,3 +298,25 @@ def sync_effect(job: SyncEffect, ctx: JobContext[object]) -> None:
 async def blob(job: Blob, ctx: JobContext[object]) -> None:
     _begin(Effect(), ctx)
     _finish(Effect(), ctx)
+
+
+@registry.handles("faults.batch-done.v1", BatchDone)
+async def batch_done(job: BatchDone, ctx: JobContext[object]) -> None:
+    _run([_ledger_row("start", ctx)])
+    outcome = ctx.batch
+    handed = None
+    if outcome is not None:
+        handed = {
+            "batch_id": str(outcome.batch_id),
+            "total": outcome.total,
+            "completed": outcome.completed,
+            "failed": outcome.failed,
+            "cancelled": outcome.cancelled,
+        }
+    value = json.dumps({"attempt": ctx.attempt, "pid": os.getpid(), "batch": handed})
+    effect = (
+        "INSERT INTO effects (job_id, tenant, value) VALUES (?, ?, ?) "
+        "ON CONFLICT (job_id) DO NOTHING",
+        (str(ctx.job_id), ctx.tenant_id, value),
+    )
+    _run([effect, _ledger_row("end", ctx)])

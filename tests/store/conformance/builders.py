@@ -13,6 +13,7 @@ from uuid import UUID
 
 from caravel._ids import uuid7
 from caravel.jobs import ClaimedJob, JobStatus, Lease
+from caravel.store.links import LinkedJob, NewBatch
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -144,3 +145,42 @@ def worker(started_at: int, queues: tuple[str, ...] = ("default",), **fields: in
 
 def ids(items: Iterable[NewJob | ClaimedJob | JobStatus]) -> list[UUID]:
     return [item.id if isinstance(item, NewJob) else item.job_id for item in items]
+
+
+def chain(steps: Sequence[NewJob]) -> list[LinkedJob]:
+    """``steps`` linked as a chain (what :func:`caravel.chains.prepare_chain` builds): the first
+    ready, each later one held and named by the step before it."""
+    chain_id = steps[0].id
+    return [
+        LinkedJob(
+            job,
+            held=index > 0,
+            chain_id=chain_id,
+            chain_step=index,
+            chain_next=steps[index + 1].id if index + 1 < len(steps) else None,
+        )
+        for index, job in enumerate(steps)
+    ]
+
+
+async def insert_batch(
+    store: Store,
+    members: Sequence[NewJob],
+    callback: NewJob | None = None,
+    *,
+    tenant: str = TENANT,
+    created_at: int = T0,
+) -> NewBatch:
+    """A batch of ``members`` (and ``callback``, held), as :func:`caravel.batches.prepare_batch`
+    builds it; the batch it created."""
+    batch = NewBatch(
+        uuid7(created_at),
+        tenant,
+        len(members),
+        None if callback is None else callback.id,
+        created_at,
+    )
+    linked = [LinkedJob(job, batch_id=batch.id) for job in members]
+    held = None if callback is None else LinkedJob(callback, held=True)
+    await store.batch_insert(batch, linked, held)
+    return batch

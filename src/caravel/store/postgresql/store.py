@@ -4,7 +4,7 @@ arrays, and enqueues wake listening workers through NOTIFY."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -145,9 +145,14 @@ class PostgresStore(InsertingStore):
             f"claim_{source}", lambda: self._claim_statement(source, literal_limit=False)
         )
         sql = sql.replace("%(b_limit)b", str(int(limit)))
-        async with self._autocommit("job_claim", index_only=True) as driver:
-            rows = await execute(driver, sql, {**defaults, **values})
-        return claimed_from_rows(rows)
+
+        async def run() -> list[Any]:
+            async with self._autocommit("job_claim", index_only=True) as driver:
+                return await execute(driver, sql, {**defaults, **values})
+
+        # A claim that dead-letters expired leases updates their batches' counts (migration
+        # 0009's trigger), so it can deadlock with a finisher as acknowledgements can.
+        return claimed_from_rows(await self._deadlock_retried(run))
 
     def _complete_statement(self) -> sa.Update:
         # Sent as one autocommit statement, so the commit's durability is set inside it: the
@@ -182,9 +187,20 @@ class PostgresStore(InsertingStore):
             if durable
             else ("complete", self._complete_statement)
         )
-        async with self._autocommit("job_complete", index_only=True) as driver:
-            rows = await self._run(driver, name, build, values)
-        return {row[0] for row in rows}
+        return await self._completed(name, build, values)
+
+    async def _completed(
+        self, name: str, build: Callable[[], Any], values: dict[str, Any]
+    ) -> set[UUID]:
+        """Run one acknowledgement statement, again when it lost a deadlock: finishing
+        members of two batches locks their counts' rows in the order of the leases."""
+
+        async def run() -> set[UUID]:
+            async with self._autocommit("job_complete", index_only=True) as driver:
+                rows = await self._run(driver, name, build, values)
+            return {row[0] for row in rows}
+
+        return await self._deadlock_retried(run)
 
     async def _complete_valued(
         self, valued: Sequence[tuple[Lease, str]], now: int, durable: bool
@@ -203,9 +219,7 @@ class PostgresStore(InsertingStore):
             return stmt if durable else stmt.where(_RELAXED.scalar_subquery().is_not(None))
 
         name = "complete_result_durable" if durable else "complete_result"
-        async with self._autocommit("job_complete", index_only=True) as driver:
-            rows = await self._run(driver, name, build, values)
-        return {row[0] for row in rows}
+        return await self._completed(name, build, values)
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
         # Two arrays instead of one placeholder pair per lease: the statement text is the same
