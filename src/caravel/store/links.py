@@ -67,8 +67,8 @@ class LinkReads(Protocol):
     """Reading chains and batches (operators' tools read these too)."""
 
     async def chain_steps(self, chain_id: UUID, tenant_id: str | None) -> list[JobStatus]:
-        """The steps of chain ``chain_id`` by step, of this exact tenant (any tenant when
-        ``None``: operators); empty when there is no such chain."""
+        """The steps of chain ``chain_id`` by step, with their results, of this exact tenant
+        (any tenant when ``None``: operators); empty when there is no such chain."""
         ...
 
     async def batch_get(self, batch_id: UUID, tenant_id: str | None) -> BatchRecord | None:

@@ -76,12 +76,12 @@ class SqlLinks(SqlInserts[ConnectionT]):
 
     async def chain_steps(self, chain_id: UUID, tenant_id: str | None) -> list[JobStatus]:
         stmt = (
-            sa.select(*STATUS_COLUMNS)
+            sa.select(*STATUS_COLUMNS, jobs.c.result)
             .where(jobs.c.chain_id == chain_id, *_tenant(jobs, tenant_id))
             .order_by(jobs.c.chain_step)
         )
         async with self._read("chain_steps") as conn:
-            return [status_from_row(row) for row in await conn.execute(stmt)]
+            return [status_from_row(row, row.result) for row in await conn.execute(stmt)]
 
     async def batch_get(self, batch_id: UUID, tenant_id: str | None) -> BatchRecord | None:
         stmt = sa.select(batches).where(batches.c.id == batch_id, *_tenant(batches, tenant_id))

@@ -77,6 +77,7 @@ async def test_each_step_of_a_chain_is_handed_the_previous_result(db_url: str) -
         after = await queue.get_chain(made.chain_id, "tenant-a")
         assert after is not None
         assert (after.state, after.stopped_at) == ("completed", None)
+        assert [step.result["sum"] for step in after.steps] == [1, 3, 6]
         last = await queue.get_status(made.job_ids[-1], "default", "tenant-a")
         assert last is not None
         assert last.result == {"n": 3, "sum": 6}

@@ -34,7 +34,7 @@ class MemoryLinkReads(MemoryReader):
                 if row.chain_id == chain_id and tenant_id in (None, row.tenant_id)
             ]
             steps.sort(key=lambda row: row.chain_step or 0)
-            return [status_from_row(row) for row in steps]
+            return [status_from_row(row, row.result) for row in steps]
 
     async def batch_get(self, batch_id: UUID, tenant_id: str | None) -> BatchRecord | None:
         with self._locked("batch_get") as tables:
