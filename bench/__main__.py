@@ -8,6 +8,7 @@
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
+    python -m bench --only drain_batch   # the same backlog as plain jobs and as batches
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
@@ -40,6 +41,7 @@ ALL = (
     "bulk",
     "drain",
     "drain_priority",
+    "drain_batch",
     "steady",
     "latency",
     "history",
@@ -97,28 +99,37 @@ def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-def _drain_priority(backend: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The drain (default acknowledgements) of a plain backlog (every job of priority 0) and of
-    a mixed one (``--priority-levels`` priorities taking turns, so claimed in another order than
-    inserted), the runs alternating between them, each on a fresh database."""
-    modes = {"plain": 1, "mixed": args.priority_levels}
+def _drain_modes(
+    backend: str, args: argparse.Namespace, modes: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The drain (default acknowledgements) of each backlog ``modes`` names (keyword arguments
+    of :func:`runs.drain`), the runs alternating between them, each on a fresh database."""
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for _ in range(args.runs):
-        for mode, levels in modes.items():
+        for mode, kwargs in modes.items():
             with database(backend) as url:
-                run = runs.drain(url, args.jobs, args.concurrency, priority_levels=levels)
+                run = runs.drain(url, args.jobs, args.concurrency, **kwargs)
                 results[mode].append(asyncio.run(run))
-    figures: dict[str, Any] = {
-        "jobs": args.jobs,
-        "concurrency": args.concurrency,
-        "priority_levels": args.priority_levels,
-    }
+    figures: dict[str, Any] = {"jobs": args.jobs, "concurrency": args.concurrency}
     for mode, measured in results.items():
         median = _median(measured)
         figures["runs"] = median["runs"]
         for key in ("jobs_per_second", "seconds", "completed"):
             figures[f"{key}_{mode}"] = median[key]
     return figures
+
+
+def _drain_priority(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A plain backlog (every job of priority 0) beside a mixed one (``--priority-levels``
+    priorities taking turns, so claimed in another order than inserted)."""
+    modes = {"plain": {}, "mixed": {"priority_levels": args.priority_levels}}
+    return {**_drain_modes(backend, args, modes), "priority_levels": args.priority_levels}
+
+
+def _drain_batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A plain backlog beside the same jobs as batches of 1,000: what counting each finish in
+    its batch's row costs the acknowledgements."""
+    return _drain_modes(backend, args, {"plain": {}, "batched": {"batches": True}})
 
 
 def _retention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -240,6 +251,8 @@ def main() -> None:
                 figures = _drain_both(backend, args)
             elif name == "drain_priority":
                 figures = _drain_priority(backend, args)
+            elif name == "drain_batch":
+                figures = _drain_batch(backend, args)
             elif name == "retention":
                 figures = _retention(backend, args)
             else:

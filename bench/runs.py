@@ -49,16 +49,22 @@ def _priority(i: int, levels: int) -> int:
     return -100 + 200 * ((i * 37) % levels) // (levels - 1)
 
 
-async def _fill(queue: DatabaseQueue, n: int, batch: int = 1000, *, levels: int = 1) -> None:
+async def _fill(
+    queue: DatabaseQueue, n: int, batch: int = 1000, *, levels: int = 1, batches: bool = False
+) -> None:
     """``n`` jobs whose priorities take turns among ``levels`` (see :func:`_priority`): with
-    more than one, a backlog whose claim order is not its insertion order."""
+    more than one, a backlog whose claim order is not its insertion order. With ``batches``
+    each ``batch`` jobs are one batch (:meth:`~caravel.DatabaseQueue.enqueue_batch`, no
+    callback), so every acknowledgement also counts its job in its batch's row."""
     for start in range(0, n, batch):
-        await queue.enqueue_many(
-            [
-                (Noop(i), dispatch(priority=_priority(i, levels)))
-                for i in range(start, min(n, start + batch))
-            ]
-        )
+        items = [
+            (Noop(i), dispatch(priority=_priority(i, levels)))
+            for i in range(start, min(n, start + batch))
+        ]
+        if batches:
+            await queue.enqueue_batch(items)
+        else:
+            await queue.enqueue_many(items)
 
 
 # ----- enqueue --------------------------------------------------------------------------------
@@ -110,12 +116,18 @@ class _Counter:
 
 
 async def drain(
-    url: str, n: int, concurrency: int, *, durable_acks: bool = False, priority_levels: int = 1
+    url: str,
+    n: int,
+    concurrency: int,
+    *,
+    durable_acks: bool = False,
+    priority_levels: int = 1,
+    batches: bool = False,
 ) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
     ``durable_acks``; with ``priority_levels`` above 1, the jobs' priorities take turns among that
-    many (see :func:`_fill`)."""
+    many; with ``batches``, the jobs are members of batches of 1,000 (see :func:`_fill`)."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -124,7 +136,7 @@ async def drain(
         counter.hit()
 
     async with DatabaseQueue(url, counting) as queue:
-        await _fill(queue, n, levels=priority_levels)
+        await _fill(queue, n, levels=priority_levels, batches=batches)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
         worker = QueueWorker(queue, options=options)
         started = time.perf_counter()
