@@ -32,6 +32,7 @@ from caravel.web.auth import Authorize, remember_principal
 from caravel.web.bulk_pages import BulkPages
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
+from caravel.web.link_pages import LinkPages
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import PausingPages
 from caravel.web.presentation import Renderer
@@ -87,6 +88,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/schedules", "schedules", "read"),
+    RouteSpec("GET", "/batches", "batches", "read"),
+    RouteSpec("GET", "/batches/{batch_id}", "batch", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
 
@@ -132,6 +135,7 @@ class Dashboard:
         pausing = PausingPages(self._view, writer)
         removal = RemovalPages(pages, writer)
         bulk = BulkPages(self._view, writer)
+        links = LinkPages(reader, self._view)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
@@ -158,6 +162,8 @@ class Dashboard:
             "resume": pausing.resume,
             "workers": pages.workers,
             "schedules": pages.schedules,
+            "batches": links.batches,
+            "batch": links.batch,
             "static": pages.static,
         }
         self.router = Router(
