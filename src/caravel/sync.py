@@ -39,7 +39,9 @@ from caravel.store.prunes import PruneBatch
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
+    from caravel.batches import BatchResult, BatchStatus
     from caravel.cancelling import MatchedJobs
+    from caravel.chains import ChainResult, ChainStatus
 
 __all__ = ["SyncQueue"]
 
@@ -146,6 +148,34 @@ class SyncQueue:
             session, new_jobs, self._identity, on_commit=committed
         )
         return self.queue._results(inserted, wake=False)
+
+    # ----- chains and batches --------------------------------------------------------------
+
+    def enqueue_chain(self, steps: Iterable[tuple[object, DispatchOptions]]) -> ChainResult:
+        """As :meth:`DatabaseQueue.enqueue_chain <caravel.DatabaseQueue.enqueue_chain>`."""
+        return self.call(self.queue.enqueue_chain, list(steps))
+
+    def get_chain(
+        self, chain_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> ChainStatus | None:
+        """As :meth:`DatabaseQueue.get_chain <caravel.DatabaseQueue.get_chain>`."""
+        return self.call(self.queue.get_chain, chain_id, tenant_id)
+
+    def enqueue_batch(
+        self,
+        jobs: Iterable[tuple[object, DispatchOptions]],
+        *,
+        callback: tuple[object, DispatchOptions] | None = None,
+    ) -> BatchResult:
+        """As :meth:`DatabaseQueue.enqueue_batch <caravel.DatabaseQueue.enqueue_batch>`."""
+        enqueue = functools.partial(self.queue.enqueue_batch, callback=callback)
+        return self.call(enqueue, list(jobs))
+
+    def get_batch(
+        self, batch_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> BatchStatus | None:
+        """As :meth:`DatabaseQueue.get_batch <caravel.DatabaseQueue.get_batch>`."""
+        return self.call(self.queue.get_batch, batch_id, tenant_id)
 
     # ----- status and replay ---------------------------------------------------------------
 

@@ -252,6 +252,45 @@ def test_replay_a_filtered_selection_with_confirmation_and_progress(
     assert live.dead_letters() == before - expected
 
 
+def test_an_operator_pauses_then_resumes_a_schedule(live: Live, browser: BrowserContext) -> None:
+    async def seed_schedule() -> None:
+        async with DatabaseQueue(live.url, registry, clock=ManualClock(END)) as queue:
+            now = queue.clock.now_ms()
+            await queue.store.schedule_advance("heartbeat", now - now % 60_000, now)
+
+    async def paused() -> dict[str, bool]:
+        async with QueueInspector(live.url) as reader:
+            return {s.name: s.paused_at is not None for s in await reader.list_schedules()}
+
+    run_async(seed_schedule())
+    reader = as_user(browser, live, "reader")
+    reader.goto(live.base + "/schedules")
+    expect(reader.locator('tr[data-schedule="heartbeat"] [data-col="state"]')).to_have_text(
+        "running"
+    )
+    expect(reader.get_by_role("link", name="Pause")).to_have_count(0)
+    reader.close()
+
+    page = as_user(browser, live, "operator")
+    page.goto(live.base + "/schedules")
+    row = page.locator('tr[data-schedule="heartbeat"]')
+    row.get_by_role("link", name="Pause").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Pause a schedule")
+    page.get_by_role("button", name="Pause this schedule").click()
+    expect(page).to_have_url(re.compile(r"/schedules\?notice=paused$"))
+    expect(page.get_by_role("status")).to_contain_text("Paused")
+    expect(row.locator('[data-col="state"]')).to_have_text("paused")
+    assert run_async(paused()) == {"heartbeat": True}
+
+    row.get_by_role("link", name="Resume").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Resume a schedule")
+    page.get_by_role("button", name="Resume this schedule").click()
+    expect(page.get_by_role("status")).to_contain_text("Resumed")
+    expect(row.locator('[data-col="state"]')).to_have_text("running")
+    expect(row.get_by_role("link", name="Pause")).to_be_visible()
+    assert run_async(paused()) == {"heartbeat": False}
+
+
 def test_csrf_and_authorization_in_the_browser(live: Live, browser: BrowserContext) -> None:
     dead = live.seeded.dead[0]
     gets = {

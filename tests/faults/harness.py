@@ -383,7 +383,8 @@ def enqueue_effects(
 
 
 class Worker:
-    """One ``caravel worker`` process for the effects app; stderr goes to ``log_path``."""
+    """One ``caravel worker`` process for the effects app (or the registry ``app`` names, such
+    as :mod:`tests.faults.schedule_app`'s); stderr goes to ``log_path``."""
 
     def __init__(
         self,
@@ -397,8 +398,9 @@ class Worker:
         failpoint: str | None = None,
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        app: str = APP_MODULE,
     ) -> None:
-        args = [CARAVEL, "worker", "--url", queue_url, "--app", APP_MODULE]
+        args = [CARAVEL, "worker", "--url", queue_url, "--app", app]
         for name in queues:
             args += ["--queue", name]
         args += [

@@ -248,14 +248,24 @@ class InstrumentedStore:
             return await self.inner.schedule_resume(name, now)
 
     async def chain_insert(self, steps: Sequence[LinkedJob]) -> tuple[list[UUID], bool]:
-        with self._span("chain_insert"):
-            return await self.inner.chain_insert(steps)
+        with telemetry.enqueue_span(steps[0].job.queue, len(steps)):
+            steps = _traced_links(steps)
+            with self._span("chain_insert"):
+                ids, created = await self.inner.chain_insert(steps)
+        _count_linked(steps, repeated=not created)
+        return ids, created
 
     async def batch_insert(
         self, batch: NewBatch, members: Sequence[LinkedJob], callback: LinkedJob | None
     ) -> None:
-        with self._span("batch_insert"):
-            await self.inner.batch_insert(batch, members, callback)
+        linked = [*members, callback] if callback is not None else list(members)
+        with telemetry.enqueue_span(linked[0].job.queue, len(linked)):
+            linked = _traced_links(linked)
+            with self._span("batch_insert"):
+                await self.inner.batch_insert(
+                    batch, linked[: len(members)], linked[-1] if callback is not None else None
+                )
+        _count_linked(linked, repeated=False)
 
     async def chain_steps(self, chain_id: UUID, tenant_id: str | None) -> list[JobStatus]:
         with self._span("chain_steps"):
@@ -319,3 +329,17 @@ def _with_trace(job: NewJob, carrier: str) -> NewJob:
     if job.trace_context is not None:
         return job
     return job._replace(trace_context=carrier)
+
+
+def _traced_links(linked: Sequence[LinkedJob]) -> list[LinkedJob]:
+    """``linked`` carrying the current trace context, as :meth:`job_insert_many` adds it."""
+    carrier = telemetry.carrier_for_current_context() if telemetry.tracing() else None
+    if carrier is None:
+        return list(linked)
+    return [one._replace(job=_with_trace(one.job, carrier)) for one in linked]
+
+
+def _count_linked(linked: Sequence[LinkedJob], *, repeated: bool) -> None:
+    counts = Counter((one.job.queue, one.job.job_type) for one in linked)
+    for (queue, job_type), count in counts.items():
+        telemetry.record_enqueued(queue, job_type, repeated=repeated, count=count)

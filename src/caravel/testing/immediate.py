@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 from uuid import UUID
 
+from caravel.batches import BatchResult
+from caravel.chains import ChainResult
 from caravel.clock import Clock
 from caravel.errors import ValidationError
 from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult
@@ -108,16 +110,47 @@ class ImmediateQueue(DatabaseQueue):
             await self._run_due({queue})
         return replayed
 
+    async def enqueue_chain(self, steps: Iterable[tuple[object, DispatchOptions]]) -> ChainResult:
+        """Save the chain as :meth:`DatabaseQueue.enqueue_chain` does, then run its steps as
+        each is released (a step that fails stops it, as on a worker)."""
+        steps = list(steps)
+        result = await super().enqueue_chain(steps)
+        if not result.already_enqueued:
+            await self._run_due({dispatch.queue for _, dispatch in steps})
+        return result
+
+    async def enqueue_batch(
+        self,
+        jobs: Iterable[tuple[object, DispatchOptions]],
+        *,
+        callback: tuple[object, DispatchOptions] | None = None,
+    ) -> BatchResult:
+        """Save the batch as :meth:`DatabaseQueue.enqueue_batch` does, then run its jobs and,
+        once they have all finished, its callback."""
+        jobs = list(jobs)
+        result = await super().enqueue_batch(jobs, callback=callback)
+        queues = {dispatch.queue for _, dispatch in jobs}
+        if callback is not None:
+            queues.add(callback[1].queue)
+        await self._run_due(queues)
+        return result
+
     async def _run_due(self, queues: set[str]) -> None:
         if self._worker is None:
             self._worker = QueueWorker(self, options=WorkerOptions(concurrency=_THREADS))
         worker = self._worker
         error: Exception | None = None
-        for name in sorted(queues):
-            while (step := await worker.step(name)) is not None:
-                self.runs.append(job_run(step))
-                failed = None if step.outcome is None else step.outcome.error
-                if error is None and failed is not None:
-                    error = failed
+        ran = True
+        # Passes until one runs nothing: a job that ran may have released another (a chain's
+        # next step, a batch's callback) in a queue already passed.
+        while ran:
+            ran = False
+            for name in sorted(queues):
+                while (step := await worker.step(name)) is not None:
+                    ran = True
+                    self.runs.append(job_run(step))
+                    failed = None if step.outcome is None else step.outcome.error
+                    if error is None and failed is not None:
+                        error = failed
         if error is not None and self.failures == "raise":
             raise error

@@ -3,8 +3,8 @@ the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection and writes only
-to replay dead letters, to cancel, delete and prune jobs, and to pause or resume queues. Every
-route is listed in :data:`ROUTES` with the permission it needs, and one guard
+to replay dead letters, to cancel, delete and prune jobs, and to pause or resume queues and
+schedules. Every route is listed in :data:`ROUTES` with the permission it needs, and one guard
 (:mod:`caravel.web.guard`) checks that permission (and, for a POST, the anti-forgery token)
 before any page (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`,
 :mod:`caravel.web.bulk_pages`, ...) runs. Every answer passes
@@ -40,6 +40,7 @@ from caravel.web.prune_pages import PrunePages
 from caravel.web.removal_pages import RemovalPages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
+from caravel.web.schedule_pausing_pages import SchedulePausingPages
 from caravel.web.security import SecurityHeaders
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/schedules", "schedules", "read"),
+    RouteSpec("GET", "/schedules/{name}/pause", "schedule_pause_confirm", "operate"),
+    RouteSpec("POST", "/schedules/{name}/pause", "schedule_pause", "operate"),
+    RouteSpec("GET", "/schedules/{name}/resume", "schedule_resume_confirm", "operate"),
+    RouteSpec("POST", "/schedules/{name}/resume", "schedule_resume", "operate"),
     RouteSpec("GET", "/batches", "batches", "read"),
     RouteSpec("GET", "/batches/{batch_id}", "batch", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
@@ -133,6 +138,7 @@ class Dashboard:
         replay = ReplayPages(pages, writer, self.replays)
         pruning = PrunePages(self._view, writer)
         pausing = PausingPages(self._view, writer)
+        schedule_pausing = SchedulePausingPages(self._view, writer)
         removal = RemovalPages(pages, writer)
         bulk = BulkPages(self._view, writer)
         links = LinkPages(reader, self._view)
@@ -162,6 +168,10 @@ class Dashboard:
             "resume": pausing.resume,
             "workers": pages.workers,
             "schedules": pages.schedules,
+            "schedule_pause_confirm": schedule_pausing.pause_confirm,
+            "schedule_pause": schedule_pausing.pause,
+            "schedule_resume_confirm": schedule_pausing.resume_confirm,
+            "schedule_resume": schedule_pausing.resume,
             "batches": links.batches,
             "batch": links.batch,
             "static": pages.static,

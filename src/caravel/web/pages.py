@@ -52,6 +52,12 @@ PAUSE_NOTICES = {
     "resumed": "Resumed: workers claim its jobs again.",
 }
 
+#: What the schedules page says after a schedule's pause or resume redirects to it.
+SCHEDULE_NOTICES = {
+    "paused": "Paused: every scheduler passes its slots over until it is resumed.",
+    "resumed": "Resumed: schedulers enqueue its slots again, from its next slot.",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Listing:
@@ -300,6 +306,7 @@ class Pages:
             nav="schedules",
             page_title="Schedules",
             schedules=found,
+            notice=SCHEDULE_NOTICES.get(request.query_params.get("notice", "")),
         )
 
     async def static(self, request: Request) -> Response:

@@ -68,6 +68,12 @@ def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, T
         "resume": Target("/queues/emails/resume", {"queue": "emails"}),
         "workers": Target("/workers"),
         "schedules": Target("/schedules"),
+        "schedule_pause_confirm": Target("/schedules/nightly-digest/pause"),
+        "schedule_pause": Target("/schedules/nightly-digest/pause", {"schedule": "nightly-digest"}),
+        "schedule_resume_confirm": Target("/schedules/nightly-digest/resume"),
+        "schedule_resume": Target(
+            "/schedules/nightly-digest/resume", {"schedule": "nightly-digest"}
+        ),
         "batches": Target("/batches"),
         "batch": Target(f"/batches/{batch_id}"),
         "static": Target("/static/dashboard.css"),
@@ -92,6 +98,10 @@ async def _dead_letters(app: Dashboard) -> int:
 
 async def _paused(app: Dashboard) -> list[str]:
     return [p.queue for p in await app.reader.paused_queues()]
+
+
+async def _schedules(app: Dashboard) -> list[tuple[str, bool]]:
+    return [(s.name, s.paused_at is not None) for s in await app.reader.list_schedules()]
 
 
 async def _snapshot(app: Dashboard) -> list[tuple[str, int, int, int, int]]:
@@ -137,6 +147,7 @@ async def test_route_matrix(app: Dashboard, seeded: Seeded, db_url: str, user: s
             target = targets[spec.name]
             before = await _snapshot(app)
             paused_before = await _paused(app)
+            schedules_before = await _schedules(app)
             if spec.method == "GET":
                 response = await client.get(target.path)
             else:
@@ -153,6 +164,7 @@ async def test_route_matrix(app: Dashboard, seeded: Seeded, db_url: str, user: s
             if expected in (401, 403):
                 assert await _snapshot(app) == before, f"{spec} changed state for {user}"
                 assert await _paused(app) == paused_before, f"{spec} paused for {user}"
+                assert await _schedules(app) == schedules_before, f"{spec} for {user}"
                 assert "otto@example.com" not in response.text
             if expected == 401:
                 assert "Sign in first" in response.text

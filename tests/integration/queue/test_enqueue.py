@@ -138,7 +138,9 @@ async def test_enqueues_within_the_notify_cooldown_share_one_trailing_wakeup(pg_
             assert last_returned - started < 0.5
             await asyncio.sleep(0.2)
             assert len(heard) == 1  # the leading enqueue's own NOTIFY, at its commit
-            assert heard[0] <= last_returned
+            # The leading NOTIFY, not the trailing one (which comes a cooldown after the last
+            # commit); on a loaded machine it may be delivered after the enqueues returned.
+            assert heard[0] - last_returned < 0.45
             await asyncio.sleep(0.8)
             assert len(heard) == 2  # and one trailing NOTIFY, not one per enqueue
             assert heard[1] - last_returned >= 0.45

@@ -443,6 +443,27 @@ async def test_a_batch_enqueue_is_one_producer_span_and_every_job_continues_it(
         assert span.parent.span_id == send.context.span_id
 
 
+async def test_a_chain_and_a_batch_are_producer_spans_their_released_jobs_continue(
+    db_url: str, otel: Telemetry
+) -> None:
+    q = {"messaging.destination.name": "default", "caravel.job.type": "tests.add.v1"}
+    async with open_queue(db_url) as queue, QueueWorker(queue) as worker:
+        with app_tracer.start_as_current_span("request") as request:
+            chain = await queue.enqueue_chain([(Add(1), dispatch()), (Add(2), dispatch())])
+            batch = await queue.enqueue_batch([(Add(3), dispatch())], callback=(Add(4), dispatch()))
+        sends = otel.spans("send default")
+        assert [(s.attributes or {})["messaging.batch.message_count"] for s in sends] == [2, 2]
+        assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == 4
+        for _ in range(4):  # each later step and the callback run once released
+            assert await worker.run_once("default") is True
+        assert await worker.run_once("default") is False
+    processes = otel.spans("process default")
+    ran = {(s.attributes or {})["messaging.message.id"] for s in processes}
+    assert ran == {str(i) for i in (*chain.job_ids, *batch.job_ids, batch.callback_id)}
+    for span in processes:
+        assert span.context.trace_id == request.get_span_context().trace_id
+
+
 async def test_a_batch_enqueued_in_chunks_is_one_producer_span_carried_by_every_job(
     db_url: str, otel: Telemetry
 ) -> None:
