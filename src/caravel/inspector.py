@@ -1,5 +1,5 @@
 """What operators read: queue counts, job listings, throughput, workers, one job's status and
-payload.
+payload, chains and batches.
 
 :class:`QueueInspector` needs no job registry and cannot write by construction: it holds a
 :class:`~caravel.store.protocol.ReadStore`, which offers no write operation, on connections the
@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
+from caravel.batches import BatchStatus, batch_status
+from caravel.chains import ChainStatus, chain_status
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
 from caravel.errors import ValidationError
 from caravel.jobs import DEFAULT_TENANT, JobState, JobStatus, WorkerInfo
-from caravel.lookup import job_ref
+from caravel.lookup import job_ref, parse_job_id
 from caravel.migrate import require_current_schema
 from caravel.store import open_reader
 from caravel.store.protocol import (
@@ -150,6 +152,7 @@ class QueueInspector(AsyncClosing):
         oldest_first: bool = False,
         shown_state: str | None = None,
         tag: str | None = None,
+        batch_id: UUID | str | None = None,
     ) -> list[JobStatus]:
         """Recent jobs, newest first (oldest first with ``oldest_first``), without payloads.
         Every given filter must match. ``limit`` is 1 to 10000; ``offset`` skips that many
@@ -157,7 +160,9 @@ class QueueInspector(AsyncClosing):
         :meth:`queue_counts` counts, judged now: ``ready`` (due), ``delayed`` (not due yet),
         ``running`` (lease live), ``expired`` (lease ended), ``dead_letter``, ``completed``.
         ``tag`` keeps the jobs carrying that exact tag (it scans the rows the other filters
-        leave, so narrow by queue or state on a large table)."""
+        leave, so narrow by queue or state on a large table). ``batch_id`` keeps one batch's
+        members (its callback is not a member: see :attr:`BatchStatus.callback_id
+        <caravel.BatchStatus.callback_id>`)."""
         if queue is not None:
             check_queue_name(queue)
         if tenant_id is not None:
@@ -166,6 +171,7 @@ class QueueInspector(AsyncClosing):
             check_wire_name(job_type, "job_type")
         if tag is not None:
             check_tag(tag)
+        batch = None if batch_id is None else parse_job_id(batch_id, "batch_id")
         if state is not None and not isinstance(state, JobState):
             raise ValidationError("state", "must be a JobState")
         if shown_state is not None and shown_state not in SHOWN_STATES:
@@ -184,8 +190,32 @@ class QueueInspector(AsyncClosing):
                 shown=shown_state,
                 now=self.clock.now_ms(),
                 tag=tag,
+                batch_id=batch,
             )
         )
+
+    async def list_batches(self, limit: int = 50, offset: int = 0) -> list[BatchStatus]:
+        """Batches of every tenant, newest first. ``limit`` is 1 to 10000; ``offset`` skips
+        that many first, for paging (0 to 1000000)."""
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        check_int("offset", offset, 0, MAX_LIST_OFFSET)
+        return [batch_status(r) for r in await self.store.batch_list(limit, offset)]
+
+    async def get_batch(self, batch_id: UUID | str) -> BatchStatus | None:
+        """How batch ``batch_id`` stands, whatever its tenant; ``None`` when there is none."""
+        record = await self.store.batch_get(parse_job_id(batch_id, "batch_id"), None)
+        return None if record is None else batch_status(record)
+
+    async def get_chain(self, chain_id: UUID | str) -> ChainStatus | None:
+        """Chain ``chain_id``'s steps in order and its state, whatever its tenant; ``None``
+        when there is none. Any step's :attr:`~caravel.JobStatus.chain_id` names its chain."""
+        found = parse_job_id(chain_id, "chain_id")
+        return chain_status(found, await self.store.chain_steps(found, None))
+
+    async def find_job(self, job_id: UUID | str) -> JobStatus | None:
+        """The job with this id, whatever its queue and tenant; ``None`` when there is none.
+        For an id known alone (a batch's callback): :meth:`get_status` is the exact match."""
+        return await self.store.job_find(parse_job_id(job_id, "job_id"))
 
     async def throughput(
         self,

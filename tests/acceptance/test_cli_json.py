@@ -215,7 +215,7 @@ def test_jobs_show(sqlite_seeded: str) -> None:
     job = listed["jobs"][0]
     where = ("--url", sqlite_seeded, "-q", job["queue"], "-t", job["tenant_id"])
     shown = one_document(run_cli("jobs", "show", job["job_id"], *where), "caravel jobs show")
-    assert shown == {**job, "payload": None, "result": None}
+    assert shown == {**job, "held": False, "payload": None, "result": None}
     with_payload = one_document(
         run_cli("jobs", "show", job["job_id"], *where, "--payload", "--json"), "caravel jobs show"
     )
@@ -302,6 +302,35 @@ def test_schedules(seeded: str) -> None:
     assert resumed == {"schedule": "heartbeat", "paused": False, "changed": True}
 
 
+async def _link(url: str) -> tuple[str, str]:
+    """A batch of two jobs with a callback, and a chain of two steps: their ids."""
+    async with open_queue(url) as queue:
+        batch = await queue.enqueue_batch(
+            [(Add(1), dispatch(queue="docs")), (Add(2), dispatch(queue="docs"))],
+            callback=(Add(3), dispatch(queue="docs")),
+        )
+        chain = await queue.enqueue_chain(
+            [(Add(4), dispatch(queue="docs")), (Add(5), dispatch(queue="docs"))]
+        )
+    return str(batch.batch_id), str(chain.chain_id)
+
+
+def test_batches_and_chains(seeded: str) -> None:
+    batch_id, chain_id = asyncio.run(_link(seeded))
+    listed = one_document(
+        run_cli("batches", "list", "--url", seeded, "--json"), "caravel batches list"
+    )
+    assert [b["batch_id"] for b in listed["batches"]] == [batch_id]
+    shown = one_document(
+        run_cli("batches", "show", batch_id, "--url", seeded, "--json"), "caravel batches show"
+    )
+    assert shown == listed["batches"][0]
+    chain = one_document(
+        run_cli("chains", "show", chain_id, "--url", seeded, "--json"), "caravel chains show"
+    )
+    assert [s["state"] for s in chain["steps"]] == ["ready", "held"]
+
+
 def test_workers(sqlite_seeded: str, tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
@@ -350,6 +379,8 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
     args = [*command.split()[1:], "--url", f"sqlite:///{missing}"]
     if command == "caravel jobs show":
         args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
+    if command in ("caravel batches show", "caravel chains show"):
+        args.append("6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f")
     if command in ("caravel queues pause", "caravel queues resume"):
         args.append("reports")
     if command in ("caravel schedules pause", "caravel schedules resume"):

@@ -24,6 +24,7 @@ from caravel.testing import ManualClock
 from caravel.web import Dashboard
 from tests.support.dashboard.browser import chromium
 from tests.support.dashboard.fixtures import USER_COOKIE, USERS, make_dashboard
+from tests.support.dashboard.links import add_links
 from tests.support.dashboard.seed import (
     END,
     QUEUES,
@@ -171,6 +172,26 @@ def test_filtering_and_sorting_the_jobs_table(live: Live, browser: BrowserContex
     assert page.locator("#jobs tbody tr").first.get_attribute("data-job") != first_page
     page.get_by_role("link", name="← Previous").click()
     expect(page.locator("#jobs tbody tr").first).to_have_attribute("data-job", first_page or "")
+
+
+def test_a_batch_from_the_list_to_its_jobs(live: Live, browser: BrowserContext) -> None:
+    links = run_async(add_links(live.url))
+    batch = links.batch
+    page = as_user(browser, live, "reader")
+    page.goto(live.base + "/")
+    page.get_by_role("link", name="Batches", exact=True).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Batches")
+    row = page.locator(f'tr[data-batch="{batch.batch_id}"]')
+    expect(row.locator('td[data-label="Pending"]')).to_have_text("2")
+    row.locator('td[data-label="Batch"] a').click()
+    expect(page.locator("#batch-total")).to_have_text("2")
+    expect(page.locator("#callback-state")).to_have_text("waiting (held)")
+    page.get_by_role("link", name="Open its jobs").click()
+    expect(page).to_have_url(re.compile(f"/jobs\\?batch={batch.batch_id}"))
+    rows = page.locator("#jobs tbody tr")
+    expect(rows).to_have_count(len(batch.job_ids))
+    shown = {rows.nth(i).get_attribute("data-job") for i in range(len(batch.job_ids))}
+    assert shown == {str(job_id) for job_id in batch.job_ids}
 
 
 def test_replay_a_dead_letter_and_see_it_complete_after_a_worker_runs(

@@ -5,7 +5,7 @@ error document of :mod:`caravel.cli.jsonout`), and an exit code by kind of failu
   malformed URL, a SQLite file that does not exist, an unknown revision, a bad ``--app``, a
   schema that is not migrated or not at the newest revision;
 - 1: runtime failures, where running it again later may succeed: the database failed or could
-  not be reached, or a lookup found nothing (no such job, nothing to replay).
+  not be reached, or a lookup found nothing (no such job, batch or chain, nothing to replay).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from caravel.errors import DatabaseNotFoundError, SchemaNotReadyError, Validatio
 
 __all__ = [
     "CONFIGURATION",
+    "BatchNotFoundError",
+    "ChainNotFoundError",
     "CommandFailed",
     "JobNotFoundError",
     "NothingReplayedError",
@@ -36,6 +38,14 @@ class CommandFailed(Exception):
 
 class JobNotFoundError(CommandFailed):
     """No job has this id in this queue and tenant."""
+
+
+class BatchNotFoundError(CommandFailed):
+    """No batch has this id."""
+
+
+class ChainNotFoundError(CommandFailed):
+    """No chain has this id (the id of its first step)."""
 
 
 class NothingReplayedError(CommandFailed):

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from caravel.cli import db, jobs, outbox, queues, schedules
+from caravel.cli import db, jobs, links, outbox, queues, schedules
 from caravel.cli.dashboard import dashboard
 from caravel.cli.options import CONTEXT
 from caravel.cli.status import status
@@ -31,6 +31,8 @@ app.add_typer(outbox.app, name="outbox")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(queues.app, name="queues")
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(links.batches, name="batches")
+app.add_typer(links.chains, name="chains")
 app.command()(status)
 app.command()(workers)
 app.command()(worker)

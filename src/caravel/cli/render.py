@@ -57,7 +57,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
             s.queue,
             s.tenant_id,
             s.job_type,
-            s.state.value,
+            "held" if s.held else s.state.value,
             f"{s.attempt}/{s.max_attempts}",
             str(s.priority),
             utc(s.created_at),

@@ -279,6 +279,10 @@ class InstrumentedStore:
         with self._span("batch_list"):
             return await self.inner.batch_list(limit, offset)
 
+    async def job_find(self, job_id: UUID) -> JobStatus | None:
+        with self._span("job_find"):
+            return await self.inner.job_find(job_id)
+
     async def worker_register(self, worker: WorkerRecord) -> None:
         with self._span("worker_register"):
             await self.inner.worker_register(worker)

@@ -79,6 +79,11 @@ class LinkReads(Protocol):
         """Batches of every tenant, newest first."""
         ...
 
+    async def job_find(self, job_id: UUID) -> JobStatus | None:
+        """The job with this id, whatever its queue and tenant (operators only: a batch names
+        its callback by id alone, and a link to it needs its queue and tenant)."""
+        ...
+
 
 class LinkWrites(Protocol):
     """Creating chains and batches."""

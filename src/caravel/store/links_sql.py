@@ -89,6 +89,12 @@ class SqlLinks(SqlInserts[ConnectionT]):
             row = (await conn.execute(stmt)).one_or_none()
         return None if row is None else batch_from_row(row)
 
+    async def job_find(self, job_id: UUID) -> JobStatus | None:
+        stmt = sa.select(*STATUS_COLUMNS).where(jobs.c.id == job_id)
+        async with self._read("job_find") as conn:
+            row = (await conn.execute(stmt)).one_or_none()
+        return None if row is None else status_from_row(row)
+
     async def batch_list(self, limit: int, offset: int = 0) -> list[BatchRecord]:
         stmt: sa.Select[Any] = (
             sa.select(batches)

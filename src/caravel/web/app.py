@@ -32,6 +32,7 @@ from caravel.web.auth import Authorize, remember_principal
 from caravel.web.bulk_pages import BulkPages
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
+from caravel.web.link_pages import LinkPages
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import PausingPages
 from caravel.web.presentation import Renderer
@@ -92,6 +93,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/schedules/{name}/pause", "schedule_pause", "operate"),
     RouteSpec("GET", "/schedules/{name}/resume", "schedule_resume_confirm", "operate"),
     RouteSpec("POST", "/schedules/{name}/resume", "schedule_resume", "operate"),
+    RouteSpec("GET", "/batches", "batches", "read"),
+    RouteSpec("GET", "/batches/{batch_id}", "batch", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
 
@@ -138,6 +141,7 @@ class Dashboard:
         schedule_pausing = SchedulePausingPages(self._view, writer)
         removal = RemovalPages(pages, writer)
         bulk = BulkPages(self._view, writer)
+        links = LinkPages(reader, self._view)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
@@ -168,6 +172,8 @@ class Dashboard:
             "schedule_pause": schedule_pausing.pause,
             "schedule_resume_confirm": schedule_pausing.resume_confirm,
             "schedule_resume": schedule_pausing.resume,
+            "batches": links.batches,
+            "batch": links.batch,
             "static": pages.static,
         }
         self.router = Router(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from uuid import UUID
 
 from caravel.errors import ValidationError
+from caravel.lookup import parse_job_id
 from caravel.store.protocol import SHOWN_STATES, ShownState
 from caravel.store.removal import CANCELLABLE, DELETABLE
 from caravel.tags import check_tag
@@ -52,6 +54,8 @@ class Filters:
     job_type: str | None = None
     tag: str | None = None
     """A tag the jobs must carry (exactly)."""
+    batch: UUID | None = None
+    """The batch the jobs are members of (the jobs listing only)."""
 
     def query(self) -> dict[str, str]:
         """The filters as URL query parameters (only those given)."""
@@ -61,6 +65,7 @@ class Filters:
             "state": self.state,
             "type": self.job_type,
             "tag": self.tag,
+            "batch": None if self.batch is None else str(self.batch),
         }
         return {name: value for name, value in found.items() if value is not None}
 
@@ -78,10 +83,12 @@ def _text(values: Mapping[str, str], name: str, *, strip: bool = True) -> str | 
 
 
 def parse_filters(
-    values: Mapping[str, str], *, with_state: bool = True
+    values: Mapping[str, str], *, with_state: bool = True, with_batch: bool = False
 ) -> tuple[Filters, list[str]]:
     """The filters in ``values`` (query parameters or form fields), and a message for each
-    value that breaks the queue's rules (that filter is then left out)."""
+    value that breaks the queue's rules (that filter is then left out). Only pages that pass
+    ``with_batch`` read ``batch``: every other page acts on what it can select, and it cannot
+    select by batch."""
     problems: list[str] = []
     queue = _text(values, "queue")
     tenant = _text(values, "tenant", strip=False)
@@ -112,13 +119,23 @@ def parse_filters(
     except ValidationError as exc:
         problems.append(f"Tag: {exc.rule}.")
         tag = None
+    batch = None
+    batch_text = _text(values, "batch") if with_batch else None
+    try:
+        if batch_text is not None:
+            batch = parse_job_id(batch_text, "batch")
+    except ValidationError as exc:
+        problems.append(f"Batch: {exc.rule} (the id a batch page shows).")
     state: ShownState | None = None
     if state_text is not None:
         if state_text in SHOWN_STATES:
             state = state_text
         else:
             problems.append("State: must be " + ", ".join(SHOWN_STATES) + ".")
-    return Filters(queue=queue, tenant=tenant, state=state, job_type=job_type, tag=tag), problems
+    found = Filters(
+        queue=queue, tenant=tenant, state=state, job_type=job_type, tag=tag, batch=batch
+    )
+    return found, problems
 
 
 #: The stored state behind each state a listing shows: what a cancel or delete by filter, which
@@ -138,10 +155,11 @@ STORED_STATE: dict[ShownState, str] = {
 def removal_query(filters: Filters, *, deleting: bool) -> dict[str, str] | None:
     """The query of the page that cancels (or, ``deleting``, deletes) the jobs a listing's
     ``filters`` match, or ``None`` when no such page can: no queue is chosen (a cancel or
-    delete by filter acts on one queue), a tag is (it cannot select by tag), or the state is one
-    it never touches. The listing's state becomes its stored state, which may take in more
-    jobs (all waiting jobs for ``delayed``); the page shows the stored state and the count."""
-    if filters.queue is None or filters.tag is not None:
+    delete by filter acts on one queue), a tag or a batch is (it cannot select by either), or
+    the state is one it never touches. The listing's state becomes its stored state, which may
+    take in more jobs (all waiting jobs for ``delayed``); the page shows the stored state and
+    the count."""
+    if filters.queue is None or filters.tag is not None or filters.batch is not None:
         return None
     query = {"queue": filters.queue, "tenant": filters.tenant, "type": filters.job_type}
     if filters.state is not None:

@@ -27,6 +27,7 @@ from caravel.web.auth import principal_of
 from caravel.web.charts import Series, bar_chart, sparkline
 from caravel.web.filters import clamp_int, parse_filters, parse_paging, removal_query
 from caravel.web.guard import Handler, Refusal
+from caravel.web.link_pages import job_links
 from caravel.web.presentation import (
     Renderer,
     lease_note,
@@ -183,7 +184,9 @@ class Pages:
         first. One row more than a page is read to know whether a next page exists."""
 
         async def page(request: Request) -> Response:
-            filters, problems = parse_filters(request.query_params, with_state=kind.only is None)
+            filters, problems = parse_filters(
+                request.query_params, with_state=kind.only is None, with_batch=kind is JOBS
+            )
             paging = parse_paging(request.query_params)
             found = await self.reader.list_jobs(
                 queue=filters.queue,
@@ -192,6 +195,7 @@ class Pages:
                 shown_state=filters.state,
                 job_type=filters.job_type,
                 tag=filters.tag,
+                batch_id=filters.batch,
                 limit=paging.per_page + 1,
                 offset=paging.offset,
                 oldest_first=paging.oldest_first,
@@ -269,6 +273,7 @@ class Pages:
             nav="jobs",
             page_title=f"Job \u2026{short_id(job.job_id)}",
             job=job,
+            links=await job_links(self.reader, job),
             timeline=timeline(job),
             lease=lease_note(job, from_ms(self.reader.clock.now_ms())),
             payload=payload,

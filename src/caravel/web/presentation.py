@@ -71,7 +71,11 @@ def short_id(job_id: UUID) -> str:
 
 def shown_state(job: JobStatus, now: datetime) -> str:
     """The state to show, in ``caravel status``'s words: a ready job that is not due yet is
-    ``delayed``; a running job whose lease has ended (at or before ``now``) is ``expired``."""
+    ``delayed``; a running job whose lease has ended (at or before ``now``) is ``expired``. A
+    held job (a chain step or batch callback not released yet) is ``held``, not delayed: its
+    far-future due time is a marker, not a time it will run."""
+    if job.held:
+        return "held"
     if job.state is JobState.READY and job.due_at > now:
         return "delayed"
     if (
@@ -123,10 +127,9 @@ class TimelineEvent:
 
 def timeline(job: JobStatus) -> list[TimelineEvent]:
     """What the stored timestamps tell about the job, in time order."""
-    events = [
-        TimelineEvent("Created", job.created_at, "enqueued and committed"),
-        TimelineEvent("Due", job.due_at, due_note(job)),
-    ]
+    events = [TimelineEvent("Created", job.created_at, "enqueued and committed")]
+    if not job.held:  # a held job's due time is a marker: it runs when released
+        events.append(TimelineEvent("Due", job.due_at, due_note(job)))
     if job.started_at is not None:
         events.append(
             TimelineEvent("Last claimed", job.started_at, f"attempt {job.attempt} started")

@@ -16,6 +16,7 @@ from caravel.web import ROUTES, Dashboard, dashboard
 from caravel.web.app import RouteSpec
 from caravel.web.csrf import COOKIE
 from tests.support.dashboard.fixtures import USERS, client_for, csrf_token
+from tests.support.dashboard.links import add_links
 from tests.support.dashboard.seed import Seeded
 
 
@@ -25,7 +26,7 @@ class Target:
     form: dict[str, str] | None = None
 
 
-def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
+def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, Target]:
     dead = next(ref for ref in seeded.dead if ref.queue == "emails")
     owner = urlencode({"queue": dead.queue, "tenant": dead.tenant_id})
     waiting = seeded.retrying  # a ready job, waiting for its retry: cancelled by an operator
@@ -73,6 +74,8 @@ def _targets(seeded: Seeded, run_id: str) -> dict[str, Target]:
         "schedule_resume": Target(
             "/schedules/nightly-digest/resume", {"schedule": "nightly-digest"}
         ),
+        "batches": Target("/batches"),
+        "batch": Target(f"/batches/{batch_id}"),
         "static": Target("/static/dashboard.css"),
     }
 
@@ -134,9 +137,10 @@ def test_every_route_is_in_the_table(app: Dashboard) -> None:
 
 
 @pytest.mark.parametrize("user", list(USERS))
-async def test_route_matrix(app: Dashboard, seeded: Seeded, user: str) -> None:
+async def test_route_matrix(app: Dashboard, seeded: Seeded, db_url: str, user: str) -> None:
     run_id = await _start_run(app, "reports")
-    targets = _targets(seeded, run_id)
+    links = await add_links(db_url)
+    targets = _targets(seeded, run_id, str(links.batch.batch_id))
     assert set(targets) == {spec.name for spec in ROUTES}, "a route is missing from the matrix"
     async with client_for(app, user) as client, client_for(app, "operator") as op:
         for spec in ROUTES:

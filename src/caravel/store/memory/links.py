@@ -43,6 +43,11 @@ class MemoryLinkReads(MemoryReader):
                 return None
             return batch_from_row(row)
 
+    async def job_find(self, job_id: UUID) -> JobStatus | None:
+        with self._locked("job_find") as tables:
+            row = tables.jobs.get(job_id)
+            return None if row is None else status_from_row(row)
+
     async def batch_list(self, limit: int, offset: int = 0) -> list[BatchRecord]:
         with self._locked("batch_list") as tables:
             rows = sorted(tables.batches.values(), key=lambda b: (b.created_at, b.id))
