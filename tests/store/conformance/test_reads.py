@@ -35,6 +35,18 @@ from tests.store.conformance.builders import (
 # ----- one job --------------------------------------------------------------------------------
 
 
+async def test_find_names_a_job_by_id_alone_for_operators(store: Store) -> None:
+    job = new_job(1)
+    elsewhere = new_job(2, queue="other", tenant="tenant-b")
+    await insert(store, [job, elsewhere])
+
+    for each in (job, elsewhere):
+        found = await store.job_find(each.id)
+        assert found is not None
+        assert (found.job_id, found.queue, found.tenant_id) == (each.id, each.queue, each.tenant_id)
+    assert await store.job_find(uuid4()) is None
+
+
 async def test_get_needs_the_exact_id_queue_and_tenant(store: Store) -> None:
     job = new_job(1, body='{"n":1,"secret":"s"}')
     neighbour = new_job(2, queue="other", tenant="tenant-b")
