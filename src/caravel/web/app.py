@@ -34,13 +34,12 @@ from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.link_pages import LinkPages
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
-from caravel.web.pausing_pages import PausingPages
+from caravel.web.pausing_pages import queue_pausing, schedule_pausing
 from caravel.web.presentation import Renderer
 from caravel.web.prune_pages import PrunePages
 from caravel.web.removal_pages import RemovalPages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
-from caravel.web.schedule_pausing_pages import SchedulePausingPages
 from caravel.web.security import SecurityHeaders
 
 if TYPE_CHECKING:
@@ -137,8 +136,8 @@ class Dashboard:
         pages = Pages(reader, self._view, assets, lost_after=lost_after)
         replay = ReplayPages(pages, writer, self.replays)
         pruning = PrunePages(self._view, writer)
-        pausing = PausingPages(self._view, writer)
-        schedule_pausing = SchedulePausingPages(self._view, writer)
+        pausing = queue_pausing(self._view, writer)
+        schedules = schedule_pausing(self._view, writer)
         removal = RemovalPages(pages, writer)
         bulk = BulkPages(self._view, writer)
         links = LinkPages(reader, self._view)
@@ -168,10 +167,10 @@ class Dashboard:
             "resume": pausing.resume,
             "workers": pages.workers,
             "schedules": pages.schedules,
-            "schedule_pause_confirm": schedule_pausing.pause_confirm,
-            "schedule_pause": schedule_pausing.pause,
-            "schedule_resume_confirm": schedule_pausing.resume_confirm,
-            "schedule_resume": schedule_pausing.resume,
+            "schedule_pause_confirm": schedules.pause_confirm,
+            "schedule_pause": schedules.pause,
+            "schedule_resume_confirm": schedules.resume_confirm,
+            "schedule_resume": schedules.resume,
             "batches": links.batches,
             "batch": links.batch,
             "static": pages.static,
