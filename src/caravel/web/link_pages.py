@@ -2,8 +2,8 @@
 of the chain or batch it belongs to.
 
 They read through the read-only :class:`~caravel.inspector.QueueInspector`, for every tenant
-(an operator's view), and never a payload or a result: a batch's counts and a chain's steps are
-job statuses, which carry neither.
+(an operator's view), and show no payload and no result: only a batch's counts and each
+chain step's state and link (a step's own page shows its result to those allowed to see it).
 """
 
 from __future__ import annotations
