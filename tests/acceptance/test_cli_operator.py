@@ -61,6 +61,10 @@ STATUS_FIELDS = {
     "priority",
     "result",
     "pending_key",
+    "chain_id",
+    "chain_step",
+    "batch_id",
+    "held",
 }
 
 

@@ -162,11 +162,9 @@ def show(
             text = await reader.get_payload(ident, queue, tenant) if payload else None
             stored = await reader.get_result(ident, queue, tenant) if result else None
         # The stored payload and result are JSON text; each is shown as the JSON value it is.
-        # chain_id, chain_step and batch_id say what the job is linked to; held, whether it
-        # waits for a chain step or a batch to release it.
+        # chain_id, chain_step and batch_id say what the job is linked to.
         return {
             **record_fields(found),
-            "held": found.held,
             "payload": None if text is None else json.loads(text),
             "result": None if stored is None else json.loads(stored),
         }

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from caravel.clock import from_ms
+from caravel.jobs import JobStatus
 
 if TYPE_CHECKING:
-    from caravel.jobs import JobStatus, WorkerInfo
+    from caravel.jobs import WorkerInfo
     from caravel.store.protocol import QueueCounts
 
 __all__ = [
@@ -104,11 +105,16 @@ def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
     """A job's status (never its payload) or a worker's registry row, field by field: the
     dataclasses' snake_case names are the document's keys. A job's ``result`` is left out:
     listings never read it, and ``jobs show`` adds it only when asked."""
-    return {
+    fields = {
         name: getattr(record, name)
         for name in type(record).__dataclass_fields__
         if name not in _NOT_RECORDED
     }
+    if isinstance(record, JobStatus):
+        # Whether it waits for a chain step or a batch to release it (its due time is then
+        # the far future, 9999-12-31).
+        fields["held"] = record.held
+    return fields
 
 
 #: Fields a record's document leaves out (the application's data, read on request only).
