@@ -31,7 +31,7 @@ import psycopg
 
 from bench.apps import Noop, worker_command
 from bench.databases import database, postgres_dsn
-from bench.runs import QUEUE, _fill, drain
+from bench.runs import QUEUE, drain, fill_backlog
 from caravel import DatabaseQueue, JobContext, JobRegistry, QueueWorker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ async def _in_process(
             done.set()
 
     async with DatabaseQueue(url, counting) as filler:
-        await _fill(filler, n)
+        await fill_backlog(filler, n)
     async with DatabaseQueue(url, counting) as queue:
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable)
         worker = QueueWorker(queue, options=options)

@@ -49,7 +49,7 @@ def _priority(i: int, levels: int) -> int:
     return -100 + 200 * ((i * 37) % levels) // (levels - 1)
 
 
-async def _fill(
+async def fill_backlog(
     queue: DatabaseQueue, n: int, batch: int = 1000, *, levels: int = 1, batches: bool = False
 ) -> None:
     """``n`` jobs whose priorities take turns among ``levels`` (see :func:`_priority`): with
@@ -127,7 +127,7 @@ async def drain(
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
     ``durable_acks``; with ``priority_levels`` above 1, the jobs' priorities take turns among that
-    many; with ``batches``, the jobs are members of batches of 1,000 (see :func:`_fill`)."""
+    many; with ``batches``, the jobs are members of batches of 1,000 (see :func:`fill_backlog`)."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -136,7 +136,7 @@ async def drain(
         counter.hit()
 
     async with DatabaseQueue(url, counting) as queue:
-        await _fill(queue, n, levels=priority_levels, batches=batches)
+        await fill_backlog(queue, n, levels=priority_levels, batches=batches)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
         worker = QueueWorker(queue, options=options)
         started = time.perf_counter()
@@ -340,7 +340,7 @@ def memory(url: str, n: int, concurrency: int, window: int = 50_000) -> dict[str
                     return
                 if fed < n and backlog < 20_000:
                     step = min(10_000, n - fed)
-                    await _fill(queue, step)
+                    await fill_backlog(queue, step)
                     fed += step
                 await asyncio.sleep(0.2)
 
