@@ -63,7 +63,14 @@ def chain_status(chain_id: UUID, steps: list[JobStatus]) -> ChainStatus | None:
     if not steps:
         return None
     state: ChainState = "running"
-    if any(step.state in _STOPPING for step in steps):
+    by_step = {step.chain_step: step for step in steps}
+
+    def orphaned(step: JobStatus) -> bool:
+        # A held step whose previous step is gone: nothing can release it any more.
+        previous = by_step.get((step.chain_step or 0) - 1)
+        return step.held and (previous is None or previous.state is JobState.PRUNED)
+
+    if any(step.state in _STOPPING or orphaned(step) for step in steps):
         state = "stopped"
     elif all(step.state in (JobState.COMPLETED, JobState.PRUNED) for step in steps):
         state = "completed"

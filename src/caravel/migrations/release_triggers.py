@@ -1,5 +1,6 @@
 """The triggers that release held jobs (migration 0009), per dialect: a chain's next step when
-its step completes, and a batch's callback when its last job finishes.
+its step completes, and a batch's callback when its last job finishes; and that cancel a
+chain's held steps when a step before them is cancelled.
 
 They run inside the statement that changes a job's state, whichever operation that is (an
 acknowledgement, a claim that dead-letters an expired lease, a cancel, a replay), so what a job
@@ -25,12 +26,22 @@ _COUNTED = (
     f" AND (NEW.state IN {_END_STATES} OR OLD.state IN {_END_STATES})"
 )
 _CHAINED = "NEW.state = 'completed' AND OLD.state <> 'completed'"
+_GIVEN_UP = "NEW.state = 'cancelled' AND OLD.state <> 'cancelled'"
 _HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
 _RELEASE = "due_at = NEW.updated_at, available_at = NEW.updated_at, updated_at = NEW.updated_at"
 _NEXT_STEP = (
     f"UPDATE caravel_jobs SET {_RELEASE},"
     " upstream = '{\"result\":' || COALESCE(NEW.result, 'null') || '}'"
     f" WHERE id = NEW.chain_next AND {_HELD};"
+)
+
+
+#: A cancelled step ends its chain: the steps after it that are still held are cancelled with it
+#: (one statement for them all, so no trigger needs to fire itself).
+_REST_CANCELLED = (
+    "UPDATE caravel_jobs SET state = 'cancelled', available_at = NULL, lease_expires_at = NULL,"
+    " finished_at = NEW.updated_at, updated_at = NEW.updated_at, lease_token = lease_token + 1"
+    f" WHERE chain_id = NEW.chain_id AND chain_step > NEW.chain_step AND {_HELD};"
 )
 
 
@@ -56,6 +67,9 @@ BEGIN
             PERFORM pg_notify('{CHANNEL}', released);
         END IF;
     END IF;
+    IF NEW.chain_next IS NOT NULL AND {_GIVEN_UP} THEN
+        {_REST_CANCELLED}
+    END IF;
     IF NEW.batch_id IS NOT NULL AND {_COUNTED} THEN
         {_counts("::int")} WHERE id = NEW.batch_id RETURNING * INTO b;
         IF FOUND AND b.finished_at IS NULL
@@ -76,7 +90,7 @@ END
 $$
 """,
     "CREATE TRIGGER caravel_jobs_release AFTER UPDATE OF state ON caravel_jobs FOR EACH ROW"
-    f" WHEN ((NEW.chain_next IS NOT NULL AND {_CHAINED})"
+    f" WHEN ((NEW.chain_next IS NOT NULL AND (({_CHAINED}) OR ({_GIVEN_UP})))"
     f" OR (NEW.batch_id IS NOT NULL AND {_COUNTED}))"
     " EXECUTE FUNCTION caravel_jobs_release()",
 )
@@ -91,6 +105,8 @@ _FINISHED_NOW = (
 SQLITE_CREATE = (
     "CREATE TRIGGER caravel_jobs_chain_release AFTER UPDATE OF state ON caravel_jobs"
     f" WHEN NEW.chain_next IS NOT NULL AND {_CHAINED} BEGIN {_NEXT_STEP} END",
+    "CREATE TRIGGER caravel_jobs_chain_cancel AFTER UPDATE OF state ON caravel_jobs"
+    f" WHEN NEW.chain_next IS NOT NULL AND {_GIVEN_UP} BEGIN {_REST_CANCELLED} END",
     "CREATE TRIGGER caravel_jobs_batch_release AFTER UPDATE OF state ON caravel_jobs"
     f" WHEN NEW.batch_id IS NOT NULL AND {_COUNTED} BEGIN"
     f" {_counts('')} WHERE id = NEW.batch_id;"
@@ -104,5 +120,6 @@ SQLITE_CREATE = (
 )
 SQLITE_DROP = (
     "DROP TRIGGER IF EXISTS caravel_jobs_chain_release",
+    "DROP TRIGGER IF EXISTS caravel_jobs_chain_cancel",
     "DROP TRIGGER IF EXISTS caravel_jobs_batch_release",
 )

@@ -91,8 +91,8 @@ class LinkWrites(Protocol):
     async def chain_insert(self, steps: Sequence[LinkedJob]) -> tuple[list[UUID], bool]:
         """Insert a chain's steps in one transaction; the step ids and whether they were
         created. When the first step's idempotency key names an existing job with the same
-        type and payload, nothing is inserted and the ids are that job's chain's (just the job,
-        if it is no chain's first step); with other content
+        type and payload, nothing is inserted and the ids are that job's chain's; with other
+        content, or when that job is no chain's first step,
         :class:`~caravel.errors.IdempotencyConflictError` is raised."""
         ...
 

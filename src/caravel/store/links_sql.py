@@ -10,6 +10,7 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
+from caravel.errors import IdempotencyConflictError
 from caravel.jobs import JobStatus
 from caravel.store.inserts_sql import SqlInserts
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
@@ -47,7 +48,10 @@ class SqlLinks(SqlInserts[ConnectionT]):
                 found = await conn.execute(
                     sa.select(jobs.c.id).where(jobs.c.chain_id == first).order_by(jobs.c.chain_step)
                 )
-                return list(found.scalars()) or [first], False
+                chained = list(found.scalars())
+                if not chained:  # the key is a plain job's: this is not the chain it names
+                    raise IdempotencyConflictError(first)
+                return chained, False
             if len(steps) > 1:
                 await run_plan(conn.execute, self._linked_plan(steps[1:]))
         return [step.job.id for step in steps], True

@@ -19,11 +19,13 @@ from caravel.jobs import JobState
 from caravel.retention import content_hash
 from caravel.store.plans import Plan, Step
 from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.removal_sql import kept_for_chain
 from caravel.store.schema import jobs
 
 __all__ = ["prune_plan"]
 
 PRUNED = JobState.PRUNED.value
+DEAD = JobState.DEAD_LETTER.value
 _FINISHED = jobs.c.available_at.is_(None)
 
 
@@ -38,9 +40,13 @@ def _next_queue(after: str | None) -> sa.Select[Any]:
 
 def _old(queue: str, state: str, cutoff: int) -> list[sa.ColumnElement[bool]]:
     """Rows of ``queue`` in ``state`` that finished (or, for tombstones, were pruned) before
-    ``cutoff``."""
+    ``cutoff``; never a dead letter that a held chain step waits for (see
+    :func:`~caravel.store.removal_sql.kept_for_chain`)."""
     when = jobs.c.pruned_at if state == PRUNED else jobs.c.finished_at
-    return [jobs.c.queue == queue, jobs.c.state == state, _FINISHED, when < cutoff]
+    old = [jobs.c.queue == queue, jobs.c.state == state, _FINISHED, when < cutoff]
+    if state == DEAD:
+        old.append(~kept_for_chain())
+    return old
 
 
 def _candidates(queue: str, state: str, cutoff: int, limit: int) -> sa.Select[Any]:

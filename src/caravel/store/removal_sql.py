@@ -17,15 +17,18 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from caravel.jobs import CancelOutcome, JobState
+from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import JobRef
 from caravel.store.queries import owned
 from caravel.store.removal import CANCELLABLE, DELETABLE, JobSelection
 from caravel.store.schema import jobs
 from caravel.store.transactions import ConnectionT, SqlTransactions
 
-__all__ = ["SqlRemoval", "cancel", "delete", "selected"]
+__all__ = ["SqlRemoval", "cancel", "delete", "kept_for_chain", "selected"]
 
 RUNNING = JobState.RUNNING.value
+READY = JobState.READY.value
+DEAD = JobState.DEAD_LETTER.value
 CANCELLED = JobState.CANCELLED.value
 _CANCELLABLE = tuple(state.value for state in CANCELLABLE)
 _DELETABLE = tuple(state.value for state in DELETABLE)
@@ -46,6 +49,8 @@ def selected(selection: JobSelection, *, deleting: bool) -> list[sa.ColumnElemen
     if selection.before is not None:
         age = jobs.c.finished_at if deleting else jobs.c.created_at
         conditions.append(age < selection.before)
+    if deleting:
+        conditions.append(~kept_for_chain())
     return conditions
 
 
@@ -78,9 +83,24 @@ def cancel(where: sa.ColumnElement[bool], now: int) -> sa.Update:
     )
 
 
+def kept_for_chain() -> sa.ColumnElement[bool]:
+    """A dead-lettered chain step whose next step is held: replaying it is the only way the
+    chain resumes, so neither retention nor a delete removes it (cancelling the held steps
+    gives the chain up, and frees it)."""
+    following = jobs.alias("following")
+    held = sa.exists().where(
+        following.c.id == jobs.c.chain_next,
+        following.c.state == READY,
+        following.c.due_at == HELD_DUE_AT,
+    )
+    return sa.and_(jobs.c.state == DEAD, jobs.c.chain_next.is_not(None), held)
+
+
 def delete(where: sa.ColumnElement[bool]) -> sa.Executable:
-    """Delete the finished rows ``where`` matches; returns their ids."""
-    return sa.delete(jobs).where(where, jobs.c.state.in_(_DELETABLE)).returning(jobs.c.id)
+    """Delete the finished rows ``where`` matches, but no dead letter a held chain step waits
+    for; returns their ids."""
+    deletable = sa.and_(where, jobs.c.state.in_(_DELETABLE), ~kept_for_chain())
+    return sa.delete(jobs).where(deletable).returning(jobs.c.id)
 
 
 class SqlRemoval(SqlTransactions[ConnectionT]):
@@ -98,15 +118,18 @@ class SqlRemoval(SqlTransactions[ConnectionT]):
         return rows
 
     async def job_cancel(self, ref: JobRef, now: int) -> CancelOutcome:
-        async with self._write("job_cancel") as conn:
-            rows = await self._cancel_rows(conn, cancel(owned(ref), now))
-            if rows:
-                was_running = rows[0].cancel_requested_at is not None
-                return CancelOutcome.CANCELLED_RUNNING if was_running else CancelOutcome.CANCELLED
-            found = await conn.execute(sa.select(jobs.c.state).where(owned(ref)))
-            if found.scalar_one_or_none() is None:
-                return CancelOutcome.NOT_FOUND
-            return CancelOutcome.ALREADY_FINISHED
+        async def run() -> CancelOutcome:
+            async with self._write("job_cancel") as conn:
+                rows = await self._cancel_rows(conn, cancel(owned(ref), now))
+                if rows:
+                    running = rows[0].cancel_requested_at is not None
+                    return CancelOutcome.CANCELLED_RUNNING if running else CancelOutcome.CANCELLED
+                found = await conn.execute(sa.select(jobs.c.state).where(owned(ref)))
+                if found.scalar_one_or_none() is None:
+                    return CancelOutcome.NOT_FOUND
+                return CancelOutcome.ALREADY_FINISHED
+
+        return await self._deadlock_retried(run)
 
     async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
         where = _batch(selected(selection, deleting=False), limit)

@@ -104,10 +104,13 @@ class ImmediateQueue(DatabaseQueue):
         return results
 
     async def replay(self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT) -> bool:
-        """Replay a dead letter as :meth:`DatabaseQueue.replay` does, then run it."""
+        """Replay a dead letter as :meth:`DatabaseQueue.replay` does, then run it (and, for a
+        chain's step, the steps it releases)."""
         replayed = await super().replay(job_id, queue, tenant_id)
         if replayed:
-            await self._run_due({queue})
+            # Every queue: a replayed chain step releases the next one, wherever it is.
+            counts = await self.store.queue_counts(None, self.clock.now_ms())
+            await self._run_due({queue} | {c.queue for c in counts})
         return replayed
 
     async def enqueue_chain(self, steps: Iterable[tuple[object, DispatchOptions]]) -> ChainResult:

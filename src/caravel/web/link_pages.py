@@ -92,8 +92,7 @@ class LinkPages:
                     request,
                     404,
                     "No such batch",
-                    "No batch has this id (it may have been pruned). Open batches from the "
-                    "batches list.",
+                    "No batch has this id. Open batches from the batches list.",
                 )
             )
         callback = None

@@ -13,16 +13,17 @@ from tests.support import Add
 
 class Seen:
     """A handler that records each run's amount, previous result and batch outcome, returns
-    the amount times ten, and fails for a negative amount."""
+    the amount times ten, and fails for a negative amount (while ``fail_negative``)."""
 
     def __init__(self) -> None:
         self.runs: list[tuple[int, Any, BatchOutcome | None]] = []
+        self.fail_negative = True
         self.registry = JobRegistry()
         self.registry.register("tests.add.v1", Add, self.add)
 
     async def add(self, job: Add, ctx: JobContext[Any]) -> int:
         self.runs.append((job.amount, ctx.previous_result, ctx.batch))
-        if job.amount < 0:
+        if job.amount < 0 and self.fail_negative:
             raise LookupError("not shown")
         return job.amount * 10
 
@@ -85,3 +86,21 @@ async def test_an_immediate_queue_runs_a_batch_and_then_its_callback(db_url: str
         None,
         BatchOutcome(batch.batch_id, total=2, completed=1, failed=1, cancelled=0),
     )
+
+
+async def test_an_immediate_replay_runs_the_steps_it_releases_in_other_queues(
+    db_url: str,
+) -> None:
+    seen = Seen()
+    async with ImmediateQueue(seen.registry, target=db_url, failures="record") as queue:
+        chain = await queue.enqueue_chain([(Add(-1), _on("z")), (Add(2), _on("a"))])
+        stopped = await queue.get_chain(chain.chain_id)
+        assert stopped is not None
+        assert stopped.state == "stopped"
+
+        seen.fail_negative = False  # the fault is fixed; the dead letter is replayed
+        assert await queue.replay(chain.job_ids[0], "z")
+        resumed = await queue.get_chain(chain.chain_id)
+    assert resumed is not None
+    assert resumed.state == "completed"
+    assert seen.runs == [(-1, None, None), (-1, None, None), (2, -10, None)]

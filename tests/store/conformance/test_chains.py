@@ -14,6 +14,7 @@ from caravel.errors import IdempotencyConflictError
 from caravel.jobs import CancelOutcome, JobState
 from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import JobRef, NewJob, Store
+from caravel.store.prunes import PruneRequest
 from tests.store.conformance.builders import (
     QUEUE,
     T0,
@@ -23,6 +24,7 @@ from tests.store.conformance.builders import (
     everything,
     fail,
     ids,
+    insert,
     new_job,
     payload,
     ref,
@@ -142,9 +144,11 @@ async def test_a_step_dead_lettered_by_an_expired_lease_stops_the_chain(store: S
 
 
 @pytest.mark.parametrize("when", ["waiting", "running"])
-async def test_a_cancelled_step_stops_the_chain(store: Store, when: str) -> None:
-    first, second = steps(2)
-    await store.chain_insert(chain([first, second]))
+async def test_a_cancelled_step_ends_the_chain_and_cancels_its_held_steps(
+    store: Store, when: str
+) -> None:
+    first, second, third = steps(3)
+    await store.chain_insert(chain([first, second, third]))
     lease = None
     if when == "running":
         lease = (await claim_one(store, T0)).lease
@@ -156,21 +160,56 @@ async def test_a_cancelled_step_stops_the_chain(store: Store, when: str) -> None
         assert await store.job_complete_many([lease], T0 + 20) == set()
 
     assert (await status(store, first)).state is JobState.CANCELLED
-    await assert_held(store, second)
+    # In the cancel's own statement: every later step, cancelled at the cancel's time.
+    for later in (second, third):
+        got = await status(store, later)
+        assert got.state is JobState.CANCELLED
+        assert got.finished_at == from_ms(T0 + 10)
+        assert not got.held
     assert await nothing_ready(store)
 
 
-async def test_a_cancelled_held_step_is_never_released(store: Store) -> None:
+async def test_a_cancelled_held_step_is_never_released_nor_are_those_after_it(
+    store: Store,
+) -> None:
     first, second, third = steps(3)
     await store.chain_insert(chain([first, second, third]))
     assert await store.job_cancel(ref(second), T0 + 5) is CancelOutcome.CANCELLED
+    got = await status(store, third)
+    assert (got.state, got.finished_at) == (JobState.CANCELLED, from_ms(T0 + 5))
 
     await complete(store, first, T0 + 10, payload(step=0))
 
     got = await status(store, second)
     assert (got.state, got.due_at) == (JobState.CANCELLED, from_ms(HELD_DUE_AT))
-    await assert_held(store, third)
+    assert (await status(store, third)).state is JobState.CANCELLED
     assert await nothing_ready(store)
+
+
+async def test_a_dead_letter_a_held_step_waits_for_is_kept_from_prune_and_delete(
+    store: Store,
+) -> None:
+    first, second = steps(2, max_attempts=1)
+    lone = new_job(7, max_attempts=1)
+    await store.chain_insert(chain([first, second]))
+    await insert(store, [lone])
+    for _ in (first, lone):
+        claimed = await claim_one(store, T0)
+        await fail(store, claimed.lease, T0 + 1, None)
+    much_later = T0 + 10 * 86_400_000
+
+    # Its replay is how the chain resumes: retention and deletes leave it.
+    assert not await store.job_delete(ref(first))
+    pruned = await store.job_prune(
+        PruneRequest(now=much_later, limit=100, dead_letter_before=much_later)
+    )
+    assert pruned.deleted == 1  # the lone dead letter only
+    assert (await status(store, first)).state is JobState.DEAD_LETTER
+    await assert_held(store, second)
+
+    # Giving the chain up (cancelling its held step) frees it.
+    assert await store.job_cancel(ref(second), much_later) is CancelOutcome.CANCELLED
+    assert await store.job_delete(ref(first))
 
 
 async def test_chain_steps_lists_the_steps_in_order_for_their_tenant(store: Store) -> None:
@@ -215,3 +254,18 @@ async def test_a_keyed_chain_with_other_content_conflicts_and_inserts_nothing(
     assert sorted(ids(await everything(store))) == sorted(ids(made))
     for job in other[1:]:
         assert await store.job_get(JobRef(job.id, QUEUE, job.tenant_id)) is None
+
+
+async def test_a_chain_under_the_key_of_a_plain_job_conflicts_and_inserts_nothing(
+    store: Store,
+) -> None:
+    plain = new_job(0, key="order-1")
+    await insert(store, [plain])
+
+    # Same type and payload under the key, but that job is no chain's first step.
+    made = [new_job(0, key="order-1", created_at=T0 + 5), *steps(2, created_at=T0 + 5)]
+    with pytest.raises(IdempotencyConflictError) as raised:
+        await store.chain_insert(chain(made))
+
+    assert raised.value.job_id == plain.id
+    assert ids(await everything(store)) == [plain.id]

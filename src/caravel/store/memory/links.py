@@ -70,7 +70,9 @@ class MemoryLinks(MemoryLinkReads):
                         raise IdempotencyConflictError(row.id)
                     chained = [r for r in tables.jobs.values() if r.chain_id == row.id]
                     chained.sort(key=lambda r: r.chain_step or 0)
-                    return [r.id for r in chained] or [row.id], False
+                    if not chained:  # the key is a plain job's, not this chain's
+                        raise IdempotencyConflictError(row.id)
+                    return [r.id for r in chained], False
             _add(tables, steps)
         return [step.job.id for step in steps], True
 

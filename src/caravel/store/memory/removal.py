@@ -46,7 +46,7 @@ class MemoryRemoval(MemoryReader):
     async def job_delete(self, ref: JobRef) -> bool:
         with self._locked("job_delete") as tables:
             row = self._owned(tables, ref)
-            if row is None or row.state not in _DELETABLE:
+            if row is None or row.state not in _DELETABLE or tables.kept_for_chain(row):
                 return False
             tables.remove(row)
         return True
@@ -105,6 +105,8 @@ def _selected(tables: Tables, selection: JobSelection, *, deleting: bool) -> Ite
             age = row.finished_at if deleting else row.created_at
             if age is None or age >= selection.before:
                 continue
+        if deleting and tables.kept_for_chain(row):
+            continue
         yield row
 
 

@@ -257,6 +257,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLinks):
                     tables.remove(row)
                     continue
                 _compact(row, request.now)
+                tables.track(row)  # as every change of state (the release triggers' view)
                 tombstoned += 1
         return PruneBatch(deleted, tombstoned, expired)
 
@@ -367,7 +368,7 @@ def _prunable(tables: Tables, request: PruneRequest) -> list[tuple[JobRow, int]]
     found = []
     for row in tables.jobs.values():
         cutoff = cutoffs.get(row.state)
-        if cutoff is None or row.available_at is not None:
+        if cutoff is None or row.available_at is not None or tables.kept_for_chain(row):
             continue
         if request.queue is not None and row.queue != request.queue:
             continue

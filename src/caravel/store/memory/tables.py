@@ -166,6 +166,8 @@ class Tables:
         if row.chain_next is not None and row.state == "completed":
             result = row.result if row.result is not None else "null"
             self._release_held(row.chain_next, row.updated_at, '{"result":' + result + "}")
+        if row.chain_next is not None and row.state == "cancelled":
+            self._cancel_rest(row)
         batch = self.batches.get(row.batch_id) if row.batch_id is not None else None
         if batch is None or row.state == "pruned":
             return
@@ -188,6 +190,31 @@ class Tables:
                     "cancelled": batch.cancelled,
                 }
                 self._release_held(batch.callback_id, row.updated_at, json.dumps({"batch": counts}))
+
+    def kept_for_chain(self, row: JobRow) -> bool:
+        """``removal_sql.kept_for_chain``: a dead letter whose chain's next step is held."""
+        if row.state != "dead_letter" or row.chain_next is None:
+            return False
+        following = self.jobs.get(row.chain_next)
+        return (
+            following is not None
+            and following.state == "ready"
+            and (following.due_at == HELD_DUE_AT)
+        )
+
+    def _cancel_rest(self, step: JobRow) -> None:
+        """A cancelled step's chain ends: its later held steps are cancelled too."""
+        for row in list(self.jobs.values()):
+            if row.chain_id != step.chain_id or (row.chain_step or 0) <= (step.chain_step or 0):
+                continue
+            if row.state != "ready" or row.due_at != HELD_DUE_AT:
+                continue
+            row.state = "cancelled"
+            row.available_at = row.lease_expires_at = None
+            row.finished_at = row.updated_at = step.updated_at
+            row.lease_token += 1
+            row.seen_state = row.state  # one update for them all, as the trigger's
+            self.track(row)
 
     def _release_held(self, job_id: UUID, now: int, upstream: str) -> None:
         held = self.jobs.get(job_id)
