@@ -84,26 +84,15 @@ ACK_MODES = {"async_acks": False, "durable_acks": True}
 def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """The drain with each acknowledgement setting, the runs alternating between them (so a
     machine whose speed drifts during the run affects both alike), each on a fresh database."""
-    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in ACK_MODES}
-    for _ in range(args.runs):
-        for mode, durable in ACK_MODES.items():
-            with database(backend) as url:
-                run = runs.drain(url, args.jobs, args.concurrency, durable_acks=durable)
-                results[mode].append(asyncio.run(run))
-    figures: dict[str, Any] = {"jobs": args.jobs, "concurrency": args.concurrency}
-    for mode, measured in results.items():
-        median = _median(measured)
-        figures["runs"] = median["runs"]
-        for key in ("jobs_per_second", "seconds", "completed"):
-            figures[f"{key}_{mode}"] = median[key]
-    return figures
+    modes: dict[str, dict[str, Any]] = {m: {"durable_acks": d} for m, d in ACK_MODES.items()}
+    return _drain_modes(backend, args, modes)
 
 
 def _drain_modes(
     backend: str, args: argparse.Namespace, modes: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
-    """The drain (default acknowledgements) of each backlog ``modes`` names (keyword arguments
-    of :func:`runs.drain`), the runs alternating between them, each on a fresh database."""
+    """The drain of each setting ``modes`` names (keyword arguments of :func:`runs.drain`), the
+    runs alternating between them, each on a fresh database."""
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for _ in range(args.runs):
         for mode, kwargs in modes.items():

@@ -22,8 +22,16 @@ from caravel.options import QueueOptions
 from caravel.preparation import dispatch_of, prepare_jobs
 from caravel.registry import JobRegistry
 from caravel.store.links import LinkedJob
+from caravel.store.values import NewJob
 
-__all__ = ["ChainResult", "ChainState", "ChainStatus", "chain_status", "prepare_chain"]
+__all__ = [
+    "ChainResult",
+    "ChainState",
+    "ChainStatus",
+    "chain_status",
+    "link_chain",
+    "prepare_chain",
+]
 
 #: ``running``: a step is waiting or running; ``completed``: every step completed;
 #: ``stopped``: a step was dead-lettered or cancelled, and the steps after it stay held.
@@ -95,7 +103,12 @@ def prepare_chain(
         dispatch = dispatch_of(item, f"steps[{index}]")
         tenant = dispatch.tenant_id if tenant is None else tenant
         _check_step(index, dispatch, tenant)
-    new_jobs = prepare_jobs(registry, options, steps, now)
+    return link_chain(prepare_jobs(registry, options, steps, now))
+
+
+def link_chain(new_jobs: Sequence[NewJob]) -> list[LinkedJob]:
+    """Prepared jobs linked as a chain's steps, in order: the first ready, each later one held
+    and named by the step before it; the chain's id is the first step's."""
     chain_id = new_jobs[0].id
     return [
         LinkedJob(

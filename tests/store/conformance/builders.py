@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from caravel._ids import uuid7
+from caravel.chains import link_chain
 from caravel.jobs import ClaimedJob, JobStatus, Lease
 from caravel.store.links import LinkedJob, NewBatch
 from caravel.store.protocol import (
@@ -148,19 +149,8 @@ def ids(items: Iterable[NewJob | ClaimedJob | JobStatus]) -> list[UUID]:
 
 
 def chain(steps: Sequence[NewJob]) -> list[LinkedJob]:
-    """``steps`` linked as a chain (what :func:`caravel.chains.prepare_chain` builds): the first
-    ready, each later one held and named by the step before it."""
-    chain_id = steps[0].id
-    return [
-        LinkedJob(
-            job,
-            held=index > 0,
-            chain_id=chain_id,
-            chain_step=index,
-            chain_next=steps[index + 1].id if index + 1 < len(steps) else None,
-        )
-        for index, job in enumerate(steps)
-    ]
+    """``steps`` linked as a chain, as :func:`caravel.chains.prepare_chain` links them."""
+    return link_chain(steps)
 
 
 async def insert_batch(
