@@ -317,3 +317,52 @@ def test_four_worker_processes_drain_two_thousand_jobs_exactly_once(
     assert set(ends.values()) == {1}
     assert {s.attempt for s in statuses(db_url, ids)} == {1}
     assert len({e.pid for e in events}) >= 2  # the work really was shared
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_worker_over_four_queues_drains_them_within_its_concurrency(
+    db_url: str, evidence: Path, concurrency: int
+) -> None:
+    """Four queues' fetchers share the worker's slots: the worker neither stops itself nor runs
+    more handlers at once than its concurrency (the handlers' own ledger says how many ran)."""
+
+    async def fill() -> list[str]:
+        async with DatabaseQueue(db_url, registry) as queue:
+            results = await queue.enqueue_many(
+                [
+                    (Nap(0.01, label=str(n)), DispatchOptions(queue=f"q{n % 4}", tenant_id="t"))
+                    for n in range(40)
+                ]
+            )
+        return [str(r.job_id) for r in results]
+
+    ids = asyncio.run(fill())
+    worker = WorkerProcess(
+        db_url,
+        evidence,
+        ["q0", "q1", "q2", "q3"],
+        "--concurrency",
+        str(concurrency),
+        *FAST,
+    )
+    try:
+        wait_until(
+            lambda: (
+                sum(e.kind == "end" for e in read_ledger(evidence)) == len(ids)
+                or worker.process.poll() is not None
+            ),
+            what="every job to finish",
+        )
+        assert worker.process.poll() is None, worker.wait()[1]
+    finally:
+        worker.signal()
+        code, err = worker.wait()
+    assert code == 0, err
+    assert "worker stopping" not in err
+    events = read_ledger(evidence)
+    assert sorted(e.job_id for e in events if e.kind == "end") == sorted(ids)
+    running = highest = 0
+    for event in events:
+        running += 1 if event.kind == "start" else -1
+        highest = max(highest, running)
+    assert highest <= concurrency

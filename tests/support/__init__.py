@@ -25,6 +25,7 @@ from caravel import (
     QueueInspector,
     QueueOptions,
 )
+from caravel.clock import Clock
 from caravel.testing import ManualClock
 
 
@@ -81,7 +82,7 @@ async def open_queue(
     url: str,
     registry: JobRegistry | None = None,
     *,
-    clock: ManualClock | None = None,
+    clock: Clock | None = None,
     **options: object,
 ) -> AsyncIterator[DatabaseQueue]:
     opts = QueueOptions(**{"lease_duration": LEASE, **options})  # type: ignore[arg-type]

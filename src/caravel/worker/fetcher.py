@@ -21,7 +21,7 @@ the round trip is not added to that job's wake-up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from caravel._failpoints import failpoint
@@ -38,25 +38,68 @@ JobTask = Callable[[ClaimedJob], Coroutine[Any, Any, None]]
 
 
 class Slots:
-    """The worker's handler slots: the tasks running jobs, and the one job taken over from an
-    expired lease (at most one per process at once)."""
+    """The worker's handler slots: the tasks running jobs, the slots fetchers have taken for a
+    claim in flight, and the one job taken over from an expired lease (at most one per process
+    at once).
+
+    Every fetcher of the worker shares these slots across awaits, so a fetcher takes the slots
+    it asks for (:meth:`take`) before its claim goes out and gives back what the claim did not
+    fill (:meth:`give_back`) in the same step that starts the jobs it got, with no await in
+    between. Two fetchers can then never count the same free slot, and running plus taken never
+    exceeds the concurrency."""
 
     def __init__(self, concurrency: int, run_job: JobTask) -> None:
         self.concurrency = concurrency
         self.tasks: set[asyncio.Task[None]] = set()
+        #: Slots taken by claims in flight, not yet running a job or given back.
+        self.taken = 0
         self._run_job = run_job
         self._freed = asyncio.Event()
         #: The job taken over from an expired lease that is running, with its queue.
         self.recovering: tuple[asyncio.Task[None], str] | None = None
+        #: Whether a fetcher's look for an expired lease is in flight (one per process).
+        self.looking = False
         #: Per queue, the clock time (ms) at which to look for expired leases next.
         self.recovery_due: dict[str, int] = {}
 
     @property
     def free(self) -> int:
-        return self.concurrency - len(self.tasks)
+        """Slots neither running a job nor taken by a claim in flight (never negative)."""
+        return self.concurrency - len(self.tasks) - self.taken
+
+    def take(self, wanted: int) -> int:
+        """Take up to ``wanted`` free slots for a claim; how many were taken (0 when none is
+        free). Synchronous, so no other fetcher runs between the count and the taking."""
+        count = max(0, min(wanted, self.free))
+        self.taken += count
+        return count
+
+    def take_for_recovery(self) -> bool:
+        """Take a slot to look for one expired lease: only when one is free and no other
+        taken-over job runs or is being looked for in this process."""
+        if self.recovering is not None or self.looking or not self.take(1):
+            return False
+        self.looking = True
+        return True
+
+    def give_back(
+        self, taken: int, claimed: Sequence[ClaimedJob], *, recovered: str | None = None
+    ) -> None:
+        """End a claim that took ``taken`` slots: start each job it ``claimed`` in one of them
+        and free the rest. ``recovered`` names the queue when the job was taken over from an
+        expired lease."""
+        if len(claimed) > taken:  # the store returns at most the limit it was given
+            raise RuntimeError("a claim returned more jobs than the slots it took")
+        self.taken -= taken
+        if recovered is not None:
+            self.looking = False
+        for job in claimed:
+            self.start(job, recovered=recovered)
+        if len(claimed) < taken:
+            self._freed.set()
 
     async def freed(self) -> None:
-        """Wait until a running job finishes."""
+        """Wait until a running job finishes or a claim gives slots back."""
         self._freed.clear()
         await self._freed.wait()
 
@@ -153,37 +196,47 @@ class Fetcher:
         taken over (0 or 1); every job claimed is started. ``ready_first`` claims the waiting
         jobs before looking for an expired lease, with the slots they leave."""
         if ready_first:
-            asked, claimed = await self._claim_ready(self._slots.free)
-            recovered = await self._recover() if self._slots.free else 0
+            asked, claimed = await self._claim_ready()
+            recovered = await self._recover()
         else:
             recovered = await self._recover()
-            asked, claimed = await self._claim_ready(self._slots.free)
+            asked, claimed = await self._claim_ready()
         return asked, claimed, recovered
 
-    async def _claim_ready(self, free: int) -> tuple[int, int]:
-        """Claim and start up to ``free`` waiting jobs (at most a batch); how many were asked
-        for and claimed."""
-        asked = min(free, self._batch)
-        claimed = await self._leases.claim_many(self.queue, asked, source="ready") if asked else []
-        if claimed:
-            failpoint("after_claim")
-            for job in claimed:
-                self._slots.start(job)
+    async def _claim_ready(self) -> tuple[int, int]:
+        """Claim and start waiting jobs in the slots free now (at most a batch); how many
+        were asked for and claimed. Nothing is asked for when no slot is free."""
+        slots = self._slots
+        asked = slots.take(self._batch)
+        if not asked:
+            return 0, 0
+        claimed: list[ClaimedJob] = []
+        try:
+            claimed = await self._leases.claim_many(self.queue, asked, source="ready")
+            if claimed:
+                failpoint("after_claim")
+        finally:
+            slots.give_back(asked, claimed)
         return asked, len(claimed)
 
     async def _recover(self) -> int:
-        """Take over one job of this queue whose lease expired, when no other taken-over job
-        runs in this process and it is time to look. Returns how many were started (0 or 1)."""
+        """Take over one job of this queue whose lease expired, when a slot is free, no other
+        taken-over job runs in this process and it is time to look. Returns how many were
+        started (0 or 1)."""
         slots = self._slots
         now = self._clock.now_ms()
         due = slots.recovery_due.get(self.queue, now)
         # Not yet due, unless the clock was set back by more than a poll interval meanwhile.
-        if slots.recovering is not None or 0 < due - now <= self._poll_ms:
+        if 0 < due - now <= self._poll_ms or not slots.take_for_recovery():
             return 0
-        taken = await self._leases.claim_many(self.queue, 1, source="expired")
+        taken: list[ClaimedJob] = []
+        try:
+            taken = await self._leases.claim_many(self.queue, 1, source="expired")
+            if taken:
+                failpoint("after_claim")
+        finally:
+            slots.give_back(1, taken, recovered=self.queue)
         if not taken:
             slots.recovery_due[self.queue] = now + self._poll_ms
             return 0
-        failpoint("after_claim")
-        slots.start(taken[0], recovered=self.queue)
         return 1
