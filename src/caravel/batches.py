@@ -103,8 +103,10 @@ def prepare_batch(
     if callback is not None:
         dispatch = dispatch_of(callback, "callback")
         _check_member("callback", dispatch, tenant)
-        if dispatch.not_before is not None:
-            raise ValidationError("callback.not_before", "a callback runs when its batch finishes")
+        for name, value in (("not_before", dispatch.not_before), ("delay", dispatch.delay)):
+            if value is not None:
+                rule = "a callback runs when its batch finishes"
+                raise ValidationError(f"callback.{name}", rule)
         held = LinkedJob(prepare_job(registry, options, callback[0], dispatch, now), held=True)
     batch = NewBatch(batch_id, tenant, len(members), None if held is None else held.job.id, now)
     return batch, members, held

@@ -94,7 +94,7 @@ def prepare_chain(
     """Validate and serialize a chain's steps, linked: the first ready, the rest held. Every
     step has the first step's tenant; only the first may carry an idempotency key (it makes
     the whole chain idempotent), and none a pending key; later steps have no ``not_before``
-    (they run when released)."""
+    or ``delay`` (they run when released)."""
     steps = list(steps)
     if not 1 <= len(steps) <= MAX_CHAIN_STEPS:
         raise ValidationError("steps", f"a chain has 1 to {MAX_CHAIN_STEPS} steps")
@@ -135,8 +135,10 @@ def _check_step(index: int, dispatch: DispatchOptions, tenant: str) -> None:
             f"{field}.idempotency_key",
             "only a chain's first step takes an idempotency key (it covers the whole chain)",
         )
-    if dispatch.not_before is not None:
-        raise ValidationError(
-            f"{field}.not_before",
-            "a later step runs when the step before it completes; snooze in its handler to wait",
-        )
+    for name, value in (("not_before", dispatch.not_before), ("delay", dispatch.delay)):
+        if value is not None:
+            raise ValidationError(
+                f"{field}.{name}",
+                "a later step runs when the step before it completes; snooze in its handler to "
+                "wait",
+            )

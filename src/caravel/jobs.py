@@ -10,10 +10,12 @@ from typing import Any, Literal
 from uuid import UUID
 
 from caravel.clock import from_ms
-from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
+from caravel.errors import ValidationError
+from caravel.limits import MAX_DELAY_DAYS, MAX_PRIORITY, MIN_PRIORITY
 from caravel.pending import DEFAULT_MAX_DEBOUNCE, check_pending
 from caravel.tags import check_tags
 from caravel.validation import (
+    check_duration,
     check_identifier,
     check_int,
     check_max_attempts,
@@ -103,6 +105,9 @@ class DispatchOptions:
             original job. ``None`` means every enqueue creates a new job.
         not_before: an aware datetime; the job never runs earlier (stored to the millisecond,
             rounded up). ``None`` means due now.
+        delay: a :class:`~datetime.timedelta` from 0 to 36,500 days: the job is due this long
+            after the enqueue (on the queue's clock; rounded up to the millisecond, so never
+            early). One or the other of ``not_before`` and ``delay``, not both.
         max_attempts: this job's attempt budget (1 to 100); ``None`` takes the queue default.
         tags: labels for listings and filters, such as ``("billing", "customer:42")``: at most
             16, each 1 to 64 characters of ``[a-z0-9:._-]``; a repeated tag is dropped. A list
@@ -133,6 +138,7 @@ class DispatchOptions:
     tenant_id: str = DEFAULT_TENANT
     idempotency_key: str | None = None
     not_before: datetime | None = None
+    delay: timedelta | None = None
     max_attempts: int | None = None
     tags: tuple[str, ...] = ()
     priority: int | None = None
@@ -147,6 +153,18 @@ class DispatchOptions:
             check_identifier(self.idempotency_key, "idempotency_key")
         if self.not_before is not None:
             check_not_before(self.not_before)
+        if self.delay is not None:
+            check_duration(
+                "delay",
+                self.delay,
+                timedelta(0),
+                timedelta(days=MAX_DELAY_DAYS),
+                f"must be from 0 to {MAX_DELAY_DAYS:,} days",
+            )
+            if self.not_before is not None:
+                raise ValidationError(
+                    "delay", "give either not_before or delay, not both (delay is relative)"
+                )
         if self.max_attempts is not None:
             check_max_attempts(self.max_attempts)
         if self.tags != ():

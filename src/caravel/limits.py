@@ -13,6 +13,7 @@ __all__ = [
     "MAX_BATCH_JOBS",
     "MAX_CATEGORY_LENGTH",
     "MAX_CHAIN_STEPS",
+    "MAX_DELAY_DAYS",
     "MAX_ERROR_CLASS_LENGTH",
     "MAX_HOST_LENGTH",
     "MAX_JSON_DEPTH",
@@ -85,3 +86,5 @@ HELD_DUE_AT = 253_402_300_799_000
 MAX_CHAIN_STEPS = 100
 #: Jobs in one batch (its callback not counted).
 MAX_BATCH_JOBS = 10_000
+#: The longest relative delay (``DispatchOptions(delay=...)``): 100 years of 365 days.
+MAX_DELAY_DAYS = 36_500

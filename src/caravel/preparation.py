@@ -15,7 +15,7 @@ from uuid import UUID
 from pydantic import TypeAdapter
 
 from caravel._ids import uuid7, uuid7_many
-from caravel.clock import to_ms_ceil
+from caravel.clock import duration_ms, to_ms_ceil
 from caravel.codec import encode_dumped, encode_payload
 from caravel.errors import ValidationError
 from caravel.jobs import DispatchOptions
@@ -122,6 +122,16 @@ def _list_adapter(kind: type[Any]) -> TypeAdapter[list[Any]]:
 _LIST_ADAPTERS: dict[type[Any], TypeAdapter[list[Any]]] = {}
 
 
+def _due(dispatch: DispatchOptions, now: int) -> int:
+    """When the job may first run: ``not_before``, or ``delay`` after ``now``, both rounded up
+    to the millisecond; else ``now``."""
+    if dispatch.not_before is not None:
+        return to_ms_ceil(dispatch.not_before)
+    if dispatch.delay is not None:
+        return now + duration_ms(dispatch.delay)
+    return now
+
+
 def _new_job(
     entry: JobRegistration,
     options: QueueOptions,
@@ -130,7 +140,7 @@ def _new_job(
     job_id: UUID,
     now: int,
 ) -> NewJob:
-    due = now if dispatch.not_before is None else to_ms_ceil(dispatch.not_before)
+    due = _due(dispatch, now)
     tags = dispatch.tags
     return NewJob(
         id=job_id,

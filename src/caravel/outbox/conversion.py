@@ -58,7 +58,8 @@ def envelope_for(
         idempotency_key=job.idempotency_key,
         job_type=job.job_type,
         payload=job.payload,
-        due_at=None if dispatch.not_before is None else job.due_at,
+        # A delay counts from staging: the relay keeps the due time staging worked out.
+        due_at=None if dispatch.not_before is None and dispatch.delay is None else job.due_at,
         max_attempts=None if dispatch.max_attempts is None else job.max_attempts,
         staged_at=staged_at,
         trace_context=trace_context,

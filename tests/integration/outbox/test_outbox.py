@@ -788,3 +788,24 @@ async def test_an_intent_staged_without_tenant_becomes_a_job_of_the_default_tena
         assert status is not None
         assert status.tenant_id == DEFAULT_TENANT
         assert await queue.get_status(staged.outbox_id, "single", "other") is None
+
+
+async def test_a_delay_counts_from_staging_not_from_the_relay(
+    app_db: AppDb, queue_url: str
+) -> None:
+    staging_clock = ManualClock()
+    with app_db.session() as session:
+        staged = Outbox(make_registry(), Envelope, clock=staging_clock).stage(
+            session, Add(1), dispatch(delay=timedelta(minutes=5))
+        )
+        session.commit()
+    assert app_db.envelope(staged.outbox_id).due_at == staging_clock.now_ms() + 300_000
+
+    relay_clock = ManualClock()
+    await relay_clock.advance(timedelta(minutes=2))  # the relay runs two minutes later
+    async with open_queue(queue_url, clock=relay_clock) as queue:
+        async with relay_for(app_db.url, queue) as relay:
+            assert await relay.run_once() == 1
+        status = await queue.get_status(staged.outbox_id, "default", "tenant-a")
+        assert status is not None
+        assert status.due_at == from_ms(staging_clock.now_ms() + 300_000)

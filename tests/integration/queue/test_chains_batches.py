@@ -151,6 +151,7 @@ def _chain_refusals() -> list[tuple[str, list[tuple[object, DispatchOptions]]]]:
         ("steps[1].pending_key", [one, (Step(2), dispatch(pending_key="p"))]),
         ("steps[1].tenant_id", [one, (Step(2), dispatch(tenant="tenant-b"))]),
         ("steps[1].not_before", [one, (Step(2), dispatch(not_before=_NOW + later))]),
+        ("steps[1].delay", [one, (Step(2), dispatch(delay=later))]),
     ]
 
 
@@ -179,6 +180,8 @@ def _batch_refusals() -> list[tuple[str, list[Any], Any]]:
         ("jobs[0].pending_key", [(Step(1), dispatch(pending_key="p"))], done),
         ("callback.tenant_id", [one], (Done("x"), dispatch(tenant="tenant-b"))),
         ("callback.idempotency_key", [one], (Done("x"), dispatch("key-cb"))),
+        ("callback.not_before", [one], (Done("x"), dispatch(not_before=_NOW))),
+        ("callback.delay", [one], (Done("x"), dispatch(delay=timedelta(seconds=1)))),
         ("jobs[1].tenant_id", [one, (Step(2), dispatch(tenant="tenant-b"))], None),
     ]
 

@@ -16,10 +16,10 @@ from caravel import (
     QueueWorker,
     UnknownJobTypeError,
 )
-from caravel.clock import from_ms
+from caravel.clock import from_ms, to_ms_ceil
 from caravel.store.protocol import JobFilter
 from caravel.testing import ManualClock
-from tests.support import Add, Report, dispatch, make_registry, open_queue
+from tests.support import Add, Report, dispatch, make_registry, open_queue, status_of
 
 
 async def test_enqueue_returns_id_and_stores_ready_job(db_url: str) -> None:
@@ -164,3 +164,31 @@ async def test_closing_a_queue_an_inspector_or_a_worker_twice_is_harmless(db_url
     for closeable in (worker, queue, inspector):
         await closeable.close()
         await closeable.close()
+
+
+async def test_a_delay_makes_the_job_due_that_long_after_the_enqueue_rounded_up(
+    db_url: str,
+) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, make_registry(), clock=clock) as queue:
+        before = clock.now_ms()
+        made = await queue.enqueue(Add(1), dispatch(delay=timedelta(seconds=90, microseconds=1)))
+        status = await status_of(queue, made.job_id)
+        # 90 s and a microsecond: the due time rounds up to the next millisecond.
+        assert to_ms_ceil(status.due_at) == before + 90_001
+        leases = Leases(queue)
+        await clock.advance(timedelta(seconds=90))
+        assert await leases.claim("default") is None  # never early
+        await clock.advance(timedelta(milliseconds=1))
+        claimed = await leases.claim("default")
+        assert claimed is not None
+        assert claimed.job_id == made.job_id
+
+
+async def test_a_zero_delay_is_due_at_once(db_url: str) -> None:
+    clock = ManualClock()
+    async with open_queue(db_url, make_registry(), clock=clock) as queue:
+        made = await queue.enqueue(Add(1), dispatch(delay=timedelta(0)))
+        claimed = await Leases(queue).claim("default")
+        assert claimed is not None
+        assert claimed.job_id == made.job_id
