@@ -33,7 +33,7 @@ class QueueGauges:
             "caravel.queue.depth",
             callbacks=[self._depth],
             unit="{job}",
-            description="Jobs per queue and state (ready, delayed, running, expired, "
+            description="Jobs per queue and state (ready, delayed, held, running, expired, "
             "dead_letter, completed)",
         )
         meter.create_observable_gauge(

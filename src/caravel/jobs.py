@@ -33,6 +33,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "Lease",
+    "ShownState",
     "WorkerInfo",
 ]
 
@@ -41,6 +42,15 @@ __all__ = [
 #: (exactly, like any other tenant). For single-tenant applications: a multi-tenant application
 #: passes its verified caller's tenant everywhere and never uses this value for a real tenant.
 DEFAULT_TENANT = "default"
+
+
+#: The states operator tools show: the stored ones, with a ready job split into ``ready`` (due
+#: now), ``delayed`` (due later: a delay, a ``not_before`` or a retry's backoff) and ``held``
+#: (a chain step or batch callback waiting for its release), and a running one into
+#: ``running`` (lease live) and ``expired`` (lease ended, claimable again).
+ShownState = Literal[
+    "ready", "delayed", "held", "running", "expired", "dead_letter", "completed", "cancelled"
+]
 
 
 class JobState(enum.StrEnum):
@@ -245,6 +255,21 @@ class JobStatus:
         completed, or a batch callback whose batch has not finished. Its state is ``ready``
         and its due time the far future (9999-12-31) until the database releases it."""
         return self.state is JobState.READY and self.due_at.year == 9999
+
+    def shown_state(self, now: datetime) -> str:
+        """The job's state in the words every operator tool uses (``caravel jobs``, ``caravel
+        status``, the dashboard, the inspector's ``shown_state`` filter), judged at ``now``:
+        the stored state, except that a ready job not due yet is ``delayed`` (waiting for its
+        ``not_before``, its ``delay`` or a retry's backoff), a held one is ``held``, and a
+        running job whose lease ended is ``expired``."""
+        if self.held:
+            return "held"
+        if self.state is JobState.READY and self.due_at > now:
+            return "delayed"
+        expiry = self.lease_expires_at
+        if self.state is JobState.RUNNING and expiry is not None and expiry <= now:
+            return "expired"
+        return self.state.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -628,7 +628,7 @@ def test_jobs_list_rejects_an_unknown_state(db_url: str, mix: Seeded, word: str)
     done = refused(run_cli("jobs", "list", "--url", db_url, "--state", word))
     assert flat(done.stderr) == (
         "caravel jobs list: --state: must be one of "
-        "ready, delayed, running, expired, dead_letter, completed, cancelled"
+        "ready, delayed, held, running, expired, dead_letter, completed, cancelled"
     )
 
 
@@ -638,7 +638,7 @@ def test_jobs_list_unknown_state_under_json_is_the_error_document(db_url: str) -
         "error": {
             "type": "ValidationError",
             "message": "caravel jobs list: --state: must be one of "
-            "ready, delayed, running, expired, dead_letter, completed, cancelled",
+            "ready, delayed, held, running, expired, dead_letter, completed, cancelled",
             "exit_code": 2,
         }
     }

@@ -97,7 +97,8 @@ def list_jobs(
         str | None,
         typer.Option(
             metavar="STATE",
-            help="Only jobs in this state now: ready (due), delayed (not due yet), running "
+            help="Only jobs in this state now: ready (due), delayed (not due yet: a delay or a "
+            "retry's backoff), held (a chain step or batch callback not released), running "
             "(lease live), expired (lease ended), dead_letter, completed or cancelled.",
         ),
     ] = None,

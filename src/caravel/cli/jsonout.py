@@ -80,7 +80,7 @@ def error_document(type_name: str, message: str, exit_code: int) -> str:
 
 
 def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
-    """``{"queues": [...]}``: per queue the seven counts and when the oldest job that is due now
+    """``{"queues": [...]}``: per queue the eight counts and when the oldest job that is due now
     became due (null when none is)."""
     rows = []
     for c in counts:
@@ -90,6 +90,7 @@ def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
                 "queue": c.queue,
                 "ready": c.ready,
                 "delayed": c.delayed,
+                "held": c.held,
                 "running": c.running,
                 "expired": c.expired,
                 "dead_letter": c.dead_letter,
@@ -112,8 +113,9 @@ def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
     }
     if isinstance(record, JobStatus):
         # Whether it waits for a chain step or a batch to release it (its due time is then
-        # the far future, 9999-12-31).
+        # the far future, 9999-12-31), and the state in the words of the table, judged now.
         fields["held"] = record.held
+        fields["shown_state"] = record.shown_state(datetime.now(UTC))
     return fields
 
 

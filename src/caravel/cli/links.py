@@ -8,6 +8,7 @@ batch) is shown as ``held``, not as a ready job due in the year 9999.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -142,6 +143,7 @@ def show_batch(
 
 def chain_fields(chain: ChainStatus) -> dict[str, Any]:
     stopped = chain.stopped_at
+    now = datetime.now(UTC)
     return {
         "chain_id": chain.chain_id,
         "state": chain.state,
@@ -154,6 +156,7 @@ def chain_fields(chain: ChainStatus) -> dict[str, Any]:
                 "queue": step.queue,
                 "tenant_id": step.tenant_id,
                 "state": job_state(step),
+                "shown_state": step.shown_state(now),
                 "held": step.held,
                 "attempt": step.attempt,
                 "finished_at": step.finished_at,
@@ -198,8 +201,13 @@ def show_chain(
     table = Table(title=f"Chain {chain.chain_id}: {chain.state}")
     for name in ("step", "job id", "type", "queue", "state"):
         table.add_column(name)
+    now = datetime.now(UTC)
     for index, step in enumerate(chain.steps):
         table.add_row(
-            str(index), str(step.job_id), Text(step.job_type), Text(step.queue), job_state(step)
+            str(index),
+            str(step.job_id),
+            Text(step.job_type),
+            Text(step.queue),
+            step.shown_state(now),
         )
     console().print(table)

@@ -19,7 +19,16 @@ from caravel.store.protocol import QueueCounts
 
 __all__ = ["console", "counts_table", "statuses_table", "utc", "workers_table"]
 
-COUNT_COLUMNS = ("ready", "delayed", "running", "expired", "dead_letter", "completed", "cancelled")
+COUNT_COLUMNS = (
+    "ready",
+    "delayed",
+    "held",
+    "running",
+    "expired",
+    "dead_letter",
+    "completed",
+    "cancelled",
+)
 
 
 def utc(value: datetime) -> str:
@@ -44,6 +53,9 @@ def _failure(status: JobStatus) -> str:
 
 
 def statuses_table(statuses: Sequence[JobStatus]) -> Table:
+    """Jobs as rows; the state column in the words of the dashboard and ``caravel status``
+    (:meth:`JobStatus.shown_state <caravel.JobStatus.shown_state>`), judged now."""
+    now = datetime.now(UTC)
     table = Table(title="Jobs")
     for name in ("job id", "queue", "tenant", "type", "state", "attempt"):
         table.add_column(name)
@@ -57,7 +69,7 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
             s.queue,
             s.tenant_id,
             s.job_type,
-            "held" if s.held else s.state.value,
+            s.shown_state(now),
             f"{s.attempt}/{s.max_attempts}",
             str(s.priority),
             utc(s.created_at),

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from caravel.jobs import JobState
+from caravel.limits import HELD_DUE_AT
 from caravel.retention import content_hash
 from caravel.store.protocol import (
     FailedAttempt,
@@ -184,8 +185,13 @@ def replay(ref: JobRef, now: int, key: Any = jobs.c.pending_key) -> sa.Update:
 
 def _shown(state: ShownState, now: int) -> sa.ColumnElement[bool]:
     """The rows in ``state`` at ``now``, split exactly as :func:`counts` splits them."""
-    if state in ("ready", "delayed"):
-        due = jobs.c.due_at <= now if state == "ready" else jobs.c.due_at > now
+    if state in ("ready", "delayed", "held"):
+        due_at = jobs.c.due_at
+        due = {
+            "ready": due_at <= now,
+            "delayed": sa.and_(due_at > now, due_at < HELD_DUE_AT),
+            "held": due_at >= HELD_DUE_AT,
+        }[state]
         return sa.and_(jobs.c.state == READY, due)
     if state in ("running", "expired"):
         lease = jobs.c.lease_expires_at
@@ -232,7 +238,7 @@ FINISHED_EXACT_LIMIT = 10_000
 
 def counts(one_queue: bool) -> sa.Select[Any]:
     """Per queue (or for the queue bound as ``b_queue`` when ``one_queue``): ready, delayed,
-    running, expired, dead_letter, completed and the oldest due time of a ready job, at
+    held, running, expired, dead_letter, completed and the oldest due time of a ready job, at
     ``b_now``. Built once per store and reused (building it costs more than running it).
 
     Live jobs are counted from the rows the partial claim index holds (``available_at IS NOT
@@ -247,10 +253,12 @@ def counts(one_queue: bool) -> sa.Select[Any]:
     ready = jobs.c.state == READY
     running = jobs.c.state == RUNNING
     due = sa.and_(ready, jobs.c.due_at <= now)
+    held = sa.literal(HELD_DUE_AT, sa.BigInteger())
     live = sa.select(
         jobs.c.queue,
         _count(due).label("ready"),
-        _count(sa.and_(ready, jobs.c.due_at > now)).label("delayed"),
+        _count(sa.and_(ready, jobs.c.due_at > now, jobs.c.due_at < held)).label("delayed"),
+        _count(sa.and_(ready, jobs.c.due_at >= held)).label("held"),
         _count(sa.and_(running, jobs.c.lease_expires_at > now)).label("running"),
         _count(sa.and_(running, jobs.c.lease_expires_at <= now)).label("expired"),
         sa.func.min(sa.case((due, jobs.c.due_at))).label("oldest"),
@@ -292,6 +300,7 @@ def counts(one_queue: bool) -> sa.Select[Any]:
             names.c.queue,
             live_count("ready").label("ready"),
             live_count("delayed").label("delayed"),
+            live_count("held").label("held"),
             live_count("running").label("running"),
             live_count("expired").label("expired"),
             capped(DEAD).label("dead_letter"),

@@ -163,6 +163,7 @@ def counts_from_row(row: Any) -> QueueCounts:
         queue=row.queue,
         ready=int(row.ready),
         delayed=int(row.delayed),
+        held=int(row.held),
         running=int(row.running),
         expired=int(row.expired),
         # None (more than the exact limit) is replaced by the store's estimate.

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, get_args, overload
 from uuid import UUID
 
-from caravel.jobs import ClaimedJob, JobState, Lease
+from caravel.jobs import ClaimedJob, JobState, Lease, ShownState
+from caravel.limits import HELD_DUE_AT
 
 __all__ = [
     "SHOWN_STATES",
@@ -198,6 +199,8 @@ class QueueCounts:
     oldest_ready_due_ms: int | None = None
     """When the oldest job that is due now became due (ms since the epoch), if any."""
     cancelled: int = 0
+    held: int = 0
+    """Chain steps and batch callbacks waiting for their release (not counted as delayed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,17 +225,17 @@ class ScheduleState:
 #: The states ``caravel status`` and the dashboard show: a READY job is ``ready`` once due and
 #: ``delayed`` before; a RUNNING one is ``running`` while its lease lasts and ``expired`` from the
 #: moment it ends (as :meth:`Store.queue_counts` counts them).
-ShownState = Literal[
-    "ready", "delayed", "running", "expired", "dead_letter", "completed", "cancelled"
-]
 SHOWN_STATES: tuple[ShownState, ...] = get_args(ShownState)
 
 
 def shown_state(state: str, due_at: int, lease_expires_at: int | None, now: int) -> ShownState:
     """The :data:`ShownState` of a job stored in ``state`` at ``now``, for stores that judge it
-    in Python rather than in SQL: due at ``now`` is ready, a lease ending at ``now`` expired."""
+    in Python rather than in SQL: due at ``now`` is ready, a lease ending at ``now`` expired,
+    and a job due at :data:`~caravel.limits.HELD_DUE_AT` is held (waiting for a release)."""
     if state == JobState.READY.value:
-        return "ready" if due_at <= now else "delayed"
+        if due_at <= now:
+            return "ready"
+        return "held" if due_at >= HELD_DUE_AT else "delayed"
     if state == JobState.RUNNING.value:
         return "running" if lease_expires_at is not None and lease_expires_at > now else "expired"
     finished: dict[str, ShownState] = {"dead_letter": "dead_letter", "cancelled": "cancelled"}

@@ -144,6 +144,7 @@ def parse_filters(
 STORED_STATE: dict[ShownState, str] = {
     "ready": "ready",
     "delayed": "ready",
+    "held": "ready",
     "running": "running",
     "expired": "running",
     "dead_letter": "dead_letter",

@@ -145,6 +145,7 @@ class Pages:
             for key in (
                 "ready",
                 "delayed",
+                "held",
                 "running",
                 "expired",
                 "dead_letter",

@@ -70,21 +70,9 @@ def short_id(job_id: UUID) -> str:
 
 
 def shown_state(job: JobStatus, now: datetime) -> str:
-    """The state to show, in ``caravel status``'s words: a ready job that is not due yet is
-    ``delayed``; a running job whose lease has ended (at or before ``now``) is ``expired``. A
-    held job (a chain step or batch callback not released yet) is ``held``, not delayed: its
-    far-future due time is a marker, not a time it will run."""
-    if job.held:
-        return "held"
-    if job.state is JobState.READY and job.due_at > now:
-        return "delayed"
-    if (
-        job.state is JobState.RUNNING
-        and job.lease_expires_at is not None
-        and job.lease_expires_at <= now
-    ):
-        return "expired"
-    return job.state.value
+    """The state to show: :meth:`JobStatus.shown_state <caravel.JobStatus.shown_state>`, the
+    words of ``caravel jobs`` and ``caravel status`` too."""
+    return job.shown_state(now)
 
 
 def span(seconds: float) -> str:

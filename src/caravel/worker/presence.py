@@ -20,7 +20,7 @@ __all__ = ["Presence", "QueueGaugeCollector", "gauge_values"]
 
 logger = logging.getLogger("caravel.worker")
 
-COUNTED_STATES = ("ready", "delayed", "running", "expired", "dead_letter", "completed")
+COUNTED_STATES = ("ready", "delayed", "held", "running", "expired", "dead_letter", "completed")
 
 
 class Presence:

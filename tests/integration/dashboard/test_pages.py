@@ -189,7 +189,7 @@ async def test_invalid_filters_are_reported_not_used(operator: httpx.AsyncClient
     assert response.status_code == 400
     assert "Queue: must be 1 to 64 characters" in response.text
     assert (
-        "State: must be ready, delayed, running, expired, dead_letter, completed, cancelled."
+        "State: must be ready, delayed, held, running, expired, dead_letter, completed, cancelled."
         in response.text
     )
     assert "Job type: must be" in response.text

@@ -840,12 +840,16 @@ async def test_queue_gauges_report_depth_per_state_and_the_oldest_ready_age(
         )
         await clock.advance(LEASE + timedelta(seconds=1))  # the first lease has expired
         await queue.enqueue(Add(7), dispatch(queue="gauged"))  # ready now
+        await queue.enqueue_chain(  # one more ready now, and a held step
+            [(Add(9), dispatch(queue="gauged")), (Add(10), dispatch(queue="gauged"))]
+        )
         await queue.enqueue(Add(8), dispatch(queue="elsewhere"))
 
         (counts,) = await inspector_of(queue).queue_counts("gauged")
         expected = {
-            "ready": 2,
+            "ready": 3,
             "delayed": 1,
+            "held": 1,
             "running": 1,
             "expired": 1,
             "dead_letter": 1,
@@ -898,6 +902,7 @@ async def test_a_worker_with_queue_metrics_publishes_the_gauges(
     assert {dict(attrs)["caravel.state"]: value for attrs, value in depth.items()} == {
         "ready": 2,
         "delayed": 0,
+        "held": 0,
         "running": 0,
         "expired": 0,
         "dead_letter": 0,

@@ -269,3 +269,21 @@ async def test_a_chain_under_the_key_of_a_plain_job_conflicts_and_inserts_nothin
 
     assert raised.value.job_id == plain.id
     assert ids(await everything(store)) == [plain.id]
+
+
+async def test_held_steps_are_counted_and_listed_as_held_never_as_delayed(store: Store) -> None:
+    first, second, third = steps(3)
+    await store.chain_insert(chain([first, second, third]))
+    later = new_job(9, due_at=T0 + 60_000)  # delayed, beside the held steps
+    await insert(store, [later])
+
+    (counts,) = await store.queue_counts(QUEUE, T0)
+    assert (counts.ready, counts.delayed, counts.held) == (1, 1, 2)
+    assert {j.job_id for j in await everything(store, shown="held", now=T0)} == {
+        second.id,
+        third.id,
+    }
+    assert {j.job_id for j in await everything(store, shown="delayed", now=T0)} == {later.id}
+    # At any moment before the end of time: the held ones stay held.
+    (counts,) = await store.queue_counts(QUEUE, FAR)
+    assert (counts.ready, counts.delayed, counts.held) == (2, 0, 2)

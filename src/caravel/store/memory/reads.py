@@ -102,6 +102,7 @@ class MemoryReader:
                 queue=name,
                 ready=counted["ready"],
                 delayed=counted["delayed"],
+                held=counted["held"],
                 running=counted["running"],
                 expired=counted["expired"],
                 dead_letter=counted["dead_letter"],
