@@ -15,20 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from caravel.jobs import JobStatus, WorkerInfo
-from caravel.store.protocol import QueueCounts
+from caravel.store.protocol import SHOWN_STATES, QueueCounts
 
 __all__ = ["console", "counts_table", "statuses_table", "utc", "workers_table"]
 
-COUNT_COLUMNS = (
-    "ready",
-    "delayed",
-    "held",
-    "running",
-    "expired",
-    "dead_letter",
-    "completed",
-    "cancelled",
-)
+#: The counts shown, in the order of the dashboard: every state a job can be shown in.
+COUNT_COLUMNS = SHOWN_STATES
 
 
 def utc(value: datetime) -> str:

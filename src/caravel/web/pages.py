@@ -140,19 +140,7 @@ class Pages:
                     ),
                 }
             )
-        totals = {
-            key: sum(getattr(c, key) for c in counts)
-            for key in (
-                "ready",
-                "delayed",
-                "held",
-                "running",
-                "expired",
-                "dead_letter",
-                "completed",
-                "cancelled",
-            )
-        }
+        totals = {key: sum(getattr(c, key) for c in counts) for key in SHOWN_STATES}
         done_all = series(None, "completed")
         dead_all = series(None, "dead_lettered")
         states = {state: sum(1 for w in workers if w.state == state) for state in _WORKER_STATES}
