@@ -14,6 +14,7 @@
     ├── JobCancelledError          raised inside a handler whose job was cancelled
     ├── SchemaNotReadyError        the database is not migrated to the library's head revision
     ├── DrainLimitError            caravel.testing.drain ran max_jobs jobs and more were due
+    ├── ScheduleError              a schedule's slot could not be computed or enqueued
     └── StoreError                 the database failed (connection lost, read-only, ...)
         └── DatabaseNotFoundError  a SQLite URL names a file that does not exist
 
@@ -38,6 +39,7 @@ __all__ = [
     "PendingKeyConflictError",
     "PrincipalTypeError",
     "RegistrationError",
+    "ScheduleError",
     "SchemaNotReadyError",
     "StoreError",
     "UnknownJobTypeError",
@@ -159,6 +161,32 @@ class DrainLimitError(CaravelError):
             f"max_jobs: drain ran {ran} jobs and more were still due; raise max_jobs, or look "
             "for a job that enqueues itself or keeps failing"
         )
+
+
+class ScheduleError(CaravelError):
+    """A schedule failed: its slot could not be computed (croniter found none near the
+    clock's time) or its slot's job could not be enqueued or recorded (a payload that does not
+    serialize, the database). ``name`` is the schedule, ``step`` what failed, ``error_type``
+    the class name of the underlying exception, which is the ``__cause__``; its message is left
+    out, as it could hold data. :meth:`Scheduler.run_once <caravel.Scheduler.run_once>` raises
+    it after its pass, in which the other schedules went on (``failed`` names every schedule
+    that failed in the pass); ``caravel schedules list`` reports it for a schedule whose next
+    slot cannot be computed."""
+
+    def __init__(
+        self, name: str, step: str, error_type: str, *, failed: tuple[str, ...] = ()
+    ) -> None:
+        self.name = name
+        self.step = step
+        self.error_type = error_type
+        self.failed = failed or (name,)
+        message = (
+            f"schedule {name}: {step} failed ({error_type}); check its cron expression and its job"
+        )
+        others = [other for other in self.failed if other != name]
+        if others:
+            message += f"; also failed: {', '.join(others)}"
+        super().__init__(message)
 
 
 class StoreError(CaravelError):

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from caravel.clock import from_ms
 from caravel.errors import RegistrationError, ValidationError
@@ -58,6 +58,11 @@ ON_TIME_GRACE = timedelta(minutes=1)
 _MIN_EVERY = timedelta(seconds=1)
 _MAX_EVERY = timedelta(days=366)
 _US = timedelta(microseconds=1)
+#: Where registration looks for a cron expression's next and previous slot. The Gregorian
+#: calendar repeats every 400 years, and no five-field expression that matches at all goes
+#: longer than 40 years without a match (29 February on a given weekday), well inside the 50
+#: years croniter searches each way: an expression with both slots here has them from any time.
+_PROBE = datetime(2000, 1, 1)
 
 
 def slot_key(name: str, slot_ms: int) -> str:
@@ -80,7 +85,8 @@ class Schedule:
             renaming a schedule starts it afresh.
         job: the payload instance each slot enqueues (of a registered type).
         cron: a five-field cron expression or one of :data:`MACROS`, on ``timezone``'s wall
-            clock. Exactly one of ``cron`` and ``every``.
+            clock, that matches some date (``0 9 31 6 *``, 31 June, is refused; 29 February
+            is fine). Exactly one of ``cron`` and ``every``.
         every: a fixed interval (1 second to 366 days), counted from the Unix epoch in UTC.
         timezone: an IANA zone name for ``cron`` (default ``"UTC"``).
         queue, tenant_id, max_attempts, priority, tags: the slot's job's
@@ -246,3 +252,11 @@ def _check_cron(expression: object) -> None:
         )
     if not croniter.is_valid(text):
         raise RegistrationError("cron", "must be a valid five-field cron expression")
+    try:
+        croniter(text, _PROBE).get_next(datetime)
+        croniter(text, _PROBE).get_prev(datetime)
+    except CroniterError:
+        raise RegistrationError(
+            "cron",
+            "never matches: no month it names has that day of the month (31 June, 30 February)",
+        ) from None

@@ -53,6 +53,7 @@ PUBLIC_NAMES = [
     "Retention",
     "RetryPolicy",
     "Schedule",
+    "ScheduleError",
     "ScheduleRecord",
     "Scheduler",
     "SchemaNotReadyError",

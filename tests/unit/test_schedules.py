@@ -149,3 +149,43 @@ def test_new_york_transitions_of_2026() -> None:
     assert utc(slot) == datetime(2026, 11, 1, 5, 30, tzinfo=UTC)
     assert fall.latest_slot(at(2026, 11, 1, 6, 45)) == slot  # during the second 01:30
     assert utc(fall.next_slot(slot)) == datetime(2026, 11, 2, 6, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("cron", "timezone"),
+    [
+        ("0 9 31 6 *", "UTC"),  # 31 June
+        ("0 9 31 6 *", "Europe/Berlin"),
+        ("0 0 30 2 *", "UTC"),
+        ("0 0 30,31 2 *", "America/New_York"),
+        ("0 0 31 4,6,9,11 *", "UTC"),
+        ("15 3 31 jun *", "Asia/Tokyo"),
+    ],
+)
+def test_a_cron_that_never_matches_is_refused(cron: str, timezone: str) -> None:
+    with pytest.raises(RegistrationError) as caught:
+        Schedule("nightly", Add(1), queue="default", cron=cron, timezone=timezone)
+    assert caught.value.field == "cron"
+    assert "never matches" in caught.value.rule
+    assert cron not in str(caught.value)
+
+
+def test_a_cron_that_matches_only_in_some_years_is_accepted() -> None:
+    leap = Schedule("leap", Add(1), queue="default", cron="0 0 29 2 *")
+    assert utc(leap.next_slot(at(2026, 6, 1))) == datetime(2028, 2, 29, tzinfo=UTC)
+    assert utc(leap.latest_slot(at(2026, 6, 1))) == datetime(2024, 2, 29, tzinfo=UTC)
+    # 2100 is not a leap year: eight years between slots, found both ways.
+    assert utc(leap.next_slot(at(2097, 1, 1))) == datetime(2104, 2, 29, tzinfo=UTC)
+    assert utc(leap.latest_slot(at(2103, 1, 1))) == datetime(2096, 2, 29, tzinfo=UTC)
+    # The 31st of the months that have one; a day of the month or a weekday (cron's "or").
+    may = Schedule("may", Add(1), queue="default", cron="0 0 31 4,5 *")
+    assert utc(may.next_slot(at(2026, 4, 1))) == datetime(2026, 5, 31, tzinfo=UTC)
+    mondays = Schedule("mondays", Add(1), queue="default", cron="0 0 31 6 mon")
+    assert utc(mondays.next_slot(at(2026, 6, 2))) == datetime(2026, 6, 8, tzinfo=UTC)
+    # A fifth Monday in February: once in 28 or 40 years.
+    rare = Schedule("rare", Add(1), queue="default", cron="0 0 * 2 1#5", timezone="Asia/Tokyo")
+    assert utc(rare.next_slot(at(2026, 6, 1))) == datetime(2044, 2, 28, 15, tzinfo=UTC)
+    # A wall time only ever on a spring-forward day (02:30 on 29 March 2026 in Berlin) still
+    # has its slot, at the jump.
+    gap = berlin("30 2 29 3 *")
+    assert utc(gap.next_slot(at(2026, 3, 1))) == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)

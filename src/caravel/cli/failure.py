@@ -2,8 +2,9 @@
 error document of :mod:`caravel.cli.jsonout`), and an exit code by kind of failure:
 
 - 2: usage and configuration, fixed by changing what was typed or set up: a bad flag value, a
-  malformed URL, a SQLite file that does not exist, an unknown revision, a bad ``--app``, a
-  schema that is not migrated or not at the newest revision;
+  malformed URL, a SQLite file that does not exist, an unknown revision, a bad ``--app`` (one
+  with a schedule whose slots cannot be computed too), a schema that is not migrated or not at
+  the newest revision;
 - 1: runtime failures, where running it again later may succeed: the database failed or could
   not be reached, or a lookup found nothing (no such job, batch or chain, nothing to replay).
 """
@@ -15,7 +16,12 @@ import sys
 import typer
 
 from caravel.cli.jsonout import error_document
-from caravel.errors import DatabaseNotFoundError, SchemaNotReadyError, ValidationError
+from caravel.errors import (
+    DatabaseNotFoundError,
+    ScheduleError,
+    SchemaNotReadyError,
+    ValidationError,
+)
 
 __all__ = [
     "CONFIGURATION",
@@ -29,7 +35,7 @@ __all__ = [
 ]
 
 #: Errors that exit 2: what the operator typed or set up must change.
-CONFIGURATION = (ValidationError, SchemaNotReadyError, DatabaseNotFoundError)
+CONFIGURATION = (ValidationError, SchemaNotReadyError, DatabaseNotFoundError, ScheduleError)
 
 
 class CommandFailed(Exception):

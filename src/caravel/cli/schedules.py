@@ -1,5 +1,10 @@
-"""``caravel schedules``: list your registry's schedules with their last and next slot and
-whether each is paused, and pause or resume one.
+"""``caravel schedules``: list schedules with their last and next slot and whether each is
+paused, and pause or resume one.
+
+With ``--app`` the list is the registry's schedules (and any the database knows that it does
+not register); without it, what the database holds (``caravel_schedules``: each schedule that
+handled a slot or was paused, its last slot and pause), since what a schedule is (its cron or
+interval, zone, queue, job, hence its next slot) lives only in the code.
 
 A pause is persisted for every scheduler on every host: slots that come due while it lasts are
 passed over, not caught up after the resume. Pausing a paused schedule or resuming a running one
@@ -9,6 +14,7 @@ changes nothing and says so; both still exit 0.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -21,7 +27,7 @@ from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.clock import SystemClock, from_ms
-from caravel.errors import CaravelError
+from caravel.errors import CaravelError, ScheduleError
 from caravel.validation import check_schedule_name
 
 app = typer.Typer(
@@ -30,56 +36,70 @@ app = typer.Typer(
 
 ScheduleName = Annotated[str, typer.Argument(help="The schedule's name.")]
 AppPath = Annotated[
-    str,
-    typer.Option("--app", help="Your job registry as module:attribute, e.g. myapp.jobs:registry."),
+    str | None,
+    typer.Option(
+        "--app",
+        help="Your job registry as module:attribute, e.g. myapp.jobs:registry. Without it, "
+        "only what the database holds: no cron, zone, queue or next slot.",
+    ),
 ]
+
+#: What the list says when the code-only fields are missing for want of ``--app``.
+NEEDS_APP = "cron or interval, time zone, queue, job and next slot are in the code: pass --app"
 
 
 @dataclass(frozen=True, slots=True)
 class Listed:
     name: str
-    when: str
-    queue: str
+    when: str | None  # None: not known without --app
+    queue: str | None
     last_slot: datetime | None
     next_slot: datetime | None
     paused_at: datetime | None
 
 
-async def read_schedules(url: str, app_path: str) -> list[Listed]:
-    """The registry's schedules, and any the database knows that it does not register."""
-    registry = load_registry(app_path)
+async def read_schedules(url: str, app_path: str | None) -> list[Listed]:
+    """The registry's schedules, and any the database knows that it does not register; without
+    ``app_path``, the database's schedules only."""
+    registry = None if app_path is None else load_registry(app_path)
     async with open_inspector(url) as reader:
-        states = {s.name: s for s in await reader.store.schedule_list()}
+        records = {record.name: record for record in await reader.list_schedules()}
     now = SystemClock().now_ms()
     found: list[Listed] = []
-    for schedule in registry.schedules:
-        state = states.pop(schedule.name, None)
+    for schedule in () if registry is None else registry.schedules:
+        record = records.pop(schedule.name, None)
         when = (
             f"cron {schedule.cron} ({schedule.timezone})"
             if schedule.cron is not None
             else f"every {schedule.every}"
         )
-        last = None if state is None or state.last_slot_at is None else state.last_slot_at
-        paused = None if state is None else state.paused_at
+        try:
+            next_slot = schedule.next_slot(now)
+        except Exception as exc:  # croniter's own errors: named for the schedule
+            raise ScheduleError(
+                schedule.name, "computing its next slot", type(exc).__name__
+            ) from exc
         found.append(
             Listed(
                 schedule.name,
                 when,
                 schedule.queue,
-                None if last is None else from_ms(last),
-                from_ms(schedule.next_slot(now)),
-                None if paused is None else from_ms(paused),
+                None if record is None else record.last_slot_at,
+                from_ms(next_slot),
+                None if record is None else record.paused_at,
             )
         )
-    for state in states.values():  # a schedule removed from the code, or of another registry
+    # Without --app, every schedule; with it, one removed from the code or of another registry.
+    unknown = None if registry is None else "not registered"
+    for record in records.values():
         found.append(
             Listed(
-                state.name,
-                "not registered",
-                "",
-                None if state.last_slot_at is None else from_ms(state.last_slot_at),
+                record.name,
+                unknown,
+                None if registry is None else "",
+                record.last_slot_at,
                 None,
-                None if state.paused_at is None else from_ms(state.paused_at),
+                record.paused_at,
             )
         )
     return sorted(found, key=lambda listed: listed.name)
@@ -90,9 +110,11 @@ def _at(value: datetime | None) -> str | None:
 
 
 @app.command("list")
-def list_schedules(url: DatabaseUrl, app_path: AppPath, as_json: Json = False) -> None:
-    """List the schedules of --app with their last and next slot (UTC) and whether each is
-    paused. Read-only: the database is opened as for ``caravel status``."""
+def list_schedules(url: DatabaseUrl, app_path: AppPath = None, as_json: Json = False) -> None:
+    """List the schedules of --app with their cron or interval, queue, last and next slot
+    (UTC) and whether each is paused; without --app, the schedules the database holds state
+    for, with their last slot and pause only. Read-only: the database is opened as for
+    ``caravel status``."""
     try:
         found = asyncio.run(read_schedules(url, app_path))
     except (CaravelError, ValueError) as exc:
@@ -113,27 +135,46 @@ def list_schedules(url: DatabaseUrl, app_path: AppPath, as_json: Json = False) -
         emit({"schedules": rows})
         return
     if not found:
-        typer.echo("no schedules")
+        typer.echo(
+            "no schedules"
+            if app_path is not None
+            else "no schedules in the database (a schedule has a row once a scheduler handled "
+            "one of its slots or it was paused); pass --app to list your registry's"
+        )
         return
+    _print_table(found, with_code=app_path is not None)
+
+
+def _state(s: Listed) -> str:
+    return "running" if s.paused_at is None else f"paused since {timestamp(s.paused_at)}"
+
+
+#: The table's columns: header, cell, and whether it needs --app.
+_COLUMNS: tuple[tuple[str, Callable[[Listed], str], bool], ...] = (
+    ("name", lambda s: s.name, False),
+    ("when", lambda s: s.when or "", True),
+    ("queue", lambda s: s.queue or "", True),
+    ("last slot (UTC)", lambda s: _at(s.last_slot) or "", False),
+    ("next slot (UTC)", lambda s: _at(s.next_slot) or "", True),
+    ("state", _state, False),
+)
+
+
+def _print_table(found: list[Listed], *, with_code: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
     from caravel.cli.render import console
 
+    columns = [(header, cell) for header, cell, code in _COLUMNS if with_code or not code]
     table = Table(title="Schedules")
-    for column in ("name", "when", "queue", "last slot (UTC)", "next slot (UTC)", "state"):
-        table.add_column(column)
+    for header, _ in columns:
+        table.add_column(header)
     for s in found:
-        state = "running" if s.paused_at is None else f"paused since {timestamp(s.paused_at)}"
-        table.add_row(
-            Text(s.name),
-            Text(s.when),
-            Text(s.queue),
-            _at(s.last_slot) or "",
-            _at(s.next_slot) or "",
-            state,
-        )
+        table.add_row(*(Text(cell(s)) for _, cell in columns))
     console().print(table)
+    if not with_code:
+        typer.echo(f"{NEEDS_APP} module:registry to see them")
 
 
 def _change(command: str, url: str, name: str, as_json: bool, *, pause: bool) -> None:

@@ -10,6 +10,11 @@ once under ``missed="latest"`` and passed over under ``"skip"``. Either way the 
 moves to it, so missed slots never come as a burst. A paused schedule's slots are passed over.
 A crash between the enqueue and the record is harmless: the next pass enqueues the same slot
 again, which is a repeat of the same key.
+
+Each schedule is handled on its own: one whose slot cannot be computed or enqueued (whatever it
+raises) is logged with its name and the error's type and retried next pass, and the pass goes
+on to the others; :meth:`Scheduler.run_once` then raises a
+:class:`~caravel.errors.ScheduleError`. The loop (:meth:`Scheduler.run`) outlives any error.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Literal
 from uuid import UUID
 
 from caravel.clock import from_ms
-from caravel.errors import CaravelError, IdempotencyConflictError
+from caravel.errors import IdempotencyConflictError, ScheduleError, StoreError
 from caravel.queue import DatabaseQueue
 from caravel.schedules import ON_TIME_GRACE, Schedule
 from caravel.store.protocol import ScheduleState
@@ -38,6 +43,27 @@ _MAX_SLEEP_S = 60.0
 _RETRY_S = 1.0
 
 SlotOutcome = Literal["enqueued", "repeat", "missed", "paused"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """A schedule that failed in a pass: what it was doing and the exception."""
+
+    schedule: str
+    step: str
+    error: Exception
+
+    def logged(self) -> _Failure:
+        # The type only: an exception's message could quote a payload or a row.
+        error_type = type(self.error).__name__
+        logger.error(
+            "schedule %s: %s failed: %s",
+            self.schedule,
+            self.step,
+            error_type,
+            extra={"schedule": self.schedule, "error_type": error_type},
+        )
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,48 +86,87 @@ class Scheduler:
         self._schedules = tuple(schedules)
 
     async def run(self) -> None:
-        """A pass now and then at each next slot. A failed pass is logged, not fatal: the
-        next one retries (its slot is still due)."""
+        """A pass now and then at each next slot. Nothing it raises ends the loop: a failed
+        pass (the database away) is logged and retried after a second, a failed schedule is
+        logged and retried at the next pass (after a second too when the database failed)."""
         clock = self._queue.clock
         while True:
             now = clock.now_ms()
             retry = 0.0
+            failures: list[_Failure] = []
             try:
-                await self._pass(now)
-            except CaravelError as exc:
+                _, failures = await self._pass(now)
+            except Exception as exc:  # the loop must outlive anything: it is every schedule's
                 retry = _RETRY_S
                 logger.warning(
                     "schedule pass failed: %s",
                     type(exc).__name__,
                     extra={"error_type": type(exc).__name__},
                 )
+            if any(isinstance(f.error, StoreError) for f in failures):
+                retry = _RETRY_S
             # The next slot after the pass's own time: one that came due during the pass
             # gets a pass at once, not a sleep past it.
-            soonest = min((s.next_slot(now) for s in self._schedules), default=None)
+            soonest = self._soonest(now, {f.schedule for f in failures})
             wait = _MAX_SLEEP_S if soonest is None else (soonest - clock.now_ms()) / 1000
             wait = max(wait, retry)
             if wait > 0:
                 await clock.sleep(min(wait, _MAX_SLEEP_S))
 
     async def run_once(self) -> list[SlotRun]:
-        """One pass at the clock's now: each schedule whose latest slot is not handled yet."""
-        return await self._pass(self._queue.clock.now_ms())
-
-    async def _pass(self, now: int) -> list[SlotRun]:
-        if not self._schedules:
-            return []
-        states = {state.name: state for state in await self._queue.store.schedule_list()}
-        runs: list[SlotRun] = []
-        for schedule in self._schedules:
-            run = await self._slot(schedule, states.get(schedule.name), now)
-            if run is not None:
-                runs.append(run)
+        """One pass at the clock's now: each schedule whose latest slot is not handled yet.
+        Raises :class:`~caravel.errors.ScheduleError` (for the first that failed, naming all)
+        once the pass is done when any schedule failed in it; the others' slots were handled.
+        A database failure before any schedule is looked at raises
+        :class:`~caravel.errors.StoreError`."""
+        runs, failures = await self._pass(self._queue.clock.now_ms())
+        if failures:
+            first = failures[0]
+            failed = tuple(f.schedule for f in failures)
+            raise ScheduleError(
+                first.schedule, first.step, type(first.error).__name__, failed=failed
+            ) from first.error
         return runs
 
+    def _soonest(self, now: int, failed: set[str]) -> int | None:
+        """The earliest next slot of the schedules; one whose next slot cannot be computed is
+        left out (and logged, unless it failed in the pass already)."""
+        soonest: int | None = None
+        for schedule in self._schedules:
+            try:
+                slot = schedule.next_slot(now)
+            except Exception as exc:
+                if schedule.name not in failed:
+                    _Failure(schedule.name, "computing its next slot", exc).logged()
+                continue
+            soonest = slot if soonest is None else min(soonest, slot)
+        return soonest
+
+    async def _pass(self, now: int) -> tuple[list[SlotRun], list[_Failure]]:
+        if not self._schedules:
+            return [], []
+        states = {state.name: state for state in await self._queue.store.schedule_list()}
+        runs: list[SlotRun] = []
+        failures: list[_Failure] = []
+        for schedule in self._schedules:
+            # One schedule's failure is its own: the pass goes on to the others.
+            try:
+                slot = schedule.latest_slot(now)
+            except Exception as exc:
+                failures.append(_Failure(schedule.name, "computing its slot", exc).logged())
+                continue
+            try:
+                run = await self._slot(schedule, slot, states.get(schedule.name), now)
+            except Exception as exc:
+                failures.append(_Failure(schedule.name, "enqueueing its slot", exc).logged())
+                continue
+            if run is not None:
+                runs.append(run)
+        return runs, failures
+
     async def _slot(
-        self, schedule: Schedule, state: ScheduleState | None, now: int
+        self, schedule: Schedule, slot: int, state: ScheduleState | None, now: int
     ) -> SlotRun | None:
-        slot = schedule.latest_slot(now)
         last = None if state is None else state.last_slot_at
         if last is not None and slot <= last:
             return None

@@ -1,20 +1,25 @@
 """The scheduler end to end on each database, time moved by a manual clock: exactly one job
 per slot with two schedulers racing (two queues on one database, as two hosts), the missed
-policies, pausing, a daylight-saving gap, and the worker's own scheduler loop."""
+policies, pausing, a daylight-saving gap, a failing schedule that holds up no other, and the
+worker's own scheduler loop."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from croniter import CroniterBadDateError
 
 from caravel import (
+    CaravelError,
     DatabaseQueue,
     JobRegistry,
     QueueWorker,
     Schedule,
+    ScheduleError,
     Scheduler,
     SyncQueue,
     ValidationError,
@@ -45,6 +50,21 @@ def every_minute(missed: str = "skip") -> Schedule:
         cron="* * * * *",
         missed=missed,  # type: ignore[arg-type]
     )
+
+
+def broken_cron(name: str) -> Schedule:
+    """A schedule whose cron expression croniter cannot evaluate at run time (31 June).
+    Registration refuses such an expression, so it is put in after the checks, as a croniter
+    release that reads an accepted expression differently would leave it."""
+    schedule = Schedule(name, Add(1), queue="default", cron="@daily")
+    object.__setattr__(schedule, "cron", "0 9 31 6 *")
+    return schedule
+
+
+def unencodable(name: str) -> Schedule:
+    """A schedule whose job cannot be serialized (a lone surrogate is no UTF-8): it fails when
+    its slot is enqueued."""
+    return Schedule(name, Add(1, note="\ud800"), queue="default", cron="* * * * *")
 
 
 @pytest.fixture
@@ -220,3 +240,69 @@ async def test_two_running_workers_make_one_job_per_slot(db_url: str, clock: Man
                 worker.stop(immediate=True)
             await asyncio.gather(*running)
         assert await jobs_of(first) == 6
+
+
+async def test_a_failing_schedule_holds_up_no_other_in_its_pass(
+    db_url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="caravel.worker")
+    # Registered first: every pass reaches them before the healthy schedule.
+    registry = registry_with(broken_cron("a-broken"), unencodable("b-unencodable"), every_minute())
+    async with open_queue(db_url, registry, clock=clock) as queue:
+        scheduler = Scheduler(queue, registry.schedules)
+        for minute in (1, 2):
+            with pytest.raises(ScheduleError) as caught:
+                await scheduler.run_once()
+            assert await jobs_of(queue) == minute  # "tick" ran in the same pass
+            await clock.advance(MINUTE)
+        (state,) = await queue.store.schedule_list()  # the failed ones recorded no slot
+        assert state.name == "tick"
+    error = caught.value
+    assert (error.name, error.failed) == ("a-broken", ("a-broken", "b-unencodable"))
+    assert isinstance(error.__cause__, CroniterBadDateError)
+    assert str(error).startswith("schedule a-broken: computing its slot failed")
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert {(r.schedule, r.error_type) for r in logged} == {  # type: ignore[attr-defined]
+        ("a-broken", "CroniterBadDateError"),
+        ("b-unencodable", "ValidationError"),
+    }
+    assert len(logged) == 4  # each failing schedule once per pass
+    # The error's type, never its message, which could hold data.
+    assert "failed to find" not in caplog.text
+    assert "Unicode" not in caplog.text
+
+
+@pytest.mark.parametrize("make", [broken_cron, unencodable])
+async def test_run_once_raises_only_caravel_errors(
+    db_url: str, clock: ManualClock, make: object
+) -> None:
+    schedule = make("broken")  # type: ignore[operator]
+    registry = registry_with(schedule)
+    async with open_queue(db_url, registry, clock=clock) as queue:
+        with pytest.raises(CaravelError) as caught:
+            await Scheduler(queue, registry.schedules).run_once()
+    assert type(caught.value).__module__ == "caravel.errors"
+    assert isinstance(caught.value, ScheduleError)
+    assert caught.value.name == "broken"
+
+
+async def test_the_worker_s_scheduler_outlives_a_failing_schedule(
+    db_url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="caravel.worker")
+    registry = registry_with(broken_cron("a-broken"), every_minute())
+    async with open_queue(db_url, registry, clock=clock) as queue:
+        worker = QueueWorker(queue, options=WorkerOptions(poll_interval=timedelta(seconds=60)))
+        running = asyncio.create_task(worker.run("default"))
+        try:
+            async with asyncio.timeout(10):
+                for slots in (1, 2, 3):
+                    await until_jobs(queue, slots)
+                    await clock.advance(MINUTE)
+        finally:
+            worker.stop(immediate=True)
+            await running
+    assert "loop stopped" not in caplog.text
+    failed = [r for r in caplog.records if getattr(r, "schedule", None) == "a-broken"]
+    assert len(failed) >= 3  # each pass tried it again
+    assert {r.error_type for r in failed} == {"CroniterBadDateError"}  # type: ignore[attr-defined]
