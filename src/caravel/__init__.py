@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from caravel.errors import (
         CaravelError,
         DatabaseNotFoundError,
+        DowngradeRefusedError,
         IdempotencyConflictError,
         JobCancelledError,
         LeaseLostError,
@@ -76,6 +77,7 @@ _HOMES = {
     "Snooze": "caravel.directives",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
+    "DowngradeRefusedError": "caravel.errors",
     "IdempotencyConflictError": "caravel.errors",
     "JobCancelledError": "caravel.errors",
     "LeaseLostError": "caravel.errors",
@@ -150,6 +152,7 @@ __all__ = [
     "DatabaseQueue",
     "Discard",
     "DispatchOptions",
+    "DowngradeRefusedError",
     "EnqueueResult",
     "FailureCategory",
     "FailureOutcome",
