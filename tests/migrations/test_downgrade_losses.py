@@ -191,9 +191,7 @@ async def test_cancelled_jobs_tombstones_and_pauses_refuse_a_downgrade_below_000
 
     assert refused.target == "0005"
     assert refused.counts == {"cancelled_jobs": 1, "key_tombstones": 1, "paused_queues": 1}
-    assert "delete 1 cancelled job, delete 1 key tombstone, resume 1 paused queue" in str(
-        refused
-    )
+    assert "delete 1 cancelled job, delete 1 key tombstone, resume 1 paused queue" in str(refused)
 
 
 async def test_forced_below_0006_deletes_them_and_keeps_the_rest(empty_url: str) -> None:
