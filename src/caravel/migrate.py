@@ -203,7 +203,14 @@ def downgrade(url: str | sa.URL, revision: str = "-1", *, force: bool = False) -
         report.append(DowngradeReport(previous, after, tuple(losses)))
         return steps
 
-    engine = _migration_engine(url)
+    try:
+        engine = _migration_engine(url)
+    except DatabaseNotFoundError:
+        try:  # a typo in the revision is the first thing to fix
+            script._downgrade_revs(revision, HEAD)
+        except CommandError as exc:
+            raise _unknown_revision(revision) from exc
+        raise
     try:
         # One transaction around the count and every step: a refusal or a failed step leaves
         # the database as it was.
@@ -221,13 +228,25 @@ def downgrade(url: str | sa.URL, revision: str = "-1", *, force: bool = False) -
 
 
 def _migration_engine(url: str | sa.URL) -> sa.Engine:
-    """An engine whose transactions take DDL with them (SQLite's needs setting up for it)."""
+    """An engine whose transactions take DDL with them (SQLite's needs setting up for it); a
+    SQLite file is opened, never created."""
     target = sync_url(url)
     if target.get_backend_name() == "sqlite":
         from caravel.store.sqlite.connections import create_migration_engine
 
-        return create_migration_engine(target)
+        return create_migration_engine(_existing_file(target, "downgrade", "rw"))
     return sa.create_engine(target, poolclass=sa.pool.NullPool)
+
+
+def _existing_file(target: sa.URL, operation: str, mode: str) -> sa.URL:
+    """``target``, a SQLite file's URL, to be opened with ``mode`` (``ro`` or ``rw``, so never
+    created); a missing file raises :class:`~caravel.errors.DatabaseNotFoundError`."""
+    if target.database in (None, "", ":memory:"):
+        return target
+    path = Path(target.database or "")
+    if not path.exists():
+        raise DatabaseNotFoundError(operation, str(path.absolute()))
+    return target.set(database=f"file:{path}", query={**target.query, "mode": mode, "uri": "true"})
 
 
 def _unknown_revision(revision: str) -> ValidationError:
@@ -249,13 +268,8 @@ def _inspection_engine(url: str | sa.URL) -> sa.Engine:
     """An engine that looks without creating anything: a SQLite file is opened read-only, and
     a missing file is reported rather than created."""
     target = sync_url(url)
-    if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):
-        path = Path(target.database or "")
-        if not path.exists():
-            raise DatabaseNotFoundError("check", str(path.absolute()))
-        target = target.set(
-            database=f"file:{path}", query={**target.query, "mode": "ro", "uri": "true"}
-        )
+    if target.get_backend_name() == "sqlite":
+        target = _existing_file(target, "check", "ro")
     return sa.create_engine(target, poolclass=sa.pool.NullPool)
 
 

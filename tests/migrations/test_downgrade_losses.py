@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
 from caravel import (
+    DatabaseNotFoundError,
     DatabaseQueue,
     DowngradeRefusedError,
     FailureCategory,
@@ -21,6 +22,7 @@ from caravel import (
     Leases,
     Retention,
     StoreError,
+    ValidationError,
     migrate,
 )
 from caravel.migrations.losses import LossKind
@@ -296,3 +298,16 @@ def test_every_revision_declares_its_losses_and_the_guide_names_them() -> None:
         assert f"| `{revision}` |" in guide
     for name in names:
         assert f"`{name}`" in guide
+
+
+# ----- a file that is not there ------------------------------------------------------------
+
+
+def test_a_missing_sqlite_file_is_reported_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "queue.db"
+    with pytest.raises(DatabaseNotFoundError) as caught:
+        migrate.downgrade(f"sqlite:///{missing}", "base")
+    assert caught.value.path == str(missing)
+    with pytest.raises(ValidationError, match="'zzz' is not a queue migration"):
+        migrate.downgrade(f"sqlite:///{missing}", "zzz")  # the typo is named first
+    assert not missing.exists()
