@@ -257,7 +257,7 @@ def test_downgrade_json_for_a_refusal_and_for_what_went(cli, migrated_url: str) 
         "previous": migrate.head(),
         "current": None,
         "losses": [
-            {"revision": "0009", "kind": "held_chain_steps", "rows": 1, "fate": "dead-lettered"},
+            {"revision": "0009", "kind": "held_chain_steps", "rows": 1, "fate": "dead_lettered"},
             {"revision": "0006", "kind": "cancelled_jobs", "rows": 1, "fate": "deleted"},
             {"revision": "0001", "kind": "jobs", "rows": 2, "fate": "deleted"},
         ],

@@ -151,8 +151,8 @@ async def test_forced_below_0009_the_held_jobs_become_dead_letters_to_replay(
 
     assert (report.previous, report.current) == (migrate.head(), "0008")
     assert _taken(report) == [
-        ("0009", "held_chain_steps", 2, "dead-lettered"),
-        ("0009", "held_batch_callbacks", 1, "dead-lettered"),
+        ("0009", "held_chain_steps", 2, "dead_lettered"),
+        ("0009", "held_batch_callbacks", 1, "dead_lettered"),
         ("0009", "batches", 1, "deleted"),
     ]
     assert migrate.current(empty_url) == "0008"

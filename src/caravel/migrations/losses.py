@@ -22,10 +22,14 @@ import sqlalchemy as sa
 
 __all__ = ["Loss", "LossKind", "count_losses", "describe"]
 
-Fate = Literal["deleted", "dead-lettered", "resumed"]
+Fate = Literal["deleted", "dead_lettered", "resumed"]
 
-#: What a refusal says each fate would do, and the verb of the report after a forced run.
-_WOULD = {"deleted": "delete", "dead-lettered": "dead-letter", "resumed": "resume"}
+#: Each fate in words: what a refusal says a step would do, and what the report says it did.
+_WORDS: dict[Fate, tuple[str, str]] = {
+    "deleted": ("delete", "deleted"),
+    "dead_lettered": ("dead-letter", "dead-lettered"),
+    "resumed": ("resume", "resumed"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +51,7 @@ class LossKind:
 class Loss:
     """Rows one step of a downgrade takes: ``revision`` is the step (the revision removed),
     ``kind`` the kind's name, ``rows`` how many, ``fate`` what happens to them (``deleted``,
-    ``dead-lettered`` or ``resumed``) and ``noun`` the kind in words."""
+    ``dead_lettered`` or ``resumed``) and ``noun`` the kind in words."""
 
     revision: str
     kind: str
@@ -56,7 +60,8 @@ class Loss:
     noun: str
 
     def __str__(self) -> str:
-        return f"{self.fate} {self.rows} {self.noun} ({self.revision})"
+        """What went, in words: ``dead-lettered 2 held chain steps (0009)``."""
+        return f"{_WORDS[self.fate][1]} {self.rows} {self.noun} ({self.revision})"
 
 
 def count_losses(
@@ -67,7 +72,9 @@ def count_losses(
     planned = [(revision, kind) for revision, kinds in steps for kind in kinds]
     if conn.dialect.name == "postgresql":
         # Writers wait from here to the commit; the steps' DDL would take these locks anyway.
-        for table in sorted({table for _, kind in planned for table in kind.tables}):
+        # The jobs table first, as a finishing job takes it before its batch's row.
+        tables = {table for _, kind in planned for table in kind.tables}
+        for table in sorted(tables, key=lambda name: (name != "caravel_jobs", name)):
             conn.exec_driver_sql(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
     found = []
     for revision, kind in planned:
@@ -81,4 +88,4 @@ def count_losses(
 def describe(losses: Sequence[Loss]) -> str:
     """What ``losses`` would do, in words: ``dead-letter 2 held chain steps, delete 3 cancelled
     jobs``."""
-    return ", ".join(f"{_WOULD[loss.fate]} {loss.rows} {loss.noun}" for loss in losses)
+    return ", ".join(f"{_WORDS[loss.fate][0]} {loss.rows} {loss.noun}" for loss in losses)
