@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from caravel.errors import (
         CaravelError,
         DatabaseNotFoundError,
+        DowngradeRefusedError,
         IdempotencyConflictError,
         JobCancelledError,
         LeaseLostError,
@@ -77,6 +78,7 @@ _HOMES = {
     "Snooze": "caravel.directives",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
+    "DowngradeRefusedError": "caravel.errors",
     "IdempotencyConflictError": "caravel.errors",
     "JobCancelledError": "caravel.errors",
     "LeaseLostError": "caravel.errors",
@@ -152,6 +154,7 @@ __all__ = [
     "DatabaseQueue",
     "Discard",
     "DispatchOptions",
+    "DowngradeRefusedError",
     "EnqueueResult",
     "FailureCategory",
     "FailureOutcome",

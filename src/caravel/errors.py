@@ -13,6 +13,7 @@
     ├── LeaseLostError             a complete/fail by a worker that no longer holds the lease
     ├── JobCancelledError          raised inside a handler whose job was cancelled
     ├── SchemaNotReadyError        the database is not migrated to the library's head revision
+    ├── DowngradeRefusedError      a downgrade would delete or strand rows and was not forced
     ├── DrainLimitError            caravel.testing.drain ran max_jobs jobs and more were due
     ├── ScheduleError              a schedule's slot could not be computed or enqueued
     └── StoreError                 the database failed (connection lost, read-only, ...)
@@ -31,6 +32,7 @@ from uuid import UUID
 __all__ = [
     "CaravelError",
     "DatabaseNotFoundError",
+    "DowngradeRefusedError",
     "DrainLimitError",
     "IdempotencyConflictError",
     "JobCancelledError",
@@ -147,6 +149,24 @@ class SchemaNotReadyError(CaravelError):
         super().__init__(
             f"the queue schema is not ready ({detail}); run `caravel db upgrade --url URL` "
             "to apply the queue migrations"
+        )
+
+
+class DowngradeRefusedError(CaravelError):
+    """:func:`caravel.migrate.downgrade` counted rows the downgrade would delete or jobs it
+    would strand, and was not forced; nothing changed. ``target`` is the revision it was going
+    to (``base`` for none), ``counts`` the rows per kind (``{"cancelled_jobs": 3}``, kinds as
+    in docs/guides/migrations.md) and ``what`` the same in words. The message says how to go
+    ahead: ``--force`` (``force=True``), which takes them and reports what went."""
+
+    def __init__(self, target: str, counts: dict[str, int], what: str) -> None:
+        self.target = target
+        self.counts = counts
+        self.what = what
+        super().__init__(
+            f"downgrading to {target} would {what}; nothing changed; run it again with "
+            "--force (force=True in Python) to go ahead, and read docs/guides/migrations.md "
+            "for what each revision takes"
         )
 
 

@@ -99,6 +99,9 @@ class FailureCategory(enum.StrEnum):
     """The handler raised :class:`~caravel.Discard` without a category of its own."""
     SNOOZE_LIMIT = "SnoozeLimit"
     """The handler snoozed once more after snoozing ``MAX_SNOOZES`` times."""
+    RELEASE_LOST = "ReleaseLost"
+    """A held chain step or batch callback that a forced schema downgrade below 0009 (which
+    removes what releases held jobs) dead-lettered; it never ran. Replay runs it on its own."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,11 +24,13 @@ import sqlalchemy as sa
 
 from caravel.errors import (
     DatabaseNotFoundError,
+    DowngradeRefusedError,
     SchemaNotReadyError,
     StoreError,
     ValidationError,
 )
 from caravel.migrations import HEAD
+from caravel.migrations.losses import Loss
 from caravel.store.errors import driver_reason
 from caravel.store.schema import FINISHED_COUNTS_TABLE, VERSION_TABLE, include_object, metadata
 from caravel.store.urls import sync_url
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 # this module, as the queue does for ``require_current_schema``, stays cheap.
 
 __all__ = [
+    "DowngradeReport",
+    "Loss",
     "SchemaReport",
     "check",
     "check_async",
@@ -152,17 +156,97 @@ def _use_wal(target: sa.URL) -> None:
         engine.dispose()
 
 
-def downgrade(url: str | sa.URL, revision: str = "-1") -> None:
-    """Revert migrations down to ``revision`` (default: one step; ``"base"`` removes all)."""
-    from alembic import command
+@dataclass(frozen=True, slots=True)
+class DowngradeReport:
+    """What :func:`downgrade` did: the revision it started from and the one it left (``None``
+    for none applied), and what its steps took, in the order they ran (empty unless forced:
+    an unforced downgrade that would take anything refuses instead)."""
+
+    previous: str | None
+    current: str | None
+    losses: tuple[Loss, ...]
+
+
+def downgrade(url: str | sa.URL, revision: str = "-1", *, force: bool = False) -> DowngradeReport:
+    """Revert migrations down to ``revision`` (default: one step; ``"base"`` removes all).
+
+    A step that would delete rows or strand jobs (held chain steps, cancelled jobs, key
+    tombstones, every job at ``base``: docs/guides/migrations.md lists them per revision) makes
+    it raise :class:`~caravel.errors.DowngradeRefusedError`, saying how many of what, and change
+    nothing, unless ``force`` is true; then it goes ahead and the report lists what went. The
+    count and the downgrade are one transaction (on PostgreSQL with the counted tables locked,
+    on SQLite under ``BEGIN IMMEDIATE``), so what was counted is what goes.
+    """
+    from alembic.runtime.environment import EnvironmentContext
+    from alembic.runtime.migration import MigrationContext, RevisionStep
+    from alembic.script import ScriptDirectory
     from alembic.util.exc import CommandError
 
+    from caravel.migrations.losses import count_losses, describe
+
+    config = _config(url)
+    script = ScriptDirectory.from_config(config)
+    report: list[DowngradeReport] = []
+
+    def plan(heads: tuple[str, ...], context: MigrationContext) -> list[RevisionStep]:
+        """The steps to run, once what they would take was counted and allowed."""
+        previous = heads[0] if heads else None  # the history is one line: one head at most
+        steps = script._downgrade_revs(revision, previous)  # what alembic's own command runs
+        assert context.connection is not None
+        losses = count_losses(
+            context.connection, [(s.revision.revision, s.revision.module.LOSSES) for s in steps]
+        )
+        after = (steps[-1].to_revisions or (None,))[0] if steps else previous
+        if losses and not force:
+            counts = {loss.kind: loss.rows for loss in losses}
+            raise DowngradeRefusedError(after or "base", counts, describe(losses))
+        report.append(DowngradeReport(previous, after, tuple(losses)))
+        return steps
+
     try:
-        command.downgrade(_config(url), revision)
+        engine = _migration_engine(url)
+    except DatabaseNotFoundError:
+        try:  # a typo in the revision is the first thing to fix
+            script._downgrade_revs(revision, HEAD)
+        except CommandError as exc:
+            raise _unknown_revision(revision) from exc
+        raise
+    try:
+        # One transaction around the count and every step: a refusal or a failed step leaves
+        # the database as it was.
+        with engine.connect() as conn, conn.begin():
+            config.attributes["connection"] = conn
+            with EnvironmentContext(config, script, fn=plan, destination_rev=revision):
+                script.run_env()
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError("downgrade", driver_reason(exc)) from exc
     except CommandError as exc:
         raise _unknown_revision(revision) from exc
+    finally:
+        engine.dispose()
+    return report[0]
+
+
+def _migration_engine(url: str | sa.URL) -> sa.Engine:
+    """An engine whose transactions take DDL with them (SQLite's needs setting up for it); a
+    SQLite file is opened, never created."""
+    target = sync_url(url)
+    if target.get_backend_name() == "sqlite":
+        from caravel.store.sqlite.connections import create_migration_engine
+
+        return create_migration_engine(_existing_file(target, "downgrade", "rw"))
+    return sa.create_engine(target, poolclass=sa.pool.NullPool)
+
+
+def _existing_file(target: sa.URL, operation: str, mode: str) -> sa.URL:
+    """``target``, a SQLite file's URL, to be opened with ``mode`` (``ro`` or ``rw``, so never
+    created); a missing file raises :class:`~caravel.errors.DatabaseNotFoundError`."""
+    if target.database in (None, "", ":memory:"):
+        return target
+    path = Path(target.database or "")
+    if not path.exists():
+        raise DatabaseNotFoundError(operation, str(path.absolute()))
+    return target.set(database=f"file:{path}", query={**target.query, "mode": mode, "uri": "true"})
 
 
 def _unknown_revision(revision: str) -> ValidationError:
@@ -184,13 +268,8 @@ def _inspection_engine(url: str | sa.URL) -> sa.Engine:
     """An engine that looks without creating anything: a SQLite file is opened read-only, and
     a missing file is reported rather than created."""
     target = sync_url(url)
-    if target.get_backend_name() == "sqlite" and target.database not in (None, "", ":memory:"):
-        path = Path(target.database or "")
-        if not path.exists():
-            raise DatabaseNotFoundError("check", str(path.absolute()))
-        target = target.set(
-            database=f"file:{path}", query={**target.query, "mode": "ro", "uri": "true"}
-        )
+    if target.get_backend_name() == "sqlite":
+        target = _existing_file(target, "check", "ro")
     return sa.create_engine(target, poolclass=sa.pool.NullPool)
 
 
@@ -294,9 +373,11 @@ async def upgrade_async(url: str | sa.URL, revision: str = "head") -> None:
     await _in_thread(upgrade, url, revision)
 
 
-async def downgrade_async(url: str | sa.URL, revision: str = "-1") -> None:
+async def downgrade_async(
+    url: str | sa.URL, revision: str = "-1", *, force: bool = False
+) -> DowngradeReport:
     """:func:`downgrade`, awaitable (in a worker thread)."""
-    await _in_thread(downgrade, url, revision)
+    return await _in_thread(downgrade, url, revision, force=force)
 
 
 async def current_async(url: str | sa.URL) -> str | None:

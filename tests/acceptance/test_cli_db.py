@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from caravel import migrate
+from tests.support import Add, dispatch, open_queue
 from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
 
 pytestmark = pytest.mark.slow  # every test runs the console script in a subprocess
@@ -186,6 +188,81 @@ def test_downgrade_to_base_then_check_exits_two(cli, empty_file: str) -> None:  
     checked = cli("db", "check", "--url", empty_file)
     assert checked.code == 2
     assert UPGRADE_HINT in checked.flat_stderr
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def migrated_url(request: pytest.FixtureRequest, empty_file: str) -> Iterator[str]:
+    """A queue database at the newest revision, on each database."""
+    if request.param == "sqlite":
+        migrate.upgrade(empty_file)
+        yield empty_file
+        return
+    url = create_pg_database("caravel_cli")
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+def _held_step_and_cancelled_job(url: str) -> None:
+    async def seed() -> None:
+        async with open_queue(url) as queue:
+            await queue.enqueue_chain([(Add(1), dispatch()), (Add(2), dispatch())])
+            cancelled = await queue.enqueue(Add(3), dispatch("cancelled"))
+            await queue.cancel(cancelled.job_id, "default", "tenant-a")
+
+    asyncio.run(seed())
+
+
+def test_a_downgrade_that_would_lose_rows_refuses_and_force_lists_what_went(  # type: ignore[no-untyped-def]
+    cli, migrated_url: str
+) -> None:
+    _held_step_and_cancelled_job(migrated_url)
+
+    refused = cli("db", "downgrade", "--url", migrated_url, "0005")
+    assert refused.code == 2
+    assert refused.stdout == ""
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert refused.flat_stderr.startswith(
+        "caravel db downgrade: downgrading to 0005 would dead-letter 1 held chain step, "
+        "delete 1 cancelled job; nothing changed; run it again with --force"
+    )
+    assert migrate.current(migrated_url) == migrate.head()
+
+    forced = cli("db", "downgrade", "--url", migrated_url, "0005", "--force")
+    assert forced.code == 0, forced.stderr
+    assert forced.stdout.splitlines() == [
+        "queue schema at 0005",
+        "dead-lettered 1 held chain step (0009)",
+        "deleted 1 cancelled job (0006)",
+    ]
+    assert migrate.current(migrated_url) == "0005"
+
+
+def test_downgrade_json_for_a_refusal_and_for_what_went(cli, migrated_url: str) -> None:  # type: ignore[no-untyped-def]
+    _held_step_and_cancelled_job(migrated_url)
+
+    refused = cli("db", "downgrade", "--json", "--url", migrated_url, "base")
+    assert refused.code == 2
+    (line,) = refused.stderr.strip().splitlines()
+    error = json.loads(line)["error"]
+    assert error["type"] == "DowngradeRefusedError"
+    assert error["exit_code"] == 2
+    assert "delete 2 jobs;" in error["message"]  # the chain's two steps; 0006 takes the third
+
+    forced = cli("db", "downgrade", "--json", "--force", "--url", migrated_url, "base")
+    assert forced.code == 0, forced.stderr
+    assert json.loads(forced.stdout) == {
+        "previous": migrate.head(),
+        "current": None,
+        "losses": [
+            {"revision": "0009", "kind": "held_chain_steps", "rows": 1, "fate": "dead_lettered"},
+            {"revision": "0006", "kind": "cancelled_jobs", "rows": 1, "fate": "deleted"},
+            {"revision": "0001", "kind": "jobs", "rows": 2, "fate": "deleted"},
+        ],
+    }
+    assert "caravel_jobs" not in _tables(migrated_url)
 
 
 def test_missing_url_is_a_usage_error(cli) -> None:  # type: ignore[no-untyped-def]

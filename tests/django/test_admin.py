@@ -1,6 +1,6 @@
 """The admin's read-only job list and its Replay action behind ``caravel.replay_job``; and
-``manage.py migrate`` reversing and re-applying the queue schema through the app's
-migration."""
+``manage.py migrate`` reversing (once nothing would be lost) and re-applying the queue schema
+through the app's migration."""
 
 from __future__ import annotations
 
@@ -67,11 +67,11 @@ def test_replay_needs_its_permission_and_replays(dead_letter: Any, tasks: Any) -
     assert tasks.broken.get_result(dead_letter.id).status == TaskResultStatus.READY
 
 
-def test_migrate_reverses_and_reapplies_the_queue_schema() -> None:
+def test_migrate_reverses_and_reapplies_the_queue_schema(dead_letter: Any) -> None:
     from django.core.management import call_command
     from sqlalchemy import inspect
 
-    from caravel import migrate
+    from caravel import DowngradeRefusedError, migrate
     from tests.django.conftest import queue_url
     from tests.support.databases import sync_engine
 
@@ -84,6 +84,11 @@ def test_migrate_reverses_and_reapplies_the_queue_schema() -> None:
         finally:
             engine.dispose()
 
+    # Reversing would delete the dead letter: refused, and the queue stays.
+    with pytest.raises(DowngradeRefusedError, match="would delete 1 job;"):
+        call_command("migrate", "caravel", "zero", verbosity=0)
+    assert "caravel_jobs" in tables()
+    migrate.downgrade(url, "base", force=True)  # `caravel db downgrade --force base`
     call_command("migrate", "caravel", "zero", verbosity=0)
     assert "caravel_jobs" not in tables()
     call_command("migrate", verbosity=0)

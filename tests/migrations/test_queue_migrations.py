@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 
-from caravel import DatabaseQueue, Leases, SchemaNotReadyError, migrate
+from caravel import DatabaseQueue, DowngradeRefusedError, Leases, SchemaNotReadyError, migrate
 from caravel.store.schema import include_object, metadata
 from tests.support import Add, dispatch, make_registry, open_queue
 from tests.support.databases import execute_sql, sync_engine
@@ -263,7 +263,11 @@ async def test_downgrade_to_base_removes_the_jobs_and_upgrade_works_again(
     async with open_queue(empty_url) as queue:
         await queue.enqueue(Add(1), dispatch("before"))
 
-    migrate.downgrade(empty_url, "base")
+    with pytest.raises(DowngradeRefusedError, match="would delete 1 job;"):
+        migrate.downgrade(empty_url, "base")
+    assert JOBS in _tables(empty_url)
+    report = migrate.downgrade(empty_url, "base", force=True)
+    assert [(loss.kind, loss.rows) for loss in report.losses] == [("jobs", 1)]
 
     assert JOBS not in _tables(empty_url)
     assert migrate.current(empty_url) is None

@@ -25,6 +25,7 @@ PUBLIC_NAMES = [
     "DatabaseQueue",
     "Discard",
     "DispatchOptions",
+    "DowngradeRefusedError",
     "EnqueueResult",
     "FailureCategory",
     "FailureOutcome",

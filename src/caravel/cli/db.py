@@ -43,19 +43,43 @@ def downgrade(
     revision: Annotated[
         str, typer.Argument(help="Target revision: -1 is one step back, base removes all.")
     ] = "-1",
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Go ahead when steps would delete rows or strand jobs (held chain steps and "
+            "batch callbacks are dead-lettered), and list what went.",
+        ),
+    ] = False,
+    as_json: Json = False,
 ) -> None:
     """Revert the queue migrations down to REVISION.
 
-    Removing the jobs table deletes every job and idempotency key in it. Exit codes as for
-    upgrade.
+    A downgrade that would delete rows or strand jobs (cancelled jobs, key tombstones, held
+    chain steps, at base every job) changes nothing and says how many of what, unless --force
+    is given. Exit codes as for upgrade; a refusal exits 2.
     """
     from caravel import migrate
 
     try:
-        migrate.downgrade(url, revision)
-        typer.echo(f"queue schema at {migrate.current(url) or 'base'}")
+        report = migrate.downgrade(url, revision, force=force)
     except CaravelError as exc:
-        raise fail("db downgrade", exc) from None
+        raise fail("db downgrade", exc, as_json=as_json) from None
+    if as_json:
+        emit(
+            {
+                "previous": report.previous,
+                "current": report.current,
+                "losses": [
+                    {"revision": x.revision, "kind": x.kind, "rows": x.rows, "fate": x.fate}
+                    for x in report.losses
+                ],
+            }
+        )
+        return
+    typer.echo(f"queue schema at {report.current or 'base'}")
+    for loss in report.losses:
+        typer.echo(str(loss))
 
 
 @app.command()

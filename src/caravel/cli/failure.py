@@ -4,7 +4,7 @@ error document of :mod:`caravel.cli.jsonout`), and an exit code by kind of failu
 - 2: usage and configuration, fixed by changing what was typed or set up: a bad flag value, a
   malformed URL, a SQLite file that does not exist, an unknown revision, a bad ``--app`` (one
   with a schedule whose slots cannot be computed too), a schema that is not migrated or not at
-  the newest revision;
+  the newest revision, a downgrade that would delete rows and was not forced;
 - 1: runtime failures, where running it again later may succeed: the database failed or could
   not be reached, or a lookup found nothing (no such job, batch or chain, nothing to replay).
 """
@@ -18,6 +18,7 @@ import typer
 from caravel.cli.jsonout import error_document
 from caravel.errors import (
     DatabaseNotFoundError,
+    DowngradeRefusedError,
     ScheduleError,
     SchemaNotReadyError,
     ValidationError,
@@ -35,7 +36,13 @@ __all__ = [
 ]
 
 #: Errors that exit 2: what the operator typed or set up must change.
-CONFIGURATION = (ValidationError, SchemaNotReadyError, DatabaseNotFoundError, ScheduleError)
+CONFIGURATION = (
+    ValidationError,
+    SchemaNotReadyError,
+    DatabaseNotFoundError,
+    DowngradeRefusedError,
+    ScheduleError,
+)
 
 
 class CommandFailed(Exception):

@@ -40,5 +40,7 @@ def upgrade(apps: Any, schema_editor: Any) -> None:
 
 
 def reverse(apps: Any, schema_editor: Any) -> None:
+    # Not forced: while a queue holds rows it would delete, this raises DowngradeRefusedError
+    # and the operator drops them on purpose (`caravel db downgrade --force base`).
     for url in queue_urls(schema_editor.connection.alias):
         migrate.downgrade(url, "base")

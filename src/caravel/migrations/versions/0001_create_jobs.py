@@ -10,10 +10,26 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
+
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes (:mod:`caravel.migrations.losses`): every job left. Cancelled jobs
+#: and tombstones are not counted again: 0006, which every downgrade to base passes first, takes
+#: them.
+LOSSES = (
+    LossKind(
+        "jobs",
+        "job",
+        "jobs",
+        "deleted",
+        ("caravel_jobs",),
+        "SELECT count(*) FROM caravel_jobs WHERE state NOT IN ('cancelled', 'pruned')",
+    ),
+)
 
 
 def upgrade() -> None:

@@ -16,10 +16,24 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes (:mod:`caravel.migrations.losses`): the worker registry's rows.
+LOSSES = (
+    LossKind(
+        "workers",
+        "worker record",
+        "worker records",
+        "deleted",
+        ("caravel_workers",),
+        "SELECT count(*) FROM caravel_workers",
+    ),
+)
 
 _VACUUM = (
     "autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02, "

@@ -15,10 +15,16 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes or strands (:mod:`caravel.migrations.losses`): nothing, only an
+#: index goes.
+LOSSES: tuple[LossKind, ...] = ()
 
 _RUNNING = sa.text("state = 'running'")
 

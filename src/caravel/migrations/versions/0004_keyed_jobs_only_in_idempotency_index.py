@@ -22,10 +22,16 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes or strands (:mod:`caravel.migrations.losses`): nothing, the
+#: constraint it restores accepts every row the index accepted.
+LOSSES: tuple[LossKind, ...] = ()
 
 _NAME = "uq_caravel_jobs_idempotency"
 _COLUMNS = ["queue", "tenant_id", "idempotency_key"]

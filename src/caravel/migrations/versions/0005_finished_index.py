@@ -29,12 +29,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
 from caravel.migrations.sqlite_counts import COUNTS_TABLE, CREATE_TRIGGERS, TRIGGERS
 
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes or strands (:mod:`caravel.migrations.losses`): nothing, what goes
+#: (an index, statistics, SQLite's counts) is derived from the jobs.
+LOSSES: tuple[LossKind, ...] = ()
 
 _INDEX = "ix_caravel_jobs_finished"
 _STATISTICS = "caravel_jobs_queue_state"

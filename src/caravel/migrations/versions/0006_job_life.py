@@ -23,12 +23,43 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
 from caravel.migrations.sqlite_counts import CREATE_TRIGGERS, TRIGGERS
 
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes (:mod:`caravel.migrations.losses`): cancelled jobs and key
+#: tombstones have no older state to go back to, and a paused queue's pause has no table.
+#: (A resumed queue's row records nothing, and goes uncounted.)
+LOSSES = (
+    LossKind(
+        "cancelled_jobs",
+        "cancelled job",
+        "cancelled jobs",
+        "deleted",
+        ("caravel_jobs",),
+        "SELECT count(*) FROM caravel_jobs WHERE state = 'cancelled'",
+    ),
+    LossKind(
+        "key_tombstones",
+        "key tombstone",
+        "key tombstones",
+        "deleted",
+        ("caravel_jobs",),
+        "SELECT count(*) FROM caravel_jobs WHERE state = 'pruned'",
+    ),
+    LossKind(
+        "paused_queues",
+        "paused queue",
+        "paused queues",
+        "resumed",
+        ("caravel_queues",),
+        "SELECT count(*) FROM caravel_queues WHERE paused_at IS NOT NULL",
+    ),
+)
 
 _CHECK = "ck_caravel_jobs_state"
 _STATES = "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')"

@@ -20,12 +20,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
 from caravel.migrations.sqlite_counts import CREATE_TRIGGERS, TRIGGERS
 
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes or strands (:mod:`caravel.migrations.losses`): no row; columns go
+#: (priorities and pending keys, see docs/guides/migrations.md).
+LOSSES: tuple[LossKind, ...] = ()
 
 _CHECK = "ck_caravel_jobs_priority"
 _RANGE = "priority >= -100 AND priority <= 100"

@@ -13,10 +13,25 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.losses import LossKind
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
+
+#: What this downgrade deletes (:mod:`caravel.migrations.losses`): each schedule's row, its last
+#: handled slot and its pause.
+LOSSES = (
+    LossKind(
+        "schedules",
+        "schedule record",
+        "schedule records",
+        "deleted",
+        ("caravel_schedules",),
+        "SELECT count(*) FROM caravel_schedules",
+    ),
+)
 
 
 def upgrade() -> None:

@@ -9,6 +9,10 @@ a batch's members (``batch_id``) and what a released job is handed (``upstream``
 for other jobs, so existing rows are not rewritten. ``caravel_batches`` holds each batch's
 counts. The triggers of :mod:`caravel.migrations.release_triggers` release a held step or
 callback in the transaction that finishes what it waits for.
+
+The downgrade drops the triggers, so a job still held would wait forever (due in 9999): it
+dead-letters each held chain step and batch callback instead (``last_failure`` ``ReleaseLost``),
+keeping its payload and key where an operator can see it and replay it, or delete it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,46 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.clock import SystemClock
+from caravel.limits import HELD_DUE_AT
 from caravel.migrations import release_triggers
+from caravel.migrations.losses import LossKind
 
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
+
+_HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
+
+#: What this downgrade takes (:mod:`caravel.migrations.losses`): the held jobs it dead-letters
+#: (a held job that is not a chain step is a batch's callback) and the batches' rows.
+LOSSES = (
+    LossKind(
+        "held_chain_steps",
+        "held chain step",
+        "held chain steps",
+        "dead_lettered",
+        ("caravel_jobs",),
+        f"SELECT count(*) FROM caravel_jobs WHERE {_HELD} AND chain_id IS NOT NULL",
+    ),
+    LossKind(
+        "held_batch_callbacks",
+        "held batch callback",
+        "held batch callbacks",
+        "dead_lettered",
+        ("caravel_jobs",),
+        f"SELECT count(*) FROM caravel_jobs WHERE {_HELD} AND chain_id IS NULL",
+    ),
+    LossKind(
+        "batches",
+        "batch record",
+        "batch records",
+        "deleted",
+        ("caravel_batches",),
+        "SELECT count(*) FROM caravel_batches",
+    ),
+)
 
 _COLUMNS = (
     ("chain_id", sa.Uuid()),
@@ -74,6 +112,15 @@ def downgrade() -> None:
         release_triggers.POSTGRESQL_DROP if postgresql else release_triggers.SQLITE_DROP
     ):
         op.execute(statement)
+    # After the triggers went, so dead-lettering a held job releases nothing.
+    now = SystemClock().now_ms()
+    op.execute(
+        sa.text(
+            "UPDATE caravel_jobs SET state = 'dead_letter', due_at = :now, available_at = NULL,"
+            " lease_expires_at = NULL, finished_at = :now, updated_at = :now,"
+            f" last_failure = :why WHERE {_HELD}"
+        ).bindparams(now=now, why="ReleaseLost")
+    )
     op.drop_table("caravel_batches")
     op.drop_index("ix_caravel_jobs_batch", table_name="caravel_jobs")
     op.drop_index("ix_caravel_jobs_chain", table_name="caravel_jobs")

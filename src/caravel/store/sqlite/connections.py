@@ -23,6 +23,7 @@ __all__ = [
     "LOCK_WAIT_NOTED_MS",
     "ThreadConnection",
     "create_engine",
+    "create_migration_engine",
     "read_only_url",
 ]
 
@@ -94,6 +95,16 @@ def create_engine(
     # each call is a round trip to the connection's thread.
     engine = create_async_engine(target, pool_size=5, max_overflow=5, pool_reset_on_return=None)
     _install(engine.sync_engine, read_only=read_only, set_wal=set_wal)
+    return engine
+
+
+def create_migration_engine(url: sa.URL) -> sa.Engine:
+    """A blocking (pysqlite) engine without a pool for a migration that must be one
+    transaction: it begins with ``BEGIN IMMEDIATE``, so it holds the write lock from its first
+    statement, and its DDL is part of it (the driver's own transaction handling, which would
+    leave DDL outside, is off). The file keeps its journal mode."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    _install(engine, read_only=False, set_wal=False)
     return engine
 
 
