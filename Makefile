@@ -24,7 +24,16 @@ VENV312 ?= .venv312
 STAMP312 := $(VENV312)/.installed
 DJANGO_TESTS ?= tests/django tests/samples/django
 
-.PHONY: install demo test check lint typecheck pytest pytest-fast test-django312 bench soak clean
+# What happens at interpreter exit is tested under every supported Python
+# (tests/acceptance/test_exit.py): 3.11 in .venv, 3.12 in .venv312, and 3.13 in .venv313, made
+# from the first ~/.pyenv/versions/3.13*/bin/python (or PYTHON313=...) with the package and
+# Django only. `make interpreters` makes those it has a Python for, once (they are rebuilt
+# when pyproject.toml changes); under CI=true those tests fail for a version it could not make.
+PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python))
+VENV313 ?= .venv313
+STAMP313 := $(VENV313)/.installed
+
+.PHONY: install demo test check lint typecheck pytest pytest-fast test-django312 interpreters bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +71,14 @@ $(STAMP312): pyproject.toml
 	$(VENV312)/bin/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP312)
 
+$(STAMP313): pyproject.toml
+	$(PYTHON313) -m venv $(VENV313)
+	$(VENV313)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV313)/bin/python -m pip install --quiet -e ".[django]"
+	touch $(STAMP313)
+
+interpreters: $(if $(PYTHON312),$(STAMP312)) $(if $(PYTHON313),$(STAMP313))
+
 ifeq ($(PYTHON312),)
 test-django312:
 	@if [ "$$CI" = "true" ]; then \
@@ -74,7 +91,7 @@ test-django312: $(STAMP312)
 	$(VENV312)/bin/python -m pytest $(XDIST) $(DJANGO_TESTS)
 endif
 
-test: lint typecheck pytest test-django312
+test: lint typecheck interpreters pytest test-django312
 
 check: lint typecheck pytest-fast
 
@@ -97,4 +114,4 @@ soak: $(STAMP)
 	$(BIN)/python -m tests.faults.soak $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV312) $(VENV313) .pytest_cache .mypy_cache .ruff_cache .hypothesis

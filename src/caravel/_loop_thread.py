@@ -157,6 +157,11 @@ def _at_exit(hook: Callable[[], None]) -> None:
     """Run ``hook`` when the interpreter exits, while thread pools still take work: the hooks
     of ``threading._register_atexit`` run before ``concurrent.futures`` refuses new work (and
     before ``atexit``'s), latest first. Where it is missing, ``atexit`` is the fallback."""
+    # concurrent.futures registers the hook that makes its thread pools refuse work when it is
+    # first imported: imported now, that hook runs after ours (the SQLite store's threads are
+    # such pools, and closing hands them work).
+    import concurrent.futures.thread  # noqa: F401
+
     register = getattr(threading, "_register_atexit", None)
     if register is None:  # pragma: no cover - every CPython since 3.9 has it
         atexit.register(hook)

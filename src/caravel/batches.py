@@ -10,7 +10,7 @@ callback a second time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -25,8 +25,16 @@ from caravel.options import QueueOptions
 from caravel.preparation import dispatch_of, prepare_job, prepare_jobs
 from caravel.registry import JobRegistry
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
+from caravel.validation import bounded_list
 
-__all__ = ["BatchOutcome", "BatchResult", "BatchStatus", "batch_status", "prepare_batch"]
+__all__ = [
+    "BatchOutcome",
+    "BatchResult",
+    "BatchStatus",
+    "batch_jobs",
+    "batch_status",
+    "prepare_batch",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +84,26 @@ def batch_status(record: BatchRecord) -> BatchStatus:
     )
 
 
+def batch_jobs(
+    jobs: Iterable[tuple[object, DispatchOptions]],
+) -> list[tuple[object, DispatchOptions]]:
+    """A batch's jobs as a list, refused (``jobs``) outside 1 to ``MAX_BATCH_JOBS``, having
+    read at most one job past the limit."""
+    rule = f"a batch has 1 to {MAX_BATCH_JOBS} jobs"
+    return bounded_list("jobs", jobs, 1, MAX_BATCH_JOBS, rule)
+
+
 def prepare_batch(
     registry: JobRegistry,
     options: QueueOptions,
-    items: Sequence[tuple[object, DispatchOptions]],
+    items: Iterable[tuple[object, DispatchOptions]],
     callback: tuple[object, DispatchOptions] | None,
     now: int,
 ) -> tuple[NewBatch, list[LinkedJob], LinkedJob | None]:
     """Validate and serialize a batch: its members (1 to ``MAX_BATCH_JOBS``, all of one tenant,
     none with an idempotency or pending key: each finish must count once) and its callback
     (held until the last member finishes; same tenant, no keys)."""
-    items = list(items)
-    if not 1 <= len(items) <= MAX_BATCH_JOBS:
-        raise ValidationError("jobs", f"a batch has 1 to {MAX_BATCH_JOBS} jobs")
+    items = batch_jobs(items)
     tenant = None
     for index, item in enumerate(items):
         dispatch = dispatch_of(item, f"jobs[{index}]")

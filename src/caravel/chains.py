@@ -10,7 +10,7 @@ stops the chain there, visibly (:class:`ChainStatus`); replaying that step resum
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID
@@ -23,12 +23,14 @@ from caravel.preparation import dispatch_of, prepare_jobs
 from caravel.registry import JobRegistry
 from caravel.store.links import LinkedJob
 from caravel.store.values import NewJob
+from caravel.validation import bounded_list
 
 __all__ = [
     "ChainResult",
     "ChainState",
     "ChainStatus",
     "chain_status",
+    "chain_steps",
     "link_chain",
     "prepare_chain",
 ]
@@ -85,19 +87,26 @@ def chain_status(chain_id: UUID, steps: list[JobStatus]) -> ChainStatus | None:
     return ChainStatus(chain_id, steps, state)
 
 
+def chain_steps(
+    steps: Iterable[tuple[object, DispatchOptions]],
+) -> list[tuple[object, DispatchOptions]]:
+    """A chain's steps as a list, refused (``steps``) outside 1 to ``MAX_CHAIN_STEPS``, having
+    read at most one step past the limit."""
+    rule = f"a chain has 1 to {MAX_CHAIN_STEPS} steps"
+    return bounded_list("steps", steps, 1, MAX_CHAIN_STEPS, rule)
+
+
 def prepare_chain(
     registry: JobRegistry,
     options: QueueOptions,
-    steps: Sequence[tuple[object, DispatchOptions]],
+    steps: Iterable[tuple[object, DispatchOptions]],
     now: int,
 ) -> list[LinkedJob]:
     """Validate and serialize a chain's steps, linked: the first ready, the rest held. Every
     step has the first step's tenant; only the first may carry an idempotency key (it makes
     the whole chain idempotent), and none a pending key; later steps have no ``not_before``
     or ``delay`` (they run when released)."""
-    steps = list(steps)
-    if not 1 <= len(steps) <= MAX_CHAIN_STEPS:
-        raise ValidationError("steps", f"a chain has 1 to {MAX_CHAIN_STEPS} steps")
+    steps = chain_steps(steps)
     tenant = None
     for index, item in enumerate(steps):
         dispatch = dispatch_of(item, f"steps[{index}]")

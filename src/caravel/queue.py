@@ -179,7 +179,7 @@ class DatabaseQueue(AsyncClosing):
         steps are saved now, in one transaction; a dead-lettered or cancelled step stops the
         chain, and replaying it resumes. An idempotency key on the first step makes the whole
         chain idempotent (see :mod:`caravel.chains` for the rules)."""
-        linked = prepare_chain(self.registry, self.options, list(steps), self.clock.now_ms())
+        linked = prepare_chain(self.registry, self.options, steps, self.clock.now_ms())
         ids, created = await self.store.chain_insert(linked)
         if created:
             self.wakeups.notify({linked[0].job.queue})
@@ -203,7 +203,7 @@ class DatabaseQueue(AsyncClosing):
         has finished, handed their counts (:attr:`~caravel.JobContext.batch`). One
         transaction; follow it with :meth:`get_batch`."""
         batch, members, held = prepare_batch(
-            self.registry, self.options, list(jobs), callback, self.clock.now_ms()
+            self.registry, self.options, jobs, callback, self.clock.now_ms()
         )
         await self.store.batch_insert(batch, members, held)
         self.wakeups.notify({member.job.queue for member in members})

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from uuid import UUID
 
 from caravel._loop_thread import LoopThread
+from caravel.batches import batch_jobs
+from caravel.chains import chain_steps
 from caravel.clock import Clock
 from caravel.jobs import (
     DEFAULT_TENANT,
@@ -153,7 +155,8 @@ class SyncQueue:
 
     def enqueue_chain(self, steps: Iterable[tuple[object, DispatchOptions]]) -> ChainResult:
         """As :meth:`DatabaseQueue.enqueue_chain <caravel.DatabaseQueue.enqueue_chain>`."""
-        return self.call(self.queue.enqueue_chain, list(steps))
+        # Read here, on the caller's thread, and no further than the limit.
+        return self.call(self.queue.enqueue_chain, chain_steps(steps))
 
     def get_chain(
         self, chain_id: UUID | str, tenant_id: str = DEFAULT_TENANT
@@ -169,7 +172,7 @@ class SyncQueue:
     ) -> BatchResult:
         """As :meth:`DatabaseQueue.enqueue_batch <caravel.DatabaseQueue.enqueue_batch>`."""
         enqueue = functools.partial(self.queue.enqueue_batch, callback=callback)
-        return self.call(enqueue, list(jobs))
+        return self.call(enqueue, batch_jobs(jobs))
 
     def get_batch(
         self, batch_id: UUID | str, tenant_id: str = DEFAULT_TENANT

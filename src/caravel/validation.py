@@ -6,8 +6,11 @@ echoes the value (it may be private).
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from caravel.clock import MAX_MS, MIN_MS, to_ms_ceil
 from caravel.errors import ValidationError
@@ -25,6 +28,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
+    "bounded_list",
     "check_duration",
     "check_identifier",
     "check_int",
@@ -34,6 +38,8 @@ __all__ = [
     "check_schedule_name",
     "check_wire_name",
 ]
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z0-9._-]+")
 _SCHEDULE_NAME = re.compile(r"[a-z0-9._-]{1,64}")
@@ -154,3 +160,17 @@ def check_duration(
     if not low <= value <= high:
         raise error(field, rule)
     return value
+
+
+def bounded_list(field: str, items: Iterable[T], low: int, high: int, rule: str) -> list[T]:
+    """``items`` as a list of ``low`` to ``high`` elements, else ``ValidationError(field, rule)``.
+    At most ``high + 1`` elements are read: an iterator far longer than allowed (or endless) is
+    refused without being drained."""
+    try:
+        iterator = iter(items)
+    except TypeError:  # not iterable at all
+        raise ValidationError(field, rule) from None
+    taken = list(itertools.islice(iterator, high + 1))
+    if not low <= len(taken) <= high:
+        raise ValidationError(field, rule)
+    return taken

@@ -124,10 +124,11 @@ def insert_sync(
     has open, after checking that it is on the queue's database (``identity``, from
     :meth:`~caravel.store.base.SqlStore.database_identity`). Nothing is committed here."""
     caller = caller_connection(target)
+    _same_kind(store, caller)
     seen = _remembered(caller)
     if seen is None:
         seen = _remember(caller, run_plan_sync(caller.execute, store._identity_plan()))
-    _same_database(store, caller, seen, identity)
+    _same_database(seen, identity)
     outcomes = run_plan_sync(caller.execute, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
 
@@ -141,10 +142,11 @@ async def insert_async(
     if not _is_async(target):
         return insert_sync(store, target, new_jobs, identity, on_commit)
     caller = await caller_connection_async(target)
+    _same_kind(store, caller)
     seen = _remembered(caller)
     if seen is None:
         seen = _remember(caller, await run_plan(caller.execute, store._identity_plan()))
-    _same_database(store, caller, seen, identity)
+    _same_database(seen, identity)
     outcomes = await run_plan(caller.execute, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
 
@@ -169,13 +171,24 @@ def _is_async(target: object) -> bool:
     return inspect.iscoroutinefunction(getattr(target, "commit", None))
 
 
-def _same_database(store: SqlStore[Any], caller: CallerConnection, seen: str, ours: str) -> None:
-    if caller.dialect != store.db_system or seen != ours:
-        raise ValidationError(
-            "session",
-            "is not on the queue's database; pass a session of the queue's own database, or "
-            "stage the job in an outbox (caravel.add_outbox) when the databases differ",
-        )
+_OTHER_DATABASE = (
+    "is not on the queue's database; pass a session of the queue's own database, or stage the "
+    "job in an outbox (caravel.add_outbox) when the databases differ"
+)
+
+
+def _same_kind(store: SqlStore[Any], caller: CallerConnection) -> None:
+    """Refuse a connection to another kind of database (PostgreSQL for a SQLite queue, or the
+    reverse) before anything is sent on it: the identity query is the queue dialect's SQL,
+    which would fail there, and a failed statement aborts the caller's PostgreSQL
+    transaction."""
+    if caller.dialect != store.db_system:
+        raise ValidationError("session", _OTHER_DATABASE)
+
+
+def _same_database(seen: str, ours: str) -> None:
+    if seen != ours:
+        raise ValidationError("session", _OTHER_DATABASE)
 
 
 def _inserted(

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 from uuid import UUID
 
-from caravel.batches import BatchResult
-from caravel.chains import ChainResult
+from caravel.batches import BatchResult, batch_jobs
+from caravel.chains import ChainResult, chain_steps
 from caravel.clock import Clock
 from caravel.errors import ValidationError
 from caravel.jobs import DEFAULT_TENANT, DispatchOptions, EnqueueResult
@@ -116,7 +116,7 @@ class ImmediateQueue(DatabaseQueue):
     async def enqueue_chain(self, steps: Iterable[tuple[object, DispatchOptions]]) -> ChainResult:
         """Save the chain as :meth:`DatabaseQueue.enqueue_chain` does, then run its steps as
         each is released (a step that fails stops it, as on a worker)."""
-        steps = list(steps)
+        steps = chain_steps(steps)
         result = await super().enqueue_chain(steps)
         if not result.already_enqueued:
             await self._run_due({dispatch.queue for _, dispatch in steps})
@@ -130,7 +130,7 @@ class ImmediateQueue(DatabaseQueue):
     ) -> BatchResult:
         """Save the batch as :meth:`DatabaseQueue.enqueue_batch` does, then run its jobs and,
         once they have all finished, its callback."""
-        jobs = list(jobs)
+        jobs = batch_jobs(jobs)
         result = await super().enqueue_batch(jobs, callback=callback)
         queues = {dispatch.queue for _, dispatch in jobs}
         if callback is not None:

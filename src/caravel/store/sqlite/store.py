@@ -73,6 +73,8 @@ class SqliteStore(SqlStore[ThreadConnection]):
         self._writer = asyncio.Lock()
         self._writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite")
         self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caravel-sqlite-read")
+        # The executors that were handed work, and so have their thread (each starts it then).
+        self._started: set[ThreadPoolExecutor] = set()
         self._blocking = _blocking_engine(engine)
         file = self._file()
         folder = None if file is None else folder_for(file)
@@ -87,8 +89,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
             return await super()._finished_estimate(conn, queue, state)
         return int(found)
 
-    @staticmethod
-    async def _on(thread: ThreadPoolExecutor, work: Callable[[], T]) -> T:
+    async def _on(self, thread: ThreadPoolExecutor, work: Callable[[], T]) -> T:
         """``work()`` on ``thread``. A caller cancelled meanwhile stops waiting, but the work
         still runs, in order with what was handed over before and after it: the end of a
         transaction handed over later always follows its statements."""
@@ -103,6 +104,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
             submitted = thread.submit(work)
         except RuntimeError:  # the store was closed: an error of the database's kind
             raise sqlite3.ProgrammingError("the queue's SQLite store is closed") from None
+        self._started.add(thread)
         submitted.add_done_callback(settle)
         return await waiter
 
@@ -262,8 +264,15 @@ class SqliteStore(SqlStore[ThreadConnection]):
     async def close(self) -> None:
         if self.closed:
             return
-        await self._on_reader(lambda: None)  # the reads handed over before finish first
-        await self._on_writer(self._blocking.dispose)
+        # Only a thread that was started can have work left to finish. One never started is not
+        # started now: closing at interpreter exit (a SyncQueue left open) runs where Python
+        # 3.12 refuses to start a thread.
+        if self._reads in self._started:
+            await self._on_reader(lambda: None)  # the reads handed over before finish first
+        if self._writes in self._started:
+            await self._on_writer(self._blocking.dispose)
+        else:  # no write ever ran; the reader's connections may be closed from any thread
+            self._blocking.dispose()
         self._writes.shutdown(wait=False)
         self._reads.shutdown(wait=False)
         if self._announcer is not None:
