@@ -3,6 +3,12 @@
 Queue times are whole milliseconds since the Unix epoch (UTC). A :class:`Clock` supplies the
 current time and a way to wait; the worker, the queue and the relay take one, so tests move time
 forward instead of sleeping (see :class:`caravel.testing.ManualClock`).
+
+A wait's deadline is fixed when the wait is asked for, not when its coroutine first runs: a loop
+that starts a timer in a task of its own (``asyncio.ensure_future(clock.sleep(...))``) must not
+lose the time that passes before that task is scheduled. A loop that knows the moment it wants
+(the lease watchdog, the scheduler) asks for that moment with ``sleep_until``, so no time read
+earlier can go stale on the way.
 """
 
 from __future__ import annotations
@@ -10,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Clock", "SystemClock", "duration_ms", "from_ms", "to_ms_ceil"]
 
@@ -23,8 +30,12 @@ class Clock(Protocol):
         """The current time in whole milliseconds since the epoch."""
         ...
 
-    async def sleep(self, seconds: float) -> None:
-        """Wait until ``seconds`` have passed on this clock."""
+    def sleep(self, seconds: float) -> Awaitable[None]:
+        """Wait until ``seconds`` have passed on this clock since this call."""
+        ...
+
+    def sleep_until(self, deadline_ms: int) -> Awaitable[None]:
+        """Wait until this clock reads ``deadline_ms`` or later (at once if it already does)."""
         ...
 
 
@@ -34,8 +45,19 @@ class SystemClock:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
+        # Timed on the monotonic clock (the event loop's), from this call.
+        return _sleep_until_monotonic(time.monotonic() + max(0.0, seconds))
+
+    def sleep_until(self, deadline_ms: int) -> Coroutine[Any, Any, None]:
+        """The span to ``deadline_ms`` as read now, waited on the monotonic clock: a wall clock
+        stepped during the wait (NTP) ends it off the mark, so callers read the time again
+        when they wake, as the watchdog and the scheduler do."""
+        return self.sleep(max(0, deadline_ms - self.now_ms()) / 1000)
+
+
+async def _sleep_until_monotonic(deadline: float) -> None:
+    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 
 
 def to_ms_ceil(moment: datetime) -> int:

@@ -27,6 +27,7 @@ from tests.support.dashboard.fixtures import USER_COOKIE, USERS, make_dashboard
 from tests.support.dashboard.links import add_links
 from tests.support.dashboard.seed import (
     END,
+    LONG_QUEUES,
     QUEUES,
     STATES,
     XSS_NOTE,
@@ -34,6 +35,7 @@ from tests.support.dashboard.seed import (
     JobRef,
     Seeded,
     registry,
+    seed_long_queues,
 )
 from tests.support.dashboard.server import serving
 
@@ -417,3 +419,41 @@ def test_pages_fit_the_screen(live: Live, width: int) -> None:
             )
             assert overflow <= 0, (width, path, overflow)
             expect(page.get_by_role("navigation", name="Dashboard")).to_be_visible()
+
+
+#: Scrolls the window (never the table) so that the element's row is in view.
+SCROLL_TO_ROW = "e => window.scrollTo(0, e.getBoundingClientRect().top + window.scrollY - 200)"
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_queue_table_fits_with_long_names_and_big_counts(
+    db_url: str, seeded_sync: Seeded, width: int
+) -> None:
+    """Every queue's Pause or Resume and its last-hour chart are on screen without scrolling
+    sideways, on a 1280 px screen (the table's own row) and on a phone (the row's card), with
+    64-character queue names and thousands of jobs in a queue."""
+    counts = run_async(seed_long_queues(db_url))
+    app = make_dashboard(db_url, refresh_seconds=0)
+    with serving(app) as base, chromium(width, 900) as context:
+        page = as_user(context, Live(base, app, seeded_sync, db_url), "operator")
+        page.goto(base + "/")
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, overflow
+        table = page.locator(".table-wrap:has(#queues)")
+        assert table.evaluate("e => e.scrollWidth - e.clientWidth") <= 0
+        for chart in page.locator(".chart-row figure").all():
+            chart.evaluate(SCROLL_TO_ROW)
+            expect(chart).to_be_in_viewport(ratio=1)
+        for queue in (*QUEUES, *LONG_QUEUES):
+            row = page.locator(f'tr[data-queue="{queue}"]')
+            row.evaluate(SCROLL_TO_ROW)
+            action = row.get_by_role("link", name="Resume" if queue == LONG_QUEUES[0] else "Pause")
+            expect(action).to_be_in_viewport(ratio=1)
+            expect(row.locator("td.sparks")).to_be_in_viewport(ratio=1)
+            expect(row.locator("th a")).to_be_in_viewport(ratio=1)
+        for queue, by_state in counts.items():
+            row = page.locator(f'tr[data-queue="{queue}"]')
+            for state, count in by_state.items():
+                expect(row.locator(f'[data-col="{state}"]')).to_have_text(str(count))

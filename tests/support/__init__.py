@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -96,29 +96,44 @@ async def open_queue(
 
 
 class SteppingClock(ManualClock):
-    """A ManualClock that also lets a test wait until something sleeps on it: the worker's lease
-    watch sleeps until its next renewal or deadline, so this tells the test the worker is idle
-    and the clock can be moved."""
+    """A ManualClock that tells a test what waits on it. Every wait goes through
+    ``sleep_until`` (``sleep`` included), with its deadline fixed when it was asked for: the
+    worker's lease watch sleeps until its next renewal or deadline, so :meth:`sleeper` tells the
+    test the worker is idle and the clock can be moved; :meth:`until_sleeping` waits for a
+    loop's ``sleep`` of a given length (a poll, a heartbeat)."""
 
     def __init__(self) -> None:
         super().__init__()
+        #: The length of every ``sleep`` asked for, in order.
+        self.sleeps: list[float] = []
         self._waking: list[int] = []
         self._registered = asyncio.Condition()
 
-    async def sleep(self, seconds: float) -> None:
-        wake_at = self.now_ms() + max(0, round(seconds * 1000))
-        self._waking.append(wake_at)
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
+        self.sleeps.append(seconds)
+        return super().sleep(seconds)
+
+    def sleep_until(self, deadline_ms: int) -> Coroutine[Any, Any, None]:
+        return self._registered_sleep(deadline_ms)
+
+    async def _registered_sleep(self, deadline_ms: int) -> None:
+        self._waking.append(deadline_ms)
         async with self._registered:
             self._registered.notify_all()
         try:
-            await super().sleep(seconds)
+            await super().sleep_until(deadline_ms)
         finally:
-            self._waking.remove(wake_at)
+            self._waking.remove(deadline_ms)
 
     async def sleeper(self) -> None:
         """Return once something sleeps until a moment after now."""
         async with self._registered:
             await self._registered.wait_for(lambda: any(w > self.now_ms() for w in self._waking))
+
+    async def until_sleeping(self, seconds: float, *, after: int = 0) -> None:
+        """Return once a ``sleep`` of ``seconds`` has started, beyond the first ``after``."""
+        async with self._registered:
+            await self._registered.wait_for(lambda: seconds in self.sleeps[after:])
 
 
 #: How long ``until_watching`` waits for the worker, in seconds.

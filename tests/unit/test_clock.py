@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from caravel._ids import uuid7
 from caravel.clock import SystemClock, duration_ms, from_ms, to_ms_ceil
 from caravel.testing import ManualClock
+from tests.support import within
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -199,6 +200,38 @@ async def test_set_jumps_forward_wakes_sleepers_and_never_goes_back() -> None:
 
     await clock.set(START)
     assert clock.now_ms() == START_MS + 60_000
+
+
+async def test_a_sleep_counts_from_its_call_even_if_an_advance_lands_before_it_starts() -> None:
+    """A loop that starts its timer in a task of its own: the advance runs before that task's
+    first step, and still wakes the sleep it was due to wake, not one a whole advance later."""
+    clock = ManualClock()
+    timer = asyncio.ensure_future(clock.sleep(10))  # asked for at START; its task has not run
+    await clock.advance(timedelta(seconds=10))
+    assert timer.done()
+    await timer
+
+
+async def test_sleep_until_wakes_at_its_deadline_however_late_it_starts() -> None:
+    clock = ManualClock()
+    deadline = START_MS + 5_000
+    early = asyncio.ensure_future(clock.sleep_until(deadline))
+    await _let_tasks_run()
+    await clock.advance(timedelta(seconds=4, milliseconds=999))
+    assert not early.done()
+    late = asyncio.ensure_future(clock.sleep_until(deadline))  # asked for after the time moved
+    await clock.advance(timedelta(milliseconds=1))
+    assert early.done()
+    assert late.done()
+    await asyncio.gather(early, late)
+
+
+async def test_sleep_until_a_moment_already_passed_returns_at_once() -> None:
+    clock = ManualClock()
+    await within(clock.sleep_until(START_MS))
+    await within(clock.sleep_until(START_MS - 60_000))
+    await within(SystemClock().sleep_until(SystemClock().now_ms() - 1))
+    assert clock.now_ms() == START_MS
 
 
 async def test_sleeper_can_be_cancelled() -> None:

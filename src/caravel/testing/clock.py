@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from caravel.clock import from_ms, to_ms_ceil
 
@@ -15,6 +17,8 @@ class ManualClock:
 
     ``sleep`` waits until the clock has been advanced past the sleeper's wake-up time, so a
     worker's lease timers and renewals fire exactly when a test says, with no real waiting.
+    The wake-up time is fixed by the call to ``sleep`` (or is the ``sleep_until`` deadline), so
+    an :meth:`advance` that lands before a sleeping task first runs still counts towards it.
     """
 
     def __init__(self, start: datetime | None = None) -> None:
@@ -29,10 +33,13 @@ class ManualClock:
         """The clock's time as an aware UTC datetime (for ``not_before`` and assertions)."""
         return from_ms(self._now)
 
-    async def sleep(self, seconds: float) -> None:
-        wake_at = self._now + max(0, round(seconds * 1000))
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
+        # Not a coroutine function: its body would read the time only once its task first ran.
+        return self.sleep_until(self._now + max(0, round(seconds * 1000)))
+
+    async def sleep_until(self, deadline_ms: int) -> None:
         async with self._changed:
-            await self._changed.wait_for(lambda: self._now >= wake_at)
+            await self._changed.wait_for(lambda: self._now >= deadline_ms)
 
     async def advance(self, by: timedelta) -> None:
         """Move time forward and wake every sleeper whose time has come, then let them run."""

@@ -65,25 +65,39 @@ LOCAL_OPERATOR = Principal("local operator", can_read=True, can_operate=True, ca
 #: Where the guard leaves the principal of a request, for the pages and the renderer.
 _SCOPE_KEY = "caravel.web.principal"
 
-#: Headers a proxy (or a CDN in front of one) adds. Any ``X-Forwarded-*`` counts too.
+#: Headers a proxy, load balancer or CDN adds to say who the client was. Names are compared
+#: lower-cased with ``_`` read as ``-`` (some proxies and servers spell them either way).
 _PROXY_HEADERS = frozenset(
     {
         "forwarded",
+        "forwarded-for",
         "via",
         "x-real-ip",
-        "true-client-ip",
-        "cf-connecting-ip",
-        "x-client-ip",
-        "x-original-forwarded-for",
+        "x-originating-ip",
+        "x-remote-ip",
+        "x-remote-addr",
+        "x-azure-socketip",
+        "x-envoy-external-address",
+        "x-appengine-user-ip",
+        "cloudfront-viewer-address",
     }
 )
+#: Families of such headers, by how their names begin or end: ``X-Forwarded`` and every
+#: ``X-Forwarded-*``; ``Client-IP``, ``X-Client-IP``, ``True-Client-IP``,
+#: ``X-Cluster-Client-IP``, ``Fastly-Client-IP``, ``Fly-Client-IP``, ``X-Azure-ClientIP`` and
+#: the like; ``CF-Connecting-IP`` (and ``-IPv6``), ``DO-Connecting-IP``;
+#: ``X-Original-Forwarded-For``, ``X-Vercel-Forwarded-For``.
+_PROXY_PREFIXES = ("x-forwarded",)
+_PROXY_SUFFIXES = ("client-ip", "clientip", "connecting-ip", "connecting-ipv6", "-forwarded-for")
 _LOCAL_NAMES = {"localhost", "localhost.", "ip6-localhost"}
 #: A Host header is a bracketed IPv6 literal or a host name (or IPv4 address), each with an
-#: optional port, and nothing else: ``[::1].evil.com`` is neither.
+#: optional port, and nothing else: ``[::1].evil.com`` is neither. A port is a decimal number
+#: without leading zeros (its range is checked after the match).
 _HOST = re.compile(
-    r"\[(?P<literal>[0-9a-f:.]+)\](?::[0-9]{1,5})?|(?P<name>[a-z0-9.-]+)(?::[0-9]{1,5})?",
+    r"(?:\[(?P<literal>[0-9a-f:.]+)\]|(?P<name>[a-z0-9.-]+))(?::(?P<port>[1-9][0-9]{0,4}))?",
     re.ASCII,
 )
+_MAX_PORT = 65_535
 
 
 def _is_loopback_address(host: str) -> bool:
@@ -97,7 +111,7 @@ def _host_name(host_header: str) -> str | None:
     """The name part of a Host header (``[::1]:8765`` -> ``::1``, ``localhost:80`` ->
     ``localhost``), or ``None`` when it is not exactly one of the two forms."""
     found = _HOST.fullmatch(host_header.strip().lower())
-    if found is None:
+    if found is None or int(found.group("port") or 1) > _MAX_PORT:
         return None
     literal = found.group("literal")
     if literal is not None:
@@ -106,21 +120,27 @@ def _host_name(host_header: str) -> str | None:
     return str(found.group("name"))
 
 
+def _is_proxy_header(name: str) -> bool:
+    name = name.lower().replace("_", "-")
+    return (
+        name in _PROXY_HEADERS or name.startswith(_PROXY_PREFIXES) or name.endswith(_PROXY_SUFFIXES)
+    )
+
+
 def _through_proxy(conn: HTTPConnection) -> bool:
-    names = conn.headers.keys()
-    return any(name in _PROXY_HEADERS or name.startswith("x-forwarded-") for name in names)
+    return any(_is_proxy_header(name) for name in conn.headers)
 
 
 def refusal_reason(conn: HTTPConnection) -> str | None:
     """Why a request is not a local one, or ``None`` when it is.
 
     Local means all of: the TCP peer is a loopback address; the request did not come through a
-    proxy (no ``Forwarded``, ``Via``, ``X-Forwarded-*``, ``X-Real-IP``, ``True-Client-IP``,
-    ``CF-Connecting-IP``, ``X-Client-IP`` or ``X-Original-Forwarded-For`` header, since a proxy
-    on this machine would make every remote visitor look local); and the ``Host`` header is
-    exactly a loopback address or ``localhost``, with an optional port (so a web page that
-    rebinds its own DNS name to 127.0.0.1 cannot read the dashboard through the visitor's
-    browser).
+    proxy (no header a proxy adds to name the client: ``Forwarded``, ``Via``, ``X-Forwarded*``,
+    ``X-Real-IP``, any ``*Client-IP``, ``*Connecting-IP`` or ``*-Forwarded-For``, and the
+    others in :data:`_PROXY_HEADERS`, since a proxy on this machine would make every remote
+    visitor look local); and the ``Host`` header is exactly a loopback address or
+    ``localhost``, with an optional port from 1 to 65535 (so a web page that rebinds its own
+    DNS name to 127.0.0.1 cannot read the dashboard through the visitor's browser).
     """
     client = conn.client
     if client is None or not _is_loopback_address(client.host):

@@ -7,6 +7,7 @@ Everything here formats values the pages already read; nothing touches the datab
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,7 @@ __all__ = [
     "Renderer",
     "TimelineEvent",
     "ago",
+    "breakable",
     "due_note",
     "lease_note",
     "pretty_payload",
@@ -61,6 +63,16 @@ def when(moment: datetime | None, now: datetime, *, full: bool = False) -> Marku
     complete = f"{moment:%Y-%m-%d %H:%M:%S}"
     shown = complete if full or moment.date() != now.date() else f"{moment:%H:%M:%S}"
     return Markup('<time datetime="{}" title="{} UTC">{}</time>').format(iso, complete, shown)
+
+
+#: After these a long name may wrap (``reports.monthly-revenue`` -> ``reports.`` ``monthly-``).
+_NAME_BREAKS = re.compile(r"(?<=[._-])(?=.)")
+
+
+def breakable(name: str) -> Markup:
+    """``name``, escaped, with a line-break opportunity after each ``.``, ``_`` and ``-``, so a
+    long queue name wraps between its parts rather than inside them."""
+    return Markup("<wbr>").join(_NAME_BREAKS.split(name))
 
 
 def short_id(job_id: UUID) -> str:
@@ -170,6 +182,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     templates.globals.update(
+        breakable=breakable,
         failure_meanings=FAILURE_MEANINGS,
         per_page_choices=PER_PAGE_CHOICES,
         short_id=short_id,

@@ -38,9 +38,9 @@ logger = logging.getLogger("caravel.worker")
 
 _GRACE_MS = int(ON_TIME_GRACE.total_seconds() * 1000)
 #: The longest the loop sleeps between passes, so a jump of the clock is noticed.
-_MAX_SLEEP_S = 60.0
+_MAX_SLEEP_MS = 60_000
 #: After a failed pass (the database away), the least wait before the next.
-_RETRY_S = 1.0
+_RETRY_MS = 1_000
 
 SlotOutcome = Literal["enqueued", "repeat", "missed", "paused"]
 
@@ -92,26 +92,26 @@ class Scheduler:
         clock = self._queue.clock
         while True:
             now = clock.now_ms()
-            retry = 0.0
+            retry = 0
             failures: list[_Failure] = []
             try:
                 _, failures = await self._pass(now)
             except Exception as exc:  # the loop must outlive anything: it is every schedule's
-                retry = _RETRY_S
+                retry = _RETRY_MS
                 logger.warning(
                     "schedule pass failed: %s",
                     type(exc).__name__,
                     extra={"error_type": type(exc).__name__},
                 )
             if any(isinstance(f.error, StoreError) for f in failures):
-                retry = _RETRY_S
+                retry = _RETRY_MS
             # The next slot after the pass's own time: one that came due during the pass
             # gets a pass at once, not a sleep past it.
             soonest = self._soonest(now, {f.schedule for f in failures})
-            wait = _MAX_SLEEP_S if soonest is None else (soonest - clock.now_ms()) / 1000
-            wait = max(wait, retry)
-            if wait > 0:
-                await clock.sleep(min(wait, _MAX_SLEEP_S))
+            after = clock.now_ms()
+            latest = after + _MAX_SLEEP_MS
+            wake_at = latest if soonest is None else min(soonest, latest)
+            await clock.sleep_until(max(wake_at, after + retry))
 
     async def run_once(self) -> list[SlotRun]:
         """One pass at the clock's now: each schedule whose latest slot is not handled yet.

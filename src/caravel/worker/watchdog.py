@@ -163,9 +163,7 @@ class LeaseWatchdog:
         while True:
             self._target = await self.run_once()
             self._wake.clear()
-            now = self._clock.now_ms()
-            if self._target is None or self._target > now:
-                await self._sleep(None if self._target is None else self._target - now)
+            await self._sleep(self._target)
 
     async def run_once(self) -> int | None:
         """Attend to every lease whose moment has come by the clock: renew it, or cancel its
@@ -181,13 +179,15 @@ class LeaseWatchdog:
             if renewal is not None:
                 await self._await_renewal(renewal, now)
 
-    async def _sleep(self, milliseconds: int | None) -> None:
+    async def _sleep(self, until_ms: int | None) -> None:
         assert self._wake is not None
         woken = asyncio.ensure_future(self._wake.wait())
-        if milliseconds is None:
+        if until_ms is None:
             await woken
             return
-        timer = asyncio.ensure_future(self._clock.sleep(milliseconds / 1000))
+        # The moment itself, not a span from a time read earlier: the clock may move before
+        # the timer's task first runs, and the wait must still end at the moment.
+        timer = asyncio.ensure_future(self._clock.sleep_until(until_ms))
         try:
             await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -25,6 +25,24 @@ PROXY_MARKERS = [
     "CF-Connecting-IP: 203.0.113.9",
     "X-Client-IP: 203.0.113.9",
     "X-Original-Forwarded-For: 203.0.113.9",
+    "Client-IP: 203.0.113.9",
+    "X-Cluster-Client-IP: 203.0.113.9",
+    "Fastly-Client-IP: 203.0.113.9",
+    "Fly-Client-IP: 203.0.113.9",
+    "Akamai-Client-IP: 203.0.113.9",
+    "CF-Connecting-IPv6: 2001:db8::9",
+    "DO-Connecting-IP: 203.0.113.9",
+    "X-Vercel-Forwarded-For: 203.0.113.9",
+    "X-Forwarded: for=203.0.113.9",
+    "Forwarded-For: 203.0.113.9",
+    "X-Envoy-External-Address: 203.0.113.9",
+    "X-Azure-ClientIP: 203.0.113.9",
+    "CloudFront-Viewer-Address: 203.0.113.9:4711",
+    "X-AppEngine-User-IP: 203.0.113.9",
+    "X-Originating-IP: 203.0.113.9",
+    "X-Remote-IP: 203.0.113.9",
+    "X-Remote-Addr: 203.0.113.9",
+    "X_Forwarded_For: 203.0.113.9",
 ]
 
 
@@ -48,7 +66,18 @@ def _status(port: int, *headers: str, version: str = "HTTP/1.1") -> int:
 
 
 @pytest.mark.parametrize(
-    "host", ["127.0.0.1", "127.0.0.1:8765", "localhost", "LOCALHOST:80", "[::1]", "[::1]:8765"]
+    "host",
+    [
+        "127.0.0.1",
+        "127.0.0.1:8765",
+        "localhost",
+        "LOCALHOST:80",
+        "localhost.:1",
+        "[::1]",
+        "[::1]:8765",
+        "[::1]:65535",
+        "[0:0:0:0:0:0:0:1]",
+    ],
 )
 def test_a_local_host_is_answered(port: int, host: str) -> None:
     assert _status(port, f"Host: {host}") == 200
@@ -66,6 +95,19 @@ def test_a_local_host_is_answered(port: int, host: str) -> None:
         "[::1",
         "::1",
         "localhost:",
+        "localhost:0",
+        "localhost:00080",
+        "localhost:65536",
+        "localhost:99999",
+        "localhost:123456",
+        "127.0.0.1:70000",
+        "[::1]:65536",
+        "[::1]:0",
+        "[::1]:",
+        "[::ffff:127.0.0.1]",
+        "[::1%25lo]",
+        "localhost:-80",
+        "localhost:+80",
         "localhost:80:80",
         "localhost:http",
         "localhost 127.0.0.1",

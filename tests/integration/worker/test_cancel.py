@@ -18,32 +18,22 @@ from caravel.context import JobContext
 from caravel.testing import ManualClock
 from caravel.worker.cancels import CancelWatch
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog
-from tests.support import Add, NeverFinishes, dispatch, open_queue, registry_for, status_of, within
-
-
-class WatchedClock(ManualClock):
-    """A manual clock that tells the test when something sleeps for a given time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sleeps: list[float] = []
-        self._slept = asyncio.Condition()
-
-    async def sleep(self, seconds: float) -> None:
-        async with self._slept:
-            self.sleeps.append(seconds)
-            self._slept.notify_all()
-        await super().sleep(seconds)
-
-    async def until_sleeping(self, seconds: float) -> None:
-        async with self._slept:
-            await self._slept.wait_for(lambda: seconds in self.sleeps)
+from tests.support import (
+    Add,
+    NeverFinishes,
+    SteppingClock,
+    dispatch,
+    open_queue,
+    registry_for,
+    status_of,
+    within,
+)
 
 
 async def test_a_cancelled_running_job_has_its_handler_cancelled_and_is_not_acknowledged(
     db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = WatchedClock()
+    clock = SteppingClock()
     handler = NeverFinishes()
     # Longer than the test waits on the wall clock, well inside the 30 s lease.
     poll = timedelta(seconds=10)

@@ -31,7 +31,17 @@ from caravel.testing import ManualClock
 from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.presence import Presence
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog
-from tests.support import LEASE, Add, dispatch, inspector_of, noop, open_queue, registry_for, within
+from tests.support import (
+    LEASE,
+    Add,
+    SteppingClock,
+    dispatch,
+    inspector_of,
+    noop,
+    open_queue,
+    registry_for,
+    within,
+)
 
 
 class HeldSlots:
@@ -250,32 +260,12 @@ async def test_the_watchdog_cancels_a_job_whose_lease_ran_out(db_url: str) -> No
         await watchdog.close()
 
 
-class SleepWatchingClock(ManualClock):
-    """A manual clock that tells the test when something starts sleeping for a given time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sleeps: list[float] = []
-        self._slept = asyncio.Condition()
-
-    async def sleep(self, seconds: float) -> None:
-        async with self._slept:
-            self.sleeps.append(seconds)
-            self._slept.notify_all()
-        await super().sleep(seconds)
-
-    async def until_sleeping(self, seconds: float, *, after: int = 0) -> None:
-        """Wait until a sleep of ``seconds`` starts, beyond the first ``after`` sleeps."""
-        async with self._slept:
-            await self._slept.wait_for(lambda: seconds in self.sleeps[after:])
-
-
 async def test_a_running_worker_polls_on_its_clock_for_a_job_that_comes_due(
     db_url: str,
 ) -> None:
     """A job due later is found by polling (no wake-up is sent for it): the poll waits on the
     queue's clock, so moving a manual clock past the due time is what lets the worker see it."""
-    clock = SleepWatchingClock()
+    clock = SteppingClock()
     first, done = asyncio.Event(), asyncio.Event()
     ran: list[int] = []
 
@@ -347,7 +337,7 @@ class FailingHeartbeats:
 async def test_a_failing_heartbeat_ends_only_the_heartbeat(
     db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = SleepWatchingClock()
+    clock = SteppingClock()
     done = asyncio.Event()
 
     async def handle(job: Add, ctx: JobContext[Any]) -> None:

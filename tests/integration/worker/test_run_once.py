@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -523,6 +523,44 @@ async def test_a_renewal_slow_to_return_does_not_delay_the_next(db_url: str) -> 
         finish.set()
         assert await within(task) is True
         assert (await status_of(queue, job.job_id)).state is JobState.COMPLETED
+
+
+class AskedClock(ManualClock):
+    """A manual clock that tells the test the moment a wait is asked for: at the call, before
+    the task that waits has had a chance to start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+
+    def sleep_until(self, deadline_ms: int) -> Coroutine[Any, Any, None]:
+        self.asked.set()  # ``sleep`` comes here too
+        return super().sleep_until(deadline_ms)
+
+
+async def test_an_advance_as_the_watchdog_starts_its_wait_still_renews_on_time(
+    db_url: str,
+) -> None:
+    """The clock moves to the first renewal between the watchdog choosing its wait and that
+    wait starting: the renewal comes at that moment, not one whole advance later."""
+    clock = AskedClock()
+    finish = asyncio.Event()
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        await finish.wait()
+
+    store = HeldRenewals(db_url)
+    store.release.set()  # renewals return as soon as they are written
+    options = QueueOptions(lease_duration=LEASE, lease_renewal_interval=timedelta(seconds=10))
+    queue = DatabaseQueue(store, registry_for(handle), options=options, clock=clock)  # type: ignore[arg-type]
+    async with queue, QueueWorker(queue) as worker:
+        await queue.enqueue(Add(1), dispatch())
+        task = asyncio.ensure_future(worker.run_once("default"))
+        await within(clock.asked.wait())  # the watchdog asked to wait until T0 + 10 s...
+        await clock.advance(timedelta(seconds=10))  # ...and T0 + 10 s comes before it waits
+        assert await within(store.written.get()) == T0 + 10_000 + LEASE_MS
+        finish.set()
+        assert await within(task) is True
 
 
 async def test_handler_is_cancelled_when_the_lease_lifetime_is_reached(db_url: str) -> None:

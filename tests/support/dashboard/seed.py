@@ -278,3 +278,39 @@ async def seed(url: str, *, end: datetime = END, small: bool = False, probe: boo
             )
             done.workers[name] = str(worker_id)
     return done
+
+
+#: Queues with long names (64 characters is the most a queue name may have), for the layout
+#: tests: one paused, each with thousands of jobs waiting.
+LONG_QUEUES = (
+    "notifications.transactional-email.high-priority.eu-west-1",
+    "reports.monthly-revenue-reconciliation.finance-team",
+    "partnerwebhookdeliveriesforthelegacyorderingsystemretriesqueue01",
+    "integrations.partner-webhooks.retry.europe-west.shard-0001.green",
+)
+
+
+async def seed_long_queues(url: str, *, end: datetime = END) -> dict[str, Counter[str]]:
+    """Add :data:`LONG_QUEUES` to the queue at ``url``: thousands of jobs due, hundreds
+    delayed, and the first queue paused. Returns the counts per queue and state."""
+    counts: dict[str, Counter[str]] = {}
+    async with DatabaseQueue(url, registry, clock=ManualClock(end)) as queue:
+        for n, name in enumerate(LONG_QUEUES):
+            ready, delayed = 1_000 + 1_234 * n, 100 + 321 * n
+            later = end + timedelta(hours=n + 1)
+            await queue.enqueue_many(
+                [
+                    (_job("emails", i), DispatchOptions(queue=name, tenant_id=_tenant(i)))
+                    for i in range(ready)
+                ]
+                + [
+                    (
+                        _job("reports", i),
+                        DispatchOptions(queue=name, tenant_id=_tenant(i), not_before=later),
+                    )
+                    for i in range(delayed)
+                ]
+            )
+            counts[name] = Counter(ready=ready, delayed=delayed)
+        await queue.pause_queue(LONG_QUEUES[0])
+    return counts
