@@ -45,4 +45,6 @@ def _make_dist(folder: Path) -> None:
     argv = ["make", "-C", str(ROOT), "dist", f"DIST={folder}", f"VENV={sys.prefix}"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     if result.returncode != 0:
-        raise AssertionError(f"make dist exited {result.returncode}:\n{result.stdout}{result.stderr}")
+        raise AssertionError(
+            f"make dist exited {result.returncode}:\n{result.stdout}{result.stderr}"
+        )
