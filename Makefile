@@ -1,6 +1,7 @@
 # Everything a newcomer needs: `make demo` runs Caravel end to end on SQLite; `make test` runs
 # lint, types and the whole suite against SQLite and PostgreSQL. Both create .venv themselves.
 # `make check` is the fast tier: lint, types and every test not marked slow (tests/README.md).
+# `make dist` builds the sdist and the wheel that docs/install.md installs.
 
 PYTHON ?= python3
 VENV ?= .venv

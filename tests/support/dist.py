@@ -43,7 +43,9 @@ def built_dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
 def _make_dist(folder: Path) -> None:
     # VENV: the environment running the tests, whichever it is (it has `build` from [dev]).
     argv = ["make", "-C", str(ROOT), "dist", f"DIST={folder}", f"VENV={sys.prefix}"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    # Not the settings of a `make test` this session may run under.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     if result.returncode != 0:
         raise AssertionError(
             f"make dist exited {result.returncode}:\n{result.stdout}{result.stderr}"
