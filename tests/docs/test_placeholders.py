@@ -84,5 +84,5 @@ def test_the_check_finds_unmarked_placeholders_and_accepts_marked_ones() -> None
     assert [problem for block in parse_text("page.md", PAGE) for problem in unmarked(block)] == [
         "page.md:3+2: `...` is left for the reader; mark it",
         "page.md:13+1: 'your password here' is left for the reader",
-        "page.md:13+1: \"<the caller's tenant>\" is left for the reader",
+        'page.md:13+1: "<the caller\'s tenant>" is left for the reader',
     ]
