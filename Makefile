@@ -1,14 +1,20 @@
 # Everything a newcomer needs: `make demo` runs Caravel end to end on SQLite; `make test` runs
 # lint, types and the whole suite against SQLite and PostgreSQL. Both create .venv themselves.
 # `make check` is the fast tier: lint, types and every test not marked slow (tests/README.md).
+# `make dist` builds the sdist and the wheel that docs/install.md installs.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# `make demo` needs only the package itself (the worker sample uses no extra), so a fresh clone's
-# first command does not wait for the test tools; the dev install satisfies it too.
+# `make demo` needs only the package and its web extra (the worker sample uses no extra; the
+# `caravel dashboard` it suggests next needs `web`), so a fresh clone's first command does not
+# wait for the test tools; the dev install satisfies it too.
 DEMO_STAMP := $(VENV)/.installed-demo
+# `make dist` needs only pypa's `build` (the dev install has it too).
+BUILD_STAMP := $(VENV)/.installed-build
+# Where `make dist` writes the sdist and the wheel.
+DIST ?= dist
 
 # The suite runs on this many pytest-xdist workers (each with databases of its own; tests marked
 # `serial` share one worker). PYTEST_WORKERS=0 runs it in this process; PYTEST_ARGS go last, so
@@ -33,7 +39,7 @@ PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python))
 VENV313 ?= .venv313
 STAMP313 := $(VENV313)/.installed
 
-.PHONY: install demo test check lint typecheck pytest pytest-fast test-django312 interpreters bench soak clean
+.PHONY: install demo dist test check lint typecheck pytest pytest-fast test-django312 interpreters bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,16 +47,28 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP) $(DEMO_STAMP)
+	touch $(STAMP) $(DEMO_STAMP) $(BUILD_STAMP)
 
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e ".[web]"
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
 demo: $(DEMO_STAMP)
 	PYTHON=$(BIN)/python scripts/demo.sh
+
+$(BUILD_STAMP): | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "build>=1.2,<2"
+	touch $(BUILD_STAMP)
+
+# What pip installs where there is no clone (docs/install.md): the sdist and the wheel, built
+# by `python -m build` (the wheel from the sdist, so a file the sdist leaves out fails here).
+# Earlier builds of caravel-queue in $(DIST) are removed first, so `$(DIST)/*.whl` is this one.
+dist: $(BUILD_STAMP)
+	rm -f $(DIST)/caravel_queue-*
+	$(BIN)/python -m build --quiet --outdir $(DIST) .
+	@ls -1 $(DIST)/caravel_queue-*
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests samples

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from caravel.cancelling import MatchedJobs
     from caravel.chains import ChainResult, ChainStatus
     from caravel.clock import Clock, SystemClock
-    from caravel.context import BatchOutcome, JobContext
+    from caravel.context import BatchOutcome, CancellationSignal, JobContext
     from caravel.directives import Discard, Snooze
     from caravel.errors import (
         CaravelError,
@@ -70,6 +70,7 @@ _HOMES = {
     "ChainResult": "caravel.chains",
     "ChainStatus": "caravel.chains",
     "BatchOutcome": "caravel.context",
+    "CancellationSignal": "caravel.context",
     "MatchedJobs": "caravel.cancelling",
     "Clock": "caravel.clock",
     "SystemClock": "caravel.clock",
@@ -145,6 +146,7 @@ __all__ = [
     "BatchResult",
     "BatchStatus",
     "CancelOutcome",
+    "CancellationSignal",
     "CaravelError",
     "ChainResult",
     "ChainStatus",

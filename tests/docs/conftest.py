@@ -13,11 +13,13 @@ import pytest
 from tests.docs.blocks import ROOT
 from tests.docs.runner import PageRun
 from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.dist import built_dist
 
 
 class PageRuns:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
         self.root = root
+        self._tmp_path_factory = tmp_path_factory
         self.runs: dict[tuple[str, str], PageRun] = {}
         self.databases: list[str] = []
         self._copy: Path | None = None
@@ -38,6 +40,10 @@ class PageRuns:
                     shutil.copy2(source, target)
         return self._copy
 
+    def package(self) -> Path:
+        """The wheel `make dist` builds, once per session: what CARAVEL_PACKAGE names."""
+        return built_dist(self._tmp_path_factory).wheel
+
     def get(self, page: str, backend: str, checkout: Path = ROOT) -> PageRun:
         key = (page, backend)
         if key not in self.runs:
@@ -48,7 +54,7 @@ class PageRuns:
                 self.databases.append(url)
             else:
                 url = "sqlite:///queue.db"
-            self.runs[key] = PageRun(folder, backend, url, checkout=checkout)
+            self.runs[key] = PageRun(folder, backend, url, checkout=checkout, package=self.package)
         return self.runs[key]
 
     def close(self) -> None:
@@ -61,6 +67,6 @@ class PageRuns:
 
 @pytest.fixture(scope="session")
 def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageRuns]:
-    runs = PageRuns(tmp_path_factory.mktemp("docs"))
+    runs = PageRuns(tmp_path_factory.mktemp("docs"), tmp_path_factory)
     yield runs
     runs.close()

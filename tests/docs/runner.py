@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,17 +38,24 @@ class PageRun:
     backend: str  # "sqlite" or "postgresql"
     database_url: str
     checkout: Path = ROOT  # what CARAVEL_CHECKOUT names
+    # What CARAVEL_PACKAGE names (docs/install.md): the wheel `make dist` builds, made when a
+    # block first mentions the variable.
+    package: Callable[[], Path] | None = None
     done: set[int] = field(default_factory=set)
     failed: dict[int, str] = field(default_factory=dict)
     background: list[tuple[Block, subprocess.Popen[str]]] = field(default_factory=list)
     started: dict[int, str] = field(default_factory=dict)  # a background block's first line
 
-    def env(self) -> dict[str, str]:
+    def env(self, block: Block) -> dict[str, str]:
         env = dict(os.environ)
         # The checkout's caravel and python come first, as after `. .venv/bin/activate`.
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env["CARAVEL_CHECKOUT"] = str(self.checkout)
-        env.pop("CARAVEL_DATABASE_URL", None)
+        if self.package is not None and "CARAVEL_PACKAGE" in block.text:
+            env["CARAVEL_PACKAGE"] = str(self.package())
+        # A reader's shell: no queue URL of ours, no settings of a `make` the suite runs under.
+        for name in ("CARAVEL_DATABASE_URL", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"):
+            env.pop(name, None)
         return env
 
     def substitute(self, text: str) -> str:
@@ -102,7 +110,7 @@ class PageRun:
             proc = subprocess.Popen(
                 argv,
                 cwd=self.folder,
-                env=self.env(),
+                env=self.env(block),
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -125,7 +133,7 @@ class PageRun:
             result = subprocess.run(
                 argv,
                 cwd=self.folder,
-                env=self.env(),
+                env=self.env(block),
                 text=True,
                 capture_output=True,
                 timeout=block.timeout,

@@ -7,9 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +105,50 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def served_page(
+    argv: Sequence[str], url: str, *, cwd: Path, env: dict[str, str] | None = None
+) -> str:
+    """Start a server command (``caravel dashboard ...``), wait until ``url`` answers 200, return
+    that page; then stop it as a reader would, with Ctrl+C, and check that it exits 0."""
+    with tempfile.TemporaryFile(mode="w+") as log:  # a pipe nobody reads could fill and stall it
+        process = subprocess.Popen(
+            list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+        page: list[str] = []
+
+        def answered() -> bool:
+            if process.poll() is not None:
+                return True
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (loopback)
+                    page.append(response.read().decode())
+            except urllib.error.HTTPError as exc:
+                raise AssertionError(f"{url} answered {exc.code}") from None
+            except OSError:  # not listening yet
+                return False
+            return True
+
+        try:
+            wait_until(answered, timeout=60, what=f"{url} to answer")
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.seek(0)
+        output = log.read()
+    assert page, f"{argv[0]} exited {process.returncode} before serving {url}:\n{output}"
+    assert process.returncode == 0, f"exited {process.returncode} after Ctrl+C:\n{output}"
+    return page[0]

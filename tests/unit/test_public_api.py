@@ -16,6 +16,7 @@ PUBLIC_NAMES = [
     "BatchResult",
     "BatchStatus",
     "CancelOutcome",
+    "CancellationSignal",
     "CaravelError",
     "ChainResult",
     "ChainStatus",
