@@ -206,6 +206,11 @@ class WorkerOptions:
             :class:`~caravel.Retention` every ``prune_interval``, in bounded batches (one pruner
             at a time across workers). ``None`` (default): nothing is ever deleted.
         prune_interval: how often that happens (1 minute to 1 day, default 1 hour).
+        summary_interval: how often :meth:`~caravel.QueueWorker.run` logs, at INFO, one line
+            per queue counting the jobs its handlers finished since the last one (completed,
+            failed, dead-lettered, snoozed, cancelled, abandoned); nothing when none finished,
+            and a last summary when it stops. 1 second to 1 hour, default 10 s; ``None`` turns
+            it off. Each completed job has a line of its own only at DEBUG.
         schedules: whether :meth:`~caravel.QueueWorker.run` also enqueues the slots of the
             registry's schedules (:class:`~caravel.Schedule`). On by default: every worker may
             run the scheduler, since each slot's idempotency key keeps one job per slot however
@@ -223,6 +228,7 @@ class WorkerOptions:
     retention: Retention | None = None
     prune_interval: timedelta = timedelta(hours=1)
     schedules: bool = True
+    summary_interval: timedelta | None = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedules, bool):
@@ -269,11 +275,14 @@ class WorkerOptions:
             timedelta(minutes=5),
             "must be from 1 second to 5 minutes",
         )
-        if self.queue_metrics_interval is not None:
-            _duration(
-                "queue_metrics_interval",
-                self.queue_metrics_interval,
-                timedelta(seconds=1),
-                timedelta(hours=1),
-                "must be from 1 second to 1 hour",
-            )
+        # Both optional, from 1 second to 1 hour; None turns them off.
+        for field in ("summary_interval", "queue_metrics_interval"):
+            value = getattr(self, field)
+            if value is not None:
+                _duration(
+                    field,
+                    value,
+                    timedelta(seconds=1),
+                    timedelta(hours=1),
+                    "must be from 1 second to 1 hour, or None (off)",
+                )

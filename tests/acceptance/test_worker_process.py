@@ -4,6 +4,7 @@ renewal, concurrency and competing workers."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections import Counter
 from pathlib import Path
@@ -359,6 +360,10 @@ def test_a_worker_over_four_queues_drains_them_within_its_concurrency(
         code, err = worker.wait()
     assert code == 0, err
     assert "worker stopping" not in err
+    # At the default INFO level the worker says what it completed, per queue, in its summaries.
+    summaries = re.findall(r"jobs finished in the last \d+ s: (\d+) completed.* queue=(q\d)", err)
+    assert sum(int(n) for n, _ in summaries) == len(ids)
+    assert {queue for _, queue in summaries} == {"q0", "q1", "q2", "q3"}
     events = read_ledger(evidence)
     assert sorted(e.job_id for e in events if e.kind == "end") == sorted(ids)
     running = highest = 0

@@ -8,6 +8,7 @@ import logging
 from caravel import telemetry
 from caravel.jobs import ClaimedJob
 from caravel.worker.runner import Abandoned, Outcome
+from caravel.worker.summary import JobSummary
 
 __all__ = ["OutcomeReport", "log_job", "logger"]
 
@@ -34,9 +35,14 @@ def log_job(level: int, message: str, claimed: ClaimedJob, **fields: object) -> 
 class OutcomeReport:
     """Reports outcomes as they are written (or fenced off), and abandoned attempts."""
 
-    def __init__(self) -> None:
+    def __init__(self, summary: JobSummary | None = None) -> None:
         #: Outcomes a newer lease fenced off: their write changed nothing.
         self.lost_acknowledgements = 0
+        self._summary = summary
+
+    def _count(self, claimed: ClaimedJob, outcome: str) -> None:
+        if self._summary is not None:
+            self._summary.count(claimed.queue, outcome)
 
     def abandoned(self, claimed: ClaimedJob, outcome: Outcome) -> None:
         """The attempt ended without an acknowledgement (``outcome.abandoned`` says why)."""
@@ -50,8 +56,10 @@ class OutcomeReport:
             abandoned=reason,
         )
         if outcome.abandoned is Abandoned.CANCELLED:  # an operator's doing, not a fault
+            self._count(claimed, "cancelled")
             log_job(logging.INFO, "job cancelled", claimed)
             return
+        self._count(claimed, "abandoned")
         log_job(logging.WARNING, "job abandoned without acknowledgement", claimed, reason=reason)
 
     def written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
@@ -70,10 +78,15 @@ class OutcomeReport:
         )
         if not held:
             self.lost_acknowledgements += 1
+            self._count(claimed, "fenced")
             log_job(logging.WARNING, "job acknowledgement rejected: lease lost", claimed)
         elif category is not None:
+            self._count(claimed, "dead_lettered" if last else "failed")
             log_job(logging.INFO, "job failed", claimed, category=category, dead_lettered=last)
         elif snoozed:
+            self._count(claimed, "snoozed")
             log_job(logging.DEBUG, "job snoozed", claimed, snooze_ms=outcome.snooze_ms)
         else:
+            # One line per job only at DEBUG; at INFO the summary counts it (worker/summary.py).
+            self._count(claimed, "completed")
             log_job(logging.DEBUG, "job completed", claimed)

@@ -40,6 +40,7 @@ from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport, log_job, logger
 from caravel.worker.runner import JobRunner, Outcome, ScopeFactory
 from caravel.worker.scheduler import Scheduler
+from caravel.worker.summary import JobSummary
 from caravel.worker.threads import HandlerThreads
 from caravel.worker.wakeups import WakeupListener
 from caravel.worker.watchdog import LeaseWatchdog
@@ -112,7 +113,8 @@ class QueueWorker(AsyncClosing):
             tracebacks=self.options.log_tracebacks,
             max_result_bytes=queue.options.max_result_bytes,
         )
-        self._report = OutcomeReport()
+        self._summary = JobSummary(queue.clock, self.options.summary_interval)
+        self._report = OutcomeReport(self._summary)
         self._acker = Acknowledger(
             self.leases, on_written=self._report.written, on_error=self._failed
         )
@@ -238,10 +240,12 @@ class QueueWorker(AsyncClosing):
         self.threads_at_stop = self.threads_abandoned = 0
         await self.queue.check_schema()
         await self._presence.register(names)
+        self._summary.reset()
         await self._paused.refresh(names)  # before the first claim
         services = [self._service(f.run(), f"fetch-{f.queue}") for f in self._fetchers(names)]
         services.append(self._service(self._paused.run(), "paused"))
         services.append(self._side_service(self._presence.run(), "heartbeat"))
+        services.append(self._side_service(self._summary.run(), "summary"))
         interval = self.options.queue_metrics_interval
         if interval is not None:
             gauges = QueueGaugeCollector(self.queue.store, self.queue.clock, interval)
@@ -269,6 +273,7 @@ class QueueWorker(AsyncClosing):
                 task.cancel()
             await asyncio.gather(*services, return_exceptions=True)
             await self._drain()
+            self._summary.run_once()  # what finished since the last summary, stopping included
             if self._fault is None:  # else the database is likely unusable: it shows as lost
                 await self._presence.deregister()
             self._run_ended = True

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import httpx
 
-from caravel import DatabaseQueue
+from caravel import DatabaseQueue, DispatchOptions, Leases, QueueOptions
 from caravel.testing import ManualClock, drain
 from caravel.web import Dashboard
 from tests.support.dashboard.fixtures import client_for
 from tests.support.dashboard.links import BATCHED, CHAINED, TENANT, add_links
-from tests.support.dashboard.seed import END, registry
+from tests.support.dashboard.seed import END, GenerateReport, registry
 
 
 def _row(page: str, marker: str) -> str:
@@ -153,3 +154,40 @@ async def test_a_reader_sees_the_pages_without_payloads(db_url: str, app: Dashbo
             assert response.status_code == 200
             assert "batch-0" not in response.text
             assert "ops@example.com" not in response.text
+
+
+async def test_held_jobs_are_counted_as_held_not_delayed(
+    db_url: str, app: Dashboard, operator: httpx.AsyncClient
+) -> None:
+    before = (await operator.get("/")).text
+    held_before = int(re.findall(r'data-count="held">(\d+)<', before)[0])
+    links = await add_links(db_url)
+    page = (await operator.get("/")).text
+    assert int(re.findall(r'data-count="held">(\d+)<', page)[0]) == held_before + 3
+    for queue, held in ((CHAINED, "2"), ("callbacks", "1"), (BATCHED, "0")):
+        row = _row(page, f'data-queue="{queue}"')
+        assert re.findall(r'data-col="held">(\d+)<', row) == [held]
+        assert re.findall(r'data-col="delayed">(\d+)<', row) == ["0"]
+    listed = (await operator.get(f"/jobs?state=held&queue={CHAINED}")).text
+    ids = set(re.findall(r"/jobs/([0-9a-f-]{36})\?", listed))
+    assert ids == {str(job_id) for job_id in links.chain.job_ids[1:]}
+
+
+async def test_a_job_waiting_out_its_backoff_is_delayed_on_its_page_and_in_the_listing(
+    db_url: str, app: Dashboard, operator: httpx.AsyncClient
+) -> None:
+    backoff = timedelta(minutes=5)
+    options = QueueOptions(retry_delay=backoff, max_retry_delay=backoff)
+    async with DatabaseQueue(db_url, registry, clock=ManualClock(END), options=options) as queue:
+        accepted = await queue.enqueue(
+            GenerateReport(report_id="backoff"), DispatchOptions(queue="backoff", tenant_id=TENANT)
+        )
+        leases = Leases(queue)
+        (claimed,) = await leases.claim_many("backoff", 1)
+        assert (await leases.fail(claimed.lease, "HandlerFailed")).retry_at is not None
+    query = urlencode({"queue": "backoff", "tenant": TENANT})
+    page = (await operator.get(f"/jobs/{accepted.job_id}?{query}")).text
+    state = page[page.index('id="job-state"') :]
+    assert re.match(r'id="job-state"><span class="badge [^"]*">delayed</span>', state)
+    listed = (await operator.get("/jobs?state=delayed&queue=backoff")).text
+    assert str(accepted.job_id) in listed
