@@ -242,3 +242,17 @@ def test_a_sync_queue_drain_raises_the_interrupt_in_the_callers_thread(
         assert status.state is JobState.RUNNING
         # The queue's own loop is still serving calls.
         assert queue.enqueue(Add(2), dispatch()).job_id != job_id
+
+
+@EXITS
+async def test_an_immediate_queue_records_an_exit_and_returns(
+    db_url: str, handler: Callable[..., Any]
+) -> None:
+    from caravel.testing import ImmediateQueue
+
+    async with ImmediateQueue(registry_for(handler), target=db_url) as queue:
+        job_id = (await within(queue.enqueue(Add(1), dispatch(max_attempts=1)))).job_id
+        assert [(run.outcome, run.failure) for run in queue.runs] == [
+            ("dead_letter", "HandlerExited")
+        ]
+        assert (await status_of(queue, job_id)).error_class == "builtins.SystemExit"
