@@ -11,6 +11,11 @@ The handler is cancelled, and its outcome is not acknowledged, when:
 
 A renewal that fails because the database failed cancels the handler and raises the
 :class:`~caravel.errors.StoreError` to the worker, which stops.
+
+Whatever else a handler raises is a failed attempt, ``SystemExit`` included (the category
+``HandlerExited``): a handler never ends the worker's process. ``KeyboardInterrupt`` alone is
+not the handler's outcome but a request to stop, as Ctrl+C is to the worker: the attempt is
+abandoned (``Abandoned.INTERRUPTED``) and the worker stops.
 """
 
 from __future__ import annotations

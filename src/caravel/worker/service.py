@@ -9,7 +9,9 @@ acknowledger.
 Stopping: :meth:`QueueWorker.stop` (the command line calls it on SIGTERM or SIGINT) stops
 claiming, lets in-flight handlers finish and be acknowledged for ``shutdown_grace``, then cancels
 the rest without acknowledging them; their jobs run again once their leases expire. A second stop
-request cancels at once. A database failure while claiming, acknowledging or renewing stops the
+request cancels at once. A handler that raises ``KeyboardInterrupt`` is a stop request too (its
+own job is abandoned, like those cancelled at the stop); one that raises ``SystemExit`` only
+failed its attempt. A database failure while claiming, acknowledging or renewing stops the
 worker too, and ``run`` raises it.
 """
 
