@@ -5,7 +5,6 @@ it ahead of the tests and prints the folder to put on ``sys.path``."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -54,11 +53,13 @@ def upstream_root(version: str | None = None) -> Path:
             if not members:
                 raise RuntimeError(f"{sdist.name} has no {inside}")
             archive.extractall(work / "out", members=members, filter="data")
-        extracted = work / "out" / f"django-{version}" / "tests"
-        target = root.parent
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        extracted.rename(root)  # whole, or not at all: a broken download leaves nothing
+        try:
+            # Whole or not at all, and only once: a rename onto a folder another process
+            # (another pytest worker) has just put there fails, and that one is used.
+            (work / "out" / f"django-{version}").rename(root.parent)
+        except OSError:
+            if not (root / PACKAGE / "__init__.py").is_file():
+                raise
     return root
 
 
