@@ -285,6 +285,7 @@ class Signals:
         ("async_exits", (), "FAILED", "builtins.SystemExit"),
         ("not_json", (), "FAILED", "builtins.TypeError"),
         ("async_not_json", (), "FAILED", "builtins.TypeError"),
+        ("discards", (), "FAILED", "caravel.directives.Discard"),
     ],
 )
 def test_signals_are_sent_and_task_finished_for_every_finish(
@@ -310,7 +311,7 @@ def test_signals_are_sent_and_task_finished_for_every_finish(
     assert result.status == getattr(TaskResultStatus, finished)
     assert [e.exception_class_path for e in result.errors] == errors
     if error is not None:
-        assert result.errors[0].exception_class.__name__ == error.split(".")[1]
+        assert result.errors[0].exception_class.__name__ == error.rsplit(".", 1)[1]
 
 
 @pytest.mark.parametrize("name", ["exits", "async_exits"])

@@ -6,6 +6,7 @@ import sys
 from importlib import import_module
 from typing import Any
 
+from caravel import Discard
 from caravel.contrib.django.compat import SOURCE, TaskContext
 
 # django.tasks.task or django_tasks.task, whichever this Django has.
@@ -65,3 +66,9 @@ def not_json() -> object:
 @task
 async def async_not_json() -> object:
     return object()
+
+
+@task
+def discards() -> None:
+    """Tells the worker to stop trying: a dead letter at once, FAILED."""
+    raise Discard("Gone")
