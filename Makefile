@@ -102,4 +102,4 @@ soak: $(STAMP)
 	$(BIN)/python -m tests.faults.soak $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV312) .pytest_cache .mypy_cache .ruff_cache .hypothesis .cache
