@@ -87,7 +87,7 @@ async def test_an_exiting_handler_is_a_failed_attempt_and_the_worker_carries_on(
     db_url: str, handler: Callable[..., Any]
 ) -> None:
     async with open_queue(db_url, registry_for(handler)) as queue:
-        exits = (await queue.enqueue(Add(1), dispatch(max_attempts=2))).job_id
+        exits = (await queue.enqueue(Add(1), dispatch(max_attempts=2, priority=100))).job_id
         fine = (await queue.enqueue(Add(2), dispatch())).job_id
         async with QueueWorker(queue) as worker:
             assert await worker.run_once("default")
