@@ -88,6 +88,10 @@ class FailureCategory(enum.StrEnum):
     """Why an attempt failed. Only these short words are stored, never exception messages."""
 
     HANDLER_FAILED = "HandlerFailed"
+    """The handler (or the job's scope) raised an exception."""
+    HANDLER_EXITED = "HandlerExited"
+    """The handler raised ``SystemExit`` (called ``sys.exit()`` or ``exit()``): a failed
+    attempt like any other, retried by the same policy; the worker carries on."""
     INVALID_PAYLOAD = "InvalidPayload"
     UNKNOWN_JOB_TYPE = "UnknownJobType"
     LEASE_EXPIRED = "LeaseExpired"

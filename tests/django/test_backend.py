@@ -196,45 +196,6 @@ def test_task_shapes_django_refuses(alias: str) -> None:
         task(module.add.func, backend=alias, takes_context=True)
 
 
-def test_signals_are_sent(alias: str, tasks: Any) -> None:
-    from caravel.contrib.django.compat import (
-        TaskResultStatus,
-        task_enqueued,
-        task_finished,
-        task_started,
-    )
-
-    seen: list[tuple[str, Any, str]] = []
-
-    def receiver(name: str) -> Any:
-        def record(sender: Any, task_result: Any, **kwargs: Any) -> None:
-            seen.append((name, task_result.status, task_result.backend))
-
-        return record
-
-    receivers = {
-        s: receiver(n)
-        for s, n in [
-            (task_enqueued, "enqueued"),
-            (task_started, "started"),
-            (task_finished, "finished"),
-        ]
-    }
-    for signal, fn in receivers.items():
-        signal.connect(fn, weak=False)
-    try:
-        tasks.add.using(backend=alias).enqueue(1, 2)
-        work(alias)
-    finally:
-        for signal, fn in receivers.items():
-            signal.disconnect(fn)
-    assert seen == [
-        ("enqueued", TaskResultStatus.READY, alias),
-        ("started", TaskResultStatus.RUNNING, alias),
-        ("finished", TaskResultStatus.SUCCESSFUL, alias),
-    ]
-
-
 async def test_async_enqueue_and_async_results(alias: str, tasks: Any) -> None:
     from asgiref.sync import sync_to_async
 
@@ -283,3 +244,92 @@ def test_no_exception_message_reaches_djangos_task_log(
         work(alias)
     assert "state=FAILED" in caplog.text  # Django's receiver logged the attempt
     assert "secret detail" not in caplog.text
+
+
+class Signals:
+    """Django's three task signals as received: (signal, status, error class paths, backend)."""
+
+    def __init__(self) -> None:
+        from caravel.contrib.django.compat import task_enqueued, task_finished, task_started
+
+        self.seen: list[tuple[str, str, list[str], str]] = []
+        self._receivers = [
+            (task_enqueued, self._receiver("enqueued")),
+            (task_started, self._receiver("started")),
+            (task_finished, self._receiver("finished")),
+        ]
+
+    def _receiver(self, name: str) -> Any:
+        def record(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            paths = [error.exception_class_path for error in task_result.errors]
+            self.seen.append((name, str(task_result.status), paths, task_result.backend))
+
+        return record
+
+    def __enter__(self) -> Signals:
+        for signal, receiver in self._receivers:
+            signal.connect(receiver, weak=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signal, receiver in self._receivers:
+            signal.disconnect(receiver)
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "finished", "error"),
+    [
+        ("add", (1, 2), "SUCCESSFUL", None),
+        ("broken", (), "FAILED", "builtins.KeyError"),
+        ("exits", (3,), "FAILED", "builtins.SystemExit"),
+        ("async_exits", (), "FAILED", "builtins.SystemExit"),
+        ("not_json", (), "FAILED", "builtins.TypeError"),
+        ("async_not_json", (), "FAILED", "builtins.TypeError"),
+        ("discards", (), "FAILED", "caravel.directives.Discard"),
+    ],
+)
+def test_signals_are_sent_and_task_finished_for_every_finish(
+    alias: str, tasks: Any, name: str, args: tuple[Any, ...], finished: str, error: str | None
+) -> None:
+    """Django: ``task_finished`` is sent when a task finishes, successfully or otherwise; a
+    task that exits or returns what JSON cannot hold is a FAILED one, named by its class."""
+    from caravel.contrib.django import options
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    task = options(getattr(tasks, name).using(backend=alias), max_attempts=1)
+    with Signals() as signals:
+        result = task.enqueue(*args)
+        runs = work(alias)
+    errors = [error] if error else []
+    assert signals.seen == [
+        ("enqueued", "READY", [], alias),
+        ("started", "RUNNING", [], alias),
+        ("finished", finished, errors, alias),
+    ]
+    assert [run.outcome for run in runs] == ["completed" if error is None else "dead_letter"]
+    result.refresh()
+    assert result.status == getattr(TaskResultStatus, finished)
+    assert [e.exception_class_path for e in result.errors] == errors
+    if error is not None:
+        assert result.errors[0].exception_class.__name__ == error.rsplit(".", 1)[1]
+
+
+@pytest.mark.parametrize("name", ["exits", "async_exits"])
+def test_a_task_that_exits_fails_and_the_worker_runs_the_next_task(
+    alias: str, tasks: Any, name: str
+) -> None:
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    exiting = getattr(tasks, name).using(backend=alias, priority=100)
+    failed = exiting.enqueue(*((1,) if name == "exits" else ()))
+    after = tasks.add.using(backend=alias).enqueue(2, 2)
+    runs = work(alias)  # returns: before the fix, SystemExit left the worker's loop
+    assert [(run.outcome, run.failure) for run in runs][:2] == [
+        ("retrying", "HandlerExited"),
+        ("completed", None),
+    ]
+    failed.refresh()
+    assert failed.status == TaskResultStatus.READY  # due for its retry, as any failure
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.SystemExit"]
+    after.refresh()
+    assert after.return_value == 4

@@ -122,3 +122,11 @@ def execute_sql(url: str, *statements: str) -> None:
                 conn.exec_driver_sql(statement)
     finally:
         engine.dispose()
+
+
+def empty_queue_tables(url: str) -> None:
+    """Delete every row of the queue's tables on ``url``'s database, children first."""
+    from caravel.store.schema import metadata
+
+    tables = [table.name for table in reversed(metadata.sorted_tables)]
+    execute_sql(url, *(f"DELETE FROM {name}" for name in tables))

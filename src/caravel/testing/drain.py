@@ -6,11 +6,17 @@ exactly as a worker process would run it: decoded from its stored JSON, under a 
 outcome recorded with retries and dead letters. With ``advance=True`` and a
 :class:`~caravel.testing.ManualClock` it also moves time to each next due moment (a delay, a
 retry's backoff, a lease running out) and keeps going, without sleeping.
+
+A handler that raises ``KeyboardInterrupt`` stops the drain as Ctrl+C stops a worker: its job is
+left without an acknowledgement (it runs again once its lease ends, as after a worker's
+shutdown), the worker is closed, and ``KeyboardInterrupt`` reaches the caller, in the caller's
+own thread for a ``SyncQueue``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 from caravel.clock import from_ms, to_ms_ceil
@@ -23,7 +29,7 @@ from caravel.testing._shells import SyncShell, on_queue
 from caravel.testing.clock import ManualClock
 from caravel.testing.runs import JobRun, job_run
 from caravel.validation import check_queue_name
-from caravel.worker.runner import ScopeFactory
+from caravel.worker.runner import Abandoned, ScopeFactory
 from caravel.worker.service import QueueWorker
 
 __all__ = ["drain"]
@@ -73,10 +79,36 @@ def drain(
     if not isinstance(advance, bool):
         raise ValidationError("advance", "must be True or False")
 
-    async def work(inner: DatabaseQueue) -> list[JobRun]:
-        return await drain_queue(inner, names, max_jobs=max_jobs, advance=advance, scope=scope)
+    async def work(inner: DatabaseQueue) -> _Drained:
+        drained = _Drained()
+        await drain_queue(
+            inner, names, max_jobs=max_jobs, advance=advance, scope=scope, into=drained
+        )
+        return drained
 
-    return on_queue(queue, work)
+    if isinstance(queue, DatabaseQueue):
+        return _awaited(work(queue))
+    done = on_queue(queue, work)
+    assert isinstance(done, _Drained)
+    return done.runs_or_interrupt()
+
+
+@dataclass(slots=True)
+class _Drained:
+    """What a drain ran, and whether a handler interrupted it. The interrupt is raised by the
+    caller's side, never on a ``SyncQueue``'s loop thread, which it would stop for good."""
+
+    runs: list[JobRun] = field(default_factory=list)
+    interrupted: bool = False
+
+    def runs_or_interrupt(self) -> list[JobRun]:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        return self.runs
+
+
+async def _awaited(work: Coroutine[Any, Any, _Drained]) -> list[JobRun]:
+    return (await work).runs_or_interrupt()
 
 
 def _checked_queues(queues: Sequence[str] | None) -> list[str] | None:
@@ -99,12 +131,15 @@ async def drain_queue(
     max_jobs: int,
     advance: bool,
     scope: ScopeFactory | None = None,
+    into: _Drained | None = None,
 ) -> list[JobRun]:
-    """:func:`drain` on the async queue (the loop both shells share)."""
+    """:func:`drain` on the async queue (the loop both shells share); ``into`` collects the
+    runs and whether a handler's ``KeyboardInterrupt`` stopped it (which it then returns)."""
     clock = queue.clock
     if advance and not isinstance(clock, ManualClock):
         raise ValidationError("advance", "needs a queue whose clock is a ManualClock")
-    runs: list[JobRun] = []
+    drained = into if into is not None else _Drained()
+    runs = drained.runs
     async with QueueWorker(queue, options=WorkerOptions(concurrency=1), scope=scope) as worker:
         while True:
             names = queues if queues is not None else await _queues_with_jobs(queue)
@@ -119,6 +154,9 @@ async def drain_queue(
                     if step is None:
                         break
                     runs.append(job_run(step))
+                    if step.abandoned is Abandoned.INTERRUPTED:
+                        drained.interrupted = True
+                        return runs
                     ran = True
             if ran:
                 continue  # the jobs that ran may have enqueued more, in any queue

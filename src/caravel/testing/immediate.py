@@ -45,7 +45,8 @@ class ImmediateQueue(DatabaseQueue):
     included (they run inside the handler that enqueued them, as in Celery's eager mode).
 
     ``failures="raise"`` (the default) records a failed attempt, then raises the handler's
-    exception out of the enqueue; ``"record"`` only records it, as a worker would: a retry is
+    exception out of the enqueue (a ``SystemExit`` is only recorded, as ``HandlerExited``);
+    ``"record"`` only records it, as a worker would: a retry is
     scheduled after its backoff, or the job becomes a dead letter. A job delayed with
     ``not_before`` is saved and waits: :func:`~caravel.testing.drain` with ``advance=True``
     runs it. Every run is appended to :attr:`runs`. ``target`` defaults to the per-process
@@ -153,7 +154,9 @@ class ImmediateQueue(DatabaseQueue):
                     ran = True
                     self.runs.append(job_run(step))
                     failed = None if step.outcome is None else step.outcome.error
-                    if error is None and failed is not None:
+                    # A handler's SystemExit is recorded (HandlerExited), never raised here:
+                    # it would end the caller's event loop, or a SyncQueue's thread.
+                    if error is None and isinstance(failed, Exception):
                         error = failed
         if error is not None and self.failures == "raise":
             raise error

@@ -45,6 +45,7 @@ __all__ = [
 
 FAILURE_MEANINGS = {
     FailureCategory.HANDLER_FAILED.value: "the handler raised an exception",
+    FailureCategory.HANDLER_EXITED.value: "the handler called sys.exit() or exit()",
     FailureCategory.INVALID_PAYLOAD.value: "the stored payload did not decode into the job type",
     FailureCategory.UNKNOWN_JOB_TYPE.value: "no handler is registered for this job type",
     FailureCategory.LEASE_EXPIRED.value: "the worker's lease ran out before it acknowledged",

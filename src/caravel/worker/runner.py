@@ -11,6 +11,11 @@ The handler is cancelled, and its outcome is not acknowledged, when:
 
 A renewal that fails because the database failed cancels the handler and raises the
 :class:`~caravel.errors.StoreError` to the worker, which stops.
+
+Whatever else a handler raises is a failed attempt, ``SystemExit`` included (the category
+``HandlerExited``): a handler never ends the worker's process. ``KeyboardInterrupt`` alone is
+not the handler's outcome but a request to stop, as Ctrl+C is to the worker: the attempt is
+abandoned (``Abandoned.INTERRUPTED``) and the worker stops.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ class Outcome:
     failure: FailureCategory | str | None = None
     abandoned: Abandoned | None = None
     seconds: float = 0.0
-    error: Exception | None = field(default=None, compare=False, repr=False)
+    error: BaseException | None = field(default=None, compare=False, repr=False)
     result: str | None = field(default=None, repr=False)
     snooze_ms: int | None = None
     final: bool = False
@@ -207,26 +212,15 @@ class JobRunner:
                 final=True,
                 error_class=error_class_of(discard),
             )
-        except Exception as exc:  # the handler failed, or the scope failed to open or close
-            logger.warning(
-                "job handler failed",
-                exc_info=exc if self._tracebacks else None,
-                extra={
-                    "job_id": str(claimed.job_id),
-                    "queue": claimed.queue,
-                    "job_type": claimed.job_type,
-                    "attempt": lease.attempt,
-                    "error_type": type(exc).__name__,
-                },
-            )
-            telemetry.mark_failure(span, type(exc).__name__, FailureCategory.HANDLER_FAILED)
-            return Outcome(
-                watched.lease,
-                failure=FailureCategory.HANDLER_FAILED,
-                error=exc,
-                error_class=error_class_of(exc),
-                retry=entry.retry,
-            )
+        except KeyboardInterrupt:
+            # Ctrl+C's exception, raised in the handler: a request to stop, as the signal is to
+            # the command line. The job is not acknowledged; it runs again after its lease.
+            context.cancelled.set()
+            return Outcome(watched.lease, abandoned=Abandoned.INTERRUPTED)
+        except GeneratorExit:
+            raise  # this coroutine is being closed: nothing the handler decided
+        except BaseException as exc:  # the handler failed or exited, or its scope failed
+            return self._failed(claimed, watched.lease, exc, span, entry.retry)
         finally:
             self._watch.release(watched)
         if returned is None:
@@ -238,6 +232,41 @@ class JobRunner:
             telemetry.mark_failure(span, "ResultError", encoded)
             return Outcome(watched.lease, failure=encoded, final=True)
         return Outcome(watched.lease, result=encoded)
+
+    def _failed(
+        self,
+        claimed: ClaimedJob,
+        lease: Lease,
+        exc: BaseException,
+        span: telemetry.Span,
+        retry: RetryPolicy | None,
+    ) -> Outcome:
+        """A failed attempt. ``SystemExit`` (``sys.exit()``, ``exit()``) is a failure of the
+        handler like any exception, not the worker's exit, under a category of its own."""
+        category = (
+            FailureCategory.HANDLER_EXITED
+            if isinstance(exc, SystemExit)
+            else FailureCategory.HANDLER_FAILED
+        )
+        logger.warning(
+            "job handler failed",
+            exc_info=exc if self._tracebacks else None,
+            extra={
+                "job_id": str(claimed.job_id),
+                "queue": claimed.queue,
+                "job_type": claimed.job_type,
+                "attempt": lease.attempt,
+                "error_type": type(exc).__name__,
+            },
+        )
+        telemetry.mark_failure(span, type(exc).__name__, category)
+        return Outcome(
+            lease,
+            failure=category,
+            error=exc,
+            error_class=error_class_of(exc),
+            retry=retry,
+        )
 
     def _snoozed(
         self,

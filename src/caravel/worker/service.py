@@ -9,7 +9,9 @@ acknowledger.
 Stopping: :meth:`QueueWorker.stop` (the command line calls it on SIGTERM or SIGINT) stops
 claiming, lets in-flight handlers finish and be acknowledged for ``shutdown_grace``, then cancels
 the rest without acknowledging them; their jobs run again once their leases expire. A second stop
-request cancels at once. A database failure while claiming, acknowledging or renewing stops the
+request cancels at once. A handler that raises ``KeyboardInterrupt`` is a stop request too (its
+own job is abandoned, like those cancelled at the stop); one that raises ``SystemExit`` only
+failed its attempt. A database failure while claiming, acknowledging or renewing stops the
 worker too, and ``run`` raises it.
 """
 
@@ -38,7 +40,7 @@ from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
 from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport, log_job, logger
-from caravel.worker.runner import JobRunner, Outcome, ScopeFactory
+from caravel.worker.runner import Abandoned, JobRunner, Outcome, ScopeFactory
 from caravel.worker.scheduler import Scheduler
 from caravel.worker.summary import JobSummary
 from caravel.worker.threads import HandlerThreads
@@ -61,12 +63,13 @@ class Stopping:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One job :meth:`QueueWorker.step` ran: the claim, its outcome (``None`` when the attempt
-    was abandoned without an acknowledgement) and whether the outcome was recorded (``held``:
-    false when a newer lease fenced it off)."""
+    was abandoned without an acknowledgement, ``abandoned`` saying why) and whether the outcome
+    was recorded (``held``: false when a newer lease fenced it off)."""
 
     claimed: ClaimedJob
     outcome: Outcome | None
     held: bool
+    abandoned: Abandoned | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,18 +192,17 @@ class QueueWorker(AsyncClosing):
             return None
         failpoint("after_claim")
         outcome = await self._execute(claimed)
-        held = False
-        if outcome is not None:
-            held = claimed.job_id in await self._acker.write([(claimed, outcome)])
+        if outcome.abandoned is not None:
+            return Step(claimed, None, False, outcome.abandoned)
+        held = claimed.job_id in await self._acker.write([(claimed, outcome)])
         return Step(claimed, outcome, held)
 
-    async def _execute(self, claimed: ClaimedJob) -> Outcome | None:
-        """Run one claimed job; its outcome to record, or ``None`` when it was abandoned."""
+    async def _execute(self, claimed: ClaimedJob) -> Outcome:
+        """Run one claimed job to its outcome; an abandoned one is reported here."""
         outcome = await self._runner.run(claimed)
         failpoint("after_handler_before_ack")
         if outcome.abandoned is not None:
             self._report.abandoned(claimed, outcome)
-            return None
         return outcome
 
     # ----- continuous ----------------------------------------------------------------------
@@ -341,6 +343,17 @@ class QueueWorker(AsyncClosing):
 
         return asyncio.create_task(guarded(), name=f"caravel-{name}")
 
+    def _interrupted(self, claimed: ClaimedJob, lease: Lease) -> None:
+        """A handler raised ``KeyboardInterrupt``: the worker stops as on SIGINT, the job
+        among those it abandoned."""
+        self.abandoned_at_stop.append(AbandonedJob(claimed.job_id, claimed.queue, lease.expires_at))
+        if not self._stop_requested.is_set():
+            logger.warning(
+                "worker stopping: a job handler raised KeyboardInterrupt",
+                extra={"job_id": str(claimed.job_id), "queue": claimed.queue},
+            )
+            self.stop()
+
     def _failed(self, exc: BaseException) -> None:
         if self._fault is None:
             self._fault = exc
@@ -384,7 +397,9 @@ class QueueWorker(AsyncClosing):
     async def _job(self, claimed: ClaimedJob) -> None:
         try:
             outcome = await self._execute(claimed)
-            if outcome is None:
+            if outcome.abandoned is Abandoned.INTERRUPTED:
+                self._interrupted(claimed, outcome.lease)
+            if outcome.abandoned is not None:
                 return
             if not self._acker.has_room():
                 await self._acker.room()

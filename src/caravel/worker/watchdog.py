@@ -48,6 +48,8 @@ class Abandoned(enum.StrEnum):
     LIFETIME_REACHED = "lifetime_reached"
     SHUTDOWN = "shutdown"
     CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    """The handler raised ``KeyboardInterrupt``: a request to stop, so the worker stops."""
 
 
 @dataclass(eq=False, slots=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from typing import Any
 
+from caravel import Discard
 from caravel.contrib.django.compat import SOURCE, TaskContext
 
 # django.tasks.task or django_tasks.task, whichever this Django has.
@@ -42,3 +44,31 @@ def broken() -> None:
 @task
 async def async_double(value: int) -> int:
     return value * 2
+
+
+@task
+def exits(code: int) -> None:
+    """Ends the way a script does on an error: ``sys.exit``."""
+    sys.exit(code)
+
+
+@task
+async def async_exits() -> None:
+    exit(2)
+
+
+@task
+def not_json() -> object:
+    """Returns a value JSON cannot hold (Django's normalize_json raises TypeError)."""
+    return {1, 2}
+
+
+@task
+async def async_not_json() -> object:
+    return object()
+
+
+@task
+def discards() -> None:
+    """Tells the worker to stop trying: a dead letter at once, FAILED."""
+    raise Discard("Gone")

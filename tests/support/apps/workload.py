@@ -103,3 +103,41 @@ def sync_gate(job: SyncGate, ctx: JobContext[object]) -> None:
             return
         time.sleep(0.02)
     _ledger("end", ctx)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Calls ``exit(code)`` after recording its start, as a script's error path would, in a
+    synchronous handler (one of the worker's threads)."""
+
+    code: int = 1
+
+
+@registry.handles("tests.exit.v1", Exit)
+def exit_job(job: Exit, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    exit(job.code)
+
+
+@dataclass(frozen=True)
+class ExitInLoop:
+    """:class:`Exit` in an async handler, on the worker's event loop."""
+
+    code: int = 1
+
+
+@registry.handles("tests.exit-in-loop.v1", ExitInLoop)
+async def exit_in_loop(job: ExitInLoop, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    exit(job.code)
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """Raises ``KeyboardInterrupt`` from its handler, as Ctrl+C in a handler would."""
+
+
+@registry.handles("tests.interrupt.v1", Interrupt)
+def interrupt(job: Interrupt, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    raise KeyboardInterrupt

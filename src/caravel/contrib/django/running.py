@@ -3,16 +3,23 @@
 It calls the task's function with the stored arguments (and, for ``takes_context`` tasks, a
 ``TaskContext`` whose result carries the attempt), sends Django's ``task_started`` and
 ``task_finished`` signals around every attempt, and returns the JSON-normalised return value,
-which the worker stores as the job's result. An exception propagates to the worker, which
-records its class and retries or dead-letters the job; ``task_finished`` is sent first, with
-the attempt's FAILED result, outside the exception handler, so Django's logging receiver has no
-traceback (with its message) to log. A synchronous task runs in a worker thread between
-``close_old_connections()`` calls, as a Django request does, so no broken or expired database
-connection lingers in a thread from one job to the next.
+which the worker stores as the job's result. Every attempt that finishes sends
+``task_finished``: a success with the SUCCESSFUL result; any failure with the FAILED result,
+first, then the exception propagates to the worker, which records its class and retries or
+dead-letters the job. A failure is whatever Django's own backends count as one: any exception,
+``SystemExit`` (``sys.exit()``, ``exit()``) included, a ``Discard``, and a return value JSON
+cannot hold (``TypeError``, as Django's ``normalize_json`` raises). The signal goes out after the
+exception handler, not in it, so Django's logging receiver has no traceback (with its message)
+to log. What ends an attempt without finishing it sends nothing: a ``Snooze`` (the task runs
+again), a cancellation (a lost lease, a shutdown) and ``KeyboardInterrupt`` (the worker stops,
+as on Ctrl+C). A synchronous task runs in a worker thread between ``close_old_connections()``
+calls, as a Django request does, so no broken or expired database connection lingers in a
+thread from one job to the next.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import Any
@@ -25,12 +32,12 @@ from caravel.contrib.django.compat import (
     task_started,
 )
 from caravel.contrib.django.results import exception_path, finish, running_result
-from caravel.directives import Discard, Snooze
+from caravel.directives import Snooze
 
 __all__ = ["handler_for"]
 
-#: Directives to the worker, not failures of the task: no FAILED signal for them.
-_DIRECTIVES = (Snooze, Discard)
+#: What ends an attempt without finishing the task: it passes through, with no signal.
+_UNFINISHED = (Snooze, KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)
 
 
 def _now() -> Any:
@@ -54,7 +61,7 @@ def _start(task: Any, alias: str, job: Any, ctx: JobContext[Any]) -> tuple[Any, 
     return result, args
 
 
-def _failed(result: Any, exc: Exception) -> Exception:
+def _failed(result: Any, exc: BaseException) -> BaseException:
     """Send the FAILED result, and give back ``exc`` to raise. Called after the ``except``
     block, not in it: Django's own receiver logs ``sys.exc_info()`` when there is one, and a
     traceback quotes the exception's message, which never reaches our logs."""
@@ -63,11 +70,19 @@ def _failed(result: Any, exc: Exception) -> Exception:
     return exc
 
 
-def _succeeded(result: Any, raw: Any) -> Any:
-    value = normalize_json(raw)
-    finish(result, _now(), value=value)
-    task_finished.send(sender=_sender(), task_result=result)
-    return value
+def _finished(result: Any, raw: Any, failure: BaseException | None) -> Any:
+    """Send ``task_finished`` for an attempt that ended with ``failure`` or returned ``raw``;
+    the JSON value to store, or the failure raised (a value JSON cannot hold is one)."""
+    if failure is None:
+        try:
+            value = normalize_json(raw)
+        except Exception as exc:
+            failure = exc
+        else:
+            finish(result, _now(), value=value)
+            task_finished.send(sender=_sender(), task_result=result)
+            return value
+    raise _failed(result, failure)
 
 
 def _on_backend(task: Any, alias: str) -> Any:
@@ -91,15 +106,15 @@ def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
 
         async def run_async(job: Any, ctx: JobContext[Any]) -> Any:
             result, args = _start(_on_backend(task, alias), alias, job, ctx)
+            raw: Any = None
+            failure: BaseException | None = None
             try:
                 raw = await func(*args, **job.kwargs)
-            except _DIRECTIVES:
+            except _UNFINISHED:
                 raise
-            except Exception as exc:
+            except BaseException as exc:  # as Django's backends, SystemExit included
                 failure = exc
-            else:
-                return _succeeded(result, raw)
-            raise _failed(result, failure)
+            return _finished(result, raw, failure)
 
         return run_async
 
@@ -109,15 +124,15 @@ def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
         close_old_connections()
         try:
             result, args = _start(_on_backend(task, alias), alias, job, ctx)
+            raw: Any = None
+            failure: BaseException | None = None
             try:
                 raw = func(*args, **job.kwargs)
-            except _DIRECTIVES:
+            except _UNFINISHED:
                 raise
-            except Exception as exc:
+            except BaseException as exc:  # as Django's backends, SystemExit included
                 failure = exc
-            else:
-                return _succeeded(result, raw)
-            raise _failed(result, failure)
+            return _finished(result, raw, failure)
         finally:
             close_old_connections()
 
