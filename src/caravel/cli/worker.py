@@ -168,8 +168,9 @@ def worker(
 ) -> None:
     """Run a worker for one or more queues until SIGTERM or SIGINT.
 
-    Without --queue it serves the queues the registry names. The first signal stops claiming and gives in-flight jobs --shutdown-grace seconds to finish;
-    a second signal cancels them at once (cancelled jobs run again after their leases expire).
+    Without --queue it serves the queues the registry names. The first signal stops claiming
+    and gives in-flight jobs --shutdown-grace seconds to finish; a second signal cancels them
+    at once (cancelled jobs run again after their leases expire).
     Exit code 0 after a normal shutdown; 2 for invalid options, a bad --app, a SQLite file that
     does not exist or a queue that is not migrated; 1 when the database fails while it runs, so a
     service manager restarts it.
