@@ -134,7 +134,7 @@ def list_jobs(
     try:
         found = asyncio.run(go())
     except CaravelError as exc:
-        raise fail("jobs list", exc, as_json=as_json) from None
+        raise fail("jobs list", exc, as_json=as_json, url=url) from None
     if as_json:
         emit({"jobs": [record_fields(s) for s in found]})
     else:
@@ -193,7 +193,7 @@ def show(
     try:
         shown = asyncio.run(go())
     except (CaravelError, JobNotFoundError) as exc:
-        raise fail("jobs show", exc, as_json=as_json) from None
+        raise fail("jobs show", exc, as_json=as_json, url=url) from None
     emit(shown)
 
 
@@ -235,7 +235,7 @@ def replay(
     try:
         found = asyncio.run(go())
     except (CaravelError, NothingReplayedError) as exc:
-        raise fail("jobs replay", exc, as_json=as_json) from None
+        raise fail("jobs replay", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(
             {
@@ -303,7 +303,7 @@ def replay_dead(
             raise NothingReplayedError("nothing replayed; not confirmed")
         outcomes = asyncio.run(run(selected))
     except (CaravelError, NothingReplayedError) as exc:
-        raise fail("jobs replay-dead", exc, as_json=as_json) from None
+        raise fail("jobs replay-dead", exc, as_json=as_json, url=url) from None
     if as_json:
         jobs = [
             {"job_id": ident, "queue": job_queue, "tenant_id": job_tenant, "replayed": replayed}

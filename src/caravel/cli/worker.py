@@ -16,6 +16,7 @@ from caravel.cli.connect import process_url
 from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
+from caravel.cli.opening import explain
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.prune import AGE_FLAGS, age, retention_from_flags
 from caravel.cli.shutdown import abandoned_line, stopped_line, stopping_line
@@ -233,7 +234,7 @@ def worker(
         _say(f"stopped: {failed.cause}")
         raise typer.Exit(1) from None
     except CaravelError as exc:  # before it ran: 2 for a missing file or an unmigrated queue
-        _say(f"stopped: {exc}")
+        _say(explain(exc, url) or f"stopped: {exc}")
         raise typer.Exit(exit_code(exc)) from None
     finally:
         # From here on the worker is done: a late Ctrl+C must not end in a traceback.
