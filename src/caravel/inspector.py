@@ -212,10 +212,22 @@ class QueueInspector(AsyncClosing):
         found = parse_job_id(chain_id, "chain_id")
         return chain_status(found, await self.store.chain_steps(found, None))
 
-    async def find_job(self, job_id: UUID | str) -> JobStatus | None:
+    async def find_job(
+        self, job_id: UUID | str, *, queue: str | None = None, tenant_id: str | None = None
+    ) -> JobStatus | None:
         """The job with this id, whatever its queue and tenant; ``None`` when there is none.
-        For an id known alone (a batch's callback): :meth:`get_status` is the exact match."""
-        return await self.store.job_find(parse_job_id(job_id, "job_id"))
+        For an id known alone (a batch's callback, an id an operator pasted):
+        :meth:`get_status` is the exact match. ``queue`` and ``tenant_id``, where given, must be
+        the job's exactly, or it is not found (the ``caravel jobs show`` and ``jobs replay``
+        flags)."""
+        if queue is not None:
+            check_queue_name(queue)
+        if tenant_id is not None:
+            check_identifier(tenant_id, "tenant_id")
+        found = await self.store.job_find(parse_job_id(job_id, "job_id"))
+        if found is None or queue not in (None, found.queue):
+            return None
+        return found if tenant_id in (None, found.tenant_id) else None
 
     async def throughput(
         self,

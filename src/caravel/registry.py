@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -22,7 +22,7 @@ from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
 from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
 from caravel.options import RetryPolicy
-from caravel.validation import check_int, check_wire_name
+from caravel.validation import check_int, check_queue_name, check_wire_name
 
 if TYPE_CHECKING:
     from caravel.schedules import Schedule
@@ -123,9 +123,23 @@ class JobRegistry:
     runs in a worker thread. Returning normally means success (a value other than ``None`` is
     stored as the job's JSON result); raising means the attempt failed, except for
     :class:`~caravel.Snooze` and :class:`~caravel.Discard`.
+
+    ``queues`` names the queues a worker on this registry serves when it is started without
+    naming any (``caravel worker --app ...`` without ``--queue``); see :attr:`queues`. A job's
+    queue is still chosen when it is enqueued (``DispatchOptions.queue``).
+    Raises :class:`~caravel.errors.RegistrationError` for a name that is not a queue name, or
+    a single string where a collection of names belongs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, queues: Iterable[str] = ()) -> None:
+        if isinstance(queues, str):
+            raise RegistrationError("queues", "must be a collection of queue names, not one name")
+        try:
+            named = [check_queue_name(name, "queues") for name in queues]
+        except ValidationError as exc:
+            raise RegistrationError(exc.field, exc.rule) from None
+        #: In the order given, each once.
+        self._queues = tuple(dict.fromkeys(named))
         self._by_name: dict[str, JobRegistration] = {}
         self._by_type: dict[type[Any], JobRegistration] = {}
         self._schedules: dict[str, Schedule] = {}
@@ -216,6 +230,14 @@ class JobRegistry:
     def schedules(self) -> tuple[Schedule, ...]:
         """The registered schedules, in the order they were registered."""
         return tuple(self._schedules.values())
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues a worker on this registry serves when none are named: those given to
+        ``JobRegistry(queues=...)``, then each schedule's queue not already among them, each
+        once. Empty when there are neither."""
+        scheduled = (schedule.queue for schedule in self._schedules.values())
+        return tuple(dict.fromkeys((*self._queues, *scheduled)))
 
     def for_job(self, job: object) -> JobRegistration:
         """The registration for ``job``'s exact type, or :class:`UnknownJobTypeError`."""

@@ -255,6 +255,59 @@ def test_jobs_prune(sqlite_seeded: str) -> None:
     assert found == {"dry_run": True, "deleted": 0, "tombstoned": 0, "tombstones_deleted": 0}
 
 
+def test_jobs_replay(seeded: str) -> None:
+    listed = json.loads(run_cli("jobs", "list", "--url", seeded, "--json").stdout)
+    dead = next(j for j in listed["jobs"] if j["state"] == "dead_letter")
+    found = one_document(
+        run_cli("jobs", "replay", dead["job_id"], "--url", seeded, "--json"), "caravel jobs replay"
+    )
+    assert found == {
+        "job_id": dead["job_id"],
+        "queue": "docs",
+        "tenant_id": dead["tenant_id"],
+        "replayed": True,
+    }
+    again = error_of(run_cli("jobs", "replay", dead["job_id"], "--url", seeded, "--json"), 1)
+    assert again["type"] == "NothingReplayedError"
+    assert again["message"].endswith("is not a dead letter (it is ready)")
+
+
+def test_jobs_replay_dead(seeded: str) -> None:
+    listed = json.loads(run_cli("jobs", "list", "--url", seeded, "--json").stdout)
+    dead = next(j for j in listed["jobs"] if j["state"] == "dead_letter")
+    done = run_cli("jobs", "replay-dead", "--url", seeded, "--yes", "--json")
+    found = one_document(done, "caravel jobs replay-dead")
+    assert found == {
+        "matched": 1,
+        "replayed": 1,
+        "jobs": [
+            {
+                "job_id": dead["job_id"],
+                "queue": "docs",
+                "tenant_id": dead["tenant_id"],
+                "replayed": True,
+            }
+        ],
+    }
+    assert done.stderr == ""  # the jobs are in the document, not in lines on stderr
+    nothing = error_of(run_cli("jobs", "replay-dead", "--url", seeded, "--yes", "--json"), 1)
+    assert nothing["type"] == "NothingReplayedError"
+
+
+def test_db_upgrade_and_downgrade(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    up = one_document(run_cli("db", "upgrade", "--url", url, "--json"), "caravel db upgrade")
+    assert up["previous"] is None
+    assert up["current"] == up["head"]
+    down = one_document(run_cli("db", "downgrade", "--url", url, "--json"), "caravel db downgrade")
+    assert down["previous"] == up["head"]
+    assert down["current"] not in (None, up["head"])
+    base = one_document(
+        run_cli("db", "downgrade", "base", "--url", url, "--json"), "caravel db downgrade"
+    )
+    assert (base["previous"], base["current"]) == (down["current"], None)
+
+
 @pytest.mark.parametrize("command", ["current", "check"])
 def test_db(sqlite_seeded: str, command: str) -> None:
     found = one_document(
@@ -377,7 +430,7 @@ def error_of(done: subprocess.CompletedProcess[str], code: int) -> dict[str, Any
 def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: str) -> None:
     missing = tmp_path / "nowhere" / "queue.db"
     args = [*command.split()[1:], "--url", f"sqlite:///{missing}"]
-    if command == "caravel jobs show":
+    if command in ("caravel jobs show", "caravel jobs replay"):
         args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
     if command in ("caravel batches show", "caravel chains show"):
         args.append("6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f")
@@ -389,8 +442,12 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
         args += ["--app", "tests.support.apps.scheduled:registry"]
     if command in ("caravel jobs cancel", "caravel jobs delete"):
         args += ["-q", "q", "--yes"]
-    if command == "caravel db current":
-        args = ["db", "current", "--url", "sqlite://nope.db"]  # current of a missing file is none
+    if command == "caravel outbox relay":
+        args += ["--app-url", "sqlite:///app.db", "--app", "tests.faults.effects_app:registry"]
+        args += ["--once"]
+    if command in ("caravel db current", "caravel db upgrade", "caravel db downgrade"):
+        # current of a missing file is none; an upgrade creates one.
+        args = [*command.split()[1:], "--url", "sqlite://nope.db"]
     text = run_cli(*args)
     as_json = run_cli(*args, "--json")
     error = error_of(as_json, text.returncode)

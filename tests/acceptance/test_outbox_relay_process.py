@@ -232,6 +232,28 @@ def test_once_dispatches_the_staged_intents_and_exits_0(dbs: Databases) -> None:
     assert len(dbs.queue_jobs()) == 3
 
 
+def test_once_json_prints_what_the_pass_dispatched(dbs: Databases) -> None:
+    dbs.stage(2)
+    done = run_relay(dbs, "--once", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"dispatched": 2}
+    assert "dispatched" not in done.stderr
+    assert len(dbs.queue_jobs()) == 2
+
+
+def test_json_without_once_is_refused_as_json(dbs: Databases) -> None:
+    done = run_relay(dbs, "--json")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert json.loads(done.stderr)["error"] == {
+        "type": "FlagError",
+        "message": (
+            "caravel outbox relay: --json needs --once: a running relay reports in log lines"
+        ),
+        "exit_code": 2,
+    }
+
+
 @pytest.mark.parametrize("keys", [False, True], ids=["no-keys", "keys"])
 def test_relay_killed_between_enqueue_and_marking_sends_the_same_jobs_on_restart(
     dbs: Databases, keys: bool
@@ -327,4 +349,14 @@ def test_relay_exits_1_when_the_application_database_is_unreachable(
     assert "stopped" in err
     assert "Traceback" not in err
     assert not missing.exists()  # the relay never creates the application's database
+    # Said of the application's database, not the queue's, with what to check.
+    said = next(line for line in err.splitlines() if "stopped" in line)
+    shown = app_url if app_url.startswith("postgresql") else str(missing)
+    assert f"stopped: could not open the application database at {shown}: " in said
+    assert said.endswith(
+        "check that the server is running and the URL's host and port are right"
+        if app_url.startswith("postgresql")
+        else f"the directory {missing.parent} does not exist; create it (mkdir -p "
+        f"{missing.parent}) or fix the path in the URL"
+    ), said
     assert dbs.queue_jobs() == []

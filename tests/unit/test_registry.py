@@ -333,3 +333,38 @@ def test_handlers_that_can_take_job_and_context_are_accepted(handler: object) ->
 
 def _noop(job: object, ctx: object) -> None:
     return None
+
+
+# ----- the queues a worker serves when none are named ---------------------------------------
+
+
+def test_a_registry_names_no_queues_unless_told() -> None:
+    assert JobRegistry().queues == ()
+
+
+def test_declared_queues_come_first_then_the_schedules_queues_each_once() -> None:
+    from datetime import timedelta
+
+    from caravel import Schedule
+
+    registry = JobRegistry(queues=["reports", "emails", "reports"])
+    registry.register("tests.add.v1", Add, _noop)
+    assert registry.queues == ("reports", "emails")
+    registry.schedule(Schedule("tick", Add(1), queue="emails", every=timedelta(minutes=1)))
+    registry.schedule(Schedule("tock", Add(2), queue="nightly", every=timedelta(hours=1)))
+    assert registry.queues == ("reports", "emails", "nightly")
+    assert JobRegistry(queues=("a",)).queues == ("a",)
+
+
+@pytest.mark.parametrize("queues", [["Reports"], ["ok", ""], ["x" * 65], [7]])
+def test_a_declared_queue_that_is_no_queue_name_is_refused(queues: list[Any]) -> None:
+    with pytest.raises(RegistrationError) as caught:
+        JobRegistry(queues=queues)
+    assert caught.value.field == "queues"
+
+
+def test_one_string_for_queues_is_refused_rather_than_read_letter_by_letter() -> None:
+    with pytest.raises(RegistrationError) as caught:
+        JobRegistry(queues="reports")
+    assert caught.value.field == "queues"
+    assert "not one name" in caught.value.rule

@@ -19,6 +19,7 @@ import typer
 from caravel.cli.apps import load_attribute
 from caravel.cli.connect import open_inspector
 from caravel.cli.failure import exit_code
+from caravel.cli.opening import explain
 from caravel.cli.options import DatabaseUrl
 from caravel.errors import CaravelError
 
@@ -148,7 +149,7 @@ def dashboard(
             lost_after=timedelta(seconds=lost_after),
         )
     except CaravelError as exc:  # 2 for a missing file or an unmigrated queue, 1 otherwise
-        _say(f"caravel dashboard: {exc}")
+        _say(f"caravel dashboard: {explain(exc, url) or exc}")
         raise typer.Exit(exit_code(exc)) from None
     shown = f"[{host}]" if ":" in host else host
     try:

@@ -18,23 +18,45 @@ app = typer.Typer(
 )
 
 
+def _upgrade(url: str, revision: str, as_json: bool) -> None:
+    """Move the queue schema up to ``revision`` and say where it was and where it is now."""
+    from caravel import migrate
+
+    try:
+        before = _revision(url)
+        migrate.upgrade(url, revision)
+        after = migrate.current(url)
+    except CaravelError as exc:
+        raise fail("db upgrade", exc, as_json=as_json, url=url) from None
+    if as_json:
+        emit({"previous": before, "current": after, "head": migrate.head()})
+    else:
+        typer.echo(f"queue schema at {after or 'base'}")
+
+
+def _revision(url: str) -> str | None:
+    """The applied revision; ``None`` also for a SQLite file an upgrade is about to create."""
+    from caravel import migrate
+    from caravel.errors import DatabaseNotFoundError
+
+    try:
+        return migrate.current(url)
+    except DatabaseNotFoundError:
+        return None
+
+
 @app.command()
 def upgrade(
     url: DatabaseUrl,
     revision: Annotated[str, typer.Argument(help="Target revision; head is the newest.")] = "head",
+    as_json: Json = False,
 ) -> None:
     """Apply the queue migrations up to REVISION.
 
     Exit 0 when applied; 2 for a URL or revision that cannot be used; 1 when the database
     fails.
     """
-    from caravel import migrate
-
-    try:
-        migrate.upgrade(url, revision)
-        typer.echo(f"queue schema at {migrate.current(url)}")
-    except CaravelError as exc:
-        raise fail("db upgrade", exc) from None
+    _upgrade(url, revision, as_json)
 
 
 @app.command()
@@ -64,12 +86,13 @@ def downgrade(
     try:
         report = migrate.downgrade(url, revision, force=force)
     except CaravelError as exc:
-        raise fail("db downgrade", exc, as_json=as_json) from None
+        raise fail("db downgrade", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(
             {
                 "previous": report.previous,
                 "current": report.current,
+                "head": migrate.head(),
                 "losses": [
                     {"revision": x.revision, "kind": x.kind, "rows": x.rows, "fate": x.fate}
                     for x in report.losses
@@ -90,7 +113,7 @@ def current(url: DatabaseUrl, as_json: Json = False) -> None:
     try:
         found, newest = migrate.current(url), migrate.head()
     except CaravelError as exc:
-        raise fail("db current", exc, as_json=as_json) from None
+        raise fail("db current", exc, as_json=as_json, url=url) from None
     if as_json:
         emit({"current": found, "head": newest})
     else:
@@ -109,7 +132,7 @@ def check(url: DatabaseUrl, as_json: Json = False) -> None:
     try:
         report = migrate.check(url)
     except CaravelError as exc:
-        raise fail("db check", exc, as_json=as_json) from None
+        raise fail("db check", exc, as_json=as_json, url=url) from None
     if as_json:
         emit({"current": report.current, "head": report.head})
     else:

@@ -15,7 +15,9 @@ import sys
 
 import typer
 
+from caravel.cli.flags import FlagError
 from caravel.cli.jsonout import error_document
+from caravel.cli.opening import explain
 from caravel.errors import (
     DatabaseNotFoundError,
     DowngradeRefusedError,
@@ -42,6 +44,7 @@ CONFIGURATION = (
     DatabaseNotFoundError,
     DowngradeRefusedError,
     ScheduleError,
+    FlagError,
 )
 
 
@@ -69,12 +72,22 @@ def exit_code(exc: BaseException) -> int:
     return 2 if isinstance(exc, CONFIGURATION) else 1
 
 
-def fail(command: str, exc: BaseException, *, as_json: bool = False) -> typer.Exit:
+def fail(
+    command: str,
+    exc: BaseException,
+    *,
+    as_json: bool = False,
+    url: str | None = None,
+    database: str = "queue",
+) -> typer.Exit:
     """Report ``exc`` for ``caravel COMMAND`` and return the exit to raise (``raise fail(...)
-    from None``, so no traceback is chained into the output)."""
+    from None``, so no traceback is chained into the output). With the ``url`` of the
+    ``database`` the command opened, a failure to open it says so in the operator's words,
+    with the next step (:mod:`caravel.cli.opening`)."""
     code = exit_code(exc)
+    said = None if url is None else explain(exc, url, database)
     # One line whatever the message holds: a driver's reason may span several.
-    line = " ".join(f"caravel {command}: {exc}".split())
+    line = " ".join(f"caravel {command}: {said or exc}".split())
     if as_json:
         sys.stderr.write(error_document(type(exc).__name__, line, code) + "\n")
     else:

@@ -18,7 +18,7 @@ from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.prune import prune_jobs
 from caravel.errors import CaravelError, ValidationError
-from caravel.jobs import DEFAULT_TENANT, JobStatus
+from caravel.jobs import JobState, JobStatus
 from caravel.store.protocol import SHOWN_STATES
 
 app = typer.Typer(
@@ -30,9 +30,20 @@ app.command("cancel")(removal.cancel)
 app.command("delete")(removal.delete)
 app.command("prune")(prune_jobs)
 
-QueueOpt = Annotated[str, typer.Option("--queue", "-q", metavar="NAME", help="The job's queue.")]
+QueueOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--queue", "-q", metavar="NAME", help="The job's queue (default: whichever it is in)."
+    ),
+]
 TenantOpt = Annotated[
-    str, typer.Option("--tenant", "-t", metavar="TENANT", help="The job's exact tenant id.")
+    str | None,
+    typer.Option(
+        "--tenant",
+        "-t",
+        metavar="TENANT",
+        help="The job's exact tenant id (default: whichever it has).",
+    ),
 ]
 QueueFilter = Annotated[
     str | None, typer.Option("--queue", "-q", metavar="NAME", help="Only this queue.")
@@ -56,6 +67,11 @@ def _job_id(value: str) -> UUID:
         return UUID(value)
     except ValueError:
         raise ValidationError("job_id", "must be a UUID") from None
+
+
+def _narrowed(queue: str | None, tenant: str | None) -> bool:
+    """Whether a job was looked for in a queue or tenant, not by its id alone."""
+    return queue is not None or tenant is not None
 
 
 def _filter(
@@ -119,7 +135,7 @@ def list_jobs(
     try:
         found = asyncio.run(go())
     except CaravelError as exc:
-        raise fail("jobs list", exc, as_json=as_json) from None
+        raise fail("jobs list", exc, as_json=as_json, url=url) from None
     if as_json:
         emit({"jobs": [record_fields(s) for s in found]})
     else:
@@ -132,8 +148,8 @@ def list_jobs(
 def show(
     job_id: Annotated[str, typer.Argument(help="The job id.")],
     url: DatabaseUrl,
-    queue: QueueOpt,
-    tenant: TenantOpt = DEFAULT_TENANT,
+    queue: QueueOpt = None,
+    tenant: TenantOpt = None,
     payload: Annotated[
         bool, typer.Option("--payload", help="Include the stored payload (null otherwise).")
     ] = False,
@@ -150,18 +166,23 @@ def show(
 ) -> None:
     """Show one job as JSON.
 
-    The queue and tenant are matched exactly. Exit 1 when there is no such job in that queue
-    and tenant.
+    The id finds it; --queue and --tenant, when given, must be its own exactly. Exit 1 when
+    there is no such job.
     """
 
     async def go() -> dict[str, object]:
         ident = _job_id(job_id)
         async with open_inspector(url) as reader:
-            found = await reader.get_status(ident, queue, tenant)
+            found = await reader.find_job(ident, queue=queue, tenant_id=tenant)
             if found is None:
-                raise JobNotFoundError("no such job in this queue and tenant")
-            text = await reader.get_payload(ident, queue, tenant) if payload else None
-            stored = await reader.get_result(ident, queue, tenant) if result else None
+                raise JobNotFoundError(
+                    "no such job in this queue and tenant"
+                    if _narrowed(queue, tenant)
+                    else "no such job: no job has this id"
+                )
+            where = (ident, found.queue, found.tenant_id)
+            text = await reader.get_payload(*where) if payload else None
+            stored = await reader.get_result(*where) if result else None
         # The stored payload and result are JSON text; each is shown as the JSON value it is.
         # chain_id, chain_step and batch_id say what the job is linked to.
         return {
@@ -173,7 +194,7 @@ def show(
     try:
         shown = asyncio.run(go())
     except (CaravelError, JobNotFoundError) as exc:
-        raise fail("jobs show", exc, as_json=as_json) from None
+        raise fail("jobs show", exc, as_json=as_json, url=url) from None
     emit(shown)
 
 
@@ -181,27 +202,55 @@ def show(
 def replay(
     job_id: Annotated[str, typer.Argument(help="The dead-lettered job's id.")],
     url: DatabaseUrl,
-    queue: QueueOpt,
-    tenant: TenantOpt = DEFAULT_TENANT,
+    queue: QueueOpt = None,
+    tenant: TenantOpt = None,
+    as_json: Json = False,
 ) -> None:
     """Replay one dead-lettered job.
 
-    Same id and payload, attempts reset, due now. Exit 1 when nothing was replayed (no such job,
-    or not a dead letter). Replay repeats side effects.
+    The id finds it; --queue and --tenant, when given, must be its own exactly. Same id and
+    payload, attempts reset, due now, in its own queue and tenant. Exit 1 when nothing was
+    replayed (no such job, or not a dead letter). Replay repeats side effects.
     """
 
-    async def go() -> bool:
-        async with open_writer(url) as q:
-            return await q.replay(_job_id(job_id), queue, tenant)
-
-    try:
-        if not asyncio.run(go()):
+    async def go() -> JobStatus:
+        ident = _job_id(job_id)
+        async with open_inspector(url) as reader:
+            found = await reader.find_job(ident, queue=queue, tenant_id=tenant)
+        if found is None:
             raise NothingReplayedError(
                 f"nothing replayed; {job_id} is not a dead letter of this queue and tenant"
+                if _narrowed(queue, tenant)
+                else "nothing replayed; no job has this id"
             )
+        # Exactly the job found: its own queue and tenant, whatever was typed.
+        async with open_writer(url) as q:
+            if await q.replay(ident, found.queue, found.tenant_id):
+                return found
+        raise NothingReplayedError(
+            f"nothing replayed; {job_id} is no longer a dead letter"
+            if found.state is JobState.DEAD_LETTER
+            else f"nothing replayed; {job_id} is not a dead letter (it is {found.state.value})"
+        )
+
+    try:
+        found = asyncio.run(go())
     except (CaravelError, NothingReplayedError) as exc:
-        raise fail("jobs replay", exc) from None
-    typer.echo(f"replayed {job_id}: ready, attempts reset")
+        raise fail("jobs replay", exc, as_json=as_json, url=url) from None
+    if as_json:
+        emit(
+            {
+                "job_id": found.job_id,
+                "queue": found.queue,
+                "tenant_id": found.tenant_id,
+                "replayed": True,
+            }
+        )
+    else:
+        typer.echo(
+            f"replayed {job_id} (queue {found.queue}, tenant {found.tenant_id}): "
+            "ready, attempts reset"
+        )
 
 
 @app.command("replay-dead")
@@ -215,12 +264,13 @@ def replay_dead(
         int, typer.Option(metavar="N", help="Replay at most this many (1-10000).")
     ] = 1000,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm without asking.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Replay every dead letter matching the filters.
 
     Asks first, unless --yes. At most --limit, newest first. Shows a progress bar on a terminal
-    and one line per job otherwise. Exit 1 when nothing was replayed (nothing matched, or the
-    answer was no).
+    and one line per job otherwise (under --json, the jobs are in the document instead). Exit 1
+    when nothing was replayed (nothing matched, or the answer was no).
     """
 
     async def targets() -> list[tuple[UUID, str, str]]:
@@ -229,21 +279,20 @@ def replay_dead(
             found = await reader.list_jobs(**where)
         return [(s.job_id, s.queue, s.tenant_id) for s in found]
 
-    async def run(selected: list[tuple[UUID, str, str]]) -> int:
+    async def run(selected: list[tuple[UUID, str, str]]) -> list[bool]:
         from rich.progress import Progress
 
         from caravel.cli.render import console
 
-        done = 0
+        done: list[bool] = []
         interactive = sys.stderr.isatty()
         async with open_writer(url) as q:
             with Progress(console=console(stderr=True), disable=not interactive) as progress:
                 task = progress.add_task("replaying dead letters", total=len(selected))
                 for ident, job_queue, job_tenant in selected:
-                    if await q.replay(ident, job_queue, job_tenant):
-                        done += 1
-                        if not interactive:
-                            typer.echo(f"replayed {ident}", err=True)
+                    done.append(await q.replay(ident, job_queue, job_tenant))
+                    if done[-1] and not interactive and not as_json:
+                        typer.echo(f"replayed {ident}", err=True)
                     progress.advance(task)
         return done
 
@@ -253,9 +302,16 @@ def replay_dead(
             raise NothingReplayedError("no dead letters match")
         if not yes and not typer.confirm(f"Replay {len(selected)} dead letters?", err=True):
             raise NothingReplayedError("nothing replayed; not confirmed")
-        done = asyncio.run(run(selected))
+        outcomes = asyncio.run(run(selected))
     except (CaravelError, NothingReplayedError) as exc:
-        raise fail("jobs replay-dead", exc) from None
-    typer.echo(f"replayed {done} of {len(selected)}")
-    if done == 0:
+        raise fail("jobs replay-dead", exc, as_json=as_json, url=url) from None
+    if as_json:
+        jobs = [
+            {"job_id": ident, "queue": job_queue, "tenant_id": job_tenant, "replayed": replayed}
+            for (ident, job_queue, job_tenant), replayed in zip(selected, outcomes, strict=True)
+        ]
+        emit({"matched": len(selected), "replayed": sum(outcomes), "jobs": jobs})
+    else:
+        typer.echo(f"replayed {sum(outcomes)} of {len(selected)}")
+    if not any(outcomes):
         raise typer.Exit(1)

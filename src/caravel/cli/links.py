@@ -72,7 +72,7 @@ def list_batches(
     try:
         found = asyncio.run(go())
     except CaravelError as exc:
-        raise fail("batches list", exc, as_json=as_json) from None
+        raise fail("batches list", exc, as_json=as_json, url=url) from None
     if as_json:
         emit({"batches": [batch_fields(b) for b in found]})
         return
@@ -126,7 +126,7 @@ def show_batch(
     try:
         batch = asyncio.run(go())
     except (CaravelError, BatchNotFoundError) as exc:
-        raise fail("batches show", exc, as_json=as_json) from None
+        raise fail("batches show", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(batch_fields(batch))
         return
@@ -189,7 +189,7 @@ def show_chain(
     try:
         chain = asyncio.run(go())
     except (CaravelError, ChainNotFoundError) as exc:
-        raise fail("chains show", exc, as_json=as_json) from None
+        raise fail("chains show", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(chain_fields(chain))
         return

@@ -13,9 +13,10 @@ from caravel.cli.apps import load_registry
 from caravel.cli.connect import process_url
 from caravel.cli.failure import fail
 from caravel.cli.flags import FlagError, flag_message, seconds
+from caravel.cli.jsonout import emit
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
-from caravel.errors import CaravelError, OptionsError
+from caravel.errors import CaravelError, OptionsError, StoreError
 from caravel.outbox import OUTBOX_TABLE
 
 if TYPE_CHECKING:
@@ -59,6 +60,14 @@ def relay(
         typer.Option(metavar="SECONDS", help="Seconds between passes that found nothing more."),
     ] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="With --once: print what the pass dispatched as one JSON object on stdout; "
+            "errors as JSON on stderr.",
+        ),
+    ] = False,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Log every intent (the same as --log-level debug)."),
@@ -78,21 +87,32 @@ def relay(
     (undispatched intents are sent again, and resolve to the same jobs).
     """
     try:
+        if as_json and not once:
+            raise FlagError("--json needs --once: a running relay reports in log lines")
         configure_logging(level=parse_level(log_level, verbose))
         seconds("--poll-interval", poll_interval)
         registry = load_registry(registry_path)
-    except FlagError as exc:
-        typer.echo(f"caravel outbox relay: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except CaravelError as exc:
-        raise fail("outbox relay", exc) from None
+    except (FlagError, CaravelError) as exc:
+        raise fail("outbox relay", exc, as_json=as_json) from None
     try:
-        asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
+        sent = asyncio.run(_serve(url, app_url, registry, table, batch_size, poll_interval, once))
     except OptionsError as exc:  # a number out of its range, said with the flag
-        typer.echo(f"caravel outbox relay: {flag_message(exc, FLAGS)}", err=True)
-        raise typer.Exit(2) from None
+        said = FlagError(flag_message(exc, FLAGS))
+        raise fail("outbox relay", said, as_json=as_json) from None
     except CaravelError as exc:
-        raise fail("outbox relay: stopped", exc) from None
+        # The outbox's own operations run on the application's database; the rest on the queue's.
+        on_app = isinstance(exc, StoreError) and exc.operation.startswith("outbox_")
+        raise fail(
+            "outbox relay: stopped",
+            exc,
+            as_json=as_json,
+            url=app_url if on_app else url,
+            database="application" if on_app else "queue",
+        ) from None
+    if once and as_json:
+        emit({"dispatched": sent})
+    elif once:
+        typer.echo(f"caravel outbox relay: dispatched {sent}", err=True)
 
 
 async def _serve(
@@ -103,7 +123,9 @@ async def _serve(
     batch_size: int,
     poll_interval: float,
     once: bool,
-) -> None:
+) -> int:
+    """Relay until stopped, or one pass with ``once``; how many intents that pass dispatched
+    (0 after a continuous run)."""
     from caravel.outbox.relay import OutboxRelay
     from caravel.queue import DatabaseQueue
 
@@ -120,13 +142,12 @@ async def _serve(
         try:
             await queue.check_schema()
             if once:
-                sent = await relay.run_once()
-                typer.echo(f"caravel outbox relay: dispatched {sent}", err=True)
-                return
+                return await relay.run_once()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, relay.stop)
             typer.echo("caravel outbox relay: running; SIGTERM or Ctrl+C stops", err=True)
             await relay.run()
+            return 0
         finally:
             await relay.close()

@@ -147,7 +147,7 @@ def prune_jobs(
             if done.busy:
                 raise NothingPrunedError("stopped: another pruner is running; try again later")
     except (CaravelError, NothingPrunedError) as exc:
-        raise fail("jobs prune", exc, as_json=as_json) from None
+        raise fail("jobs prune", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(
             {

@@ -46,7 +46,7 @@ def list_queues(url: DatabaseUrl, as_json: Json = False) -> None:
     try:
         found = asyncio.run(read_queues(url))
     except CaravelError as exc:
-        raise fail("queues list", exc, as_json=as_json) from None
+        raise fail("queues list", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(
             {
@@ -82,7 +82,7 @@ def _change(command: str, url: str, queue: str, as_json: bool, *, pause: bool) -
         check_queue_name(queue)
         changed = asyncio.run(go())
     except CaravelError as exc:
-        raise fail(command, exc, as_json=as_json) from None
+        raise fail(command, exc, as_json=as_json, url=url) from None
     if as_json:
         fields: dict[str, Any] = {"queue": queue, "paused": pause, "changed": changed}
         emit(fields)

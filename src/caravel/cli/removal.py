@@ -149,7 +149,7 @@ def _run(
         else:
             doc, line = _many(url, queue, chosen, dry_run=dry_run, yes=yes, deleting=deleting)
     except (CaravelError, CommandFailed) as exc:
-        raise fail(f"jobs {action}", exc, as_json=as_json) from None
+        raise fail(f"jobs {action}", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(doc)
     else:

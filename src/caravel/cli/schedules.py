@@ -118,7 +118,7 @@ def list_schedules(url: DatabaseUrl, app_path: AppPath = None, as_json: Json = F
     try:
         found = asyncio.run(read_schedules(url, app_path))
     except (CaravelError, ValueError) as exc:
-        raise fail("schedules list", exc, as_json=as_json) from None
+        raise fail("schedules list", exc, as_json=as_json, url=url) from None
     if as_json:
         rows: list[dict[str, Any]] = [
             {
@@ -186,7 +186,7 @@ def _change(command: str, url: str, name: str, as_json: bool, *, pause: bool) ->
         check_schedule_name(name)
         changed = asyncio.run(go())
     except CaravelError as exc:
-        raise fail(command, exc, as_json=as_json) from None
+        raise fail(command, exc, as_json=as_json, url=url) from None
     if as_json:
         emit({"schedule": name, "paused": pause, "changed": changed})
     elif pause:

@@ -42,7 +42,7 @@ def status(
             check_queue_name(queue)
         counts = asyncio.run(read_counts(url, queue))
     except CaravelError as exc:
-        raise fail("status", exc, as_json=as_json) from None
+        raise fail("status", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(counts_document(counts))
     elif not counts:

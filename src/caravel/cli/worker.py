@@ -16,6 +16,7 @@ from caravel.cli.connect import process_url
 from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.logs import configure_logging, parse_level
+from caravel.cli.opening import explain
 from caravel.cli.options import DatabaseUrl
 from caravel.cli.prune import AGE_FLAGS, age, retention_from_flags
 from caravel.cli.shutdown import abandoned_line, stopped_line, stopping_line
@@ -53,8 +54,14 @@ def worker(
         ),
     ],
     queue: Annotated[
-        list[str], typer.Option("--queue", "-q", help="Queue to process; repeat for several.")
-    ],
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            help="Queue to process; repeat for several. Left out: the queues the registry "
+            "names (JobRegistry(queues=...) and its schedules' queues).",
+        ),
+    ] = None,
     concurrency: Annotated[
         int, typer.Option(help="Handlers running at once in this process (1-1024).")
     ] = 1,
@@ -162,8 +169,9 @@ def worker(
 ) -> None:
     """Run a worker for one or more queues until SIGTERM or SIGINT.
 
-    The first signal stops claiming and gives in-flight jobs --shutdown-grace seconds to finish;
-    a second signal cancels them at once (cancelled jobs run again after their leases expire).
+    Without --queue it serves the queues the registry names. The first signal stops claiming
+    and gives in-flight jobs --shutdown-grace seconds to finish; a second signal cancels them
+    at once (cancelled jobs run again after their leases expire).
     Exit code 0 after a normal shutdown; 2 for invalid options, a bad --app, a SQLite file that
     does not exist or a queue that is not migrated; 1 when the database fails while it runs, so a
     service manager restarts it.
@@ -207,6 +215,7 @@ def worker(
         )
         run = event_loop_runner(event_loop)
         registry = load_registry(app)
+        queues = served_queues(app, registry, queue)
     except ValueError as exc:  # FlagError, and ValidationError with its field as a flag
         shown = flag_message(exc, FLAGS) if isinstance(exc, ValidationError) else str(exc)
         _say(shown)
@@ -215,7 +224,9 @@ def worker(
         _say(str(exc))
         raise typer.Exit(2) from None
     try:
-        worker_ran = run(_serve(url, registry, queue, queue_options, worker_options))
+        worker_ran = run(
+            _serve(url, registry, queues, queue_options, worker_options, named=bool(queue))
+        )
     except KeyboardInterrupt:  # Ctrl+C before the worker took over the signals
         _say("interrupted before it started; stopped")
         raise typer.Exit(130) from None
@@ -223,12 +234,26 @@ def worker(
         _say(f"stopped: {failed.cause}")
         raise typer.Exit(1) from None
     except CaravelError as exc:  # before it ran: 2 for a missing file or an unmigrated queue
-        _say(f"stopped: {exc}")
+        _say(explain(exc, url) or f"stopped: {exc}")
         raise typer.Exit(exit_code(exc)) from None
     finally:
         # From here on the worker is done: a late Ctrl+C must not end in a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     _say(stopped_line(worker_ran))
+
+
+def served_queues(app: str, registry: JobRegistry, named: list[str] | None) -> list[str]:
+    """The queues typed with ``--queue``, or else the ones the registry names; a
+    :class:`FlagError` saying what to do when neither names any."""
+    if named:
+        return named
+    if registry.queues:
+        return list(registry.queues)
+    raise FlagError(
+        f"--queue is required: {app} names no queues (it declares none with "
+        "JobRegistry(queues=[...]) and has no schedules); give --queue NAME for each queue "
+        "to serve"
+    )
 
 
 def event_loop_runner(name: str) -> Callable[[Coroutine[Any, Any, T]], T]:
@@ -265,6 +290,8 @@ async def _serve(
     queues: list[str],
     queue_options: QueueOptions,
     worker_options: WorkerOptions,
+    *,
+    named: bool,
 ) -> QueueWorker:
     from caravel.queue import DatabaseQueue
     from caravel.worker import QueueWorker
@@ -290,9 +317,11 @@ async def _serve(
             if worker_options.retention is not None:
                 minutes = int(worker_options.prune_interval.total_seconds() // 60)
                 pruning = f"; prunes finished jobs every {minutes} min"
+            source = "" if named else "the registry's queues; "
             _say(
                 f"processing {', '.join(queues)} "
-                f"(concurrency {worker_options.concurrency}){pruning}; SIGTERM or Ctrl+C stops"
+                f"({source}concurrency {worker_options.concurrency}){pruning}; "
+                "SIGTERM or Ctrl+C stops"
             )
             try:
                 await running.run(queues)

@@ -42,7 +42,7 @@ def workers(
     try:
         found = asyncio.run(go())
     except CaravelError as exc:
-        raise fail("workers", exc, as_json=as_json) from None
+        raise fail("workers", exc, as_json=as_json, url=url) from None
     if as_json:
         emit(
             {

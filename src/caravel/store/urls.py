@@ -10,6 +10,8 @@ store's own threads, and for migrations) or aiosqlite (the async engine
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from sqlalchemy.engine import URL, make_url
@@ -17,7 +19,7 @@ from sqlalchemy.exc import ArgumentError
 
 from caravel.errors import ValidationError
 
-__all__ = ["Backend", "async_url", "backend_of", "sync_url"]
+__all__ = ["Address", "Backend", "address", "async_url", "backend_of", "sync_url"]
 
 Backend = Literal["postgresql", "sqlite", "memory"]
 
@@ -76,3 +78,35 @@ def sync_url(url: str | URL) -> URL:
     parsed = _parse(url)
     driver = "postgresql+psycopg" if _sql_backend(parsed) == "postgresql" else "sqlite+pysqlite"
     return parsed.set(drivername=driver)
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where a database URL points, for messages: never its password."""
+
+    backend: Backend
+    shown: str
+    """The URL with its password as ``***`` and its query left out (it may carry secrets)."""
+    host: str | None
+    port: int | None
+    username: str | None
+    database: str | None
+    """PostgreSQL: the database's name; SQLite: the file's absolute path (``None`` in memory)."""
+
+
+def address(url: str | URL) -> Address:
+    """What messages may say of ``url``; a :class:`~caravel.errors.ValidationError` for a URL
+    that is none of Caravel's."""
+    parsed = _parse(url)
+    backend = backend_of(parsed)
+    database = parsed.database
+    if backend == "sqlite" and database not in (None, "", ":memory:"):
+        database = str(Path(database or "").absolute())
+    return Address(
+        backend=backend,
+        shown=parsed.set(query={}).render_as_string(hide_password=True),
+        host=parsed.host,
+        port=parsed.port,
+        username=parsed.username,
+        database=database or None,
+    )

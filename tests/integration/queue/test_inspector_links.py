@@ -72,6 +72,14 @@ async def _batches_and_chains(url: str) -> None:
         assert callback is not None
         assert (callback.queue, callback.tenant_id, callback.held) == ("callbacks", "acme", True)
         assert await inspector.find_job(uuid4()) is None
+        # Narrowed: what is given must match exactly, what is left out matches anything.
+        ident = first.callback_id
+        assert await inspector.find_job(ident, queue="callbacks") == callback
+        assert await inspector.find_job(ident, tenant_id="acme") == callback
+        assert await inspector.find_job(ident, queue="callbacks", tenant_id="acme") == callback
+        assert await inspector.find_job(ident, queue="notes") is None
+        assert await inspector.find_job(ident, tenant_id="Acme") is None
+        assert await inspector.find_job(ident, queue="callbacks", tenant_id="globex") is None
 
         steps = await inspector.get_chain(chain.chain_id)
         assert steps is not None
@@ -95,6 +103,8 @@ async def test_ids_and_paging_are_checked(db_url: str) -> None:
             (inspector.get_batch("nope"), "batch_id"),
             (inspector.get_chain("nope"), "chain_id"),
             (inspector.find_job("nope"), "job_id"),
+            (inspector.find_job(uuid4(), queue="Bad Queue"), "queue"),
+            (inspector.find_job(uuid4(), tenant_id=""), "tenant_id"),
             (inspector.list_jobs(batch_id="nope"), "batch_id"),
             (inspector.list_batches(0), "limit"),
             (inspector.list_batches(10, -1), "offset"),
