@@ -284,5 +284,5 @@ class WorkerOptions:
                     value,
                     timedelta(seconds=1),
                     timedelta(hours=1),
-                    "must be from 1 second to 1 hour, or None (off)",
+                    "must be from 1 second to 1 hour, or off (None)",
                 )

@@ -45,6 +45,10 @@ def worker(url: str, *extra: str) -> tuple[int, list[str]]:
         ),
         (["--shutdown-grace", "-1"], "--shutdown-grace must be from 0 to 1 hour"),
         (["--heartbeat-interval", "0"], "--heartbeat-interval must be from 1 second to 5 minutes"),
+        (
+            ["--summary-interval", "0.5"],
+            "--summary-interval must be from 1 second to 1 hour, or off (None)",
+        ),
         (["--lease-duration", "nan"], "--lease-duration must be a finite number of seconds"),
         (["--poll-interval", "1e300"], "--poll-interval is too large"),
         (["--log-level", "loud"], "--log-level must be one of debug, info, warning, error"),

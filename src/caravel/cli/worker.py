@@ -37,6 +37,7 @@ FLAGS = {
     "min_poll_interval": "--poll-interval",
     "shutdown_grace": "--shutdown-grace",
     "heartbeat_interval": "--heartbeat-interval",
+    "summary_interval": "--summary-interval",
     "lease_duration": "--lease-duration",
     "lease_renewal_interval": "--lease-renewal-interval",
     "max_lease_lifetime": "--max-lease-lifetime",
@@ -86,6 +87,13 @@ def worker(
     ] = 3600.0,
     heartbeat_interval: Annotated[
         float, typer.Option(help="Seconds between worker-registry heartbeats (1-300).")
+    ] = 10.0,
+    summary_interval: Annotated[
+        float,
+        typer.Option(
+            help="Seconds between the summaries of finished jobs logged at info (1-3600; 0 "
+            "turns them off)."
+        ),
     ] = 10.0,
     max_attempts: Annotated[
         int | None,
@@ -206,6 +214,9 @@ def worker(
             min_poll_interval=min(timedelta(milliseconds=50), poll),
             shutdown_grace=seconds("--shutdown-grace", shutdown_grace),
             heartbeat_interval=seconds("--heartbeat-interval", heartbeat_interval),
+            summary_interval=(
+                None if summary_interval == 0 else seconds("--summary-interval", summary_interval)
+            ),
             log_tracebacks=traceback,
             durable_acks=durable_acks,
             retention=retention,
