@@ -256,6 +256,7 @@ def test_downgrade_json_for_a_refusal_and_for_what_went(cli, migrated_url: str) 
     assert json.loads(forced.stdout) == {
         "previous": migrate.head(),
         "current": None,
+        "head": migrate.head(),
         "losses": [
             {"revision": "0009", "kind": "held_chain_steps", "rows": 1, "fate": "dead_lettered"},
             {"revision": "0006", "kind": "cancelled_jobs", "rows": 1, "fate": "deleted"},

@@ -65,6 +65,7 @@ STATUS_FIELDS = {
     "chain_step",
     "batch_id",
     "held",
+    "shown_state",
 }
 
 
@@ -184,6 +185,7 @@ EXPECTED_COUNTS = [
         "queue": EMAILS,
         "ready": 2,
         "delayed": 1,
+        "held": 0,
         "running": 1,
         "expired": 1,
         "dead_letter": 1,
@@ -194,6 +196,7 @@ EXPECTED_COUNTS = [
         "queue": REPORTS,
         "ready": 1,
         "delayed": 0,
+        "held": 0,
         "running": 0,
         "expired": 0,
         "dead_letter": 1,
