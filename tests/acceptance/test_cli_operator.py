@@ -447,7 +447,16 @@ def test_status_rejects_an_invalid_queue_name(db_url: str, mix: Seeded) -> None:
 def test_status_table_names_the_queues_with_their_counts(db_url: str, mix: Seeded) -> None:
     done = ok(run_cli("status", "--url", db_url))
     assert "Queues" in done.stdout
-    for header in ("queue", "ready", "delayed", "running", "expired", "dead letter", "completed"):
+    for header in (
+        "queue",
+        "ready",
+        "delayed",
+        "held",
+        "running",
+        "expired",
+        "dead letter",
+        "completed",
+    ):
         assert header in done.stdout
     for expected in EXPECTED_COUNTS:
         (line,) = [ln for ln in done.stdout.splitlines() if f" {expected['queue']} " in ln]
@@ -457,6 +466,7 @@ def test_status_table_names_the_queues_with_their_counts(db_url: str, mix: Seede
             for k in (
                 "ready",
                 "delayed",
+                "held",
                 "running",
                 "expired",
                 "dead_letter",
