@@ -89,6 +89,6 @@ MAX_CHAIN_STEPS = 100
 MAX_BATCH_JOBS = 10_000
 #: The longest relative delay (``DispatchOptions(delay=...)``): 100 years of 365 days.
 MAX_DELAY_DAYS = 36_500
-#: The longest execution timeout of a job (``register(timeout=...)``, ``DispatchOptions(timeout=...)``):
-#: 7 days, the longest ``max_lease_lifetime`` a queue may have (a handler never runs longer).
+#: The longest execution timeout (``register(timeout=...)``, ``DispatchOptions(timeout=...)``):
+#: 7 days, the longest ``max_lease_lifetime`` a queue may have (no handler runs longer).
 MAX_TIMEOUT_DAYS = 7
