@@ -21,6 +21,7 @@ from caravel.validation import (
     check_max_attempts,
     check_not_before,
     check_queue_name,
+    check_timeout,
 )
 
 __all__ = [
@@ -106,6 +107,10 @@ class FailureCategory(enum.StrEnum):
     RELEASE_LOST = "ReleaseLost"
     """A held chain step or batch callback that a forced schema downgrade below 0009 (which
     removes what releases held jobs) dead-lettered; it never ran. Replay runs it on its own."""
+    TIMED_OUT = "TimedOut"
+    """The attempt ran longer than its execution timeout (``register(timeout=...)`` or
+    ``DispatchOptions(timeout=...)``): its handler was asked to stop, and the attempt failed,
+    retried by the job type's policy like any other failure. Not a lease expiry."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,6 +154,11 @@ class DispatchOptions:
         max_debounce: with ``on_pending="replace"``, how long after its creation a pending job
             may be pushed back at most (positive, at most 30 days; 10 minutes by default), so a
             steady stream of calls still runs it. Only with ``pending_key``.
+        timeout: how long one attempt of this job may run (from 1 millisecond to 7 days), over
+            its job type's ``register(timeout=...)``; stored with the job (to the millisecond,
+            rounded up). At the timeout the handler is asked to stop and the attempt fails as
+            ``TimedOut`` (see the flow control guide). ``None`` (the default): the job type's,
+            else no timeout.
     """
 
     queue: str
@@ -162,6 +172,7 @@ class DispatchOptions:
     pending_key: str | None = None
     on_pending: Literal["keep", "replace"] = "keep"
     max_debounce: timedelta = DEFAULT_MAX_DEBOUNCE
+    timeout: timedelta | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -197,6 +208,8 @@ class DispatchOptions:
             check_pending(
                 self.pending_key, self.idempotency_key, self.on_pending, self.max_debounce
             )
+        if self.timeout is not None:
+            check_timeout(self.timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +325,9 @@ class ClaimedJob:
     upstream: str | None = None
     """What the database handed this job when it released it (JSON): see
     :attr:`~caravel.JobContext.previous_result` and :attr:`~caravel.JobContext.batch`."""
+    timeout_ms: int | None = None
+    """The job's own execution timeout in ms (``DispatchOptions.timeout``), or ``None``: its
+    job type's applies, if it has one."""
 
     @property
     def job_id(self) -> UUID:

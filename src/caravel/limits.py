@@ -29,6 +29,7 @@ __all__ = [
     "MAX_TAGS",
     "MAX_TAGS_LENGTH",
     "MAX_TAG_LENGTH",
+    "MAX_TIMEOUT_DAYS",
     "MAX_TRACE_CONTEXT_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
     "MIN_PRIORITY",
@@ -88,3 +89,6 @@ MAX_CHAIN_STEPS = 100
 MAX_BATCH_JOBS = 10_000
 #: The longest relative delay (``DispatchOptions(delay=...)``): 100 years of 365 days.
 MAX_DELAY_DAYS = 36_500
+#: The longest execution timeout (``register(timeout=...)``, ``DispatchOptions(timeout=...)``):
+#: 7 days, the longest ``max_lease_lifetime`` a queue may have (no handler runs longer).
+MAX_TIMEOUT_DAYS = 7

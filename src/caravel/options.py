@@ -211,6 +211,12 @@ class WorkerOptions:
             failed, dead-lettered, snoozed, cancelled, abandoned); nothing when none finished,
             and a last summary when it stops. 1 second to 1 hour, default 10 s; ``None`` turns
             it off. Each completed job has a line of its own only at DEBUG.
+        timeout_grace: how long a handler whose execution timeout passed may take to stop
+            once asked (``ctx.cancelled`` is set, an async handler is cancelled) before it is
+            reported stuck: a WARNING log line and the ``caravel.jobs.stuck`` metric. From then
+            on its lease is no longer renewed; when the lease ends the attempt is recorded as
+            ``TimedOut`` and the job may run again (a synchronous handler's thread cannot be
+            stopped and runs on until it returns). 1 second to 1 hour, default 30 s.
         schedules: whether :meth:`~caravel.QueueWorker.run` also enqueues the slots of the
             registry's schedules (:class:`~caravel.Schedule`). On by default: every worker may
             run the scheduler, since each slot's idempotency key keeps one job per slot however
@@ -229,6 +235,7 @@ class WorkerOptions:
     prune_interval: timedelta = timedelta(hours=1)
     schedules: bool = True
     summary_interval: timedelta | None = timedelta(seconds=10)
+    timeout_grace: timedelta = timedelta(seconds=30)
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedules, bool):
@@ -267,6 +274,13 @@ class WorkerOptions:
             timedelta(0),
             timedelta(hours=1),
             "must be from 0 to 1 hour",
+        )
+        _duration(
+            "timeout_grace",
+            self.timeout_grace,
+            timedelta(seconds=1),
+            timedelta(hours=1),
+            "must be from 1 second to 1 hour",
         )
         _duration(
             "heartbeat_interval",

@@ -156,6 +156,7 @@ def _new_job(
         priority=_priority(entry, dispatch),
         pending_key=dispatch.pending_key,
         debounce_ms=_debounce_ms(dispatch),
+        timeout_ms=None if dispatch.timeout is None else duration_ms(dispatch.timeout),
     )
 
 

@@ -14,6 +14,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter
@@ -22,7 +23,7 @@ from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
 from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
 from caravel.options import RetryPolicy
-from caravel.validation import check_int, check_queue_name, check_wire_name
+from caravel.validation import check_int, check_queue_name, check_timeout, check_wire_name
 
 if TYPE_CHECKING:
     from caravel.schedules import Schedule
@@ -106,6 +107,9 @@ class JobRegistration:
     """This type's retry policy, over the queue's defaults; ``None``: the queue's."""
     priority: int | None = None
     """This type's jobs' priority where their dispatch gives none; ``None``: 0."""
+    timeout: timedelta | None = None
+    """How long one attempt of this type may run where its dispatch gives no ``timeout``;
+    ``None``: no timeout."""
 
 
 class JobRegistry:
@@ -152,14 +156,18 @@ class JobRegistry:
         *,
         retry: RetryPolicy | None = None,
         priority: int | None = None,
+        timeout: timedelta | None = None,
     ) -> None:
         """Register ``payload_type`` under ``wire_name`` with its handler, and optionally the
-        :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults and the
-        priority (-100 to 100) its jobs get when their ``DispatchOptions.priority`` is ``None``.
+        :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults, the
+        priority (-100 to 100) its jobs get when their ``DispatchOptions.priority`` is ``None``
+        and the execution ``timeout`` (1 millisecond to 7 days) of each attempt when their
+        ``DispatchOptions.timeout`` is ``None``: at the timeout the handler is asked to stop and
+        the attempt fails as ``TimedOut``, retried by the same policy.
 
         Raises :class:`~caravel.errors.RegistrationError` for an invalid or already used wire
         name, a type registered before, a type that is neither a dataclass nor a pydantic model,
-        a handler that is not callable, or a priority out of range.
+        a handler that is not callable, or a priority or timeout out of range.
         """
         try:
             check_wire_name(wire_name)
@@ -179,6 +187,8 @@ class JobRegistry:
             raise RegistrationError("retry", "must be a RetryPolicy or None")
         if priority is not None:
             check_int("priority", priority, MIN_PRIORITY, MAX_PRIORITY, error=RegistrationError)
+        if timeout is not None:
+            check_timeout(timeout, error=RegistrationError)
         if wire_name in self._by_name:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
@@ -191,6 +201,7 @@ class JobRegistry:
             adapter=_adapter(wire_name, payload_type),
             retry=retry,
             priority=priority,
+            timeout=timeout,
         )
         self._by_name[wire_name] = entry
         self._by_type[payload_type] = entry
@@ -202,11 +213,14 @@ class JobRegistry:
         *,
         retry: RetryPolicy | None = None,
         priority: int | None = None,
+        timeout: timedelta | None = None,
     ) -> Callable[[HandlerT], HandlerT]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
 
         def decorate(handler: HandlerT) -> HandlerT:
-            self.register(wire_name, payload_type, handler, retry=retry, priority=priority)
+            self.register(
+                wire_name, payload_type, handler, retry=retry, priority=priority, timeout=timeout
+            )
             return handler
 
         return decorate

@@ -43,6 +43,7 @@ __all__ = [
     "record_renewal",
     "record_replayed",
     "record_staged",
+    "record_stuck",
     "record_undeliverable",
     "relay_span",
     "store_span",
@@ -91,6 +92,11 @@ leases_lost = meter.create_counter(
 )
 in_flight = meter.create_up_down_counter(
     "caravel.worker.in_flight", unit="{job}", description="Handlers running now"
+)
+stuck_jobs = meter.create_counter(
+    "caravel.jobs.stuck",
+    unit="{job}",
+    description="Handlers still running past their timeout plus the grace",
 )
 outbox_staged = meter.create_counter(
     "caravel.outbox.staged",
@@ -319,6 +325,11 @@ def record_renewal(queue: str) -> None:
 
 def record_lease_lost(queue: str, reason: str) -> None:
     leases_lost.add(1, {"messaging.destination.name": queue, "caravel.reason": reason})
+
+
+def record_stuck(queue: str, job_type: str) -> None:
+    """A handler ignored its timeout's cancellation for longer than the grace."""
+    stuck_jobs.add(1, {"messaging.destination.name": queue, "caravel.job.type": job_type})
 
 
 def record_staged(queue: str, job_type: str) -> None:

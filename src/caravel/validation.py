@@ -20,6 +20,7 @@ from caravel.limits import (
     MAX_KEY_LENGTH,
     MAX_QUEUE_NAME_LENGTH,
     MAX_SCHEDULE_NAME_LENGTH,
+    MAX_TIMEOUT_DAYS,
     MAX_WIRE_NAME_LENGTH,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "check_not_before",
     "check_queue_name",
     "check_schedule_name",
+    "check_timeout",
     "check_wire_name",
 ]
 
@@ -160,6 +162,20 @@ def check_duration(
     if not low <= value <= high:
         raise error(field, rule)
     return value
+
+
+def check_timeout(
+    value: object, field: str = "timeout", *, error: type[ValidationError] = ValidationError
+) -> timedelta:
+    """An execution timeout: a :class:`~datetime.timedelta` from 1 millisecond to 7 days."""
+    return check_duration(
+        field,
+        value,
+        timedelta(milliseconds=1),
+        timedelta(days=MAX_TIMEOUT_DAYS),
+        f"must be from 1 millisecond to {MAX_TIMEOUT_DAYS} days",
+        error=error,
+    )
 
 
 def bounded_list(field: str, items: Iterable[T], low: int, high: int, rule: str) -> list[T]:

@@ -6,11 +6,12 @@ dispatch set them: ``None`` leaves them to the queue, which fills them in when t
 the job (due then, the queue's default budget). The job is created at relay time, and the trace
 context travels with the intent, so the request that staged it continues into the job.
 
-Tags, priorities and pending keys do not cross: the outbox table is the application's, created
-by its own migrations, and has no column for them. Staging a dispatch with tags, a priority other
-than 0 (a priority given by the job type's registration too) or a pending key is refused rather
-than relaying a job without them that the caller believes has them (a relayed job without its
-pending key would not dedupe or debounce).
+Tags, priorities, pending keys and per-dispatch timeouts do not cross: the outbox table is the
+application's, created by its own migrations, and has no column for them. Staging a dispatch with
+tags, a priority other than 0 (a priority given by the job type's registration too), a pending key
+or a timeout is refused rather than relaying a job without them that the caller believes has them
+(a relayed job without its pending key would not dedupe or debounce). A job type's own timeout
+(``register(timeout=...)``) is not stored, so a relayed job still runs under it.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def envelope_for(
     trace_context: str | None,
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
-    Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``, ``pending_key``)
-    when the dispatch has tags or a pending key, or the job a priority other than 0 (its
-    dispatch's or its type's)."""
+    Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``, ``pending_key``,
+    ``timeout``) when the dispatch has tags, a pending key or a timeout, or the job a priority
+    other than 0 (its dispatch's or its type's)."""
     if dispatch.tags:
         rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
         raise ValidationError("tags", rule)
@@ -51,6 +52,9 @@ def envelope_for(
             "cannot be staged in the outbox (its table has no pending_key column); enqueue directly"
         )
         raise ValidationError("pending_key", rule)
+    if dispatch.timeout is not None:
+        rule = "cannot be staged in the outbox (its table has no timeout column); enqueue directly"
+        raise ValidationError("timeout", rule)
     return model(
         id=job.id,
         queue=job.queue,

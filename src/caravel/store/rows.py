@@ -84,6 +84,7 @@ CLAIM_RETURNING = (
     jobs.c.snoozes,
     jobs.c.priority,
     jobs.c.upstream,
+    jobs.c.timeout_ms,
 )
 
 
@@ -128,7 +129,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
     dead = 0
     for row in rows:
         (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
-         started, due, trace, snoozes, priority, upstream) = row  # fmt: skip
+         started, due, trace, snoozes, priority, upstream, timeout_ms) = row  # fmt: skip
         if state != RUNNING:
             dead += 1
             continue
@@ -152,6 +153,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
                 snoozes=snoozes,
                 priority=priority,
                 upstream=upstream,
+                timeout_ms=timeout_ms,
             )
         )
     claimed.sort(key=lambda job: claim_rank_of(job.due_at_ms, job.priority))
@@ -265,6 +267,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "tags": job.tags,
         "priority": job.priority,
         "pending_key": job.pending_key,
+        "timeout_ms": job.timeout_ms,
     }
 
 
@@ -287,4 +290,5 @@ _JOB_ROW_COLUMNS = (
     "tags",
     "priority",
     "pending_key",
+    "timeout_ms",
 )

@@ -109,6 +109,8 @@ jobs = sa.Table(
     # What the database handed a released job (JSON): ``{"result": ...}``, the previous chain
     # step's result, or ``{"batch": {...}}``, a batch callback's counts.
     sa.Column("upstream", sa.Text(), nullable=True),
+    # The job's own execution timeout in ms (``DispatchOptions.timeout``); NULL: its type's.
+    sa.Column("timeout_ms", sa.Integer(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",

@@ -67,6 +67,8 @@ class NewJob(NamedTuple):
     #: (dedupe); a number of ms replaces its content (debounce), its due time never later than
     #: its creation plus this.
     debounce_ms: int | None = None
+    #: The job's own execution timeout in ms (column ``timeout_ms``), or ``None``: its type's.
+    timeout_ms: int | None = None
 
 
 class InsertOutcome(NamedTuple):

@@ -53,6 +53,7 @@ FAILURE_MEANINGS = {
     FailureCategory.RESULT_NOT_SERIALIZABLE.value: "the handler returned a value JSON cannot hold",
     FailureCategory.DISCARDED.value: "the handler discarded the job",
     FailureCategory.SNOOZE_LIMIT.value: "the handler snoozed more often than a job may",
+    FailureCategory.TIMED_OUT.value: "the attempt ran longer than its execution timeout",
 }
 
 

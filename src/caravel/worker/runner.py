@@ -12,6 +12,11 @@ The handler is cancelled, and its outcome is not acknowledged, when:
 A renewal that fails because the database failed cancels the handler and raises the
 :class:`~caravel.errors.StoreError` to the worker, which stops.
 
+An attempt that reaches its execution timeout (the dispatch's ``timeout``, else its job type's)
+fails as ``TimedOut`` whatever its handler does after being asked to stop (returns, raises,
+snoozes): the watchdog (:mod:`caravel.worker.watchdog`) asks at the timeout, and the attempt is
+recorded once the handler stops, or, for a handler that ignores the request, once its lease ends.
+
 Whatever else a handler raises is a failed attempt, ``SystemExit`` included (the category
 ``HandlerExited``): a handler never ends the worker's process. ``KeyboardInterrupt`` alone is
 not the handler's outcome but a request to stop, as Ctrl+C is to the worker: the attempt is
@@ -40,7 +45,7 @@ from caravel.jobs import ClaimedJob, FailureCategory, Lease
 from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
 from caravel.options import RetryPolicy
 from caravel.registry import JobRegistration, JobRegistry
-from caravel.worker.watchdog import Abandoned, LeaseWatchdog
+from caravel.worker.watchdog import Abandoned, LeaseWatchdog, Watched
 
 __all__ = [
     "Abandoned",
@@ -181,7 +186,9 @@ class JobRunner:
         )
         if claimed.upstream is not None:
             context.previous_result, context.batch = handed(claimed.upstream)
-        watched = self._watch.watch(lease, context)
+        watched = self._watch.watch(
+            lease, context, timeout_ms=_timeout_ms(claimed, entry), cancel_at_timeout=entry.is_async
+        )
         scope = self._scope() if self._scope is not None else nullcontext(None)
         returned: object = None
         try:
@@ -193,18 +200,23 @@ class JobRunner:
                 self._watch.release(watched)  # from here on, no cancellation by the watchdog
         except asyncio.CancelledError:
             context.cancelled.set()
-            if watched.reason is None and watched.error is None:
+            if watched.cancels == 0:
                 raise  # not the watchdog's doing: the worker is shutting down
             task = asyncio.current_task()
-            if task is not None and task.uncancel() > 0:
+            if task is not None and _uncancel(task, watched.cancels) > 0:
                 raise  # the worker is shutting down as well
             if watched.error is not None:
                 raise watched.error from None
-            assert watched.reason is not None
+            if watched.reason is None:
+                return self._timed_out(claimed, watched, span, entry.retry)
             return Outcome(watched.lease, abandoned=watched.reason)
         except Snooze as snooze:
+            if watched.timed_out:
+                return self._timed_out(claimed, watched, span, entry.retry)
             return self._snoozed(claimed, watched.lease, snooze, span, entry.retry)
         except Discard as discard:
+            if watched.timed_out:
+                return self._timed_out(claimed, watched, span, entry.retry)
             telemetry.mark_failure(span, type(discard).__name__, discard.category)
             return Outcome(
                 watched.lease,
@@ -220,9 +232,13 @@ class JobRunner:
         except GeneratorExit:
             raise  # this coroutine is being closed: nothing the handler decided
         except BaseException as exc:  # the handler failed or exited, or its scope failed
+            if watched.timed_out:  # as it stopped, or after: the timeout came first
+                return self._timed_out(claimed, watched, span, entry.retry)
             return self._failed(claimed, watched.lease, exc, span, entry.retry)
         finally:
             self._watch.release(watched)
+        if watched.timed_out:  # it returned once asked to stop: its work may be partial
+            return self._timed_out(claimed, watched, span, entry.retry)
         if returned is None:
             return Outcome(watched.lease)
         encoded = encode_result(returned, self._max_result_bytes)
@@ -268,6 +284,30 @@ class JobRunner:
             retry=retry,
         )
 
+    def _timed_out(
+        self,
+        claimed: ClaimedJob,
+        watched: Watched,
+        span: telemetry.Span,
+        retry: RetryPolicy | None,
+    ) -> Outcome:
+        """An attempt that reached its execution timeout: a failure, retried by the job type's
+        policy."""
+        category = FailureCategory.TIMED_OUT
+        logger.warning(
+            "job timed out",
+            extra={
+                "job_id": str(claimed.job_id),
+                "queue": claimed.queue,
+                "job_type": claimed.job_type,
+                "attempt": watched.lease.attempt,
+                "timeout_ms": watched.timeout_ms,
+                "stuck": watched.stuck,
+            },
+        )
+        telemetry.mark_failure(span, "TimedOut", category)
+        return Outcome(watched.lease, failure=category, retry=retry)
+
     def _snoozed(
         self,
         claimed: ClaimedJob,
@@ -292,3 +332,19 @@ class JobRunner:
         # Copy the context variables (the current span among them) into the handler's thread.
         call = contextvars.copy_context().run
         return await loop.run_in_executor(self._threads, call, entry.handler, job, context)
+
+
+def _timeout_ms(claimed: ClaimedJob, entry: JobRegistration) -> int | None:
+    """The attempt's execution timeout in ms: the job's own, else its type's, else none."""
+    if claimed.timeout_ms is not None:
+        return claimed.timeout_ms
+    return None if entry.timeout is None else duration_ms(entry.timeout)
+
+
+def _uncancel(task: asyncio.Task[Any], times: int) -> int:
+    """Take back the watchdog's ``times`` cancellations of ``task``; the requests left (the
+    worker's own, when it is shutting down too)."""
+    left = 0
+    for _ in range(times):
+        left = task.uncancel()
+    return left

@@ -106,7 +106,7 @@ class QueueWorker(AsyncClosing):
         self.worker_id = uuid4()
         self._threads = HandlerThreads(self.options.concurrency)
         self.leases = Leases(queue, durable_acks=self.options.durable_acks)
-        self._watchdog = LeaseWatchdog(self.leases)
+        self._watchdog = LeaseWatchdog(self.leases, timeout_grace=self.options.timeout_grace)
         self._runner = JobRunner(
             queue.registry,
             queue.clock,

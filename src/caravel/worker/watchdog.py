@@ -8,7 +8,13 @@ entry instead of a timer of its own. At that moment the loop:
 * or cancels the job's task, marking why: the lease ran out, a renewal was rejected (the job was
   taken over or finished), or the claim reached ``max_lease_lifetime``;
 * or, when a renewal fails because the database failed, cancels the job's task with that error
-  attached, so the job raises it and the worker stops.
+  attached, so the job raises it and the worker stops;
+* or, at the job's execution timeout, asks its handler to stop (its cancellation signal is set,
+  an async handler's task is cancelled; a synchronous handler's thread cannot be interrupted),
+  marking the attempt timed out. Renewal goes on while the handler stops. A handler still
+  running ``timeout_grace`` later is reported stuck (a WARNING and ``caravel.jobs.stuck``) and
+  its lease is renewed no more; when the lease ends, the job's task is cancelled and the attempt
+  recorded as timed out, its handler's thread (if any) left to return on its own.
 
 An operator's cancel of a running job (:mod:`caravel.worker.cancels` hears of it) ends the job's
 task the same way a lost lease does, through :meth:`LeaseWatchdog.cancel`.
@@ -28,16 +34,23 @@ import contextlib
 import enum
 import heapq
 import itertools
+import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from uuid import UUID
 
 from caravel.clock import duration_ms
 from caravel.context import JobContext
 from caravel.jobs import Lease
-from caravel.telemetry import record_renewal
+from caravel.telemetry import record_renewal, record_stuck
 from caravel.worker.leases import Leases
 
 __all__ = ["Abandoned", "LeaseWatchdog", "Watched"]
+
+logger = logging.getLogger("caravel.worker")
+
+#: How long a timed-out handler may take to stop unless the worker says otherwise.
+DEFAULT_TIMEOUT_GRACE = timedelta(seconds=30)
 
 
 class Abandoned(enum.StrEnum):
@@ -67,17 +80,30 @@ class Watched:
     version: int = 0
     #: A renewal is in flight (in its own task); the deadline is still enforced meanwhile.
     renewing: bool = False
+    #: When the attempt times out (ms), if it has an execution timeout.
+    timeout_at: int | None = None
+    #: The job's execution timeout in ms (for the log line), if any.
+    timeout_ms: int | None = None
+    #: Whether the job's task is cancelled at the timeout (an async handler) or only asked.
+    cancel_at_timeout: bool = True
+    #: The timeout passed: the handler was asked to stop, and the attempt failed as timed out.
+    timed_out: bool = False
+    #: The handler outlived the timeout and the grace: reported, its lease renewed no more.
+    stuck: bool = False
+    #: How many times the watchdog cancelled the job's task (the runner takes them all back).
+    cancels: int = 0
 
 
 class LeaseWatchdog:
     """The watchdog; :meth:`watch` registers the current task's lease, :meth:`release` ends it.
     The loop (:meth:`run`) starts with the first watched lease."""
 
-    def __init__(self, leases: Leases) -> None:
+    def __init__(self, leases: Leases, *, timeout_grace: timedelta = DEFAULT_TIMEOUT_GRACE) -> None:
         self._leases = leases
         self._clock = leases.clock
         renewal = leases.options.lease_renewal_interval
         self._renew_every = None if renewal is None else duration_ms(renewal)
+        self._grace_ms = duration_ms(timeout_grace)
         self._heap: list[tuple[int, int, int, Watched]] = []
         self._renewals: set[asyncio.Task[None]] = set()
         self._order = itertools.count()
@@ -86,13 +112,30 @@ class LeaseWatchdog:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.Task[None] | None = None
 
-    def watch(self, lease: Lease, context: JobContext[object]) -> Watched:
-        """Watch ``lease`` for the job running in the current task."""
+    def watch(
+        self,
+        lease: Lease,
+        context: JobContext[object],
+        *,
+        timeout_ms: int | None = None,
+        cancel_at_timeout: bool = True,
+    ) -> Watched:
+        """Watch ``lease`` for the job running in the current task; with ``timeout_ms``, the
+        attempt times out that long from now (its task cancelled then only when
+        ``cancel_at_timeout``: a synchronous handler is only asked, through its signal)."""
         task = asyncio.current_task()
         assert task is not None, "watch() runs inside the job's task"
         now = self._clock.now_ms()
         renew_at = None if self._renew_every is None else now + self._renew_every
-        entry = Watched(task=task, lease=lease, context=context, renew_at=renew_at)
+        entry = Watched(
+            task=task,
+            lease=lease,
+            context=context,
+            renew_at=renew_at,
+            timeout_at=None if timeout_ms is None else now + timeout_ms,
+            timeout_ms=timeout_ms,
+            cancel_at_timeout=cancel_at_timeout,
+        )
         self._active += 1
         self._schedule(entry)
         if self._loop is None or self._loop.done():
@@ -138,10 +181,13 @@ class LeaseWatchdog:
         return item[3].active and item[2] == item[3].version
 
     def _next_event(self, entry: Watched) -> int:
-        deadline = self._leases.deadline_ms(entry.lease)
-        if entry.renew_at is None or entry.renewing:
-            return deadline
-        return min(deadline, entry.renew_at)
+        at = self._leases.deadline_ms(entry.lease)
+        if entry.renew_at is not None and not entry.renewing:
+            at = min(at, entry.renew_at)
+        timeout_at = entry.timeout_at
+        if timeout_at is not None and not entry.stuck:
+            at = min(at, timeout_at + self._grace_ms if entry.timed_out else timeout_at)
+        return at
 
     def _schedule(self, entry: Watched) -> None:
         at = self._next_event(entry)
@@ -150,12 +196,19 @@ class LeaseWatchdog:
         if self._wake is not None and (self._target is None or at < self._target):
             self._wake.set()
 
-    def _abandon(self, entry: Watched, reason: Abandoned) -> None:
+    def _abandon(self, entry: Watched, reason: Abandoned | None) -> None:
+        """End the job's attempt: release it and cancel its task, marking why (``None`` for a
+        timed-out attempt, which the runner records as such)."""
         if not entry.active:
             return
         entry.reason = reason
         self.release(entry)
         entry.context.cancelled.set()
+        self._cancel_task(entry)
+
+    @staticmethod
+    def _cancel_task(entry: Watched) -> None:
+        entry.cancels += 1
         entry.task.cancel()
 
     async def run(self) -> None:
@@ -213,9 +266,13 @@ class LeaseWatchdog:
         renewing = self._renew_every is not None
         lifetime_over = now >= leases.lifetime_end_ms(entry.lease)
         if now >= leases.deadline_ms(entry.lease):
+            if entry.timed_out:  # a timed-out attempt, not a lost lease, whatever held it up
+                self._abandon(entry, None)
+                return None
             reached = renewing and lifetime_over
             self._abandon(entry, Abandoned.LIFETIME_REACHED if reached else Abandoned.LEASE_EXPIRED)
             return None
+        self._time_out(entry, now)
         if entry.renewing or entry.renew_at is None or now < entry.renew_at:
             self._schedule(entry)
             return None
@@ -231,6 +288,35 @@ class LeaseWatchdog:
         task.add_done_callback(self._renewals.discard)
         return task
 
+    def _time_out(self, entry: Watched, now: int) -> None:
+        """At the timeout, ask the handler to stop; ``timeout_grace`` later, report it stuck if
+        it has not, and renew its lease no more."""
+        timeout_at = entry.timeout_at
+        if timeout_at is None or entry.stuck or now < timeout_at:
+            return
+        if not entry.timed_out:
+            entry.timed_out = True
+            entry.context.cancelled.set()
+            if entry.cancel_at_timeout:
+                self._cancel_task(entry)
+        if now < timeout_at + self._grace_ms:
+            return
+        entry.stuck = True
+        entry.renew_at = None
+        context = entry.context
+        record_stuck(context.queue, context.job_type)
+        logger.warning(
+            "job handler stuck past its timeout: lease no longer renewed",
+            extra={
+                "job_id": str(context.job_id),
+                "queue": context.queue,
+                "job_type": context.job_type,
+                "attempt": context.attempt,
+                "timeout_ms": entry.timeout_ms,
+                "grace_ms": self._grace_ms,
+            },
+        )
+
     async def _renew(self, entry: Watched, now: int) -> None:
         try:
             renewed = await self._leases.renew(entry.lease, now=now)
@@ -240,7 +326,7 @@ class LeaseWatchdog:
                 entry.error = exc
                 self.release(entry)
                 entry.context.cancelled.set()
-                entry.task.cancel()
+                self._cancel_task(entry)
             return
         entry.renewing = False
         if not entry.active:
@@ -251,6 +337,7 @@ class LeaseWatchdog:
         entry.lease = renewed
         record_renewal(entry.context.queue)
         assert self._renew_every is not None
-        # From the moment the new expiry was computed, however long the renewal took to return.
-        entry.renew_at = now + self._renew_every
+        # From the moment the new expiry was computed, however long the renewal took to return;
+        # a stuck handler's lease is renewed no more.
+        entry.renew_at = None if entry.stuck else now + self._renew_every
         self._schedule(entry)

@@ -1,10 +1,11 @@
 """What the outbox cannot carry: its table is the application's and has no column for tags, a
-priority or a pending key, so staging a dispatch with one is refused, naming the field, and
-stages nothing; the same job without it stages."""
+priority, a pending key or a per-dispatch timeout, so staging a dispatch with one is refused,
+naming the field, and stages nothing; the same job without it stages."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -47,6 +48,7 @@ def session() -> Iterator[Session]:
         ("tags", {"tags": ("a",)}, {}),
         ("priority", {"priority": 5}, {"priority": 0}),
         ("pending_key", {"pending_key": "k"}, {}),
+        ("timeout", {"timeout": timedelta(seconds=5)}, {}),
     ],
 )
 def test_the_outbox_refuses_what_its_table_cannot_hold_and_stages_nothing(

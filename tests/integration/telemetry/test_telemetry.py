@@ -18,6 +18,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from sqlalchemy.orm import Session
 from caravel import (
     DatabaseQueue,
     JobContext,
+    JobRegistry,
     JobState,
     Leases,
     Outbox,
@@ -808,6 +810,56 @@ async def test_a_handler_past_its_lease_counts_a_lost_lease(db_url: str, otel: T
     assert otel.spans("caravel.store.job_complete") == []
     assert otel.spans("caravel.store.job_fail") == []
     assert len(otel.spans("process default")) == 1
+
+
+async def test_a_timed_out_attempt_counts_as_failed_and_a_stuck_handler_as_stuck(
+    db_url: str, otel: Telemetry
+) -> None:
+    """A synchronous handler that ignores its timeout: ``caravel.jobs.stuck`` once the grace
+    ran out, then a failed attempt of category ``TimedOut`` when its lease ends; never a lost
+    lease."""
+    clock = SteppingClock()
+    release = threading.Event()
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def handle(job: Add, ctx: JobContext[Any]) -> None:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(60)  # a safety net: the test releases it at its end
+
+    registry = JobRegistry()
+    registry.register("tests.add.v1", Add, handle, timeout=timedelta(seconds=5))
+    q = {"messaging.destination.name": "default"}
+    add = {**q, "caravel.job.type": "tests.add.v1"}
+    options = WorkerOptions(timeout_grace=timedelta(seconds=2))
+    async with (
+        open_queue(db_url, registry, clock=clock, max_attempts=1) as queue,
+        QueueWorker(queue, options=options) as worker,
+    ):
+        await queue.enqueue(Add(1), dispatch())
+        task = asyncio.ensure_future(worker.run_once("default"))
+        try:
+            await within(started.wait())
+            await until_watching(clock, task)
+            await clock.advance(timedelta(seconds=5))  # the timeout: asked, ignored
+            await until_watching(clock, task)
+            assert otel.delta("caravel.jobs.stuck", q) == 0
+            await clock.advance(timedelta(seconds=2))  # the grace ran out
+            await until_watching(clock, task)
+            assert otel.delta("caravel.jobs.stuck", add) == 1
+            assert otel.delta("caravel.jobs.failed", q) == 0
+            await clock.advance(LEASE)  # the lease (never renewed) ends
+            assert await within(task) is True
+        finally:
+            release.set()
+
+    assert otel.delta("caravel.jobs.stuck", q) == 1
+    timed_out = {**add, "caravel.failure.category": "TimedOut"}
+    assert otel.delta("caravel.jobs.failed", timed_out) == 1
+    assert otel.delta("caravel.jobs.dead_lettered", timed_out) == 1
+    assert otel.delta("caravel.lease.lost", q) == 0
+    (span,) = otel.spans("process default")
+    assert (span.attributes or {})["caravel.failure.category"] == "TimedOut"
 
 
 async def test_queue_gauges_report_depth_per_state_and_the_oldest_ready_age(

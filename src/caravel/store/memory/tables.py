@@ -61,6 +61,7 @@ class JobRow:
     chain_next: UUID | None = None
     batch_id: UUID | None = None
     upstream: str | None = None
+    timeout_ms: int | None = None
     #: The state the tables last saw (see :meth:`Tables.track`): not a column, the trigger's
     #: ``OLD.state``.
     seen_state: str = "ready"
