@@ -265,6 +265,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "tags": job.tags,
         "priority": job.priority,
         "pending_key": job.pending_key,
+        "partition_key": job.partition_key,
     }
 
 
@@ -287,4 +288,5 @@ _JOB_ROW_COLUMNS = (
     "tags",
     "priority",
     "pending_key",
+    "partition_key",
 )

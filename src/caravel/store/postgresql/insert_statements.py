@@ -34,18 +34,19 @@ INSERT_UNNEST = sa.text(
     INSERT INTO caravel_jobs (
         id, queue, job_type, tenant_id, idempotency_key, payload, state, attempt,
         max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context,
-        tags, priority
+        tags, priority, partition_key
     )
     SELECT id, queue, job_type, tenant_id, key, payload, 'ready', 0,
-           max_attempts, due, due, 0, created, created, trace, tags, priority
+           max_attempts, due, due, 0, created, created, trace, tags, priority, partition
     FROM unnest(
         CAST(:ids AS uuid[]), CAST(:queues AS text[]), CAST(:job_types AS text[]),
         CAST(:tenants AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
         CAST(:max_attempts AS integer[]), CAST(:due AS bigint[]), CAST(:created AS bigint[]),
-        CAST(:traces AS text[]), CAST(:tags AS text[]), CAST(:priorities AS smallint[])
+        CAST(:traces AS text[]), CAST(:tags AS text[]), CAST(:priorities AS smallint[]),
+        CAST(:partitions AS text[])
     ) AS new (
         id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace, tags,
-        priority
+        priority, partition
     )
     ON CONFLICT DO NOTHING
     """
@@ -82,6 +83,7 @@ def unnest_values(new_jobs: Sequence[NewJob]) -> dict[str, Any]:
         "traces": [j.trace_context for j in new_jobs],
         "tags": [j.tags for j in new_jobs],
         "priorities": [j.priority for j in new_jobs],
+        "partitions": [j.partition_key for j in new_jobs],
     }
 
 
@@ -105,6 +107,7 @@ COPY_COLUMNS = (
     ("trace_context", "text"),
     ("tags", "text"),
     ("priority", "int2"),
+    ("partition_key", "text"),
 )
 COPY_SQL = (
     f"COPY {jobs.name} ({', '.join(name for name, _ in COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
@@ -135,6 +138,7 @@ def copy_row(job: NewJob) -> tuple[Any, ...]:
         job.trace_context,
         job.tags,
         job.priority,
+        job.partition_key,
     )
 
 
