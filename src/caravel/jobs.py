@@ -149,6 +149,10 @@ class DispatchOptions:
         max_debounce: with ``on_pending="replace"``, how long after its creation a pending job
             may be pushed back at most (positive, at most 30 days; 10 minutes by default), so a
             steady stream of calls still runs it. Only with ``pending_key``.
+        partition_key: the key a per-key concurrency limit of the queue counts this job under
+            (see :class:`~caravel.ConcurrencyLimit`); same rules as ``idempotency_key``.
+            ``None`` (the default) takes what the job type's ``partition_by`` names: its
+            tenant unless the type says a payload field.
     """
 
     queue: str
@@ -162,12 +166,15 @@ class DispatchOptions:
     pending_key: str | None = None
     on_pending: Literal["keep", "replace"] = "keep"
     max_debounce: timedelta = DEFAULT_MAX_DEBOUNCE
+    partition_key: str | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         check_identifier(self.tenant_id, "tenant_id")
         if self.idempotency_key is not None:
             check_identifier(self.idempotency_key, "idempotency_key")
+        if self.partition_key is not None:
+            check_identifier(self.partition_key, "partition_key")
         if self.not_before is not None:
             check_not_before(self.not_before)
         if self.delay is not None:

@@ -37,9 +37,9 @@ def envelope_for(
     trace_context: str | None,
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
-    Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``, ``pending_key``)
-    when the dispatch has tags or a pending key, or the job a priority other than 0 (its
-    dispatch's or its type's)."""
+    Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``, ``pending_key``,
+    ``partition_key``) when the dispatch has tags or a pending key, or the job a priority other
+    than 0 (its dispatch's or its type's) or a partition key (its dispatch's or its payload's)."""
     if dispatch.tags:
         rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
         raise ValidationError("tags", rule)
@@ -51,6 +51,12 @@ def envelope_for(
             "cannot be staged in the outbox (its table has no pending_key column); enqueue directly"
         )
         raise ValidationError("pending_key", rule)
+    if job.partition_key is not None:
+        rule = (
+            "cannot be staged in the outbox (its table has no partition_key column); enqueue"
+            " directly"
+        )
+        raise ValidationError("partition_key", rule)
     return model(
         id=job.id,
         queue=job.queue,
