@@ -20,7 +20,8 @@ the round trip is not added to that job's wake-up.
 Limits: for a queue with a concurrency limit (as the worker last read it) every claim is a
 limited one (:class:`~caravel.store.values.ClaimRequest`), asking for no more than the queue's
 overall limit. When such a claim comes back short, the queue may be at its limit rather than
-drained, so the fetcher also goes again as soon as one of this worker's jobs finishes.
+drained: the worker wakes the fetcher again as soon as the outcome of one of its own jobs of
+that queue is written (another worker's finished jobs are seen at the next wake-up or poll).
 """
 
 from __future__ import annotations
@@ -185,29 +186,15 @@ class Fetcher:
                 idle = self._min_poll
             if not asked or claimed == asked:
                 continue  # a full batch: there may be more right behind it
-            woken = await self._wait(self._longest if self._push else idle)
+            woken = await self._wakeups.wait(
+                self.queue, self._longest if self._push else idle, self._clock.sleep
+            )
             if not self._push:
                 idle = min(idle * 2, self._longest)
 
     @property
     def _limited(self) -> bool:
         return self._limits is not None and self.queue in self._limits
-
-    async def _wait(self, seconds: float) -> bool:
-        """Wait for a wake-up of the queue for at most ``seconds``; whether one came.
-        For a limited queue a finished job of this worker ends the wait too."""
-        waiting = self._wakeups.wait(self.queue, seconds, self._clock.sleep)
-        if not self._limited:
-            return await waiting
-        woken = asyncio.ensure_future(waiting)
-        freed = asyncio.ensure_future(self._slots.freed())
-        try:
-            await asyncio.wait({woken, freed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
-            freed.cancel()
-            await asyncio.gather(woken, freed, return_exceptions=True)
-        return woken.done() and not woken.cancelled() and woken.result()
 
     def _wanted(self, slots: int) -> int:
         """At most ``slots``, and no more than the queue's overall limit."""

@@ -119,9 +119,7 @@ class QueueWorker(AsyncClosing):
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)
         self._report = OutcomeReport(self._summary)
-        self._acker = Acknowledger(
-            self.leases, on_written=self._report.written, on_error=self._failed
-        )
+        self._acker = Acknowledger(self.leases, on_written=self._written, on_error=self._failed)
         self._slots = Slots(self.options.concurrency, self._job)
         self._presence = Presence(
             queue.store,
@@ -285,6 +283,13 @@ class QueueWorker(AsyncClosing):
             self._run_ended = True
         if self._fault is not None:
             raise self._fault
+
+    def _written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
+        """An outcome reached the database: reported, and for a limited queue its slot is
+        free, so the queue's fetcher is woken to claim again."""
+        self._report.written(claimed, outcome, held)
+        if claimed.queue in self._limits:
+            self.queue.wakeups.notify({claimed.queue})
 
     async def _declare_limits(self) -> None:
         """Store the concurrency limits the registry declares (:meth:`JobRegistry.limit
