@@ -38,7 +38,8 @@ if TYPE_CHECKING:
         UnknownJobTypeError,
         ValidationError,
     )
-    from caravel.inspector import QueueInspector, QueuePause, ScheduleRecord
+    from caravel.flow import ConcurrencyLimit
+    from caravel.inspector import QueueInspector, QueueLimitRecord, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
         CancelOutcome,
@@ -92,7 +93,9 @@ _HOMES = {
     "SyncQueueError": "caravel.errors",
     "UnknownJobTypeError": "caravel.errors",
     "ValidationError": "caravel.errors",
+    "ConcurrencyLimit": "caravel.flow",
     "QueueInspector": "caravel.inspector",
+    "QueueLimitRecord": "caravel.inspector",
     "QueuePause": "caravel.inspector",
     "ScheduleRecord": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
@@ -152,6 +155,7 @@ __all__ = [
     "ChainStatus",
     "ClaimedJob",
     "Clock",
+    "ConcurrencyLimit",
     "DatabaseNotFoundError",
     "DatabaseQueue",
     "Discard",
@@ -178,6 +182,7 @@ __all__ = [
     "PruneBatch",
     "QueueCounts",
     "QueueInspector",
+    "QueueLimitRecord",
     "QueueOptions",
     "QueuePause",
     "QueueWorker",

@@ -62,6 +62,18 @@ class QueuePause:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueLimitRecord:
+    """A queue's stored concurrency limits (see :class:`~caravel.ConcurrencyLimit`): at most
+    ``concurrency`` of its jobs running at once and ``per_key`` per partition key (``None``: no
+    such cap), as last set at ``updated_at``."""
+
+    queue: str
+    concurrency: int | None
+    per_key: int | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleRecord:
     """What the database holds of a schedule: the latest slot a scheduler handled (``None``
     before the first) and when it was paused (``None`` while it runs)."""
@@ -125,6 +137,14 @@ class QueueInspector(AsyncClosing):
         <caravel.DatabaseQueue.pause_queue>`), by name, with when each was paused."""
         return [
             QueuePause(p.queue, from_ms(p.paused_at)) for p in await self.store.queue_list_paused()
+        ]
+
+    async def queue_limits(self) -> list[QueueLimitRecord]:
+        """Every queue with a concurrency limit, by name (:meth:`DatabaseQueue.set_queue_limit
+        <caravel.DatabaseQueue.set_queue_limit>`)."""
+        return [
+            QueueLimitRecord(q.queue, q.concurrency, q.per_key, from_ms(q.updated_at))
+            for q in await self.store.queue_limit_list()
         ]
 
     async def list_schedules(self) -> list[ScheduleRecord]:

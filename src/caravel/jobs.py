@@ -159,6 +159,10 @@ class DispatchOptions:
             rounded up). At the timeout the handler is asked to stop and the attempt fails as
             ``TimedOut`` (see the flow control guide). ``None`` (the default): the job type's,
             else no timeout.
+        partition_key: the key a per-key concurrency limit of the queue counts this job under
+            (see :class:`~caravel.ConcurrencyLimit`); same rules as ``idempotency_key``.
+            ``None`` (the default) takes what the job type's ``partition_by`` names: its
+            tenant unless the type says a payload field.
     """
 
     queue: str
@@ -173,12 +177,15 @@ class DispatchOptions:
     on_pending: Literal["keep", "replace"] = "keep"
     max_debounce: timedelta = DEFAULT_MAX_DEBOUNCE
     timeout: timedelta | None = None
+    partition_key: str | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         check_identifier(self.tenant_id, "tenant_id")
         if self.idempotency_key is not None:
             check_identifier(self.idempotency_key, "idempotency_key")
+        if self.partition_key is not None:
+            check_identifier(self.partition_key, "partition_key")
         if self.not_before is not None:
             check_not_before(self.not_before)
         if self.delay is not None:

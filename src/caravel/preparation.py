@@ -18,6 +18,7 @@ from caravel._ids import uuid7, uuid7_many
 from caravel.clock import duration_ms, to_ms_ceil
 from caravel.codec import encode_dumped, encode_payload
 from caravel.errors import ValidationError
+from caravel.flow.partition import partition_key_of
 from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
 from caravel.registry import JobRegistration, JobRegistry
@@ -52,7 +53,7 @@ def prepare_job(
         entry.adapter, job, options.max_payload_bytes, job_type=entry.wire_name
     )
     return _new_job(
-        entry, options, dispatch, payload, uuid7(now) if job_id is None else job_id, now
+        entry, options, dispatch, payload, uuid7(now) if job_id is None else job_id, now, job
     )
 
 
@@ -102,6 +103,7 @@ def _prepared_together(
                 encode_dumped(entry.adapter, job, dumped, limit, job_type=wire_name),
                 job_id,
                 now,
+                job,
             )
             for (job, dispatch), dumped, job_id in zip(items, dumps, ids, strict=True)
         ]
@@ -139,6 +141,7 @@ def _new_job(
     payload: str,
     job_id: UUID,
     now: int,
+    job: object,
 ) -> NewJob:
     due = _due(dispatch, now)
     tags = dispatch.tags
@@ -157,6 +160,7 @@ def _new_job(
         pending_key=dispatch.pending_key,
         debounce_ms=_debounce_ms(dispatch),
         timeout_ms=None if dispatch.timeout is None else duration_ms(dispatch.timeout),
+        partition_key=partition_key_of(entry.partition_by, job, dispatch.partition_key),
     )
 
 

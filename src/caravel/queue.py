@@ -20,6 +20,7 @@ from caravel.batches import BatchResult, BatchStatus, batch_status, prepare_batc
 from caravel.chains import ChainResult, ChainStatus, chain_status, prepare_chain
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
+from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.jobs import (
     DEFAULT_TENANT,
     CancelOutcome,
@@ -298,6 +299,22 @@ class DatabaseQueue(AsyncClosing):
         """Let workers claim ``queue``'s jobs again; ``False`` when it was not paused."""
         check_queue_name(queue)
         return await self.store.queue_resume(queue, self.clock.now_ms())
+
+    # ----- concurrency limits (operator actions) --------------------------------------------
+
+    async def set_queue_limit(self, limit: ConcurrencyLimit) -> None:
+        """Store ``limit`` as its queue's concurrency limits, replacing any (a cap it leaves
+        ``None`` is removed). Workers on every host follow it within their ``poll_interval``
+        (on PostgreSQL at once, through a notification). Raises
+        :class:`~caravel.errors.ValidationError` when it is not a
+        :class:`~caravel.ConcurrencyLimit`; nothing is stored then."""
+        await self.store.queue_limit_set(limit, self.clock.now_ms())
+
+    async def clear_queue_limit(self, queue: str) -> bool:
+        """Remove ``queue``'s concurrency limits; its waiting jobs are claimed without them as
+        soon as workers read the change. ``False`` when it had none."""
+        check_queue_name(queue)
+        return await self.store.queue_limit_clear(queue, self.clock.now_ms())
 
     async def pause_schedule(self, name: str) -> bool:
         """Stop every scheduler from enqueueing schedule ``name``'s slots until

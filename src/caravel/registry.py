@@ -21,6 +21,8 @@ from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter
 
 from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
+from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.flow.partition import TENANT, check_partition_by
 from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
 from caravel.options import RetryPolicy
 from caravel.validation import check_int, check_queue_name, check_timeout, check_wire_name
@@ -110,6 +112,9 @@ class JobRegistration:
     timeout: timedelta | None = None
     """How long one attempt of this type may run where its dispatch gives no ``timeout``;
     ``None``: no timeout."""
+    partition_by: str = TENANT
+    """What a per-key concurrency limit counts this type's jobs by where their dispatch gives
+    no ``partition_key``: ``"tenant"``, or the name of a payload field."""
 
 
 class JobRegistry:
@@ -147,6 +152,7 @@ class JobRegistry:
         self._by_name: dict[str, JobRegistration] = {}
         self._by_type: dict[type[Any], JobRegistration] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._limits: dict[str, ConcurrencyLimit] = {}
 
     def register(
         self,
@@ -157,6 +163,7 @@ class JobRegistry:
         retry: RetryPolicy | None = None,
         priority: int | None = None,
         timeout: timedelta | None = None,
+        partition_by: str = TENANT,
     ) -> None:
         """Register ``payload_type`` under ``wire_name`` with its handler, and optionally the
         :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults, the
@@ -165,9 +172,16 @@ class JobRegistry:
         ``DispatchOptions.timeout`` is ``None``: at the timeout the handler is asked to stop and
         the attempt fails as ``TimedOut``, retried by the same policy.
 
+        ``partition_by`` says which key a per-key concurrency limit
+        (:class:`~caravel.ConcurrencyLimit`) counts its jobs under when their
+        ``DispatchOptions.partition_key`` is ``None``: ``"tenant"`` (the default), or the name
+        of a payload field whose value (a string, or an integer) follows the rules of
+        idempotency keys, checked at each enqueue.
+
         Raises :class:`~caravel.errors.RegistrationError` for an invalid or already used wire
         name, a type registered before, a type that is neither a dataclass nor a pydantic model,
-        a handler that is not callable, or a priority or timeout out of range.
+        a handler that is not callable, a priority or timeout out of range, or a
+        ``partition_by`` that is neither ``"tenant"`` nor a field of the payload type.
         """
         try:
             check_wire_name(wire_name)
@@ -189,6 +203,7 @@ class JobRegistry:
             check_int("priority", priority, MIN_PRIORITY, MAX_PRIORITY, error=RegistrationError)
         if timeout is not None:
             check_timeout(timeout, error=RegistrationError)
+        partition_by = check_partition_by(payload_type, partition_by)
         if wire_name in self._by_name:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
@@ -202,6 +217,7 @@ class JobRegistry:
             retry=retry,
             priority=priority,
             timeout=timeout,
+            partition_by=partition_by,
         )
         self._by_name[wire_name] = entry
         self._by_type[payload_type] = entry
@@ -214,12 +230,19 @@ class JobRegistry:
         retry: RetryPolicy | None = None,
         priority: int | None = None,
         timeout: timedelta | None = None,
+        partition_by: str = TENANT,
     ) -> Callable[[HandlerT], HandlerT]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
 
         def decorate(handler: HandlerT) -> HandlerT:
             self.register(
-                wire_name, payload_type, handler, retry=retry, priority=priority, timeout=timeout
+                wire_name,
+                payload_type,
+                handler,
+                retry=retry,
+                priority=priority,
+                timeout=timeout,
+                partition_by=partition_by,
             )
             return handler
 
@@ -239,6 +262,24 @@ class JobRegistry:
             raise RegistrationError("job", "must be an instance of a type registered here")
         self._schedules[schedule.name] = schedule
         return schedule
+
+    def limit(self, limit: ConcurrencyLimit) -> ConcurrencyLimit:
+        """Declare a queue's concurrency limits (see :class:`~caravel.ConcurrencyLimit`);
+        returns it. A worker on this registry stores them when it starts, replacing what the
+        database held for that queue (an operator's ``caravel queues limits set`` holds until
+        then). Raises :class:`~caravel.errors.RegistrationError` when it is not a
+        ``ConcurrencyLimit`` or its queue has a limit declared here already."""
+        if not isinstance(limit, ConcurrencyLimit):
+            raise RegistrationError("limit", "must be a caravel.ConcurrencyLimit")
+        if limit.queue in self._limits:
+            raise RegistrationError("queue", "has a concurrency limit declared here already")
+        self._limits[limit.queue] = limit
+        return limit
+
+    @property
+    def limits(self) -> tuple[ConcurrencyLimit, ...]:
+        """The declared concurrency limits, in the order they were declared."""
+        return tuple(self._limits.values())
 
     @property
     def schedules(self) -> tuple[Schedule, ...]:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from caravel.batches import BatchResult, BatchStatus
     from caravel.cancelling import MatchedJobs
     from caravel.chains import ChainResult, ChainStatus
+    from caravel.flow.concurrency import ConcurrencyLimit
 
 __all__ = ["SyncQueue"]
 
@@ -226,6 +227,15 @@ class SyncQueue:
     def resume_queue(self, queue: str) -> bool:
         """As :meth:`DatabaseQueue.resume_queue <caravel.DatabaseQueue.resume_queue>`."""
         return self.call(self.queue.resume_queue, queue)
+
+    def set_queue_limit(self, limit: ConcurrencyLimit) -> None:
+        """As :meth:`DatabaseQueue.set_queue_limit <caravel.DatabaseQueue.set_queue_limit>`."""
+        self.call(self.queue.set_queue_limit, limit)
+
+    def clear_queue_limit(self, queue: str) -> bool:
+        """As :meth:`DatabaseQueue.clear_queue_limit
+        <caravel.DatabaseQueue.clear_queue_limit>`."""
+        return self.call(self.queue.clear_queue_limit, queue)
 
     def pause_schedule(self, name: str) -> bool:
         """As :meth:`DatabaseQueue.pause_schedule <caravel.DatabaseQueue.pause_schedule>`."""

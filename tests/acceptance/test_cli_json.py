@@ -333,6 +333,24 @@ def test_queues(seeded: str) -> None:
     assert resumed == {"queue": "docs", "paused": False, "changed": True}
 
 
+def test_queue_limits(seeded: str) -> None:
+    limited = one_document(
+        run_cli("queues", "limits", "set", "docs", "--per-key", "2", "--url", seeded, "--json"),
+        "caravel queues limits set",
+    )
+    assert limited == {"queue": "docs", "concurrency": None, "per_key": 2}
+    shown = one_document(
+        run_cli("queues", "limits", "show", "--url", seeded, "--json"), "caravel queues limits show"
+    )
+    (row,) = shown["limits"]
+    assert (row["queue"], row["concurrency"], row["per_key"]) == ("docs", None, 2)
+    cleared = one_document(
+        run_cli("queues", "limits", "clear", "docs", "--url", seeded, "--json"),
+        "caravel queues limits clear",
+    )
+    assert cleared == {"queue": "docs", "changed": True}
+
+
 def test_schedules(seeded: str) -> None:
     paused = one_document(
         run_cli("schedules", "pause", "heartbeat", "--url", seeded, "--json"),
@@ -435,6 +453,10 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
     if command in ("caravel batches show", "caravel chains show"):
         args.append("6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f")
     if command in ("caravel queues pause", "caravel queues resume"):
+        args.append("reports")
+    if command == "caravel queues limits set":
+        args += ["reports", "--concurrency", "2"]
+    if command == "caravel queues limits clear":
         args.append("reports")
     if command in ("caravel schedules pause", "caravel schedules resume"):
         args.append("nightly")

@@ -66,3 +66,66 @@ def test_a_bad_queue_name_exits_two_and_writes_nothing(db_url: str, action: str)
     assert error["type"] == "ValidationError"
     assert f"caravel queues {action}: queue:" in error["message"]
     assert asyncio.run(_paused(db_url)) == []
+
+
+async def _limits(url: str) -> list[tuple[str, int | None, int | None]]:
+    async with QueueInspector(url) as reader:
+        return [(q.queue, q.concurrency, q.per_key) for q in await reader.queue_limits()]
+
+
+def test_limits_set_show_replace_and_clear(db_url: str) -> None:
+    empty = run_cli("queues", "limits", "show", "--url", db_url)
+    assert (empty.returncode, empty.stdout.strip()) == (0, "no queue has a concurrency limit")
+    done = run_cli(
+        "queues", "limits", "set", "emails", "--concurrency", "10", "--per-key", "2",
+        "--url", db_url,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        "limited emails: concurrency 10, per key 2",
+    )
+    shown = json.loads(run_cli("queues", "limits", "show", "--url", db_url, "--json").stdout)
+    assert [(r["queue"], r["concurrency"], r["per_key"]) for r in shown["limits"]] == [
+        ("emails", 10, 2)
+    ]
+    assert shown["limits"][0]["updated_at"].endswith("Z")
+    table = run_cli("queues", "limits", "show", "--url", db_url)
+    assert "emails" in table.stdout
+    assert "10" in table.stdout
+
+    # Setting again replaces the limit: the cap not given goes.
+    replaced = run_cli("queues", "limits", "set", "emails", "--per-key", "3", "--url", db_url)
+    assert replaced.returncode == 0
+    assert asyncio.run(_limits(db_url)) == [("emails", None, 3)]
+
+    cleared = run_cli("queues", "limits", "clear", "emails", "--url", db_url, "--json")
+    assert (cleared.returncode, json.loads(cleared.stdout)) == (
+        0,
+        {"queue": "emails", "changed": True},
+    )
+    again = run_cli("queues", "limits", "clear", "emails", "--url", db_url)
+    assert (again.returncode, again.stdout.strip()) == (0, "emails had no limits")
+    assert asyncio.run(_limits(db_url)) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["emails", "--concurrency", "0"], "concurrency"),
+        (["emails", "--per-key", "-2"], "per_key"),
+        (["emails"], "concurrency"),
+        (["Not A Queue", "--concurrency", "3"], "queue"),
+    ],
+)
+def test_a_bad_limit_exits_two_names_the_field_and_stores_nothing(
+    db_url: str, args: list[str], field: str
+) -> None:
+    run_cli("queues", "limits", "set", "emails", "--concurrency", "4", "--url", db_url)
+    done = run_cli("queues", "limits", "set", *args, "--url", db_url, "--json")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    error = json.loads(done.stderr)["error"]
+    assert error["type"] == "ValidationError"
+    assert f"caravel queues limits set: {field}:" in error["message"]
+    assert "\n" not in error["message"]
+    assert asyncio.run(_limits(db_url)) == [("emails", 4, None)]

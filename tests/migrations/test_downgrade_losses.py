@@ -14,12 +14,14 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
 from caravel import (
+    ConcurrencyLimit,
     DatabaseNotFoundError,
     DatabaseQueue,
     DowngradeRefusedError,
     FailureCategory,
     JobState,
     Leases,
+    QueueInspector,
     Retention,
     StoreError,
     ValidationError,
@@ -212,6 +214,32 @@ async def test_forced_below_0006_deletes_them_and_keeps_the_rest(empty_url: str)
     assert "caravel_queues" not in rows
     assert len(rows["caravel_jobs"]) == 1  # the ready job
     assert "'stays'" in rows["caravel_jobs"][0]
+
+
+# ----- 0011: stored concurrency limits ----------------------------------------------------
+
+
+async def test_stored_limits_refuse_a_downgrade_below_0011_and_go_when_forced(
+    empty_url: str,
+) -> None:
+    migrate.upgrade(empty_url)
+    async with open_queue(empty_url) as queue:
+        await queue.set_queue_limit(ConcurrencyLimit(queue="emails", concurrency=3, per_key=1))
+        await queue.enqueue(Add(1), dispatch(partition_key="acct-1"))
+
+    refused = _refusal(empty_url, "0009")
+    assert refused.counts == {"queue_limits": 1}
+    assert "delete 1 queue limit" in str(refused)
+
+    report = migrate.downgrade(empty_url, "0009", force=True)
+    assert _taken(report) == [("0011", "queue_limits", 1, "deleted")]
+    rows = _snapshot(empty_url)
+    assert "caravel_queue_limits" not in rows
+    assert len(rows["caravel_jobs"]) == 1  # the job stays, without its partition key
+    assert "'acct-1'" not in rows["caravel_jobs"][0]
+    migrate.upgrade(empty_url)  # and back: the table empty, the column NULL
+    async with open_queue(empty_url) as queue:
+        assert await QueueInspector(queue.store).queue_limits() == []
 
 
 # ----- base: every job ---------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``caravel queues``: list the queues with whether each is paused, and pause or resume one.
+"""``caravel queues``: list the queues with whether each is paused, pause or resume one, and
+show or change their concurrency limits (``caravel queues limits``).
 
 A pause is an operator action for every worker on every host: workers stop claiming the queue's
 jobs (at once on PostgreSQL, within their poll interval on SQLite), jobs already running finish,
@@ -19,10 +20,13 @@ from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.errors import CaravelError
+from caravel.inspector import QueueLimitRecord
 from caravel.validation import check_queue_name
 
 app = typer.Typer(
-    help="List queues, and pause or resume one.", no_args_is_help=True, rich_markup_mode=None
+    help="List queues, pause or resume one, and show or change their concurrency limits.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 QueueName = Annotated[str, typer.Argument(help="The queue's name.")]
@@ -109,3 +113,126 @@ def resume(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
     Exit 0 also when it was not paused.
     """
     _change("queues resume", url, queue, as_json, pause=False)
+
+
+# ----- concurrency limits -------------------------------------------------------------------
+
+limits_app = typer.Typer(
+    help="Show and change queues' concurrency limits.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(limits_app, name="limits")
+
+
+def _limit_fields(limit: QueueLimitRecord) -> dict[str, Any]:
+    return {
+        "queue": limit.queue,
+        "concurrency": limit.concurrency,
+        "per_key": limit.per_key,
+        "updated_at": limit.updated_at,
+    }
+
+
+@limits_app.command("show")
+def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
+    """List the queues with concurrency limits: at most CONCURRENCY of a queue's jobs run at
+    once across every worker, and at most PER_KEY per partition key (blank: no such cap).
+
+    Read-only: the database is opened as for ``caravel status``.
+    """
+
+    async def go() -> list[QueueLimitRecord]:
+        async with open_inspector(url) as reader:
+            return await reader.queue_limits()
+
+    try:
+        found = asyncio.run(go())
+    except CaravelError as exc:
+        raise fail("queues limits show", exc, as_json=as_json, url=url) from None
+    if as_json:
+        emit({"limits": [_limit_fields(limit) for limit in found]})
+        return
+    if not found:
+        typer.echo("no queue has a concurrency limit")
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    from caravel.cli.render import console
+
+    table = Table(title="Concurrency limits")
+    for column in ("queue", "concurrency", "per key", "set at (UTC)"):
+        table.add_column(column)
+    for limit in found:
+        table.add_row(
+            Text(limit.queue),
+            "" if limit.concurrency is None else str(limit.concurrency),
+            "" if limit.per_key is None else str(limit.per_key),
+            timestamp(limit.updated_at),
+        )
+    console().print(table)
+
+
+@limits_app.command("set")
+def set_limits(
+    queue: QueueName,
+    url: DatabaseUrl,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", help="At most this many of its jobs run at once, on every worker."
+        ),
+    ] = None,
+    per_key: Annotated[
+        int | None,
+        typer.Option("--per-key", help="At most this many run at once per partition key."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Set a queue's concurrency limits, replacing any it had (a cap not given is removed).
+
+    Running workers follow the change within their poll interval (on PostgreSQL at once).
+    Jobs already running are not touched; over a lowered limit, none is claimed until enough
+    of them finish.
+    """
+    from caravel.flow import ConcurrencyLimit
+
+    async def go() -> None:
+        async with open_writer(url) as q:
+            await q.set_queue_limit(limit)
+
+    try:
+        limit = ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key)
+        asyncio.run(go())
+    except CaravelError as exc:
+        raise fail("queues limits set", exc, as_json=as_json, url=url) from None
+    if as_json:
+        emit({"queue": queue, "concurrency": concurrency, "per_key": per_key})
+        return
+    caps = [
+        f"{name} {value}"
+        for name, value in (("concurrency", concurrency), ("per key", per_key))
+        if value is not None
+    ]
+    typer.echo(f"limited {queue}: {', '.join(caps)}")
+
+
+@limits_app.command("clear")
+def clear_limits(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
+    """Remove a queue's concurrency limits: workers claim its waiting jobs without them as
+    soon as they read the change. Exit 0 also when it had none."""
+
+    async def go() -> bool:
+        async with open_writer(url) as q:
+            return await q.clear_queue_limit(queue)
+
+    try:
+        check_queue_name(queue)
+        changed = asyncio.run(go())
+    except CaravelError as exc:
+        raise fail("queues limits clear", exc, as_json=as_json, url=url) from None
+    if as_json:
+        emit({"queue": queue, "changed": changed})
+    else:
+        typer.echo(f"cleared the limits of {queue}" if changed else f"{queue} had no limits")

@@ -39,22 +39,20 @@ def envelope_for(
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
     Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``, ``pending_key``,
-    ``timeout``) when the dispatch has tags, a pending key or a timeout, or the job a priority
-    other than 0 (its dispatch's or its type's)."""
-    if dispatch.tags:
-        rule = "cannot be staged in the outbox (its table has no tags column); enqueue directly"
-        raise ValidationError("tags", rule)
-    if job.priority != 0:
-        rule = "cannot be staged in the outbox (its table has no priority column); enqueue directly"
-        raise ValidationError("priority", rule)
-    if dispatch.pending_key is not None:
-        rule = (
-            "cannot be staged in the outbox (its table has no pending_key column); enqueue directly"
-        )
-        raise ValidationError("pending_key", rule)
-    if dispatch.timeout is not None:
-        rule = "cannot be staged in the outbox (its table has no timeout column); enqueue directly"
-        raise ValidationError("timeout", rule)
+    ``timeout``, ``partition_key``) when the dispatch has tags, a pending key or a timeout, or
+    the job a priority other than 0 (its dispatch's or its type's) or a partition key (its
+    dispatch's or its payload's): the outbox table has no column for them."""
+    unstageable = {
+        "tags": bool(dispatch.tags),
+        "priority": job.priority != 0,
+        "pending_key": dispatch.pending_key is not None,
+        "timeout": dispatch.timeout is not None,
+        "partition_key": job.partition_key is not None,
+    }
+    for field, present in unstageable.items():
+        if present:
+            rule = f"cannot be staged in the outbox (its table has no {field} column); enqueue directly"
+            raise ValidationError(field, rule)
     return model(
         id=job.id,
         queue=job.queue,

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from caravel.errors import SchemaNotReadyError
 from caravel.jobs import JobState, JobStatus, Lease
 from caravel.store import claims, outcomes, queries
+from caravel.store.limited import LimitsStore
 from caravel.store.links_sql import SqlLinks
 from caravel.store.pausing import PausingStore
 from caravel.store.pending_sql import returning_key, with_key_given_up
@@ -59,6 +60,7 @@ CANCELLED = JobState.CANCELLED.value
 
 class SqlStore(
     PausingStore[ConnectionT],
+    LimitsStore[ConnectionT],
     ScheduleStateStore[ConnectionT],
     SqlRemoval[ConnectionT],
     SqlLinks[ConnectionT],
@@ -102,8 +104,15 @@ class SqlStore(
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         source = request.source
-        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         params = self._claim_params(request, request.now)
+        if request.limited:
+
+            async def limited() -> list[Any]:
+                async with self._write("job_claim") as conn:
+                    return await run_plan(conn.execute, self._claim_limited(request, params))
+
+            return claimed_from_rows(await self._deadlock_retried(limited))
+        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
 
         async def run() -> list[Any]:
             async with self._write("job_claim", single=True) as conn:

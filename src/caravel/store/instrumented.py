@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from uuid import UUID
 
 from caravel import telemetry
+from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
 from caravel.store.protocol import (
@@ -29,6 +30,7 @@ from caravel.store.protocol import (
     NewJob,
     PausedQueue,
     QueueCounts,
+    QueueLimit,
     ScheduleState,
     SnoozedAttempt,
     Store,
@@ -230,6 +232,18 @@ class InstrumentedStore:
 
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return self.inner.queue_changes(queues)
+
+    async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
+        with self._span("queue_limit_set"):
+            return await self.inner.queue_limit_set(limit, now)
+
+    async def queue_limit_clear(self, queue: str, now: int) -> bool:
+        with self._span("queue_limit_clear"):
+            return await self.inner.queue_limit_clear(queue, now)
+
+    async def queue_limit_list(self) -> list[QueueLimit]:
+        with self._span("queue_limit_list"):
+            return await self.inner.queue_limit_list()
 
     async def schedule_list(self) -> list[ScheduleState]:
         with self._span("schedule_list"):

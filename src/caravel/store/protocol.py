@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Protocol
 from uuid import UUID
 
+from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.jobs import JobStatus, Lease
 from caravel.store.links import LinkReads, LinkWrites
 from caravel.store.prunes import PruneBatch, PruneRequest
@@ -36,6 +37,7 @@ from caravel.store.values import (
     NewJob,
     PausedQueue,
     QueueCounts,
+    QueueLimit,
     ScheduleState,
     ShownState,
     SnoozedAttempt,
@@ -61,6 +63,7 @@ __all__ = [
     "NewJob",
     "PausedQueue",
     "QueueCounts",
+    "QueueLimit",
     "ReadStore",
     "ScheduleState",
     "ShownState",
@@ -115,6 +118,10 @@ class ReadStore(LinkReads, Protocol):
         """Every paused queue, by name. A queue never paused, or resumed since, is absent."""
         ...
 
+    async def queue_limit_list(self) -> list[QueueLimit]:
+        """Every queue with a concurrency limit, by name."""
+        ...
+
     async def schedule_list(self) -> list[ScheduleState]:
         """Every schedule the database has a row for (one that handled a slot or was ever
         paused), by name."""
@@ -157,7 +164,12 @@ class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         """Lease jobs as ``request`` says. Each claimed job's attempt goes up by one and its
         lease token changes. A job whose lease expired with its attempts used up is
-        dead-lettered (``LeaseExpired``) instead."""
+        dead-lettered (``LeaseExpired``) instead.
+
+        A ``limited`` request keeps the queue's stored limits exactly, whatever other claims run
+        at once: after it, at most ``concurrency`` of the queue's jobs are running with a lease
+        unexpired at ``now``, and at most ``per_key`` per partition key (a job already over a
+        lowered limit is not touched; the claim takes none until the count is below it)."""
         ...
 
     async def job_complete_many(
@@ -208,6 +220,18 @@ class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
 
     async def queue_resume(self, queue: str, now: int) -> bool:
         """Let workers claim ``queue`` again; false when it was not paused."""
+        ...
+
+    async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
+        """Store ``limit`` as its queue's concurrency limits, replacing any (a cap it leaves
+        ``None`` is removed); returns what is stored. Raises
+        :class:`~caravel.errors.ValidationError` for a limit that breaks
+        :class:`~caravel.flow.ConcurrencyLimit`'s rules, storing nothing."""
+        ...
+
+    async def queue_limit_clear(self, queue: str, now: int) -> bool:
+        """Remove ``queue``'s concurrency limits: its jobs are claimed without them from the
+        next claim. False when it had none."""
         ...
 
     async def schedule_advance(self, name: str, slot_at: int, now: int) -> bool:

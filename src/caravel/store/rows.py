@@ -268,6 +268,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "priority": job.priority,
         "pending_key": job.pending_key,
         "timeout_ms": job.timeout_ms,
+        "partition_key": job.partition_key,
     }
 
 
@@ -291,4 +292,5 @@ _JOB_ROW_COLUMNS = (
     "priority",
     "pending_key",
     "timeout_ms",
+    "partition_key",
 )

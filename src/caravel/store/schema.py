@@ -39,6 +39,7 @@ __all__ = [
     "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
     "QUEUES_TABLE",
+    "QUEUE_LIMITS_TABLE",
     "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
@@ -48,6 +49,8 @@ __all__ = [
     "include_object",
     "jobs",
     "metadata",
+    "partition",
+    "queue_limits",
     "queues",
     "schedules",
     "workers",
@@ -111,6 +114,9 @@ jobs = sa.Table(
     sa.Column("upstream", sa.Text(), nullable=True),
     # The job's own execution timeout in ms (``DispatchOptions.timeout``); NULL: its type's.
     sa.Column("timeout_ms", sa.Integer(), nullable=True),
+    # The key a per-key concurrency limit counts the job under; NULL means its tenant (the
+    # default), read as ``COALESCE(partition_key, tenant_id)`` (:data:`partition`).
+    sa.Column("partition_key", sa.String(MAX_KEY_LENGTH), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -203,6 +209,10 @@ sa.Index(
 )
 
 
+#: A job's partition key as per-key concurrency limits count it: its own, else its tenant.
+partition = sa.func.coalesce(jobs.c.partition_key, jobs.c.tenant_id)
+
+
 def include_object(
     obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
 ) -> bool:
@@ -250,6 +260,27 @@ queues = sa.Table(
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint("queue", name="pk_caravel_queues"),
+)
+
+QUEUE_LIMITS_TABLE = "caravel_queue_limits"
+
+#: One row per queue with a concurrency limit: at most ``concurrency`` of its jobs run at once,
+#: and at most ``per_key`` per partition key (``NULL``: no such cap). A queue without a row has
+#: no limit, and its claims are exactly those of a queue before limits existed. Limited claims
+#: of one queue serialize on its row (see :mod:`caravel.store.limited`).
+queue_limits = sa.Table(
+    QUEUE_LIMITS_TABLE,
+    metadata,
+    sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+    sa.Column("concurrency", sa.Integer(), nullable=True),
+    sa.Column("per_key", sa.Integer(), nullable=True),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint("queue", name="pk_caravel_queue_limits"),
+    sa.CheckConstraint(
+        "(concurrency IS NULL OR concurrency >= 1) AND (per_key IS NULL OR per_key >= 1)"
+        " AND (concurrency IS NOT NULL OR per_key IS NOT NULL)",
+        name="ck_caravel_queue_limits_positive",
+    ),
 )
 
 SCHEDULES_TABLE = "caravel_schedules"

@@ -33,6 +33,7 @@ __all__ = [
     "NewJob",
     "PausedQueue",
     "QueueCounts",
+    "QueueLimit",
     "ScheduleState",
     "ShownState",
     "SnoozedAttempt",
@@ -69,6 +70,8 @@ class NewJob(NamedTuple):
     debounce_ms: int | None = None
     #: The job's own execution timeout in ms (column ``timeout_ms``), or ``None``: its type's.
     timeout_ms: int | None = None
+    #: The key per-key concurrency limits count it under; ``None``: its tenant.
+    partition_key: str | None = None
 
 
 class InsertOutcome(NamedTuple):
@@ -139,13 +142,18 @@ ClaimSource = Literal["any", "ready", "expired"]
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """One claim: up to ``limit`` jobs of ``queue`` that are due (or whose lease expired) at
-    ``now``, each leased for ``lease_ms``; ``source`` narrows which of the two."""
+    ``now``, each leased for ``lease_ms``; ``source`` narrows which of the two.
+
+    ``limited``: the caller knows the queue has a concurrency limit (see
+    :meth:`Store.queue_limit_list`), and the claim keeps the queue's stored limits, read in its
+    own transaction. Without it the claim is the plain one and no limit is read."""
 
     queue: str
     limit: int
     now: int
     lease_ms: int
     source: ClaimSource = "any"
+    limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +219,18 @@ class PausedQueue:
 
     queue: str
     paused_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimit:
+    """A queue's stored concurrency limits (see :class:`~caravel.flow.ConcurrencyLimit`): at
+    most ``concurrency`` of its jobs running at once and ``per_key`` per partition key
+    (``None``: no such cap), as last set at ``updated_at`` (ms)."""
+
+    queue: str
+    concurrency: int | None
+    per_key: int | None
+    updated_at: int
 
 
 @dataclass(frozen=True, slots=True)

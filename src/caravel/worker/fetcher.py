@@ -16,6 +16,12 @@ them down with it on every retry until all of their attempts were spent. The loo
 lease comes before the claim of waiting jobs, except right after a wake-up: then the announced
 job is claimed first and the look follows (at the latest in the fetcher's next step), so that
 the round trip is not added to that job's wake-up.
+
+Limits: for a queue with a concurrency limit (as the worker last read it) every claim is a
+limited one (:class:`~caravel.store.values.ClaimRequest`), asking for no more than the queue's
+overall limit. When such a claim comes back short, the queue may be at its limit rather than
+drained: the worker wakes the fetcher again as soon as the outcome of one of its own jobs of
+that queue is written (another worker's finished jobs are seen at the next wake-up or poll).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from caravel._failpoints import failpoint
 from caravel.clock import Clock, duration_ms
+from caravel.flow.following import LimitedQueues
 from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.signals import WakeupHub
@@ -139,8 +146,11 @@ class Fetcher:
         push: bool,
         stopping: asyncio.Event,
         paused: PausedQueues | None = None,
+        limits: LimitedQueues | None = None,
     ) -> None:
         self.queue = queue
+        #: The worker's view of its queues' concurrency limits.
+        self._limits = limits
         #: The worker's paused set: nothing is claimed from this queue while it is in it.
         self._paused = paused
         self._leases = leases
@@ -182,6 +192,17 @@ class Fetcher:
             if not self._push:
                 idle = min(idle * 2, self._longest)
 
+    @property
+    def _limited(self) -> bool:
+        return self._limits is not None and self.queue in self._limits
+
+    def _wanted(self, slots: int) -> int:
+        """At most ``slots``, and no more than the queue's overall limit."""
+        limit = None if self._limits is None else self._limits.get(self.queue)
+        if limit is not None and limit.concurrency is not None:
+            return min(slots, limit.concurrency)
+        return slots
+
     async def run_once(self) -> int:
         """One look at the queue, if enough slots are free: take over one expired lease when
         it is time, then claim a batch of waiting jobs and start them. Returns how many jobs
@@ -207,12 +228,14 @@ class Fetcher:
         """Claim and start waiting jobs in the slots free now (at most a batch); how many
         were asked for and claimed. Nothing is asked for when no slot is free."""
         slots = self._slots
-        asked = slots.take(self._batch)
+        asked = slots.take(self._wanted(self._batch))
         if not asked:
             return 0, 0
         claimed: list[ClaimedJob] = []
         try:
-            claimed = await self._leases.claim_many(self.queue, asked, source="ready")
+            claimed = await self._leases.claim_many(
+                self.queue, asked, source="ready", limited=self._limited
+            )
             if claimed:
                 failpoint("after_claim")
         finally:
@@ -231,7 +254,9 @@ class Fetcher:
             return 0
         taken: list[ClaimedJob] = []
         try:
-            taken = await self._leases.claim_many(self.queue, 1, source="expired")
+            taken = await self._leases.claim_many(
+                self.queue, 1, source="expired", limited=self._limited
+            )
             if taken:
                 failpoint("after_claim")
         finally:

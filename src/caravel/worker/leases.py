@@ -103,7 +103,7 @@ class Leases:
     # ----- claims ----------------------------------------------------------------------------
 
     async def claim_many(
-        self, queue: str, limit: int, *, source: ClaimSource = "any"
+        self, queue: str, limit: int, *, source: ClaimSource = "any", limited: bool = False
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` due jobs of ``queue``. Each claim counts as an attempt.
 
@@ -112,6 +112,9 @@ class Leases:
         ``"expired"`` only running jobs whose lease ran out (taking over a crashed worker's
         job), oldest expiry first, ``"any"`` (the default) expired leases first, then waiting
         jobs.
+
+        ``limited`` keeps the queue's stored concurrency limits (see
+        :class:`~caravel.ConcurrencyLimit`): the claim takes at most what they leave.
         """
         check_queue_name(queue)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -119,16 +122,19 @@ class Leases:
         if source not in _SOURCES:
             raise ValidationError("source", "must be 'any', 'ready' or 'expired'")
         while True:
-            request = ClaimRequest(queue, limit, self.clock.now_ms(), self._lease_ms, source)
+            request = ClaimRequest(
+                queue, limit, self.clock.now_ms(), self._lease_ms, source, limited=limited
+            )
             batch = await self._store.job_claim_many(request)
             # Jobs dead-lettered on the way (their last lease expired) use up the limit without
             # giving work; look again so a caller never sees "nothing due" while jobs wait.
             if batch.claimed or batch.dead_lettered == 0:
                 return batch.claimed
 
-    async def claim(self, queue: str) -> ClaimedJob | None:
-        """Lease the next due job of ``queue``, or return ``None`` when none is due."""
-        claimed = await self.claim_many(queue, 1)
+    async def claim(self, queue: str, *, limited: bool = False) -> ClaimedJob | None:
+        """Lease the next due job of ``queue``, or return ``None`` when none is due (or, when
+        ``limited``, when the queue's concurrency limits leave no room)."""
+        claimed = await self.claim_many(queue, 1, limited=limited)
         return claimed[0] if claimed else None
 
     # ----- outcomes --------------------------------------------------------------------------

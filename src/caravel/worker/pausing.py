@@ -10,6 +10,10 @@ PostgreSQL with its listener connected, as soon as the notification arrives, typ
 milliseconds); a claim already on its way may still start its jobs. Jobs already running are
 not touched: they finish and are acknowledged as usual. A resume wakes the queue's fetcher at
 once when the worker reads it.
+
+The same reads keep the worker's view of its queues' concurrency limits
+(:class:`~caravel.flow.following.LimitedQueues`) current: a limit's change is announced on the
+same channel, and a queue whose limit changed (removed above all) has its fetcher woken too.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 from caravel.clock import Clock
+from caravel.flow.following import LimitedQueues
 from caravel.signals import WakeupHub
 from caravel.store.protocol import Store
 
@@ -30,8 +35,17 @@ logger = logging.getLogger("caravel.worker")
 class PausedQueues:
     """The paused set of ``queues``, kept current by :meth:`run`."""
 
-    def __init__(self, store: Store, clock: Clock, hub: WakeupHub, *, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        hub: WakeupHub,
+        *,
+        poll_seconds: float,
+        limits: LimitedQueues | None = None,
+    ) -> None:
         self._store = store
+        self._limits = limits
         self._clock = clock
         self._hub = hub
         self._poll_seconds = poll_seconds
@@ -64,6 +78,8 @@ class PausedQueues:
         for queue in sorted(resumed):
             logger.info("queue resumed; claiming its jobs again", extra={"queue": queue})
         self._paused = paused
+        if self._limits is not None:
+            resumed |= await self._limits.refresh(self._queues)
         if resumed:
             self._hub.notify(resumed)
         return paused

@@ -28,6 +28,7 @@ from uuid import UUID, uuid4
 from caravel._closing import AsyncClosing
 from caravel._failpoints import failpoint
 from caravel.errors import ValidationError
+from caravel.flow.following import LimitedQueues
 from caravel.jobs import ClaimedJob, Lease
 from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
@@ -118,9 +119,7 @@ class QueueWorker(AsyncClosing):
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)
         self._report = OutcomeReport(self._summary)
-        self._acker = Acknowledger(
-            self.leases, on_written=self._report.written, on_error=self._failed
-        )
+        self._acker = Acknowledger(self.leases, on_written=self._written, on_error=self._failed)
         self._slots = Slots(self.options.concurrency, self._job)
         self._presence = Presence(
             queue.store,
@@ -130,11 +129,13 @@ class QueueWorker(AsyncClosing):
             heartbeat_interval=self.options.heartbeat_interval,
             in_flight=lambda: len(self._slots.tasks),
         )
+        self._limits = LimitedQueues(queue.store)
         self._paused = PausedQueues(
             queue.store,
             queue.clock,
             queue.wakeups,
             poll_seconds=self.options.poll_interval.total_seconds(),
+            limits=self._limits,
         )
         self._stop_requested = asyncio.Event()
         self._cancel_now = asyncio.Event()
@@ -187,7 +188,7 @@ class QueueWorker(AsyncClosing):
         check_queue_name(queue)
         if await self._paused.paused_now(queue):
             return None
-        claimed = await self.leases.claim(queue)
+        claimed = await self.leases.claim(queue, limited=await self._limits.limited_now(queue))
         if claimed is None:
             return None
         failpoint("after_claim")
@@ -241,6 +242,7 @@ class QueueWorker(AsyncClosing):
         self.abandoned_at_stop = []
         self.threads_at_stop = self.threads_abandoned = 0
         await self.queue.check_schema()
+        await self._declare_limits()
         await self._presence.register(names)
         self._summary.reset()
         await self._paused.refresh(names)  # before the first claim
@@ -282,6 +284,20 @@ class QueueWorker(AsyncClosing):
         if self._fault is not None:
             raise self._fault
 
+    def _written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
+        """An outcome reached the database: reported, and for a limited queue its slot is
+        free, so the queue's fetcher is woken to claim again."""
+        self._report.written(claimed, outcome, held)
+        if claimed.queue in self._limits:
+            self.queue.wakeups.notify({claimed.queue})
+
+    async def _declare_limits(self) -> None:
+        """Store the concurrency limits the registry declares (:meth:`JobRegistry.limit
+        <caravel.JobRegistry.limit>`), replacing what the database held for their queues."""
+        now = self.queue.clock.now_ms()
+        for limit in self.queue.registry.limits:
+            await self.queue.store.queue_limit_set(limit, now)
+
     def _cancel_services(self) -> list[asyncio.Task[None]]:
         """The loops that cancel handlers of jobs an operator cancelled: polling, and following
         the store's pushed notices where it has them."""
@@ -306,6 +322,7 @@ class QueueWorker(AsyncClosing):
                 push=self.queue.store.supports_listen_notify,
                 stopping=self._stop_requested,
                 paused=self._paused,
+                limits=self._limits,
             )
             for name in names
         ]

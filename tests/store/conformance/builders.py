@@ -55,6 +55,7 @@ def new_job(
     job_id: UUID | None = None,
     trace_context: str | None = None,
     priority: int = 0,
+    partition_key: str | None = None,
 ) -> NewJob:
     """A job created at ``created_at`` and due then (or at ``due_at``), with payload
     ``{"n": n}`` unless ``body`` says otherwise."""
@@ -70,6 +71,7 @@ def new_job(
         created_at=created_at,
         trace_context=trace_context,
         priority=priority,
+        partition_key=partition_key,
     )
 
 
@@ -99,8 +101,10 @@ async def claim(
     queue: str = QUEUE,
     lease_ms: int = LEASE_MS,
     source: ClaimSource = "any",
+    limited: bool = False,
 ) -> ClaimBatch:
-    return await store.job_claim_many(ClaimRequest(queue, limit, now, lease_ms, source))
+    request = ClaimRequest(queue, limit, now, lease_ms, source, limited=limited)
+    return await store.job_claim_many(request)
 
 
 async def claim_one(store: Store, now: int, **options: Any) -> ClaimedJob:

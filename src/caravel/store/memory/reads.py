@@ -18,6 +18,7 @@ from caravel.store.protocol import (
     JobRef,
     PausedQueue,
     QueueCounts,
+    QueueLimit,
     ScheduleState,
     ThroughputBucket,
     ThroughputQuery,
@@ -146,6 +147,10 @@ class MemoryReader:
     async def queue_list_paused(self) -> list[PausedQueue]:
         with self._locked("queue_list_paused") as tables:
             return [PausedQueue(name, at) for name, at in sorted(tables.paused.items())]
+
+    async def queue_limit_list(self) -> list[QueueLimit]:
+        with self._locked("queue_limit_list") as tables:
+            return [tables.limits[name] for name in sorted(tables.limits)]
 
     async def schedule_list(self) -> list[ScheduleState]:
         with self._locked("schedule_list") as tables:

@@ -17,6 +17,7 @@ from uuid import UUID
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
+from caravel.store.memory.limits import MemoryLimits, limited_pick
 from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
 from caravel.store.memory.removal import MemoryRemoval
@@ -76,7 +77,7 @@ _SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
 }
 
 
-class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLinks):
+class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
     """Every queue operation over one in-memory queue's tables, each atomic under their lock.
     Not durable, and per process (see the module docstring). Wake-ups within the process go
     through the queue's own hub, so :meth:`wakeups` has nothing to push."""
@@ -125,18 +126,25 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLinks):
     # ----- claim and acknowledge -----------------------------------------------------------
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        now, limit = request.now, request.limit
+        now, limit, queue = request.now, request.limit, request.queue
         with self._locked("job_claim") as tables:
-            picked: list[JobRow] = []
-            # "any" as in SQL: up to the batch of each source, expired leases first.
-            for state, order in _SOURCES[request.source]:
-                due = (
+
+            def due(state: str) -> list[JobRow]:
+                return [
                     row
-                    for row in tables.live_rows(request.queue)
+                    for row in tables.live_rows(queue)
                     if row.state == state and row.available_at is not None
                     and row.available_at <= now
-                )  # fmt: skip
-                picked.extend(heapq.nsmallest(limit, due, key=order))
+                ]  # fmt: skip
+
+            sources = _SOURCES[request.source]
+            if request.limited:
+                picked = limited_pick(tables, queue, now, limit, sources, due)
+            else:
+                picked = []
+                # "any" as in SQL: up to the batch of each source, expired leases first.
+                for state, order in sources:
+                    picked.extend(heapq.nsmallest(limit, due(state), key=order))
             returned = []
             for row in picked[:limit]:
                 _claim(row, now, now + request.lease_ms)

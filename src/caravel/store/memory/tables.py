@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from caravel.limits import HELD_DUE_AT
-from caravel.store.protocol import NewJob
+from caravel.store.protocol import NewJob, QueueLimit
 from caravel.store.rows import job_row
 
 __all__ = ["BatchRow", "JobRow", "Key", "Tables", "WorkerRow"]
@@ -56,6 +56,7 @@ class JobRow:
     pruned_at: int | None = None
     priority: int = 0
     pending_key: str | None = None
+    partition_key: str | None = None
     chain_id: UUID | None = None
     chain_step: int | None = None
     chain_next: UUID | None = None
@@ -134,6 +135,8 @@ class Tables:
         #: ``caravel_schedules`` as name -> [last_slot_at, paused_at].
         self.schedules: dict[str, list[int | None]] = {}
         self.batches: dict[UUID, BatchRow] = {}
+        #: ``caravel_queue_limits`` by queue.
+        self.limits: dict[str, QueueLimit] = {}
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:

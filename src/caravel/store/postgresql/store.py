@@ -25,6 +25,7 @@ from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest
 from caravel.store.schema import jobs
+from caravel.store.schema import queue_limits as queue_limits_table
 from caravel.store.schema import queues as queues_table
 from caravel.store.schema import schedules as schedules_table
 
@@ -95,6 +96,14 @@ class PostgresStore(InsertingStore):
     def _schedules_insert(self) -> Any:
         return postgresql.insert(schedules_table)
 
+    def _queue_limits_insert(self) -> Any:
+        return postgresql.insert(queue_limits_table)
+
+    def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]:
+        # The queue's limited claims take turns on its limits row: each counts the running
+        # jobs only once the claim before it committed.
+        return read.with_for_update()
+
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)
 
@@ -136,6 +145,8 @@ class PostgresStore(InsertingStore):
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
+        if request.limited:  # a transaction of several statements: the shared one
+            return await super().job_claim_many(request)
         source, limit = request.source, request.limit
         values = self._claim_params(request, request.now)
         del values["b_limit"]  # written into the statement's text instead

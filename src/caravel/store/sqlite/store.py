@@ -21,9 +21,11 @@ from caravel.errors import DatabaseNotFoundError, StoreError
 from caravel.jobs import Lease
 from caravel.store.base import SqlStore, claimed_from_rows
 from caravel.store.outcomes import split_results
+from caravel.store.plans import run_plan_sync
 from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
 from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
+from caravel.store.schema import queue_limits as queue_limits_table
 from caravel.store.schema import queues as queues_table
 from caravel.store.schema import schedules as schedules_table
 from caravel.store.sqlite.connections import (
@@ -233,6 +235,8 @@ class SqliteStore(SqlStore[ThreadConnection]):
                 raise missing
             # Where the claim had to wait for the write lock, the lease starts after the wait.
             params = self._claim_params(request, request.now + waited)
+            if request.limited:  # the write lock makes the queue's limited claims take turns
+                return run_plan_sync(conn.execute, self._claim_limited(request, params))
             return list(conn.execute(stmt, params).all())
 
         return claimed_from_rows(await self._in_writer("job_claim", claim))
@@ -287,6 +291,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
 
     def _schedules_insert(self) -> Any:
         return sqlite.insert(schedules_table)
+
+    def _queue_limits_insert(self) -> Any:
+        return sqlite.insert(queue_limits_table)
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         if self._announcer is None:

@@ -1,0 +1,26 @@
+"""Flow control: what limits how much of a queue runs at once.
+
+Concurrency limits (:class:`ConcurrencyLimit`) cap how many jobs of a queue run at once across
+every worker and host, and how many run at once per partition key (the tenant by default, or a
+value each job carries: see ``JobRegistry.register(partition_by=...)`` and
+``DispatchOptions.partition_key``). Limits are stored in the database, behind the store's
+``queue_limit_*`` operations: operators change them with ``caravel queues limits``, code
+declares them with :meth:`JobRegistry.limit <caravel.JobRegistry.limit>`, and running workers
+follow them within one poll interval.
+
+The exact rule each claim keeps, and why it is exact, is in ``docs/guides/flow-control.md``.
+"""
+
+from __future__ import annotations
+
+from caravel.flow.concurrency import MAX_CONCURRENCY_LIMIT, ConcurrencyLimit, check_limit
+from caravel.flow.partition import TENANT, check_partition_by, partition_key_of
+
+__all__ = [
+    "MAX_CONCURRENCY_LIMIT",
+    "TENANT",
+    "ConcurrencyLimit",
+    "check_limit",
+    "check_partition_by",
+    "partition_key_of",
+]

@@ -1,0 +1,68 @@
+"""What a worker knows of its queues' concurrency limits: read from the store when it starts,
+again at every read of the paused set (each ``poll_interval``, and at once when PostgreSQL pushes
+a change on the queues' channel), so a change reaches running workers without a restart.
+
+A fetcher sends a limited claim only for a queue it knows to be limited; the claim itself then
+reads the stored limits in its own transaction, so a limit lowered, raised or removed since the
+last read is kept exactly by the next claim. A limit set on a queue the worker believed
+unlimited is followed from the worker's next read, at most one ``poll_interval`` later.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from caravel.store.protocol import QueueLimit, Store
+
+__all__ = ["LimitedQueues"]
+
+logger = logging.getLogger("caravel.worker")
+
+
+class LimitedQueues:
+    """The concurrency limits of a worker's queues, as last read."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._limits: dict[str, QueueLimit] = {}
+
+    def __contains__(self, queue: object) -> bool:
+        return queue in self._limits
+
+    def get(self, queue: str) -> QueueLimit | None:
+        """``queue``'s limits as last read, or ``None``."""
+        return self._limits.get(queue)
+
+    async def refresh(self, queues: Iterable[str]) -> frozenset[str]:
+        """Read the limits of ``queues`` again; returns the queues whose limits changed."""
+        wanted = frozenset(queues)
+        read = {q.queue: q for q in await self._store.queue_limit_list() if q.queue in wanted}
+        changed = {
+            name
+            for name in read.keys() | self._limits.keys()
+            if _caps(read.get(name)) != _caps(self._limits.get(name))
+        }
+        for name in sorted(changed):
+            limit = read.get(name)
+            if limit is None:
+                logger.info("queue concurrency limit removed", extra={"queue": name})
+            else:
+                logger.info(
+                    "queue concurrency limit read",
+                    extra={
+                        "queue": name,
+                        "concurrency": limit.concurrency,
+                        "per_key": limit.per_key,
+                    },
+                )
+        self._limits = read
+        return frozenset(changed)
+
+    async def limited_now(self, queue: str) -> bool:
+        """Whether ``queue`` has a limit, read from the store now (one step of the worker)."""
+        return any(q.queue == queue for q in await self._store.queue_limit_list())
+
+
+def _caps(limit: QueueLimit | None) -> tuple[int | None, int | None] | None:
+    return None if limit is None else (limit.concurrency, limit.per_key)

@@ -1,0 +1,88 @@
+"""The in-memory store's concurrency limits, with the rules of :mod:`caravel.store.limited`:
+a limit replaces the queue's previous one, a clear removes it, and a limited claim counts the
+running jobs and picks what the limits leave (:func:`limited_pick`) under the tables' lock, which
+makes it exact as the SQL stores' turns do."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.jobs import JobState
+from caravel.store.claims import KEY_SCAN
+from caravel.store.limited import checked_limit
+from caravel.store.memory.reads import MemoryReader
+from caravel.store.memory.tables import JobRow, Tables
+from caravel.store.protocol import QueueLimit
+from caravel.validation import check_queue_name
+
+__all__ = ["MemoryLimits", "limited_pick", "partition_of"]
+
+RUNNING = JobState.RUNNING.value
+
+_Order = Callable[[JobRow], tuple[int, int]]
+
+
+def partition_of(row: JobRow) -> str:
+    """``schema.partition``: the job's partition key, else its tenant."""
+    return row.partition_key if row.partition_key is not None else row.tenant_id
+
+
+def _running(tables: Tables, queue: str, now: int) -> list[JobRow]:
+    return [
+        row
+        for row in tables.live_rows(queue)
+        if row.state == RUNNING and row.available_at is not None and row.available_at > now
+    ]
+
+
+def limited_pick(
+    tables: Tables,
+    queue: str,
+    now: int,
+    limit: int,
+    sources: Sequence[tuple[str, _Order]],
+    due: Callable[[str], list[JobRow]],
+) -> list[JobRow]:
+    """The rows a limited claim of ``queue`` takes at ``now``: at most ``limit`` and what the
+    stored limits leave (``claims.claim_per_key`` and ``limited._claim_limited`` in Python).
+    ``due(state)`` lists the queue's due rows in ``state``."""
+    stored = tables.limits.get(queue)
+    running = _running(tables, queue, now) if stored is not None else []
+    if stored is not None and stored.concurrency is not None:
+        limit = min(limit, stored.concurrency - len(running))
+        if limit <= 0:
+            return []
+    if stored is None or stored.per_key is None:
+        picked: list[JobRow] = []
+        for state, order in sources:
+            picked.extend(heapq.nsmallest(limit, due(state), key=order))
+        return picked[:limit]
+    per_key = stored.per_key
+    counts = Counter(partition_of(row) for row in running)
+    chosen: list[JobRow] = []
+    for state, order in sources:
+        for row in heapq.nsmallest(KEY_SCAN, due(state), key=order):
+            key = partition_of(row)
+            counts[key] += 1  # numbered within its key, running jobs first
+            if counts[key] <= per_key and len(chosen) < limit:
+                chosen.append(row)
+    return chosen
+
+
+class MemoryLimits(MemoryReader):
+    """``queue_limit_set`` and ``queue_limit_clear`` over the tables."""
+
+    async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
+        limit = checked_limit(limit)
+        stored = QueueLimit(limit.queue, limit.concurrency, limit.per_key, now)
+        with self._locked("queue_limit_set") as tables:
+            tables.limits[limit.queue] = stored
+        return stored
+
+    async def queue_limit_clear(self, queue: str, now: int) -> bool:
+        check_queue_name(queue)
+        with self._locked("queue_limit_clear") as tables:
+            return tables.limits.pop(queue, None) is not None
