@@ -51,8 +51,8 @@ def envelope_for(
     }
     for field, present in unstageable.items():
         if present:
-            rule = f"cannot be staged in the outbox (its table has no {field} column); enqueue directly"
-            raise ValidationError(field, rule)
+            no_column = f"cannot be staged in the outbox (its table has no {field} column)"
+            raise ValidationError(field, f"{no_column}; enqueue directly")
     return model(
         id=job.id,
         queue=job.queue,
