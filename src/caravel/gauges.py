@@ -1,16 +1,29 @@
-"""Gauges of what the database holds (queue depth per state, the oldest ready job's age, pending
-outbox intents), published through OpenTelemetry's observable gauges from the last snapshot a
-collector read. Like :mod:`caravel.telemetry`, a leaf that takes plain values."""
+"""Gauges of what the database holds (queue depth per state, the oldest ready job's age, how
+limited queues stand against their limits, pending outbox intents), published through
+OpenTelemetry's observable gauges from the last snapshot a collector read. Like
+:mod:`caravel.telemetry`, a leaf that takes plain values."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from opentelemetry import metrics
 
 from caravel.telemetry import meter
 
-__all__ = ["OutboxGauge", "QueueGauges", "queue_gauges", "record_outbox_pending"]
+__all__ = ["LimitSnapshot", "OutboxGauge", "QueueGauges", "queue_gauges", "record_outbox_pending"]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSnapshot:
+    """One limited queue as the gauges take it: its caps (``None``: no such cap), its jobs
+    running, and its ready jobs waiting because of a limit."""
+
+    concurrency: int | None
+    per_key: int | None
+    running: int
+    waiting: int
 
 
 # ----- queue depth, read from the database ---------------------------------------------------
@@ -29,6 +42,7 @@ class QueueGauges:
     def __init__(self) -> None:
         self.depths: dict[str, dict[str, int]] = {}
         self.oldest_ready_age: dict[str, float] = {}
+        self.limits: dict[str, LimitSnapshot] = {}
         meter.create_observable_gauge(
             "caravel.queue.depth",
             callbacks=[self._depth],
@@ -42,12 +56,58 @@ class QueueGauges:
             unit="s",
             description="How long the oldest due job of each queue has waited",
         )
+        # Per queue only, never per partition key: keys are tenants or payload values, as many
+        # as the application has, and each would be a time series of its own.
+        meter.create_observable_gauge(
+            "caravel.queue.limit.max",
+            callbacks=[self._cap],
+            unit="{job}",
+            description="The concurrency caps of each limited queue: overall (concurrency) "
+            "and per partition key (per_key)",
+        )
+        meter.create_observable_gauge(
+            "caravel.queue.limit.running",
+            callbacks=[self._running],
+            unit="{job}",
+            description="Jobs of each limited queue running with a live lease, as its "
+            "concurrency limit counts them",
+        )
+        meter.create_observable_gauge(
+            "caravel.queue.limit.waiting",
+            callbacks=[self._waiting],
+            unit="{job}",
+            description="Ready, due jobs of each limited queue that cannot start now because "
+            "of a limit",
+        )
 
     def update(
         self, depths: Mapping[str, Mapping[str, int]], oldest_ready_age: Mapping[str, float]
     ) -> None:
         self.depths = {queue: dict(states) for queue, states in depths.items()}
         self.oldest_ready_age = dict(oldest_ready_age)
+
+    def update_limits(self, limits: Mapping[str, LimitSnapshot]) -> None:
+        """Replace the limited queues' snapshot (a queue no longer limited goes)."""
+        self.limits = dict(limits)
+
+    def _cap(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        for queue, snapshot in self.limits.items():
+            for kind, cap in (("concurrency", snapshot.concurrency), ("per_key", snapshot.per_key)):
+                if cap is not None:
+                    yield metrics.Observation(
+                        cap, {"messaging.destination.name": queue, "caravel.limit": kind}
+                    )
+
+    def _running(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        for queue, snapshot in self.limits.items():
+            yield metrics.Observation(snapshot.running, {"messaging.destination.name": queue})
+
+    def _waiting(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        for queue, snapshot in self.limits.items():
+            yield metrics.Observation(
+                snapshot.waiting,
+                {"messaging.destination.name": queue, "caravel.limit": "concurrency"},
+            )
 
     def _depth(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         for queue, states in self.depths.items():

@@ -27,6 +27,7 @@ from caravel.store.protocol import (
     SHOWN_STATES,
     JobFilter,
     QueueCounts,
+    QueueLimitUsage,
     ReadStore,
     ThroughputBucket,
     ThroughputQuery,
@@ -146,6 +147,15 @@ class QueueInspector(AsyncClosing):
             QueueLimitRecord(q.queue, q.concurrency, q.per_key, from_ms(q.updated_at))
             for q in await self.store.queue_limit_list()
         ]
+
+    async def queue_limit_usage(
+        self, queue: str | None = None, *, keys: int = 20
+    ) -> list[QueueLimitUsage]:
+        """How each queue with a concurrency limit (or only ``queue``) stands against it now:
+        its jobs running, its ready jobs waiting because of a limit, and with a per-key cap its
+        ``keys`` busiest partition keys (0 to 1,000; see
+        :class:`~caravel.store.values.QueueLimitUsage` for what counts as waiting)."""
+        return await self.store.queue_limit_usage(queue, self.clock.now_ms(), keys=keys)
 
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Every schedule the database has state for (one that ran a slot, or was paused), by

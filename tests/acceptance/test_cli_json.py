@@ -195,6 +195,7 @@ def test_status(seeded: str) -> None:
     (row,) = found["queues"]
     assert (row["ready"], row["delayed"], row["running"], row["dead_letter"]) == (1, 1, 1, 1)
     assert row["oldest_ready_due_at"] is not None
+    assert row["limits"] is None
 
 
 def test_jobs_list(seeded: str) -> None:
@@ -344,6 +345,30 @@ def test_queue_limits(seeded: str) -> None:
     )
     (row,) = shown["limits"]
     assert (row["queue"], row["concurrency"], row["per_key"]) == ("docs", None, 2)
+    # One job runs and one is ready, both of the seed's tenant: the key's cap of two leaves room.
+    assert (row["running"], row["waiting"]) == (1, 0)
+    assert [(k["running"], k["waiting"]) for k in row["keys"]] == [(1, 0)]
+    status = one_document(run_cli("status", "--url", seeded, "--json"), "caravel status")
+    (counted,) = status["queues"]
+    assert counted["limits"] == {
+        "concurrency": {"limit": None, "per_key": 2, "running": 1, "waiting": 0}
+    }
+    one_document(
+        run_cli("queues", "limits", "set", "docs", "--concurrency", "1", "--url", seeded, "--json"),
+        "caravel queues limits set",
+    )
+    status = one_document(run_cli("status", "--url", seeded, "--json"), "caravel status")
+    assert status["queues"][0]["limits"]["concurrency"] == {
+        "limit": 1,
+        "per_key": None,
+        "running": 1,
+        "waiting": 1,
+    }
+    shown = one_document(
+        run_cli("queues", "limits", "show", "--keys", "0", "--url", seeded, "--json"),
+        "caravel queues limits show",
+    )
+    assert shown["limits"][0]["keys"] == []
     cleared = one_document(
         run_cli("queues", "limits", "clear", "docs", "--url", seeded, "--json"),
         "caravel queues limits clear",

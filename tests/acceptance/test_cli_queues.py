@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from caravel import QueueInspector
+from caravel import ConcurrencyLimit, QueueInspector
+from caravel.testing import ManualClock
+from caravel.worker.leases import Leases
 from tests.support import Add, dispatch, open_queue
 from tests.support.processes import run_cli
 
@@ -129,3 +132,47 @@ def test_a_bad_limit_exits_two_names_the_field_and_stores_nothing(
     assert f"caravel queues limits set: {field}:" in error["message"]
     assert "\n" not in error["message"]
     assert asyncio.run(_limits(db_url)) == [("emails", 4, None)]
+
+
+async def _busy(url: str) -> None:
+    """emails limited to 3 at once and 2 per key: acme has 2 running and 3 ready, globex 1
+    running and 1 ready."""
+    # The command reads at the wall clock: jobs due now, leases an hour long.
+    clock = ManualClock(datetime.now(UTC))
+    async with open_queue(url, clock=clock, lease_duration=timedelta(hours=1)) as q:
+        for tenant, count in (("acme", 5), ("globex", 2)):
+            for n in range(count):
+                await q.enqueue(Add(n), dispatch(queue="emails", tenant=tenant))
+        await q.set_queue_limit(ConcurrencyLimit(queue="emails", concurrency=3, per_key=2))
+        assert len(await Leases(q).claim_many("emails", 10, limited=True)) == 3
+
+
+def test_status_and_limits_show_what_runs_and_waits_against_each_limit(db_url: str) -> None:
+    asyncio.run(_busy(db_url))
+    # Three run, at the overall cap: the four ready jobs wait.
+    status = run_cli("status", "--url", db_url)
+    assert status.returncode == 0, status.stderr
+    limits = status.stdout[status.stdout.index("Limits") :]
+    (row,) = [line for line in limits.splitlines() if "emails" in line]
+    assert [cell.strip() for cell in row.split("│")[1:6]] == ["emails", "3", "2", "3", "4"]
+    shown = json.loads(run_cli("queues", "limits", "show", "--url", db_url, "--json").stdout)
+    (emails,) = shown["limits"]
+    assert (emails["running"], emails["waiting"]) == (3, 4)
+    assert emails["keys"] == [
+        {"key": "acme", "running": 2, "waiting": 3},
+        {"key": "globex", "running": 1, "waiting": 0},
+    ]
+    table = run_cli("queues", "limits", "show", "--url", db_url).stdout
+    keys = table[table.index("Keys of emails") :]
+    assert [line.split("│")[1].strip() for line in keys.splitlines() if "│" in line] == [
+        "acme",
+        "globex",
+    ]
+
+
+def test_a_bad_keys_count_exits_two_naming_it(db_url: str) -> None:
+    done = run_cli("queues", "limits", "show", "--keys", "1001", "--url", db_url, "--json")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    error = json.loads(done.stderr)["error"]
+    assert (error["type"], "keys:" in error["message"]) == ("ValidationError", True)

@@ -293,6 +293,35 @@ def test_an_operator_pauses_then_resumes_a_schedule(live: Live, browser: Browser
     assert run_async(paused()) == {"heartbeat": False}
 
 
+def test_an_operator_sets_then_clears_a_queues_limits(live: Live, browser: BrowserContext) -> None:
+    async def limits() -> list[tuple[str, int | None, int | None]]:
+        async with QueueInspector(live.url) as reader:
+            return [(q.queue, q.concurrency, q.per_key) for q in await reader.queue_limits()]
+
+    page = as_user(browser, live, "operator")
+    page.goto(live.base + "/")
+    expect(page.locator("#limited")).to_have_count(0)
+    page.locator('#queues tr[data-queue="emails"]').get_by_role("link", name="Limits").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Limits of emails")
+    page.get_by_role("spinbutton", name="Concurrency").fill("1")
+    page.get_by_role("button", name="Set limits").click()
+    expect(page).to_have_url(re.compile(r"/queues/emails/limits\?notice=limits-set$"))
+    expect(page.get_by_role("status")).to_contain_text("Limits stored")
+    row = page.locator('#limits tr[data-queue="emails"]')
+    expect(row.locator('[data-col="concurrency"]')).to_have_text("1")
+    expect(row.locator('[data-col="running"]')).to_have_text("1")  # the seed's running job
+    assert run_async(limits()) == [("emails", 1, None)]
+
+    page.goto(live.base + "/")
+    limited = page.locator('#limited tr[data-queue="emails"]')
+    expect(limited.locator('[data-col="running"]')).to_have_text("1")
+    limited.get_by_role("link", name="emails").click()
+    page.get_by_role("button", name="Clear the limits").click()
+    expect(page.get_by_role("status")).to_contain_text("Limits cleared")
+    expect(page.locator("#limits")).to_have_count(0)
+    assert run_async(limits()) == []
+
+
 def test_csrf_and_authorization_in_the_browser(live: Live, browser: BrowserContext) -> None:
     dead = live.seeded.dead[0]
     gets = {

@@ -24,13 +24,14 @@ from caravel.jobs import JobStatus
 
 if TYPE_CHECKING:
     from caravel.jobs import WorkerInfo
-    from caravel.store.protocol import QueueCounts
+    from caravel.store.protocol import QueueCounts, QueueLimitUsage
 
 __all__ = [
     "counts_document",
     "document",
     "emit",
     "error_document",
+    "limits_fields",
     "plain",
     "record_fields",
     "timestamp",
@@ -79,9 +80,29 @@ def error_document(type_name: str, message: str, exit_code: int) -> str:
     return document({"error": {"type": type_name, "message": message, "exit_code": exit_code}})
 
 
-def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
-    """``{"queues": [...]}``: per queue the eight counts and when the oldest job that is due now
-    became due (null when none is)."""
+def limits_fields(usage: QueueLimitUsage | None) -> dict[str, Any] | None:
+    """A queue's ``limits`` object: one entry per kind of limit, each with its caps and how
+    the queue stands against them (``concurrency``: ``limit`` and ``per_key``, null when not
+    capped, ``running`` and ``waiting``); null for a queue without limits."""
+    if usage is None:
+        return None
+    return {
+        "concurrency": {
+            "limit": usage.limit.concurrency,
+            "per_key": usage.limit.per_key,
+            "running": usage.running,
+            "waiting": usage.waiting,
+        }
+    }
+
+
+def counts_document(
+    counts: Sequence[QueueCounts], usage: Sequence[QueueLimitUsage] = ()
+) -> dict[str, Any]:
+    """``{"queues": [...]}``: per queue the eight counts, when the oldest job that is due now
+    became due (null when none is), and its ``limits`` (:func:`limits_fields`) as ``usage``
+    has them."""
+    limited = {u.limit.queue: u for u in usage}
     rows = []
     for c in counts:
         oldest = c.oldest_ready_due_ms
@@ -97,6 +118,7 @@ def counts_document(counts: Sequence[QueueCounts]) -> dict[str, Any]:
                 "completed": c.completed,
                 "cancelled": c.cancelled,
                 "oldest_ready_due_at": None if oldest is None else from_ms(oldest),
+                "limits": limits_fields(limited.get(c.queue)),
             }
         )
     return {"queues": rows}

@@ -19,8 +19,9 @@ from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
+from caravel.clock import from_ms
 from caravel.errors import CaravelError
-from caravel.inspector import QueueLimitRecord
+from caravel.store.protocol import QueueLimitUsage
 from caravel.validation import check_queue_name
 
 app = typer.Typer(
@@ -125,33 +126,50 @@ limits_app = typer.Typer(
 app.add_typer(limits_app, name="limits")
 
 
-def _limit_fields(limit: QueueLimitRecord) -> dict[str, Any]:
+def _limit_fields(usage: QueueLimitUsage) -> dict[str, Any]:
+    limit = usage.limit
     return {
         "queue": limit.queue,
         "concurrency": limit.concurrency,
         "per_key": limit.per_key,
-        "updated_at": limit.updated_at,
+        "updated_at": from_ms(limit.updated_at),
+        "running": usage.running,
+        "waiting": usage.waiting,
+        "keys": [{"key": k.key, "running": k.running, "waiting": k.waiting} for k in usage.keys],
     }
 
 
 @limits_app.command("show")
-def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
+def show_limits(
+    url: DatabaseUrl,
+    keys: Annotated[
+        int,
+        typer.Option(
+            "--keys",
+            metavar="N",
+            help="Show at most N partition keys per queue, the most running first (0-1000).",
+        ),
+    ] = 20,
+    as_json: Json = False,
+) -> None:
     """List the queues with concurrency limits: at most CONCURRENCY of a queue's jobs run at
-    once across every worker, and at most PER_KEY per partition key (blank: no such cap).
+    once across every worker, and at most PER_KEY per partition key (blank: no such cap); how
+    many run now, and how many ready jobs wait because of a limit. Under a per-key cap, the
+    busiest keys with theirs.
 
     Read-only: the database is opened as for ``caravel status``.
     """
 
-    async def go() -> list[QueueLimitRecord]:
+    async def go() -> list[QueueLimitUsage]:
         async with open_inspector(url) as reader:
-            return await reader.queue_limits()
+            return await reader.queue_limit_usage(keys=keys)
 
     try:
         found = asyncio.run(go())
     except CaravelError as exc:
         raise fail("queues limits show", exc, as_json=as_json, url=url) from None
     if as_json:
-        emit({"limits": [_limit_fields(limit) for limit in found]})
+        emit({"limits": [_limit_fields(usage) for usage in found]})
         return
     if not found:
         typer.echo("no queue has a concurrency limit")
@@ -159,19 +177,25 @@ def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from caravel.cli.render import console
+    from caravel.cli.render import console, keys_table
 
     table = Table(title="Concurrency limits")
-    for column in ("queue", "concurrency", "per key", "set at (UTC)"):
+    for column in ("queue", "concurrency", "per key", "running", "waiting", "set at (UTC)"):
         table.add_column(column)
-    for limit in found:
+    for usage in found:
+        limit = usage.limit
         table.add_row(
             Text(limit.queue),
             "" if limit.concurrency is None else str(limit.concurrency),
             "" if limit.per_key is None else str(limit.per_key),
-            timestamp(limit.updated_at),
+            str(usage.running),
+            str(usage.waiting),
+            timestamp(from_ms(limit.updated_at)),
         )
     console().print(table)
+    for usage in found:
+        if usage.keys:
+            console().print(keys_table(usage.limit.queue, usage.limit.per_key, usage.keys))
 
 
 @limits_app.command("set")

@@ -15,9 +15,17 @@ from rich.table import Table
 from rich.text import Text
 
 from caravel.jobs import JobStatus, WorkerInfo
-from caravel.store.protocol import SHOWN_STATES, QueueCounts
+from caravel.store.protocol import SHOWN_STATES, KeyUsage, QueueCounts, QueueLimitUsage
 
-__all__ = ["console", "counts_table", "statuses_table", "utc", "workers_table"]
+__all__ = [
+    "console",
+    "counts_table",
+    "keys_table",
+    "limits_table",
+    "statuses_table",
+    "utc",
+    "workers_table",
+]
 
 #: The counts shown, in the order of the dashboard: every state a job can be shown in.
 COUNT_COLUMNS = SHOWN_STATES
@@ -35,6 +43,40 @@ def counts_table(counts: Sequence[QueueCounts]) -> Table:
         table.add_column(name.replace("_", " "), justify="right")
     for row in counts:
         table.add_row(Text(row.queue), *(str(getattr(row, name)) for name in COUNT_COLUMNS))
+    return table
+
+
+def _cap(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def limits_table(usage: Sequence[QueueLimitUsage]) -> Table:
+    """Per limited queue: its caps (blank: none), its jobs running, and its ready jobs waiting
+    because of a limit."""
+    table = Table(title="Limits")
+    table.add_column("queue")
+    for name in ("concurrency", "per key", "running", "waiting"):
+        table.add_column(name, justify="right")
+    for u in usage:
+        table.add_row(
+            Text(u.limit.queue),
+            _cap(u.limit.concurrency),
+            _cap(u.limit.per_key),
+            str(u.running),
+            str(u.waiting),
+        )
+    return table
+
+
+def keys_table(queue: str, per_key: int | None, keys: Sequence[KeyUsage]) -> Table:
+    """The busiest partition keys of one queue with a per-key cap."""
+    table = Table(title=f"Keys of {queue} (at most {_cap(per_key)} each)")
+    table.add_column("key")
+    for name in ("running", "waiting"):
+        table.add_column(name, justify="right")
+    for k in keys:
+        # A Text cell: a key like "[bold]x" is shown as typed, never read as markup.
+        table.add_row(Text(k.key), str(k.running), str(k.waiting))
     return table
 
 

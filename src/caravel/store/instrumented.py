@@ -31,6 +31,7 @@ from caravel.store.protocol import (
     PausedQueue,
     QueueCounts,
     QueueLimit,
+    QueueLimitUsage,
     ScheduleState,
     SnoozedAttempt,
     Store,
@@ -244,6 +245,12 @@ class InstrumentedStore:
     async def queue_limit_list(self) -> list[QueueLimit]:
         with self._span("queue_limit_list"):
             return await self.inner.queue_limit_list()
+
+    async def queue_limit_usage(
+        self, queue: str | None, now: int, *, keys: int = 20
+    ) -> list[QueueLimitUsage]:
+        with self._span("queue_limit_usage"):
+            return await self.inner.queue_limit_usage(queue, now, keys=keys)
 
     async def schedule_list(self) -> list[ScheduleState]:
         with self._span("schedule_list"):

@@ -13,20 +13,46 @@ claimed by the plain statement inside the transaction.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit, check_limit
+from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.plans import Plan, Step
-from caravel.store.protocol import ClaimRequest, ClaimSource, QueueLimit
-from caravel.store.schema import queue_limits
+from caravel.store.protocol import (
+    ClaimRequest,
+    ClaimSource,
+    KeyUsage,
+    QueueLimit,
+    QueueLimitUsage,
+)
+from caravel.store.schema import jobs, partition, queue_limits
 from caravel.store.transactions import ConnectionT, SqlTransactions
-from caravel.validation import check_queue_name
+from caravel.validation import check_int, check_queue_name
 
-__all__ = ["LimitsStore", "checked_limit", "clear_limit", "list_limits", "read_limit", "set_limit"]
+__all__ = [
+    "MAX_USAGE_KEYS",
+    "LimitsStore",
+    "checked_limit",
+    "checked_usage",
+    "clear_limit",
+    "key_startable",
+    "list_limits",
+    "read_limit",
+    "set_limit",
+    "usage_by_key",
+    "waiting",
+]
+
+#: The most partition keys :meth:`Store.queue_limit_usage` returns per queue.
+MAX_USAGE_KEYS = 1000
+
+RUNNING = JobState.RUNNING.value
+READY = JobState.READY.value
 
 
 def checked_limit(limit: object) -> ConcurrencyLimit:
@@ -75,6 +101,62 @@ def read_limit() -> sa.Select[Any]:
     """``b_queue``'s limits, if it has any."""
     return sa.select(queue_limits.c.concurrency, queue_limits.c.per_key).where(
         queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type)
+    )
+
+
+def checked_usage(queue: object, keys: object) -> None:
+    """The rules of :meth:`Store.queue_limit_usage`'s arguments: ``queue`` ``None`` or a queue
+    name, ``keys`` from 0 to :data:`MAX_USAGE_KEYS`; otherwise :class:`ValidationError`."""
+    if queue is not None:
+        check_queue_name(queue)
+    check_int("keys", keys, 0, MAX_USAGE_KEYS)
+
+
+def key_startable(per_key: int | None, running: int, ready: int) -> int:
+    """How many of a key's ``ready`` due jobs its cap lets start now, beside its ``running``."""
+    if per_key is None:
+        return ready
+    return min(ready, max(0, per_key - running))
+
+
+def waiting(limit: QueueLimit, running: int, ready: int, startable: int) -> int:
+    """How many of a queue's ``ready`` due jobs wait because of ``limit``, ``startable`` of
+    them being what the per-key cap leaves (summed over keys; ``ready`` without that cap)."""
+    if limit.concurrency is not None:
+        startable = min(startable, max(0, limit.concurrency - running))
+    return ready - startable
+
+
+def usage_by_key(per_key: int | None) -> sa.Select[Any]:
+    """Per partition key of ``b_queue`` at ``b_now``: its jobs ``running`` with a lease
+    unexpired, ``ready`` and due, and, under a cap of ``per_key`` (literal SQL: a statement per
+    cap, as the stores cache statements by name), how many of those it lets start
+    (``startable``); read from the rows the partial claim index holds."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    is_running = sa.and_(jobs.c.state == RUNNING, jobs.c.available_at > now)
+    is_ready = sa.and_(jobs.c.state == READY, jobs.c.due_at <= now)
+    counted = (
+        sa.select(
+            partition.label("key"),
+            sa.func.sum(sa.case((is_running, 1), else_=0)).label("running"),
+            sa.func.sum(sa.case((is_ready, 1), else_=0)).label("ready"),
+        )
+        .where(
+            jobs.c.queue == sa.bindparam("b_queue", type_=jobs.c.queue.type),
+            jobs.c.available_at.is_not(None),
+            sa.or_(is_running, is_ready),
+        )
+        .group_by(partition)
+        .subquery("counted")
+    )
+    if per_key is None:
+        startable: Any = counted.c.ready
+    else:
+        cap: Any = sa.literal_column(str(per_key))
+        left = sa.case((counted.c.running >= cap, 0), else_=cap - counted.c.running)
+        startable = sa.case((counted.c.ready < left, counted.c.ready), else_=left)
+    return sa.select(
+        counted.c.key, counted.c.running, counted.c.ready, startable.label("startable")
     )
 
 
@@ -135,6 +217,51 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         stmt = self._statement("queue_limit_list", list_limits)
         async with self._read("queue_limit_list") as conn:
             return [_row(row) for row in (await conn.execute(stmt)).all()]
+
+    async def queue_limit_usage(
+        self, queue: str | None, now: int, *, keys: int = 20
+    ) -> list[QueueLimitUsage]:
+        checked_usage(queue, keys)
+        listed = self._statement("queue_limit_list", list_limits)
+        used = []
+        async with self._read("queue_limit_usage", single=False) as conn:
+            for limit in [_row(row) for row in (await conn.execute(listed)).all()]:
+                if queue is None or limit.queue == queue:
+                    used.append(await self._usage(conn, limit, now, keys))
+        return used
+
+    async def _usage(
+        self, conn: ConnectionT, limit: QueueLimit, now: int, keys: int
+    ) -> QueueLimitUsage:
+        per_key = limit.per_key
+        by_key = usage_by_key(per_key).subquery("by_key")
+        params = {"b_queue": limit.queue, "b_now": now}
+        total = sa.func.coalesce(sa.func.sum(by_key.c.running), 0)
+        totals = self._statement(
+            f"limit_usage_{per_key}",
+            lambda: sa.select(
+                total,
+                sa.func.coalesce(sa.func.sum(by_key.c.ready), 0),
+                sa.func.coalesce(sa.func.sum(by_key.c.startable), 0),
+            ),
+        )
+        running, ready, startable = (int(n) for n in (await conn.execute(totals, params)).one())
+        usage = QueueLimitUsage(limit, running, waiting(limit, running, ready, startable))
+        if per_key is None or keys == 0:
+            return usage
+        key_waiting = (by_key.c.ready - by_key.c.startable).label("waiting")
+        top = self._statement(
+            f"limit_usage_keys_{per_key}",
+            lambda: (
+                sa.select(by_key.c.key, by_key.c.running, key_waiting)
+                .where(sa.or_(by_key.c.running > 0, key_waiting > 0))
+                .order_by(by_key.c.running.desc(), key_waiting.desc(), by_key.c.key)
+                .limit(sa.bindparam("b_keys", type_=sa.Integer(), literal_execute=True))
+            ),
+        )
+        rows = (await conn.execute(top, {**params, "b_keys": keys})).all()
+        found = tuple(KeyUsage(row.key, int(row.running), int(row.waiting)) for row in rows)
+        return replace(usage, keys=found)
 
     def _claim_limited(self, request: ClaimRequest, params: dict[str, Any]) -> Plan[list[Any]]:
         """The limited claim (see the module docstring) as a plan, for the dialect to run in

@@ -34,10 +34,12 @@ from caravel.store.values import (
     InsertResult,
     JobFilter,
     JobRef,
+    KeyUsage,
     NewJob,
     PausedQueue,
     QueueCounts,
     QueueLimit,
+    QueueLimitUsage,
     ScheduleState,
     ShownState,
     SnoozedAttempt,
@@ -60,10 +62,12 @@ __all__ = [
     "InsertResult",
     "JobFilter",
     "JobRef",
+    "KeyUsage",
     "NewJob",
     "PausedQueue",
     "QueueCounts",
     "QueueLimit",
+    "QueueLimitUsage",
     "ReadStore",
     "ScheduleState",
     "ShownState",
@@ -120,6 +124,15 @@ class ReadStore(LinkReads, Protocol):
 
     async def queue_limit_list(self) -> list[QueueLimit]:
         """Every queue with a concurrency limit, by name."""
+        ...
+
+    async def queue_limit_usage(
+        self, queue: str | None, now: int, *, keys: int = 20
+    ) -> list[QueueLimitUsage]:
+        """How every limited queue (or only ``queue``: nothing when it has no limit) stands
+        against its limits at ``now``, by name, with at most ``keys`` partition keys each (0
+        to 1,000; see :class:`~caravel.store.values.QueueLimitUsage`). Raises
+        :class:`~caravel.errors.ValidationError` naming ``queue`` or ``keys``."""
         ...
 
     async def schedule_list(self) -> list[ScheduleState]:

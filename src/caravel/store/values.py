@@ -30,10 +30,12 @@ __all__ = [
     "InsertResult",
     "JobFilter",
     "JobRef",
+    "KeyUsage",
     "NewJob",
     "PausedQueue",
     "QueueCounts",
     "QueueLimit",
+    "QueueLimitUsage",
     "ScheduleState",
     "ShownState",
     "SnoozedAttempt",
@@ -231,6 +233,36 @@ class QueueLimit:
     concurrency: int | None
     per_key: int | None
     updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUsage:
+    """One partition key of a queue with a per-key limit, at one moment: ``running`` of its
+    jobs run with a lease unexpired, and ``waiting`` of its ready, due jobs cannot start now
+    because the key is at its ``per_key`` cap (its ready jobs beyond the slots the cap leaves)."""
+
+    key: str
+    running: int
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimitUsage:
+    """How a limited queue stands against its limits at one moment.
+
+    ``running``: its jobs running with a lease unexpired (what the claim counts against
+    ``concurrency``). ``waiting``: its ready, due jobs that no claim could start now because of
+    a limit: all of them less those that could start, where what could start is the smaller of
+    the overall cap's free slots (``concurrency - running``, never below zero; unbounded
+    without that cap) and the sum over keys of what each key's cap leaves (``per_key`` less the
+    key's running jobs, at most its ready jobs; all ready jobs without that cap). ``keys``: with
+    a per-key cap, the keys with jobs running or waiting, the most running first (then the most
+    waiting, then by key), at most as many as asked for."""
+
+    limit: QueueLimit
+    running: int
+    waiting: int
+    keys: tuple[KeyUsage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from caravel.web.auth import Authorize, remember_principal
 from caravel.web.bulk_pages import BulkPages
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
+from caravel.web.limit_pages import LimitPages
 from caravel.web.link_pages import LinkPages
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import queue_pausing, schedule_pausing
@@ -86,6 +87,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/queues/{queue}/pause", "pause", "operate"),
     RouteSpec("GET", "/queues/{queue}/resume", "resume_confirm", "operate"),
     RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
+    RouteSpec("GET", "/queues/{queue}/limits", "queue_limits", "read"),
+    RouteSpec("POST", "/queues/{queue}/limits", "queue_limits_set", "operate"),
+    RouteSpec("POST", "/queues/{queue}/limits/clear", "queue_limits_clear", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/schedules", "schedules", "read"),
     RouteSpec("GET", "/schedules/{name}/pause", "schedule_pause_confirm", "operate"),
@@ -138,6 +142,7 @@ class Dashboard:
         pruning = PrunePages(self._view, writer)
         pausing = queue_pausing(self._view, writer)
         schedules = schedule_pausing(self._view, writer)
+        limits = LimitPages(self._view, reader, writer)
         removal = RemovalPages(pages, writer)
         bulk = BulkPages(self._view, writer)
         links = LinkPages(reader, self._view)
@@ -165,6 +170,9 @@ class Dashboard:
             "pause": pausing.pause,
             "resume_confirm": pausing.resume_confirm,
             "resume": pausing.resume,
+            "queue_limits": limits.show,
+            "queue_limits_set": limits.set,
+            "queue_limits_clear": limits.clear,
             "workers": pages.workers,
             "schedules": pages.schedules,
             "schedule_pause_confirm": schedules.pause_confirm,

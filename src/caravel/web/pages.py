@@ -98,6 +98,7 @@ class Pages:
         flows = await self.reader.throughput(window=WINDOW, bucket=BUCKET)
         workers = await self.reader.list_workers(lost_after=self.lost_after)
         paused = {p.queue: p.paused_at for p in await self.reader.paused_queues()}
+        limited = await self.reader.queue_limit_usage(keys=0)
         now_ms = self.reader.clock.now_ms()
         starts = _bucket_starts(flows, now_ms)
         names = sorted({c.queue for c in counts} | {b.queue for b in flows} | set(paused))
@@ -150,6 +151,7 @@ class Pages:
             nav="overview",
             page_title="Overview",
             rows=rows,
+            limited=limited,
             totals=totals,
             chart_done=bar_chart(
                 done_all, ident="chart-done", title="Completed", noun="completed", tone="ok"

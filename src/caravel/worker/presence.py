@@ -14,9 +14,9 @@ from caravel import gauges
 from caravel.clock import Clock
 from caravel.errors import CaravelError
 from caravel.limits import MAX_HOST_LENGTH
-from caravel.store.protocol import Heartbeat, QueueCounts, Store, WorkerRecord
+from caravel.store.protocol import Heartbeat, QueueCounts, QueueLimitUsage, Store, WorkerRecord
 
-__all__ = ["Presence", "QueueGaugeCollector", "gauge_values"]
+__all__ = ["Presence", "QueueGaugeCollector", "gauge_values", "limit_values"]
 
 logger = logging.getLogger("caravel.worker")
 
@@ -97,6 +97,16 @@ def gauge_values(
     return depths, ages
 
 
+def limit_values(usage: Iterable[QueueLimitUsage]) -> dict[str, gauges.LimitSnapshot]:
+    """Limited queues as the gauges take them."""
+    return {
+        u.limit.queue: gauges.LimitSnapshot(
+            u.limit.concurrency, u.limit.per_key, u.running, u.waiting
+        )
+        for u in usage
+    }
+
+
 class QueueGaugeCollector:
     """Reads the queue counts every ``interval`` and publishes them as the ``caravel.queue.*``
     gauges (opt-in, one process per deployment)."""
@@ -119,3 +129,5 @@ class QueueGaugeCollector:
         now = self._clock.now_ms()
         counts = await self._store.queue_counts(None, now)
         self._gauges.update(*gauge_values(counts, now))
+        usage = await self._store.queue_limit_usage(None, now, keys=0)
+        self._gauges.update_limits(limit_values(usage))

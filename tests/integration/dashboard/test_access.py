@@ -66,6 +66,11 @@ def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, T
         "pause": Target("/queues/emails/pause", {"queue": "emails"}),
         "resume_confirm": Target("/queues/emails/resume"),
         "resume": Target("/queues/emails/resume", {"queue": "emails"}),
+        "queue_limits": Target("/queues/emails/limits"),
+        "queue_limits_set": Target(
+            "/queues/emails/limits", {"queue": "emails", "concurrency": "4"}
+        ),
+        "queue_limits_clear": Target("/queues/emails/limits/clear", {"queue": "emails"}),
         "workers": Target("/workers"),
         "schedules": Target("/schedules"),
         "schedule_pause_confirm": Target("/schedules/nightly-digest/pause"),

@@ -48,6 +48,7 @@ from opentelemetry.trace import (
 from sqlalchemy.orm import Session
 
 from caravel import (
+    ConcurrencyLimit,
     DatabaseQueue,
     JobContext,
     JobRegistry,
@@ -66,7 +67,7 @@ from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
 from caravel.store.urls import sync_url
 from caravel.testing import ManualClock, drain
-from caravel.worker.presence import gauge_values
+from caravel.worker.presence import gauge_values, limit_values
 from tests.support import (
     LEASE,
     Add,
@@ -962,6 +963,80 @@ async def test_a_worker_with_queue_metrics_publishes_the_gauges(
     }
     assert otel.gauge_value("caravel.queue.oldest_ready_age", where) == pytest.approx(4.0)
     assert otel.spans("caravel.store.queue_counts")
+
+
+async def test_limit_gauges_report_caps_running_and_waiting_per_queue_never_per_key(
+    db_url: str, otel: Telemetry
+) -> None:
+    clock = ManualClock()
+    gauges = queue_gauges()
+    gauges.update_limits({})  # forget earlier tests' snapshots
+    async with open_queue(db_url, clock=clock) as queue:
+        for n in range(6):
+            await queue.enqueue(Add(n), dispatch(queue="capped", tenant=f"t{n % 2}"))
+        await queue.enqueue(Add(9), dispatch(queue="keyed"))
+        await queue.set_queue_limit(ConcurrencyLimit(queue="capped", concurrency=3, per_key=1))
+        await queue.set_queue_limit(ConcurrencyLimit(queue="keyed", per_key=2))
+        assert len(await Leases(queue).claim_many("capped", 10, limited=True)) == 2
+        usage = await inspector_of(queue).queue_limit_usage()
+        gauges.update_limits(limit_values(usage))
+
+    capped = {"messaging.destination.name": "capped"}
+    # Two run, one per key: each key's other two jobs wait.
+    assert otel.gauge_value("caravel.queue.limit.running", capped) == 2
+    assert (
+        otel.gauge_value("caravel.queue.limit.waiting", {**capped, "caravel.limit": "concurrency"})
+        == 4
+    )
+    caps = otel.gauge("caravel.queue.limit.max", capped)
+    assert {dict(attrs)["caravel.limit"]: value for attrs, value in caps.items()} == {
+        "concurrency": 3,
+        "per_key": 1,
+    }
+    keyed = {"messaging.destination.name": "keyed"}
+    assert otel.gauge_value("caravel.queue.limit.running", keyed) == 0
+    assert {
+        dict(attrs)["caravel.limit"]: value
+        for attrs, value in otel.gauge("caravel.queue.limit.max", keyed).items()
+    } == {"per_key": 2}
+    # No series names a partition key: the attributes are the queue and the kind of limit.
+    for name in (
+        "caravel.queue.limit.max",
+        "caravel.queue.limit.running",
+        "caravel.queue.limit.waiting",
+    ):
+        for attrs in otel.gauge(name, {}):
+            assert set(dict(attrs)) <= {"messaging.destination.name", "caravel.limit"}
+
+    # A limit cleared leaves the gauges at the next snapshot.
+    gauges.update_limits(limit_values(usage[1:]))
+    assert otel.gauge("caravel.queue.limit.running", capped) == {}
+
+
+async def test_a_worker_with_queue_metrics_publishes_the_limit_gauges(
+    db_url: str, otel: Telemetry
+) -> None:
+    clock = ManualClock()
+    queue_gauges().update_limits({})
+    where = {"messaging.destination.name": "watched"}
+    async with open_queue(db_url, clock=clock) as queue:
+        for n in range(3):
+            await queue.enqueue(Add(n), dispatch(queue="watched"))
+        await queue.set_queue_limit(ConcurrencyLimit(queue="watched", concurrency=1))
+        options = WorkerOptions(queue_metrics_interval=timedelta(seconds=1))
+        async with QueueWorker(queue, options=options) as worker:
+            read = otel.next_span("caravel.store.queue_limit_usage")
+            task = asyncio.ensure_future(worker.run("idle"))  # it claims nothing from "watched"
+            try:
+                await within(read.wait())
+            finally:
+                worker.stop()
+                await within(task)
+
+    assert otel.gauge_value("caravel.queue.limit.running", where) == 0
+    # One of the three could start; two wait.
+    waiting = {**where, "caravel.limit": "concurrency"}
+    assert otel.gauge_value("caravel.queue.limit.waiting", waiting) == 2
 
 
 # ----- the outbox ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from caravel.errors import ValidationError
 from caravel.flow import ConcurrencyLimit
 from caravel.jobs import ClaimedJob, JobState
-from caravel.store.protocol import NewJob, QueueLimit, ReadStore, Store
+from caravel.store.protocol import KeyUsage, NewJob, QueueLimit, QueueLimitUsage, ReadStore, Store
 from tests.store.conformance.builders import (
     LEASE_MS,
     QUEUE,
@@ -288,3 +288,105 @@ async def test_concurrent_per_key_claims_never_exceed_the_limits(
     claimed = [job for batch in await asyncio.gather(*rounds) for job in batch]
     assert len(claimed) == 3
     assert max(_keys(claimed, tenant_of).values()) == 2
+
+
+# ----- how a limited queue stands against its limits ---------------------------------------------
+
+
+async def test_only_limited_queues_have_a_usage(store: Store, reader: ReadStore) -> None:
+    await insert(store, [new_job(n) for n in range(3)])
+    assert await reader.queue_limit_usage(None, T0 + 1) == []
+    assert await reader.queue_limit_usage(QUEUE, T0 + 1) == []
+    await store.queue_limit_set(ConcurrencyLimit(queue="other", concurrency=1), T0)
+    await store.queue_limit_set(_limit(5), T0)
+    used = await reader.queue_limit_usage(None, T0 + 1)
+    assert [usage.limit.queue for usage in used] == [QUEUE, "other"]
+    assert used[0] == QueueLimitUsage(QueueLimit(QUEUE, 5, None, T0), 0, 0)
+    assert await reader.queue_limit_usage("other", T0 + 1) == [used[1]]
+
+
+async def test_an_overall_cap_counts_running_and_the_ready_jobs_beyond_it(store: Store) -> None:
+    await insert(store, [new_job(n) for n in range(10)])
+    await insert(store, [new_job(n, queue="other") for n in range(4)])
+    await insert(store, [new_job(n + 20, due_at=T0 + 1000) for n in range(3)])  # not yet due
+    await store.queue_limit_set(_limit(4), T0)
+    # Nothing runs: four of the ten ready jobs could start, six wait.
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 1)
+    assert (usage.running, usage.waiting, usage.keys) == (0, 6, ())
+    claimed = await _claimed(store, T0 + 2, 3)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 3)
+    assert (usage.running, usage.waiting) == (3, 6)  # one slot left for seven ready
+    await _claimed(store, T0 + 4)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 5)
+    assert (usage.running, usage.waiting) == (4, 6)  # at the cap: every ready job waits
+    # A finished job and an expired lease no longer run.
+    await store.job_complete_many([claimed[0].lease], T0 + 6)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 7)
+    assert (usage.running, usage.waiting) == (3, 5)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 2 + LEASE_MS)
+    assert (usage.running, usage.waiting) == (1, 6)  # nine ready: the delayed three are due
+
+
+async def test_a_raised_cap_leaves_nothing_waiting(store: Store) -> None:
+    await insert(store, [new_job(n) for n in range(3)])
+    await store.queue_limit_set(_limit(2), T0)
+    await _claimed(store, T0 + 1)
+    await store.queue_limit_set(_limit(10), T0 + 2)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 3)
+    assert (usage.running, usage.waiting) == (2, 0)
+
+
+async def test_per_key_usage_names_the_busiest_keys(store: Store) -> None:
+    # t0: 5 jobs, t1: 3, t2: 1, and "shared" groups two tenants' jobs under one key.
+    jobs = [
+        *(new_job(n, tenant="t0", created_at=T0 + n) for n in range(5)),
+        *(new_job(10 + n, tenant="t1", created_at=T0 + 10 + n) for n in range(3)),
+        new_job(20, tenant="t2", created_at=T0 + 20),
+        new_job(30, tenant="ta", partition_key="shared", created_at=T0 + 30),
+        new_job(31, tenant="tb", partition_key="shared", created_at=T0 + 31),
+    ]
+    await insert(store, jobs)
+    await store.queue_limit_set(_limit(per_key=2), T0)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 40)
+    # Nothing runs yet; each key's jobs beyond two wait.
+    assert (usage.running, usage.waiting) == (0, 4)
+    assert usage.keys == (KeyUsage("t0", 0, 3), KeyUsage("t1", 0, 1))
+    await _claimed(store, T0 + 41)  # two of t0, t1 and shared, one of t2
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 42)
+    assert (usage.running, usage.waiting) == (7, 4)
+    assert usage.keys == (
+        KeyUsage("t0", 2, 3),
+        KeyUsage("t1", 2, 1),
+        KeyUsage("shared", 2, 0),
+        KeyUsage("t2", 1, 0),
+    )
+    # At most as many keys as asked for, the most running first; none when none are asked for.
+    (top,) = await store.queue_limit_usage(QUEUE, T0 + 42, keys=2)
+    assert top.keys == usage.keys[:2]
+    (bare,) = await store.queue_limit_usage(QUEUE, T0 + 42, keys=0)
+    assert (bare.running, bare.waiting, bare.keys) == (7, 4, ())
+
+
+async def test_both_caps_count_what_neither_lets_start(store: Store) -> None:
+    jobs = [new_job(n, tenant=f"t{n % 3}", created_at=T0 + n) for n in range(9)]
+    await insert(store, jobs)
+    await store.queue_limit_set(_limit(4, 2), T0)
+    # The keys would let six start (two each), the overall cap four: five of nine wait.
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 10)
+    assert (usage.running, usage.waiting) == (0, 5)
+    assert usage.keys == tuple(KeyUsage(f"t{n}", 0, 1) for n in range(3))
+    await _claimed(store, T0 + 11)
+    (usage,) = await store.queue_limit_usage(QUEUE, T0 + 12)
+    assert (usage.running, usage.waiting) == (4, 5)
+
+
+@pytest.mark.parametrize(
+    ("queue", "keys", "field"),
+    [("Bad Queue", 20, "queue"), (QUEUE, -1, "keys"), (QUEUE, 1001, "keys"), (None, True, "keys")],
+)
+async def test_a_bad_usage_read_is_refused_naming_the_field(
+    reader: ReadStore, queue: object, keys: object, field: str
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        await reader.queue_limit_usage(queue, T0, keys=keys)  # type: ignore[arg-type]
+    assert raised.value.field == field

@@ -14,20 +14,15 @@ from caravel.jobs import JobState
 from caravel.store.claims import KEY_SCAN
 from caravel.store.limited import checked_limit
 from caravel.store.memory.reads import MemoryReader
-from caravel.store.memory.tables import JobRow, Tables
+from caravel.store.memory.tables import JobRow, Tables, partition_of
 from caravel.store.protocol import QueueLimit
 from caravel.validation import check_queue_name
 
-__all__ = ["MemoryLimits", "limited_pick", "partition_of"]
+__all__ = ["MemoryLimits", "limited_pick"]
 
 RUNNING = JobState.RUNNING.value
 
 _Order = Callable[[JobRow], tuple[int, int]]
-
-
-def partition_of(row: JobRow) -> str:
-    """``schema.partition``: the job's partition key, else its tenant."""
-    return row.partition_key if row.partition_key is not None else row.tenant_id
 
 
 def _running(tables: Tables, queue: str, now: int) -> list[JobRow]:

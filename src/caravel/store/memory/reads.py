@@ -7,18 +7,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from uuid import UUID
 
 from caravel.errors import StoreError
 from caravel.jobs import JobState, JobStatus
 from caravel.migrations import HEAD
-from caravel.store.memory.tables import JobRow, Tables
+from caravel.store.limited import checked_usage, key_startable, waiting
+from caravel.store.memory.tables import JobRow, Tables, partition_of
 from caravel.store.protocol import (
     JobFilter,
     JobRef,
+    KeyUsage,
     PausedQueue,
     QueueCounts,
     QueueLimit,
+    QueueLimitUsage,
     ScheduleState,
     ThroughputBucket,
     ThroughputQuery,
@@ -31,8 +35,36 @@ __all__ = ["MemoryReader"]
 
 _FINISHED = (JobState.COMPLETED.value, JobState.DEAD_LETTER.value)
 _PRUNED = JobState.PRUNED.value
+_RUNNING = JobState.RUNNING.value
+_READY = JobState.READY.value
 #: As many workers as the SQL listing returns at most.
 _WORKER_LIST_LIMIT = 500
+
+
+def _limit_usage(tables: Tables, limit: QueueLimit, now: int, keys: int) -> QueueLimitUsage:
+    """How ``limit``'s queue stands against it at ``now`` (``limited.usage_by_key`` in
+    Python)."""
+    running: Counter[str] = Counter()
+    ready: Counter[str] = Counter()
+    for row in tables.live_rows(limit.queue):
+        if row.state == _RUNNING and row.available_at is not None and row.available_at > now:
+            running[partition_of(row)] += 1
+        elif row.state == _READY and row.due_at <= now:
+            ready[partition_of(row)] += 1
+    startable = {key: key_startable(limit.per_key, running[key], ready[key]) for key in ready}
+    total = running.total()
+    usage = QueueLimitUsage(
+        limit, total, waiting(limit, total, ready.total(), sum(startable.values()))
+    )
+    if limit.per_key is None:
+        return usage
+    found = [
+        KeyUsage(key, running[key], ready[key] - startable.get(key, 0))
+        for key in running.keys() | ready.keys()
+    ]
+    found = [key for key in found if key.running or key.waiting]
+    found.sort(key=lambda key: (-key.running, -key.waiting, key.key))
+    return replace(usage, keys=tuple(found[:keys]))
 
 
 class MemoryReader:
@@ -151,6 +183,17 @@ class MemoryReader:
     async def queue_limit_list(self) -> list[QueueLimit]:
         with self._locked("queue_limit_list") as tables:
             return [tables.limits[name] for name in sorted(tables.limits)]
+
+    async def queue_limit_usage(
+        self, queue: str | None, now: int, *, keys: int = 20
+    ) -> list[QueueLimitUsage]:
+        checked_usage(queue, keys)
+        with self._locked("queue_limit_usage") as tables:
+            return [
+                _limit_usage(tables, tables.limits[name], now, keys)
+                for name in sorted(tables.limits)
+                if queue is None or name == queue
+            ]
 
     async def schedule_list(self) -> list[ScheduleState]:
         with self._locked("schedule_list") as tables:

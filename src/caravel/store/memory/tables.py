@@ -18,7 +18,7 @@ from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import NewJob, QueueLimit
 from caravel.store.rows import job_row
 
-__all__ = ["BatchRow", "JobRow", "Key", "Tables", "WorkerRow"]
+__all__ = ["BatchRow", "JobRow", "Key", "Tables", "WorkerRow", "partition_of"]
 
 #: An idempotency key's scope: (queue, tenant, key).
 Key = tuple[str, str, str]
@@ -231,3 +231,8 @@ class Tables:
     def live_rows(self, queue: str) -> Iterator[JobRow]:
         jobs = self.jobs
         return (jobs[job_id] for job_id in self.live.get(queue, ()))
+
+
+def partition_of(row: JobRow) -> str:
+    """``schema.partition``: the job's partition key, else its tenant."""
+    return row.partition_key if row.partition_key is not None else row.tenant_id
