@@ -108,7 +108,7 @@ def clear_limit(kind: LimitKind = "all") -> tuple[Any, ...]:
         sa.delete(queue_limits).where(queue, had, sa.not_(keeps)).returning(queue_limits.c.queue),
         sa.update(queue_limits)
         .where(queue, had)
-        .values({name: None for name in cleared}, updated_at=sa.bindparam("b_now"))
+        .values({**dict.fromkeys(cleared), "updated_at": sa.bindparam("b_now")})
         .returning(queue_limits.c.queue),
     )
 
