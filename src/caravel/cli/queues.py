@@ -10,7 +10,7 @@ says so; both still exit 0, since the queue is then as asked.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -19,7 +19,7 @@ from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.errors import CaravelError
+from caravel.errors import CaravelError, ValidationError
 from caravel.inspector import QueueLimitRecord
 from caravel.validation import check_queue_name
 
@@ -115,10 +115,10 @@ def resume(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
     _change("queues resume", url, queue, as_json, pause=False)
 
 
-# ----- concurrency limits -------------------------------------------------------------------
+# ----- concurrency and rate limits ----------------------------------------------------------
 
 limits_app = typer.Typer(
-    help="Show and change queues' concurrency limits.",
+    help="Show and change queues' concurrency and rate limits.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -130,14 +130,25 @@ def _limit_fields(limit: QueueLimitRecord) -> dict[str, Any]:
         "queue": limit.queue,
         "concurrency": limit.concurrency,
         "per_key": limit.per_key,
+        "rate": limit.rate,
+        "rate_per_key": limit.rate_per_key,
+        "period_ms": None if limit.period is None else limit.period // timedelta(milliseconds=1),
         "updated_at": limit.updated_at,
     }
 
 
+def _period(period: timedelta | None) -> str:
+    if period is None:
+        return ""
+    seconds = period.total_seconds()
+    return f"{seconds:g} s"
+
+
 @limits_app.command("show")
 def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
-    """List the queues with concurrency limits: at most CONCURRENCY of a queue's jobs run at
-    once across every worker, and at most PER_KEY per partition key (blank: no such cap).
+    """List the queues with limits: at most CONCURRENCY of a queue's jobs run at once across
+    every worker, and at most PER_KEY per partition key; starts weighing at most RATE within
+    any window of PERIOD, and at most RATE_PER_KEY per key (blank: no such cap).
 
     Read-only: the database is opened as for ``caravel status``.
     """
@@ -154,21 +165,23 @@ def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
         emit({"limits": [_limit_fields(limit) for limit in found]})
         return
     if not found:
-        typer.echo("no queue has a concurrency limit")
+        typer.echo("no queue has a limit")
         return
     from rich.table import Table
     from rich.text import Text
 
     from caravel.cli.render import console
 
-    table = Table(title="Concurrency limits")
-    for column in ("queue", "concurrency", "per key", "set at (UTC)"):
+    table = Table(title="Queue limits")
+    columns = ("queue", "concurrency", "per key", "rate", "rate per key", "period", "set at (UTC)")
+    for column in columns:
         table.add_column(column)
     for limit in found:
         table.add_row(
             Text(limit.queue),
-            "" if limit.concurrency is None else str(limit.concurrency),
-            "" if limit.per_key is None else str(limit.per_key),
+            *("" if cap is None else str(cap) for cap in (limit.concurrency, limit.per_key)),
+            *("" if cap is None else str(cap) for cap in (limit.rate, limit.rate_per_key)),
+            _period(limit.period),
             timestamp(limit.updated_at),
         )
     console().print(table)
@@ -188,47 +201,95 @@ def set_limits(
         int | None,
         typer.Option("--per-key", help="At most this many run at once per partition key."),
     ] = None,
+    rate: Annotated[
+        int | None,
+        typer.Option("--rate", help="Its starts weigh at most this much within any period."),
+    ] = None,
+    rate_per_key: Annotated[
+        int | None,
+        typer.Option("--rate-per-key", help="The same, per partition key."),
+    ] = None,
+    period: Annotated[
+        int | None,
+        typer.Option("--period", help="The rate's window in seconds, 1 to 86400 (default 1)."),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Set a queue's concurrency limits, replacing any it had (a cap not given is removed).
+    """Set a queue's concurrency limits (--concurrency, --per-key) or its rates (--rate,
+    --rate-per-key, --period), replacing those of the kind given (a cap of that kind not
+    given is removed) and keeping the other kind.
 
     Running workers follow the change within their poll interval (on PostgreSQL at once).
     Jobs already running are not touched; over a lowered limit, none is claimed until enough
-    of them finish.
+    of them finish, and under a lowered rate none starts until the window allows it.
     """
-    from caravel.flow import ConcurrencyLimit
+    from caravel.flow import ConcurrencyLimit, RateLimit
 
-    async def go() -> None:
+    rated = rate is not None or rate_per_key is not None or period is not None
+    concurrent = concurrency is not None or per_key is not None or not rated
+    limits: list[ConcurrencyLimit | RateLimit] = []
+
+    async def go() -> QueueLimitRecord | None:
         async with open_writer(url) as q:
-            await q.set_queue_limit(limit)
+            for limit in limits:
+                await q.set_queue_limit(limit)
+        async with open_inspector(url) as reader:
+            return next((r for r in await reader.queue_limits() if r.queue == queue), None)
 
     try:
-        limit = ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key)
-        asyncio.run(go())
-    except CaravelError as exc:
+        if concurrent:
+            limits.append(ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key))
+        if rated:
+            window = timedelta(seconds=1 if period is None else period)
+            limits.append(RateLimit(queue=queue, rate=rate, per_key=rate_per_key, period=window))
+        stored = asyncio.run(go())
+    except (CaravelError, OverflowError) as exc:
+        if isinstance(exc, OverflowError):
+            exc = ValidationError("period", "must be from 1 second to 1 day")
         raise fail("queues limits set", exc, as_json=as_json, url=url) from None
+    if stored is None:  # cleared by another operator in between
+        stored = QueueLimitRecord(queue, None, None, datetime.now(UTC))
+    fields = _limit_fields(stored)
     if as_json:
-        emit({"queue": queue, "concurrency": concurrency, "per_key": per_key})
+        del fields["updated_at"]
+        emit(fields)
         return
     caps = [
-        f"{name} {value}"
-        for name, value in (("concurrency", concurrency), ("per key", per_key))
-        if value is not None
+        f"{name.replace('_', ' ')} {value}"
+        for name, value in fields.items()
+        if name not in ("queue", "updated_at", "period_ms") and value is not None
     ]
+    if stored.period is not None:
+        caps.append(f"per {_period(stored.period)}")
     typer.echo(f"limited {queue}: {', '.join(caps)}")
 
 
 @limits_app.command("clear")
-def clear_limits(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
-    """Remove a queue's concurrency limits: workers claim its waiting jobs without them as
-    soon as they read the change. Exit 0 also when it had none."""
+def clear_limits(
+    queue: QueueName,
+    url: DatabaseUrl,
+    only: Annotated[
+        str | None,
+        typer.Option("--only", help="Remove only this kind: concurrency or rate."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Remove a queue's limits (or only its concurrency caps or only its rates, --only):
+    workers claim its waiting jobs without them as soon as they read the change. Exit 0 also
+    when it had none."""
 
     async def go() -> bool:
         async with open_writer(url) as q:
+            if only == "concurrency":
+                return await q.clear_queue_limit(queue, "concurrency")
+            if only == "rate":
+                return await q.clear_queue_limit(queue, "rate")
             return await q.clear_queue_limit(queue)
 
     try:
         check_queue_name(queue)
+        if only not in (None, "concurrency", "rate"):
+            raise ValidationError("only", "must be 'concurrency' or 'rate'")
         changed = asyncio.run(go())
     except CaravelError as exc:
         raise fail("queues limits clear", exc, as_json=as_json, url=url) from None
