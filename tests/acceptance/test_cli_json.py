@@ -348,7 +348,16 @@ def test_queue_limits(seeded: str) -> None:
     }
     rated = one_document(
         run_cli(
-            "queues", "limits", "set", "docs", "--rate", "20", "--period", "60", "--url", seeded,
+            "queues",
+            "limits",
+            "set",
+            "docs",
+            "--rate",
+            "20",
+            "--period",
+            "60",
+            "--url",
+            seeded,
             "--json",
         ),
         "caravel queues limits set",
