@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         UnknownJobTypeError,
         ValidationError,
     )
-    from caravel.flow import ConcurrencyLimit
+    from caravel.flow import ConcurrencyLimit, RateLimit
     from caravel.inspector import QueueInspector, QueueLimitRecord, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
@@ -94,6 +94,7 @@ _HOMES = {
     "UnknownJobTypeError": "caravel.errors",
     "ValidationError": "caravel.errors",
     "ConcurrencyLimit": "caravel.flow",
+    "RateLimit": "caravel.flow",
     "QueueInspector": "caravel.inspector",
     "QueueLimitRecord": "caravel.inspector",
     "QueuePause": "caravel.inspector",
@@ -186,6 +187,7 @@ __all__ = [
     "QueueOptions",
     "QueuePause",
     "QueueWorker",
+    "RateLimit",
     "RegistrationError",
     "Retention",
     "RetryPolicy",

@@ -64,14 +64,19 @@ class QueuePause:
 
 @dataclass(frozen=True, slots=True)
 class QueueLimitRecord:
-    """A queue's stored concurrency limits (see :class:`~caravel.ConcurrencyLimit`): at most
-    ``concurrency`` of its jobs running at once and ``per_key`` per partition key (``None``: no
-    such cap), as last set at ``updated_at``."""
+    """A queue's stored limits, as last set at ``updated_at``: its concurrency caps (see
+    :class:`~caravel.ConcurrencyLimit`), at most ``concurrency`` of its jobs running at once and
+    ``per_key`` per partition key; its rates (see :class:`~caravel.RateLimit`), starts weighing
+    at most ``rate`` within any window of ``period``, and ``rate_per_key`` per key. ``None``:
+    no such cap (``period`` is ``None`` exactly when there is no rate)."""
 
     queue: str
     concurrency: int | None
     per_key: int | None
     updated_at: datetime
+    rate: int | None = None
+    rate_per_key: int | None = None
+    period: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +146,18 @@ class QueueInspector(AsyncClosing):
         ]
 
     async def queue_limits(self) -> list[QueueLimitRecord]:
-        """Every queue with a concurrency limit, by name (:meth:`DatabaseQueue.set_queue_limit
-        <caravel.DatabaseQueue.set_queue_limit>`)."""
+        """Every queue with a concurrency or rate limit, by name
+        (:meth:`DatabaseQueue.set_queue_limit <caravel.DatabaseQueue.set_queue_limit>`)."""
         return [
-            QueueLimitRecord(q.queue, q.concurrency, q.per_key, from_ms(q.updated_at))
+            QueueLimitRecord(
+                q.queue,
+                q.concurrency,
+                q.per_key,
+                from_ms(q.updated_at),
+                q.rate,
+                q.rate_per_key,
+                None if q.rate_period_ms is None else timedelta(milliseconds=q.rate_period_ms),
+            )
             for q in await self.store.queue_limit_list()
         ]
 

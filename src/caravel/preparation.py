@@ -161,6 +161,7 @@ def _new_job(
         debounce_ms=_debounce_ms(dispatch),
         timeout_ms=None if dispatch.timeout is None else duration_ms(dispatch.timeout),
         partition_key=partition_key_of(entry.partition_by, job, dispatch.partition_key),
+        weight=None if entry.weight == 1 else entry.weight,
     )
 
 

@@ -21,6 +21,7 @@ from caravel.chains import ChainResult, ChainStatus, chain_status, prepare_chain
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.flow.rate import RateLimit
 from caravel.jobs import (
     DEFAULT_TENANT,
     CancelOutcome,
@@ -37,7 +38,7 @@ from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.signals import WakeupHub
 from caravel.store import open_store
-from caravel.store.protocol import InsertResult, NewJob, Store
+from caravel.store.protocol import InsertResult, LimitKind, NewJob, Store
 from caravel.store.prunes import PruneBatch
 from caravel.validation import check_identifier, check_queue_name, check_schedule_name
 
@@ -300,21 +301,23 @@ class DatabaseQueue(AsyncClosing):
         check_queue_name(queue)
         return await self.store.queue_resume(queue, self.clock.now_ms())
 
-    # ----- concurrency limits (operator actions) --------------------------------------------
+    # ----- concurrency and rate limits (operator actions) -----------------------------------
 
-    async def set_queue_limit(self, limit: ConcurrencyLimit) -> None:
-        """Store ``limit`` as its queue's concurrency limits, replacing any (a cap it leaves
-        ``None`` is removed). Workers on every host follow it within their ``poll_interval``
-        (on PostgreSQL at once, through a notification). Raises
-        :class:`~caravel.errors.ValidationError` when it is not a
-        :class:`~caravel.ConcurrencyLimit`; nothing is stored then."""
+    async def set_queue_limit(self, limit: ConcurrencyLimit | RateLimit) -> None:
+        """Store ``limit`` as its queue's concurrency limits or its rates, replacing those of
+        the same kind (a cap it leaves ``None`` is removed) and keeping the other kind. Workers
+        on every host follow it within their ``poll_interval`` (on PostgreSQL at once, through
+        a notification). Raises :class:`~caravel.errors.ValidationError` when it is neither a
+        :class:`~caravel.ConcurrencyLimit` nor a :class:`~caravel.RateLimit`, or a rate is
+        below the weight of a job waiting in the queue; nothing is stored then."""
         await self.store.queue_limit_set(limit, self.clock.now_ms())
 
-    async def clear_queue_limit(self, queue: str) -> bool:
-        """Remove ``queue``'s concurrency limits; its waiting jobs are claimed without them as
-        soon as workers read the change. ``False`` when it had none."""
+    async def clear_queue_limit(self, queue: str, kind: LimitKind = "all") -> bool:
+        """Remove ``queue``'s limits of ``kind`` (``"concurrency"``, ``"rate"`` or ``"all"``);
+        its waiting jobs are claimed without them as soon as workers read the change.
+        ``False`` when it had none of that kind."""
         check_queue_name(queue)
-        return await self.store.queue_limit_clear(queue, self.clock.now_ms())
+        return await self.store.queue_limit_clear(queue, self.clock.now_ms(), kind)
 
     async def pause_schedule(self, name: str) -> bool:
         """Stop every scheduler from enqueueing schedule ``name``'s slots until

@@ -23,6 +23,7 @@ from caravel.context import JobContext
 from caravel.errors import RegistrationError, UnknownJobTypeError, ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.partition import TENANT, check_partition_by
+from caravel.flow.rate import RateLimit, check_weight
 from caravel.limits import MAX_PRIORITY, MIN_PRIORITY
 from caravel.options import RetryPolicy
 from caravel.validation import check_int, check_queue_name, check_timeout, check_wire_name
@@ -38,6 +39,7 @@ AsyncHandler = Callable[[Any, JobContext[Any]], Awaitable[None]]
 SyncHandler = Callable[[Any, JobContext[Any]], None]
 Handler = AsyncHandler | SyncHandler
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+LimitT = TypeVar("LimitT", ConcurrencyLimit, RateLimit)
 
 
 def _is_payload_type(candidate: object) -> bool:
@@ -115,6 +117,8 @@ class JobRegistration:
     partition_by: str = TENANT
     """What a per-key concurrency limit counts this type's jobs by where their dispatch gives
     no ``partition_key``: ``"tenant"``, or the name of a payload field."""
+    weight: int = 1
+    """What one start of this type's jobs counts for against a rate limit."""
 
 
 class JobRegistry:
@@ -152,7 +156,7 @@ class JobRegistry:
         self._by_name: dict[str, JobRegistration] = {}
         self._by_type: dict[type[Any], JobRegistration] = {}
         self._schedules: dict[str, Schedule] = {}
-        self._limits: dict[str, ConcurrencyLimit] = {}
+        self._limits: dict[tuple[str, str], ConcurrencyLimit | RateLimit] = {}
 
     def register(
         self,
@@ -164,6 +168,7 @@ class JobRegistry:
         priority: int | None = None,
         timeout: timedelta | None = None,
         partition_by: str = TENANT,
+        weight: int = 1,
     ) -> None:
         """Register ``payload_type`` under ``wire_name`` with its handler, and optionally the
         :class:`~caravel.RetryPolicy` its jobs follow instead of the queue's defaults, the
@@ -178,10 +183,14 @@ class JobRegistry:
         of a payload field whose value (a string, or an integer) follows the rules of
         idempotency keys, checked at each enqueue.
 
+        ``weight`` (1 to 10,000) is what one start of its jobs counts for against a rate limit
+        (:class:`~caravel.RateLimit`): a job of weight 5 uses five of a rate of 10 per second.
+
         Raises :class:`~caravel.errors.RegistrationError` for an invalid or already used wire
         name, a type registered before, a type that is neither a dataclass nor a pydantic model,
         a handler that is not callable, a priority or timeout out of range, or a
-        ``partition_by`` that is neither ``"tenant"`` nor a field of the payload type.
+        ``partition_by`` that is neither ``"tenant"`` nor a field of the payload type, or a
+        weight out of range.
         """
         try:
             check_wire_name(wire_name)
@@ -204,6 +213,7 @@ class JobRegistry:
         if timeout is not None:
             check_timeout(timeout, error=RegistrationError)
         partition_by = check_partition_by(payload_type, partition_by)
+        check_weight(weight, error=RegistrationError)
         if wire_name in self._by_name:
             raise RegistrationError("wire_name", "is already registered")
         if payload_type in self._by_type:
@@ -218,6 +228,7 @@ class JobRegistry:
             priority=priority,
             timeout=timeout,
             partition_by=partition_by,
+            weight=weight,
         )
         self._by_name[wire_name] = entry
         self._by_type[payload_type] = entry
@@ -231,6 +242,7 @@ class JobRegistry:
         priority: int | None = None,
         timeout: timedelta | None = None,
         partition_by: str = TENANT,
+        weight: int = 1,
     ) -> Callable[[HandlerT], HandlerT]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
 
@@ -243,6 +255,7 @@ class JobRegistry:
                 priority=priority,
                 timeout=timeout,
                 partition_by=partition_by,
+                weight=weight,
             )
             return handler
 
@@ -263,22 +276,24 @@ class JobRegistry:
         self._schedules[schedule.name] = schedule
         return schedule
 
-    def limit(self, limit: ConcurrencyLimit) -> ConcurrencyLimit:
-        """Declare a queue's concurrency limits (see :class:`~caravel.ConcurrencyLimit`);
-        returns it. A worker on this registry stores them when it starts, replacing what the
-        database held for that queue (an operator's ``caravel queues limits set`` holds until
-        then). Raises :class:`~caravel.errors.RegistrationError` when it is not a
-        ``ConcurrencyLimit`` or its queue has a limit declared here already."""
-        if not isinstance(limit, ConcurrencyLimit):
-            raise RegistrationError("limit", "must be a caravel.ConcurrencyLimit")
-        if limit.queue in self._limits:
-            raise RegistrationError("queue", "has a concurrency limit declared here already")
-        self._limits[limit.queue] = limit
+    def limit(self, limit: LimitT) -> LimitT:
+        """Declare a queue's concurrency limits (see :class:`~caravel.ConcurrencyLimit`) or its
+        rates (see :class:`~caravel.RateLimit`); returns it. A worker on this registry stores
+        them when it starts, replacing what the database held of that kind for that queue (an
+        operator's ``caravel queues limits set`` holds until then). Raises
+        :class:`~caravel.errors.RegistrationError` when it is neither, or its queue has a limit
+        of that kind declared here already."""
+        if not isinstance(limit, ConcurrencyLimit | RateLimit):
+            raise RegistrationError("limit", "must be a caravel.ConcurrencyLimit or RateLimit")
+        kind = type(limit).__name__
+        if (kind, limit.queue) in self._limits:
+            raise RegistrationError("queue", f"has a {kind} declared here already")
+        self._limits[kind, limit.queue] = limit
         return limit
 
     @property
-    def limits(self) -> tuple[ConcurrencyLimit, ...]:
-        """The declared concurrency limits, in the order they were declared."""
+    def limits(self) -> tuple[ConcurrencyLimit | RateLimit, ...]:
+        """The declared concurrency limits and rates, in the order they were declared."""
         return tuple(self._limits.values())
 
     @property

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from caravel.cancelling import MatchedJobs
     from caravel.chains import ChainResult, ChainStatus
     from caravel.flow.concurrency import ConcurrencyLimit
+    from caravel.flow.rate import RateLimit
+    from caravel.store.values import LimitKind
 
 __all__ = ["SyncQueue"]
 
@@ -228,14 +230,14 @@ class SyncQueue:
         """As :meth:`DatabaseQueue.resume_queue <caravel.DatabaseQueue.resume_queue>`."""
         return self.call(self.queue.resume_queue, queue)
 
-    def set_queue_limit(self, limit: ConcurrencyLimit) -> None:
+    def set_queue_limit(self, limit: ConcurrencyLimit | RateLimit) -> None:
         """As :meth:`DatabaseQueue.set_queue_limit <caravel.DatabaseQueue.set_queue_limit>`."""
         self.call(self.queue.set_queue_limit, limit)
 
-    def clear_queue_limit(self, queue: str) -> bool:
+    def clear_queue_limit(self, queue: str, kind: LimitKind = "all") -> bool:
         """As :meth:`DatabaseQueue.clear_queue_limit
         <caravel.DatabaseQueue.clear_queue_limit>`."""
-        return self.call(self.queue.clear_queue_limit, queue)
+        return self.call(self.queue.clear_queue_limit, queue, kind)
 
     def pause_schedule(self, name: str) -> bool:
         """As :meth:`DatabaseQueue.pause_schedule <caravel.DatabaseQueue.pause_schedule>`."""

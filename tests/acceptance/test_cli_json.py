@@ -339,12 +339,37 @@ def test_queue_limits(seeded: str) -> None:
         run_cli("queues", "limits", "set", "docs", "--per-key", "2", "--url", seeded, "--json"),
         "caravel queues limits set",
     )
-    assert limited == {"queue": "docs", "concurrency": None, "per_key": 2}
+    assert limited == {
+        "queue": "docs",
+        "concurrency": None,
+        "per_key": 2,
+        "rate": None,
+        "rate_per_key": None,
+        "period_ms": None,
+    }
+    rated = one_document(
+        run_cli(
+            "queues",
+            "limits",
+            "set",
+            "docs",
+            "--rate",
+            "20",
+            "--period",
+            "60",
+            "--url",
+            seeded,
+            "--json",
+        ),
+        "caravel queues limits set",
+    )
+    assert (rated["per_key"], rated["rate"], rated["period_ms"]) == (2, 20, 60_000)
     shown = one_document(
         run_cli("queues", "limits", "show", "--url", seeded, "--json"), "caravel queues limits show"
     )
     (row,) = shown["limits"]
     assert (row["queue"], row["concurrency"], row["per_key"]) == ("docs", None, 2)
+    assert (row["rate"], row["rate_per_key"], row["period_ms"]) == (20, None, 60_000)
     # One job runs and one is ready, both of the seed's tenant: the key's cap of two leaves room.
     assert (row["running"], row["waiting"]) == (1, 0)
     assert [(k["running"], k["waiting"]) for k in row["keys"]] == [(1, 0)]

@@ -78,7 +78,7 @@ async def _limits(url: str) -> list[tuple[str, int | None, int | None]]:
 
 def test_limits_set_show_replace_and_clear(db_url: str) -> None:
     empty = run_cli("queues", "limits", "show", "--url", db_url)
-    assert (empty.returncode, empty.stdout.strip()) == (0, "no queue has a concurrency limit")
+    assert (empty.returncode, empty.stdout.strip()) == (0, "no queue has a limit")
     done = run_cli(
         "queues", "limits", "set", "emails", "--concurrency", "10", "--per-key", "2",
         "--url", db_url,
@@ -176,3 +176,51 @@ def test_a_bad_keys_count_exits_two_naming_it(db_url: str) -> None:
     assert done.stdout == ""
     error = json.loads(done.stderr)["error"]
     assert (error["type"], "keys:" in error["message"]) == ("ValidationError", True)
+
+
+async def _rates(url: str) -> list[tuple[str, int | None, int | None, int | None, object]]:
+    async with QueueInspector(url) as reader:
+        return [
+            (q.queue, q.concurrency, q.rate, q.rate_per_key, q.period)
+            for q in await reader.queue_limits()
+        ]
+
+
+def test_rates_are_set_beside_concurrency_shown_and_cleared_alone(db_url: str) -> None:
+    run_cli("queues", "limits", "set", "emails", "--concurrency", "4", "--url", db_url)
+    done = run_cli(
+        "queues", "limits", "set", "emails", "--rate", "20", "--rate-per-key", "5",
+        "--period", "60", "--url", db_url,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        "limited emails: concurrency 4, rate 20, rate per key 5, per 60 s",
+    )
+    assert asyncio.run(_rates(db_url)) == [("emails", 4, 20, 5, timedelta(minutes=1))]
+    table = run_cli("queues", "limits", "show", "--url", db_url)
+    assert "60 s" in table.stdout
+    cleared = run_cli("queues", "limits", "clear", "emails", "--only", "rate", "--url", db_url)
+    assert cleared.returncode == 0
+    assert asyncio.run(_rates(db_url)) == [("emails", 4, None, None, None)]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["emails", "--rate", "0"], "rate"),
+        (["emails", "--rate", "-3"], "rate"),
+        (["emails", "--rate-per-key", "0"], "per_key"),
+        (["emails", "--rate", "5", "--period", "0"], "period"),
+        (["emails", "--rate", "5", "--period", "86401"], "period"),
+        (["emails", "--period", "5"], "rate"),
+    ],
+)
+def test_a_bad_rate_exits_two_names_the_field_and_stores_nothing(
+    db_url: str, args: list[str], field: str
+) -> None:
+    run_cli("queues", "limits", "set", "emails", "--rate", "7", "--url", db_url)
+    done = run_cli("queues", "limits", "set", *args, "--url", db_url, "--json")
+    assert done.returncode == 2
+    error = json.loads(done.stderr)["error"]
+    assert f"caravel queues limits set: {field}:" in error["message"]
+    assert asyncio.run(_rates(db_url)) == [("emails", None, 7, None, timedelta(seconds=1))]

@@ -53,6 +53,7 @@ PUBLIC_NAMES = [
     "QueueOptions",
     "QueuePause",
     "QueueWorker",
+    "RateLimit",
     "RegistrationError",
     "Retention",
     "RetryPolicy",

@@ -1,5 +1,5 @@
 """``caravel queues``: list the queues with whether each is paused, pause or resume one, and
-show or change their concurrency limits (``caravel queues limits``).
+show or change their concurrency and rate limits (``caravel queues limits``).
 
 A pause is an operator action for every worker on every host: workers stop claiming the queue's
 jobs (at once on PostgreSQL, within their poll interval on SQLite), jobs already running finish,
@@ -10,7 +10,7 @@ says so; both still exit 0, since the queue is then as asked.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -20,12 +20,12 @@ from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.clock import from_ms
-from caravel.errors import CaravelError
-from caravel.store.protocol import QueueLimitUsage
+from caravel.errors import CaravelError, ValidationError
+from caravel.store.protocol import QueueLimit, QueueLimitUsage
 from caravel.validation import check_queue_name
 
 app = typer.Typer(
-    help="List queues, pause or resume one, and show or change their concurrency limits.",
+    help="List queues, pause or resume one, and show or change their limits.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -116,27 +116,43 @@ def resume(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
     _change("queues resume", url, queue, as_json, pause=False)
 
 
-# ----- concurrency limits -------------------------------------------------------------------
+# ----- concurrency and rate limits ----------------------------------------------------------
 
 limits_app = typer.Typer(
-    help="Show and change queues' concurrency limits.",
+    help="Show and change queues' concurrency and rate limits.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
 app.add_typer(limits_app, name="limits")
 
 
-def _limit_fields(usage: QueueLimitUsage) -> dict[str, Any]:
-    limit = usage.limit
+def _caps(limit: QueueLimit) -> dict[str, Any]:
+    """A queue's stored caps, as ``queues limits set`` and ``show`` print them."""
     return {
         "queue": limit.queue,
         "concurrency": limit.concurrency,
         "per_key": limit.per_key,
+        "rate": limit.rate,
+        "rate_per_key": limit.rate_per_key,
+        "period_ms": limit.rate_period_ms,
+    }
+
+
+def _limit_fields(usage: QueueLimitUsage) -> dict[str, Any]:
+    limit = usage.limit
+    return {
+        **_caps(limit),
         "updated_at": from_ms(limit.updated_at),
         "running": usage.running,
         "waiting": usage.waiting,
         "keys": [{"key": k.key, "running": k.running, "waiting": k.waiting} for k in usage.keys],
     }
+
+
+def _period(period_ms: int | None) -> str:
+    if period_ms is None:
+        return ""
+    return f"{period_ms / 1000:g} s"
 
 
 @limits_app.command("show")
@@ -152,9 +168,10 @@ def show_limits(
     ] = 20,
     as_json: Json = False,
 ) -> None:
-    """List the queues with concurrency limits: at most CONCURRENCY of a queue's jobs run at
-    once across every worker, and at most PER_KEY per partition key (blank: no such cap); how
-    many run now, and how many ready jobs wait because of a limit. Under a per-key cap, the
+    """List the queues with limits: at most CONCURRENCY of a queue's jobs run at once across
+    every worker, and at most PER_KEY per partition key; starts weighing at most RATE within
+    any window of PERIOD, and at most RATE_PER_KEY per key (blank: no such cap); how many run
+    now, and how many ready jobs wait because of a concurrency limit. Under a per-key cap, the
     busiest keys with theirs.
 
     Read-only: the database is opened as for ``caravel status``.
@@ -172,24 +189,36 @@ def show_limits(
         emit({"limits": [_limit_fields(usage) for usage in found]})
         return
     if not found:
-        typer.echo("no queue has a concurrency limit")
+        typer.echo("no queue has a limit")
         return
     from rich.table import Table
     from rich.text import Text
 
     from caravel.cli.render import console, keys_table
 
-    table = Table(title="Concurrency limits")
-    for column in ("queue", "concurrency", "per key", "running", "waiting", "set at (UTC)"):
+    table = Table(title="Queue limits")
+    columns = (
+        "queue",
+        "concurrency",
+        "per key",
+        "running",
+        "waiting",
+        "rate",
+        "rate per key",
+        "period",
+        "set at (UTC)",
+    )
+    for column in columns:
         table.add_column(column)
     for usage in found:
         limit = usage.limit
         table.add_row(
             Text(limit.queue),
-            "" if limit.concurrency is None else str(limit.concurrency),
-            "" if limit.per_key is None else str(limit.per_key),
+            *("" if cap is None else str(cap) for cap in (limit.concurrency, limit.per_key)),
             str(usage.running),
             str(usage.waiting),
+            *("" if cap is None else str(cap) for cap in (limit.rate, limit.rate_per_key)),
+            _period(limit.rate_period_ms),
             timestamp(from_ms(limit.updated_at)),
         )
     console().print(table)
@@ -212,47 +241,95 @@ def set_limits(
         int | None,
         typer.Option("--per-key", help="At most this many run at once per partition key."),
     ] = None,
+    rate: Annotated[
+        int | None,
+        typer.Option("--rate", help="Its starts weigh at most this much within any period."),
+    ] = None,
+    rate_per_key: Annotated[
+        int | None,
+        typer.Option("--rate-per-key", help="The same, per partition key."),
+    ] = None,
+    period: Annotated[
+        int | None,
+        typer.Option("--period", help="The rate's window in seconds, 1 to 86400 (default 1)."),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Set a queue's concurrency limits, replacing any it had (a cap not given is removed).
+    """Set a queue's concurrency limits (--concurrency, --per-key) or its rates (--rate,
+    --rate-per-key, --period), replacing those of the kind given (a cap of that kind not
+    given is removed) and keeping the other kind.
 
     Running workers follow the change within their poll interval (on PostgreSQL at once).
     Jobs already running are not touched; over a lowered limit, none is claimed until enough
-    of them finish.
+    of them finish, and under a lowered rate none starts until the window allows it.
     """
-    from caravel.flow import ConcurrencyLimit
+    from caravel.flow import ConcurrencyLimit, RateLimit
 
-    async def go() -> None:
+    rated = rate is not None or rate_per_key is not None or period is not None
+    concurrent = concurrency is not None or per_key is not None or not rated
+    limits: list[ConcurrencyLimit | RateLimit] = []
+
+    async def go() -> QueueLimit | None:
         async with open_writer(url) as q:
-            await q.set_queue_limit(limit)
+            for limit in limits:
+                await q.set_queue_limit(limit)
+        async with open_inspector(url) as reader:
+            found = await reader.queue_limit_usage(queue, keys=0)
+        return found[0].limit if found else None
 
     try:
-        limit = ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key)
-        asyncio.run(go())
-    except CaravelError as exc:
+        if concurrent:
+            limits.append(ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key))
+        if rated:
+            window = timedelta(seconds=1 if period is None else period)
+            limits.append(RateLimit(queue=queue, rate=rate, per_key=rate_per_key, period=window))
+        stored = asyncio.run(go())
+    except (CaravelError, OverflowError) as exc:
+        if isinstance(exc, OverflowError):
+            exc = ValidationError("period", "must be from 1 second to 1 day")
         raise fail("queues limits set", exc, as_json=as_json, url=url) from None
+    if stored is None:  # cleared by another operator in between
+        stored = QueueLimit(queue, None, None, 0)
+    fields = _caps(stored)
     if as_json:
-        emit({"queue": queue, "concurrency": concurrency, "per_key": per_key})
+        emit(fields)
         return
     caps = [
-        f"{name} {value}"
-        for name, value in (("concurrency", concurrency), ("per key", per_key))
-        if value is not None
+        f"{name.replace('_', ' ')} {value}"
+        for name, value in fields.items()
+        if name not in ("queue", "period_ms") and value is not None
     ]
+    if stored.rate_period_ms is not None:
+        caps.append(f"per {_period(stored.rate_period_ms)}")
     typer.echo(f"limited {queue}: {', '.join(caps)}")
 
 
 @limits_app.command("clear")
-def clear_limits(queue: QueueName, url: DatabaseUrl, as_json: Json = False) -> None:
-    """Remove a queue's concurrency limits: workers claim its waiting jobs without them as
-    soon as they read the change. Exit 0 also when it had none."""
+def clear_limits(
+    queue: QueueName,
+    url: DatabaseUrl,
+    only: Annotated[
+        str | None,
+        typer.Option("--only", help="Remove only this kind: concurrency or rate."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Remove a queue's limits (or only its concurrency caps or only its rates, --only):
+    workers claim its waiting jobs without them as soon as they read the change. Exit 0 also
+    when it had none."""
 
     async def go() -> bool:
         async with open_writer(url) as q:
+            if only == "concurrency":
+                return await q.clear_queue_limit(queue, "concurrency")
+            if only == "rate":
+                return await q.clear_queue_limit(queue, "rate")
             return await q.clear_queue_limit(queue)
 
     try:
         check_queue_name(queue)
+        if only not in (None, "concurrency", "rate"):
+            raise ValidationError("only", "must be 'concurrency' or 'rate'")
         changed = asyncio.run(go())
     except CaravelError as exc:
         raise fail("queues limits clear", exc, as_json=as_json, url=url) from None

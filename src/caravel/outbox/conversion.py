@@ -39,15 +39,17 @@ def envelope_for(
 ) -> E:
     """The envelope (of the mapped class ``model``) staging ``job``, prepared from ``dispatch``.
     Raises :class:`~caravel.errors.ValidationError` (``tags``, ``priority``, ``pending_key``,
-    ``timeout``, ``partition_key``) when the dispatch has tags, a pending key or a timeout, or
-    the job a priority other than 0 (its dispatch's or its type's) or a partition key (its
-    dispatch's or its payload's): the outbox table has no column for them."""
+    ``timeout``, ``partition_key``, ``weight``) when the dispatch has tags, a pending key or a
+    timeout, or the job a priority other than 0 (its dispatch's or its type's), a partition key
+    (its dispatch's or its payload's) or a weight other than 1 (its type's): the outbox table has
+    no column for them."""
     unstageable = {
         "tags": bool(dispatch.tags),
         "priority": job.priority != 0,
         "pending_key": dispatch.pending_key is not None,
         "timeout": dispatch.timeout is not None,
         "partition_key": job.partition_key is not None,
+        "weight": job.weight is not None,
     }
     for field, present in unstageable.items():
         if present:

@@ -27,7 +27,16 @@ from caravel.store.rows import CLAIM_RETURNING
 from caravel.store.schema import claim_rank, jobs, partition
 from caravel.store.values import ClaimSource
 
-__all__ = ["KEY_SCAN", "RANK_HORIZON_MS", "claim", "claim_per_key", "running_count"]
+__all__ = [
+    "KEY_SCAN",
+    "RANK_HORIZON_MS",
+    "claim",
+    "claim_ids",
+    "claim_per_key",
+    "due_weighed",
+    "running_by_key",
+    "running_count",
+]
 
 RUNNING = JobState.RUNNING.value
 READY = JobState.READY.value
@@ -161,6 +170,52 @@ def claim_per_key(source: ClaimSource, target: Any) -> sa.Update:
         .limit(limit)
     )
     return _update(chosen, now, target, still_due=True)
+
+
+def running_by_key() -> sa.Select[Any]:
+    """How many of ``b_queue``'s jobs run with a lease unexpired at ``b_now``, per partition
+    key (columns ``key``, ``running``)."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    running: Any = sa.func.count().label("running")
+    return (
+        sa.select(partition.label("key"), running)
+        .where(
+            jobs.c.queue == sa.bindparam("b_queue"),
+            jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
+            jobs.c.available_at > now,
+        )
+        .group_by(partition)
+    )
+
+
+def due_weighed(source: ClaimSource) -> sa.Select[Any]:
+    """The first :data:`KEY_SCAN` due jobs of each of ``source``'s sources in claim order, bound
+    as :func:`claim` is, each with its partition key and weight (columns ``id``, ``key``,
+    ``weight``): what a claim under a rate limit chooses from (:func:`caravel.flow.window.fit`).
+    It runs where the queue's limited claims take turns, so it locks nothing."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    scan: Any = sa.literal_column(str(KEY_SCAN))
+    sources: tuple[ClaimSource, ...] = ("expired", "ready") if source == "any" else (source,)
+    parts = []
+    for part, name in enumerate(sources):
+        picked = _source(name, now, scan, _no_lock, keyed=True, partitioned=True)
+        inner = picked.subquery(f"{name}_jobs")
+        parts.append(sa.select(inner.c.id, sa.literal_column(str(part)).label("part"), inner.c.k))
+    due = (sa.union_all(*parts) if len(parts) > 1 else parts[0]).subquery("due_jobs")
+    weight: Any = sa.func.coalesce(jobs.c.weight, 1)
+    return (
+        sa.select(jobs.c.id, partition.label("key"), weight.label("weight"))
+        .select_from(due.join(jobs, jobs.c.id == due.c.id))
+        .order_by(due.c.part, due.c.k)
+    )
+
+
+def claim_ids() -> sa.Update:
+    """The claim of the jobs ``b_ids`` names (chosen by a limited claim), bound as
+    :func:`claim` is otherwise; as :func:`claim_per_key`, it takes only those still due."""
+    now = sa.bindparam("b_now", type_=sa.BigInteger())
+    chosen = jobs.c.id.in_(sa.bindparam("b_ids", expanding=True))
+    return _update(sa.select(jobs.c.id), now, lambda _: chosen, still_due=True)
 
 
 def _update(candidates: sa.Select[Any], now: Any, target: Any, *, still_due: bool) -> sa.Update:

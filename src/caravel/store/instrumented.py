@@ -16,6 +16,7 @@ from uuid import UUID
 
 from caravel import telemetry
 from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.flow.rate import RateLimit
 from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
 from caravel.store.protocol import (
@@ -27,6 +28,7 @@ from caravel.store.protocol import (
     InsertResult,
     JobFilter,
     JobRef,
+    LimitKind,
     NewJob,
     PausedQueue,
     QueueCounts,
@@ -234,13 +236,13 @@ class InstrumentedStore:
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
         return self.inner.queue_changes(queues)
 
-    async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
+    async def queue_limit_set(self, limit: ConcurrencyLimit | RateLimit, now: int) -> QueueLimit:
         with self._span("queue_limit_set"):
             return await self.inner.queue_limit_set(limit, now)
 
-    async def queue_limit_clear(self, queue: str, now: int) -> bool:
+    async def queue_limit_clear(self, queue: str, now: int, kind: LimitKind = "all") -> bool:
         with self._span("queue_limit_clear"):
-            return await self.inner.queue_limit_clear(queue, now)
+            return await self.inner.queue_limit_clear(queue, now, kind)
 
     async def queue_limit_list(self) -> list[QueueLimit]:
         with self._span("queue_limit_list"):

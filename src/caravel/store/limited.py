@@ -1,5 +1,6 @@
-"""Concurrency limits in the SQL stores: the statements over ``caravel_queue_limits``, the three
-operations that run them, and the limited claim, shared by every dialect.
+"""Concurrency and rate limits in the SQL stores: the statements over ``caravel_queue_limits``
+and ``caravel_queue_starts``, the three operations that run them, and the limited claim, shared
+by every dialect.
 
 A limited claim runs in one transaction that first reads the queue's limits row, locked where
 the database has concurrent writers (PostgreSQL: ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE``
@@ -8,6 +9,13 @@ counts the running jobs only after the one before it committed, and none can tak
 another already took: the count and the claim are exact together. A queue without a row takes
 no lock and is claimed by the plain statement; one whose row went since the worker looked is
 claimed by the plain statement inside the transaction.
+
+A queue with a rate is claimed in the same turn by three reads and a write: the running jobs
+per partition key, the weights started per key later than ``now - period`` (after deleting its
+older starts), the first due jobs with their keys and weights; :func:`caravel.flow.window.fit`
+chooses among them, the chosen still due are claimed, and one start per job now running is
+logged at ``now``. Starts logged by a claim whose clock ran ahead still count (the window has
+no upper end), so a skewed clock can only make the queue slower, never faster.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import sqlalchemy as sa
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit, check_limit
+from caravel.flow.rate import RateLimit, check_rate
+from caravel.flow.window import Candidate, Caps, fit
 from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.plans import Plan, Step
@@ -27,10 +37,11 @@ from caravel.store.protocol import (
     ClaimRequest,
     ClaimSource,
     KeyUsage,
+    LimitKind,
     QueueLimit,
     QueueLimitUsage,
 )
-from caravel.store.schema import jobs, partition, queue_limits
+from caravel.store.schema import jobs, partition, queue_limits, queue_starts
 from caravel.store.transactions import ConnectionT, SqlTransactions
 from caravel.validation import check_int, check_queue_name
 
@@ -44,6 +55,7 @@ __all__ = [
     "list_limits",
     "read_limit",
     "set_limit",
+    "stored_fields",
     "usage_by_key",
     "waiting",
 ]
@@ -53,42 +65,103 @@ MAX_USAGE_KEYS = 1000
 
 RUNNING = JobState.RUNNING.value
 READY = JobState.READY.value
+WAITING = (JobState.READY.value, JobState.RUNNING.value)
+
+_CONCURRENCY = ("concurrency", "per_key")
+_RATE = ("rate", "rate_per_key", "rate_period_ms")
 
 
-def checked_limit(limit: object) -> ConcurrencyLimit:
-    """``limit`` when it is a :class:`ConcurrencyLimit` that keeps its rules (checked again: a
-    frozen dataclass can still be forced); otherwise :class:`ValidationError`."""
-    if not isinstance(limit, ConcurrencyLimit):
-        raise ValidationError("limit", "must be a caravel.ConcurrencyLimit")
-    check_limit(limit.queue, limit.concurrency, limit.per_key)
+def checked_limit(limit: object) -> ConcurrencyLimit | RateLimit:
+    """``limit`` when it is a :class:`ConcurrencyLimit` or a :class:`RateLimit` that keeps its
+    rules (checked again: a frozen dataclass can still be forced); otherwise
+    :class:`ValidationError`."""
+    if isinstance(limit, ConcurrencyLimit):
+        check_limit(limit.queue, limit.concurrency, limit.per_key)
+    elif isinstance(limit, RateLimit):
+        check_rate(limit.queue, limit.rate, limit.per_key, limit.period)
+    else:
+        raise ValidationError("limit", "must be a caravel.ConcurrencyLimit or caravel.RateLimit")
     return limit
 
 
-def set_limit(insert: Any) -> Any:
-    """Store ``b_queue``'s ``b_concurrency`` and ``b_per_key`` at ``b_now``, replacing what was
-    there. ``insert`` is the dialect's ``insert(queue_limits)``."""
+def stored_fields(limit: ConcurrencyLimit | RateLimit) -> dict[str, int | None]:
+    """The columns of ``caravel_queue_limits`` that ``limit`` sets (the others stay)."""
+    if isinstance(limit, ConcurrencyLimit):
+        return {"concurrency": limit.concurrency, "per_key": limit.per_key}
+    return {"rate": limit.rate, "rate_per_key": limit.per_key, "rate_period_ms": limit.period_ms}
+
+
+def set_limit(insert: Any, fields: Sequence[str]) -> Any:
+    """Store ``b_queue``'s ``fields`` (each bound as ``b_<field>``) at ``b_now``, replacing
+    those it had and keeping the others. ``insert`` is the dialect's ``insert(queue_limits)``."""
     values = insert.values(
         queue=sa.bindparam("b_queue", type_=queue_limits.c.queue.type),
-        concurrency=sa.bindparam("b_concurrency", type_=sa.Integer()),
-        per_key=sa.bindparam("b_per_key", type_=sa.Integer()),
         updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
+        **{field: sa.bindparam(f"b_{field}", type_=sa.Integer()) for field in fields},
     )
     return values.on_conflict_do_update(
         index_elements=[queue_limits.c.queue],
-        set_={
-            "concurrency": values.excluded.concurrency,
-            "per_key": values.excluded.per_key,
-            "updated_at": values.excluded.updated_at,
-        },
+        set_={name: getattr(values.excluded, name) for name in (*fields, "updated_at")},
+    ).returning(*queue_limits.c)
+
+
+def heaviest_waiting() -> sa.Select[Any]:
+    """The largest weight among ``b_queue``'s ready and running jobs (``None``: none)."""
+    return sa.select(sa.func.max(sa.func.coalesce(jobs.c.weight, 1))).where(
+        jobs.c.queue == sa.bindparam("b_queue"), jobs.c.state.in_(WAITING)
     )
 
 
-def clear_limit() -> Any:
-    """Remove ``b_queue``'s limits; returns its name when it had any."""
+def clear_limit(kind: LimitKind = "all") -> tuple[Any, ...]:
+    """The statements that remove ``b_queue``'s limits of ``kind``: each returns the queue's
+    name when it removed something (a row left without any limit goes)."""
+    queue = queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type)
+    if kind == "all":
+        return (sa.delete(queue_limits).where(queue).returning(queue_limits.c.queue),)
+    cleared, kept = (_CONCURRENCY, _RATE) if kind == "concurrency" else (_RATE, _CONCURRENCY)
+    had = sa.or_(*(queue_limits.c[name].isnot(None) for name in cleared))
+    keeps = sa.or_(*(queue_limits.c[name].isnot(None) for name in kept))
     return (
-        sa.delete(queue_limits)
-        .where(queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type))
-        .returning(queue_limits.c.queue)
+        sa.delete(queue_limits).where(queue, had, sa.not_(keeps)).returning(queue_limits.c.queue),
+        sa.update(queue_limits)
+        .where(queue, had)
+        .values({**dict.fromkeys(cleared), "updated_at": sa.bindparam("b_now")})
+        .returning(queue_limits.c.queue),
+    )
+
+
+def forget_starts() -> sa.Delete:
+    """Delete ``b_queue``'s logged starts (its rate went)."""
+    return sa.delete(queue_starts).where(queue_starts.c.queue == sa.bindparam("b_queue"))
+
+
+def prune_starts() -> sa.Delete:
+    """Delete ``b_queue``'s starts at or before ``b_since``: outside every window from now on."""
+    return sa.delete(queue_starts).where(
+        queue_starts.c.queue == sa.bindparam("b_queue"),
+        queue_starts.c.started_at <= sa.bindparam("b_since", type_=sa.BigInteger()),
+    )
+
+
+def started_by_key() -> sa.Select[Any]:
+    """The weights ``b_queue`` started later than ``b_since``, per key (``key``, ``weight``)."""
+    return (
+        sa.select(queue_starts.c.key, sa.func.sum(queue_starts.c.weight).label("weight"))
+        .where(
+            queue_starts.c.queue == sa.bindparam("b_queue"),
+            queue_starts.c.started_at > sa.bindparam("b_since", type_=sa.BigInteger()),
+        )
+        .group_by(queue_starts.c.key)
+    )
+
+
+def log_starts() -> sa.Insert:
+    """Log one start (``b_queue``, ``b_key``, ``b_now``, ``b_weight``); run once per start."""
+    return sa.insert(queue_starts).values(
+        queue=sa.bindparam("b_queue"),
+        key=sa.bindparam("b_key"),
+        started_at=sa.bindparam("b_now", type_=sa.BigInteger()),
+        weight=sa.bindparam("b_weight", type_=sa.Integer()),
     )
 
 
@@ -99,9 +172,13 @@ def list_limits() -> sa.Select[Any]:
 
 def read_limit() -> sa.Select[Any]:
     """``b_queue``'s limits, if it has any."""
-    return sa.select(queue_limits.c.concurrency, queue_limits.c.per_key).where(
-        queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type)
-    )
+    return sa.select(
+        queue_limits.c.concurrency,
+        queue_limits.c.per_key,
+        queue_limits.c.rate,
+        queue_limits.c.rate_per_key,
+        queue_limits.c.rate_period_ms,
+    ).where(queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type))
 
 
 def checked_usage(queue: object, keys: object) -> None:
@@ -161,11 +238,19 @@ def usage_by_key(per_key: int | None) -> sa.Select[Any]:
 
 
 def _row(row: Any) -> QueueLimit:
-    return QueueLimit(row.queue, row.concurrency, row.per_key, row.updated_at)
+    return QueueLimit(
+        row.queue,
+        row.concurrency,
+        row.per_key,
+        row.updated_at,
+        row.rate,
+        row.rate_per_key,
+        row.rate_period_ms,
+    )
 
 
 class LimitsStore(SqlTransactions[ConnectionT]):
-    """The concurrency-limit operations of a SQL store (:class:`~caravel.store.base.SqlStore`
+    """The limit operations of a SQL store (:class:`~caravel.store.base.SqlStore`
     has them)."""
 
     def _queue_limits_insert(self) -> Any:
@@ -188,30 +273,42 @@ class LimitsStore(SqlTransactions[ConnectionT]):
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
         raise NotImplementedError
 
-    async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
+    async def queue_limit_set(self, limit: ConcurrencyLimit | RateLimit, now: int) -> QueueLimit:
         limit = checked_limit(limit)
-        stmt = self._statement("queue_limit_set", lambda: set_limit(self._queue_limits_insert()))
-        params = {
-            "b_queue": limit.queue,
-            "b_concurrency": limit.concurrency,
-            "b_per_key": limit.per_key,
-            "b_now": now,
-        }
+        fields = stored_fields(limit)
+        kind = "rate" if isinstance(limit, RateLimit) else "concurrency"
+        stmt = self._statement(
+            f"queue_limit_set_{kind}", lambda: set_limit(self._queue_limits_insert(), list(fields))
+        )
+        params: dict[str, Any] = {f"b_{name}": value for name, value in fields.items()}
+        params.update(b_queue=limit.queue, b_now=now)
         async with self._write("queue_limit_set") as conn:
-            await conn.execute(stmt, params)
+            if isinstance(limit, RateLimit):
+                heaviest = self._statement("heaviest_waiting", heaviest_waiting)
+                weight = (await conn.execute(heaviest, {"b_queue": limit.queue})).scalar()
+                check_rate_fits(limit, weight)
+            stored = _row((await conn.execute(stmt, params)).one())
             for announce in self._queue_changed():
                 await conn.execute(announce, {"b_queue": limit.queue})
-        return QueueLimit(limit.queue, limit.concurrency, limit.per_key, now)
+        return stored
 
-    async def queue_limit_clear(self, queue: str, now: int) -> bool:
+    async def queue_limit_clear(self, queue: str, now: int, kind: LimitKind = "all") -> bool:
         check_queue_name(queue)
-        stmt = self._statement("queue_limit_clear", clear_limit)
+        if kind not in ("all", "concurrency", "rate"):
+            raise ValidationError("kind", "must be 'all', 'concurrency' or 'rate'")
+        stmts = self._statement(f"queue_limit_clear_{kind}", lambda: clear_limit(kind))
+        cleared = False
         async with self._write("queue_limit_clear") as conn:
-            cleared = (await conn.execute(stmt, {"b_queue": queue})).scalar_one_or_none()
-            if cleared is not None:
+            for stmt in stmts:
+                done = await conn.execute(stmt, {"b_queue": queue, "b_now": now})
+                cleared = done.scalar_one_or_none() is not None or cleared
+            if cleared:
+                if kind != "concurrency":
+                    forget = self._statement("forget_starts", forget_starts)
+                    await conn.execute(forget, {"b_queue": queue})
                 for announce in self._queue_changed():
                     await conn.execute(announce, {"b_queue": queue})
-        return cleared is not None
+        return cleared
 
     async def queue_limit_list(self) -> list[QueueLimit]:
         stmt = self._statement("queue_limit_list", list_limits)
@@ -269,7 +366,9 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         source = request.source
         lock = self._statement("limit_lock", lambda: self._limit_lock(read_limit()))
         found = yield Step(lock, {"b_queue": request.queue})
-        concurrency, per_key = (None, None) if not found else found[0]
+        if found and found[0].rate_period_ms is not None:
+            return (yield from self._claim_rated(request, params, found[0]))
+        concurrency, per_key = (None, None) if not found else found[0][:2]
         limit = request.limit
         if concurrency is not None:
             count = self._statement("running_count", claims.running_count)
@@ -286,3 +385,65 @@ class LimitsStore(SqlTransactions[ConnectionT]):
             )
             params["b_per_key"] = per_key
         return (yield Step(stmt, params))
+
+    def _claim_rated(
+        self, request: ClaimRequest, params: dict[str, Any], stored: Any
+    ) -> Plan[list[Any]]:
+        """The limited claim of a queue with a rate (see the module docstring)."""
+        queue, now = params["b_queue"], params["b_now"]
+        since = now - int(stored.rate_period_ms)
+        prune = self._statement("starts_prune", prune_starts)
+        yield Step(prune, {"b_queue": queue, "b_since": since})
+        started = yield Step(
+            self._statement("starts_in_window", started_by_key),
+            {"b_queue": queue, "b_since": since},
+        )
+        running = yield Step(
+            self._statement("running_by_key", claims.running_by_key),
+            {"b_queue": queue, "b_now": now},
+        )
+        source = request.source
+        due = yield Step(
+            self._statement(f"due_weighed_{source}", lambda: claims.due_weighed(source)),
+            {"b_queue": queue, "b_now": now},
+        )
+        caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
+        chosen = fit(
+            (Candidate(row.id, row.key, int(row.weight)) for row in due),
+            request.limit,
+            caps,
+            {row.key: int(row.running) for row in running},
+            {row.key: int(row.weight) for row in started},
+        )
+        if not chosen:
+            return []
+        claimed = yield Step(
+            self._statement("claim_ids", claims.claim_ids),
+            {**params, "b_ids": [job.id for job in chosen]},
+        )
+        by_id = {job.id: job for job in chosen}
+        starts = [
+            {
+                "b_queue": queue,
+                "b_key": by_id[row.id].key,
+                "b_now": now,
+                "b_weight": by_id[row.id].weight,
+            }
+            for row in claimed
+            if row.state == RUNNING
+        ]
+        if starts:
+            yield Step(self._statement("starts_log", log_starts), starts)
+        return claimed
+
+
+def check_rate_fits(limit: RateLimit, heaviest: int | None) -> None:
+    """Refuse a rate below the weight of a job waiting in its queue: such a job could never
+    start. Raises :class:`ValidationError` naming ``rate`` or ``per_key``."""
+    if heaviest is None:
+        return
+    for field, value in (("rate", limit.rate), ("per_key", limit.per_key)):
+        if value is not None and value < heaviest:
+            raise ValidationError(
+                field, f"must be at least {heaviest}, the weight of a job waiting in the queue"
+            )

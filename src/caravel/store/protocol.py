@@ -17,6 +17,7 @@ from typing import Protocol
 from uuid import UUID
 
 from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.flow.rate import RateLimit
 from caravel.jobs import JobStatus, Lease
 from caravel.store.links import LinkReads, LinkWrites
 from caravel.store.prunes import PruneBatch, PruneRequest
@@ -35,6 +36,7 @@ from caravel.store.values import (
     JobFilter,
     JobRef,
     KeyUsage,
+    LimitKind,
     NewJob,
     PausedQueue,
     QueueCounts,
@@ -63,6 +65,7 @@ __all__ = [
     "JobFilter",
     "JobRef",
     "KeyUsage",
+    "LimitKind",
     "NewJob",
     "PausedQueue",
     "QueueCounts",
@@ -123,7 +126,7 @@ class ReadStore(LinkReads, Protocol):
         ...
 
     async def queue_limit_list(self) -> list[QueueLimit]:
-        """Every queue with a concurrency limit, by name."""
+        """Every queue with a concurrency or rate limit, by name."""
         ...
 
     async def queue_limit_usage(
@@ -235,16 +238,17 @@ class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
         """Let workers claim ``queue`` again; false when it was not paused."""
         ...
 
-    async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
-        """Store ``limit`` as its queue's concurrency limits, replacing any (a cap it leaves
-        ``None`` is removed); returns what is stored. Raises
-        :class:`~caravel.errors.ValidationError` for a limit that breaks
-        :class:`~caravel.flow.ConcurrencyLimit`'s rules, storing nothing."""
+    async def queue_limit_set(self, limit: ConcurrencyLimit | RateLimit, now: int) -> QueueLimit:
+        """Store ``limit`` as its queue's concurrency limits or as its rates, replacing those of
+        the same kind (a cap it leaves ``None`` is removed) and keeping the other kind; returns
+        what the queue has stored now. Raises :class:`~caravel.errors.ValidationError` for a
+        limit that breaks its class's rules, or a rate below the weight of a job waiting in the
+        queue, storing nothing."""
         ...
 
-    async def queue_limit_clear(self, queue: str, now: int) -> bool:
-        """Remove ``queue``'s concurrency limits: its jobs are claimed without them from the
-        next claim. False when it had none."""
+    async def queue_limit_clear(self, queue: str, now: int, kind: LimitKind = "all") -> bool:
+        """Remove ``queue``'s limits of ``kind`` (``"concurrency"``, ``"rate"`` or ``"all"``):
+        its jobs are claimed without them from the next claim. False when it had none."""
         ...
 
     async def schedule_advance(self, name: str, slot_at: int, now: int) -> bool:

@@ -269,6 +269,7 @@ def job_row(job: NewJob) -> dict[str, Any]:
         "pending_key": job.pending_key,
         "timeout_ms": job.timeout_ms,
         "partition_key": job.partition_key,
+        "weight": job.weight,
     }
 
 
@@ -293,4 +294,5 @@ _JOB_ROW_COLUMNS = (
     "pending_key",
     "timeout_ms",
     "partition_key",
+    "weight",
 )

@@ -40,6 +40,7 @@ __all__ = [
     "JOBS_TABLE",
     "QUEUES_TABLE",
     "QUEUE_LIMITS_TABLE",
+    "QUEUE_STARTS_TABLE",
     "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
@@ -51,6 +52,7 @@ __all__ = [
     "metadata",
     "partition",
     "queue_limits",
+    "queue_starts",
     "queues",
     "schedules",
     "workers",
@@ -117,6 +119,9 @@ jobs = sa.Table(
     # The key a per-key concurrency limit counts the job under; NULL means its tenant (the
     # default), read as ``COALESCE(partition_key, tenant_id)`` (:data:`partition`).
     sa.Column("partition_key", sa.String(MAX_KEY_LENGTH), nullable=True),
+    # What one start of the job counts for against a rate limit (its type's ``weight``); NULL
+    # means 1 (the default), read as ``COALESCE(weight, 1)``.
+    sa.Column("weight", sa.Integer(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -264,10 +269,11 @@ queues = sa.Table(
 
 QUEUE_LIMITS_TABLE = "caravel_queue_limits"
 
-#: One row per queue with a concurrency limit: at most ``concurrency`` of its jobs run at once,
-#: and at most ``per_key`` per partition key (``NULL``: no such cap). A queue without a row has
-#: no limit, and its claims are exactly those of a queue before limits existed. Limited claims
-#: of one queue serialize on its row (see :mod:`caravel.store.limited`).
+#: One row per queue with a concurrency or rate limit: at most ``concurrency`` of its jobs run at
+#: once, and at most ``per_key`` per partition key; starts weighing at most ``rate`` in any
+#: window of ``rate_period_ms``, and at most ``rate_per_key`` per key (``NULL``: no such cap).
+#: A queue without a row has no limit, and its claims are exactly those of a queue before limits
+#: existed. Limited claims of one queue serialize on its row (see :mod:`caravel.store.limited`).
 queue_limits = sa.Table(
     QUEUE_LIMITS_TABLE,
     metadata,
@@ -275,13 +281,36 @@ queue_limits = sa.Table(
     sa.Column("concurrency", sa.Integer(), nullable=True),
     sa.Column("per_key", sa.Integer(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    sa.Column("rate", sa.Integer(), nullable=True),
+    sa.Column("rate_per_key", sa.Integer(), nullable=True),
+    sa.Column("rate_period_ms", sa.Integer(), nullable=True),
     sa.PrimaryKeyConstraint("queue", name="pk_caravel_queue_limits"),
     sa.CheckConstraint(
         "(concurrency IS NULL OR concurrency >= 1) AND (per_key IS NULL OR per_key >= 1)"
-        " AND (concurrency IS NOT NULL OR per_key IS NOT NULL)",
+        " AND (rate IS NULL OR rate >= 1) AND (rate_per_key IS NULL OR rate_per_key >= 1)"
+        " AND ((rate IS NULL AND rate_per_key IS NULL) = (rate_period_ms IS NULL))"
+        " AND (concurrency IS NOT NULL OR per_key IS NOT NULL OR rate_period_ms IS NOT NULL)",
         name="ck_caravel_queue_limits_positive",
     ),
 )
+
+QUEUE_STARTS_TABLE = "caravel_queue_starts"
+
+#: One row per start (claim) of a job of a rate-limited queue: when (the claim's ``now``), under
+#: which partition key (:data:`partition`) and for what weight. A limited claim sums the weights
+#: of its queue's rows later than ``now - rate_period_ms`` and prunes the older ones; a queue
+#: without a rate writes none.
+queue_starts = sa.Table(
+    QUEUE_STARTS_TABLE,
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+    sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+    sa.Column("key", sa.String(MAX_KEY_LENGTH), nullable=False),
+    sa.Column("started_at", sa.BigInteger(), nullable=False),
+    sa.Column("weight", sa.Integer(), nullable=False),
+    sa.PrimaryKeyConstraint("id", name="pk_caravel_queue_starts"),
+)
+sa.Index("ix_caravel_queue_starts_window", queue_starts.c.queue, queue_starts.c.started_at)
 
 SCHEDULES_TABLE = "caravel_schedules"
 

@@ -31,6 +31,7 @@ __all__ = [
     "JobFilter",
     "JobRef",
     "KeyUsage",
+    "LimitKind",
     "NewJob",
     "PausedQueue",
     "QueueCounts",
@@ -74,6 +75,8 @@ class NewJob(NamedTuple):
     timeout_ms: int | None = None
     #: The key per-key concurrency limits count it under; ``None``: its tenant.
     partition_key: str | None = None
+    #: What one start counts for against a rate limit; ``None``: 1.
+    weight: int | None = None
 
 
 class InsertOutcome(NamedTuple):
@@ -223,16 +226,25 @@ class PausedQueue:
     paused_at: int
 
 
+#: Which of a queue's limits an operation means: its concurrency caps, its rates, or both.
+LimitKind = Literal["all", "concurrency", "rate"]
+
+
 @dataclass(frozen=True, slots=True)
 class QueueLimit:
-    """A queue's stored concurrency limits (see :class:`~caravel.flow.ConcurrencyLimit`): at
-    most ``concurrency`` of its jobs running at once and ``per_key`` per partition key
-    (``None``: no such cap), as last set at ``updated_at`` (ms)."""
+    """A queue's stored limits, as last set at ``updated_at`` (ms). Concurrency (see
+    :class:`~caravel.flow.ConcurrencyLimit`): at most ``concurrency`` of its jobs running at
+    once and ``per_key`` per partition key. Rate (see :class:`~caravel.flow.RateLimit`): starts
+    weighing at most ``rate`` within any window of ``rate_period_ms``, and ``rate_per_key`` per
+    key. ``None``: no such cap (``rate_period_ms`` is ``None`` exactly when there is no rate)."""
 
     queue: str
     concurrency: int | None
     per_key: int | None
     updated_at: int
+    rate: int | None = None
+    rate_per_key: int | None = None
+    rate_period_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ def new_job(
     trace_context: str | None = None,
     priority: int = 0,
     partition_key: str | None = None,
+    weight: int | None = None,
 ) -> NewJob:
     """A job created at ``created_at`` and due then (or at ``due_at``), with payload
     ``{"n": n}`` unless ``body`` says otherwise."""
@@ -72,6 +73,7 @@ def new_job(
         trace_context=trace_context,
         priority=priority,
         partition_key=partition_key,
+        weight=weight,
     )
 
 

@@ -17,7 +17,7 @@ from uuid import UUID
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
-from caravel.store.memory.limits import MemoryLimits, limited_pick
+from caravel.store.memory.limits import MemoryLimits, limited_pick, log_starts
 from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
 from caravel.store.memory.removal import MemoryRemoval
@@ -150,6 +150,8 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                 _claim(row, now, now + request.lease_ms)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
+            if request.limited:
+                log_starts(tables, queue, now, picked[:limit])
         return claimed_from_rows(returned)
 
     async def job_complete_many(

@@ -57,6 +57,7 @@ class JobRow:
     priority: int = 0
     pending_key: str | None = None
     partition_key: str | None = None
+    weight: int | None = None
     chain_id: UUID | None = None
     chain_step: int | None = None
     chain_next: UUID | None = None
@@ -137,6 +138,8 @@ class Tables:
         self.batches: dict[UUID, BatchRow] = {}
         #: ``caravel_queue_limits`` by queue.
         self.limits: dict[str, QueueLimit] = {}
+        #: ``caravel_queue_starts`` by queue: (started_at, key, weight), oldest first.
+        self.starts: dict[str, list[tuple[int, str, int]]] = {}
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:

@@ -34,21 +34,21 @@ INSERT_UNNEST = sa.text(
     INSERT INTO caravel_jobs (
         id, queue, job_type, tenant_id, idempotency_key, payload, state, attempt,
         max_attempts, due_at, available_at, lease_token, created_at, updated_at, trace_context,
-        tags, priority, timeout_ms, partition_key
+        tags, priority, timeout_ms, partition_key, weight
     )
     SELECT id, queue, job_type, tenant_id, key, payload, 'ready', 0,
            max_attempts, due, due, 0, created, created, trace, tags, priority, timeout_ms,
-           partition
+           partition, weight
     FROM unnest(
         CAST(:ids AS uuid[]), CAST(:queues AS text[]), CAST(:job_types AS text[]),
         CAST(:tenants AS text[]), CAST(:keys AS text[]), CAST(:payloads AS text[]),
         CAST(:max_attempts AS integer[]), CAST(:due AS bigint[]), CAST(:created AS bigint[]),
         CAST(:traces AS text[]), CAST(:tags AS text[]), CAST(:priorities AS smallint[]),
         CAST(:timeouts AS integer[]),
-        CAST(:partitions AS text[])
+        CAST(:partitions AS text[]), CAST(:weights AS integer[])
     ) AS new (
         id, queue, job_type, tenant_id, key, payload, max_attempts, due, created, trace, tags,
-        priority, timeout_ms, partition
+        priority, timeout_ms, partition, weight
     )
     ON CONFLICT DO NOTHING
     """
@@ -87,6 +87,7 @@ def unnest_values(new_jobs: Sequence[NewJob]) -> dict[str, Any]:
         "priorities": [j.priority for j in new_jobs],
         "timeouts": [j.timeout_ms for j in new_jobs],
         "partitions": [j.partition_key for j in new_jobs],
+        "weights": [j.weight for j in new_jobs],
     }
 
 
@@ -112,6 +113,7 @@ COPY_COLUMNS = (
     ("priority", "int2"),
     ("timeout_ms", "int4"),
     ("partition_key", "text"),
+    ("weight", "int4"),
 )
 COPY_SQL = (
     f"COPY {jobs.name} ({', '.join(name for name, _ in COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
@@ -144,6 +146,7 @@ def copy_row(job: NewJob) -> tuple[Any, ...]:
         job.priority,
         job.timeout_ms,
         job.partition_key,
+        job.weight,
     )
 
 

@@ -1,0 +1,84 @@
+"""Which due jobs a limited claim of a rate-limited queue takes: a pure function over what the
+claim read in its transaction (the due candidates in claim order, the running jobs and the
+weights started within the window, per partition key), shared by every store.
+
+The window slides: a claim at ``now`` counts every start later than ``now - period``, so the
+starts within any window of length ``period`` never weigh more than the rate, at a period's
+boundary as anywhere else (a fixed window would let a burst at its end and another at the next
+one's start double the rate).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = ["Candidate", "Caps", "fit"]
+
+IdT = TypeVar("IdT", bound=Hashable)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate(Generic[IdT]):
+    """A due job: its id, its partition key and its weight."""
+
+    id: IdT
+    key: str
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """A queue's stored caps (``None``: no such cap)."""
+
+    concurrency: int | None = None
+    per_key: int | None = None
+    rate: int | None = None
+    rate_per_key: int | None = None
+
+
+def fit(
+    candidates: Iterable[Candidate[IdT]],
+    limit: int,
+    caps: Caps,
+    running: Mapping[str, int],
+    started: Mapping[str, int],
+) -> list[Candidate[IdT]]:
+    """The candidates (in claim order) a claim asking for ``limit`` takes, given the running
+    jobs and the weights started within the window by key.
+
+    A job heavier than a rate can never start and is passed over. A job whose key is at its
+    concurrency or rate cap closes that key for this claim; the keys behind it go on. A job that
+    would take the queue over its overall rate stops the claim: the jobs behind it wait too, so
+    a heavy job at the head is not starved by lighter ones."""
+    taken: list[Candidate[IdT]] = []
+    slots = limit
+    if caps.concurrency is not None:
+        slots = min(slots, caps.concurrency - sum(running.values()))
+    budget = None if caps.rate is None else caps.rate - sum(started.values())
+    runs, starts = Counter(running), Counter(started)
+    closed: set[str] = set()
+    for job in candidates:
+        if len(taken) >= slots:
+            break
+        if (caps.rate is not None and job.weight > caps.rate) or (
+            caps.rate_per_key is not None and job.weight > caps.rate_per_key
+        ):
+            continue
+        if job.key in closed:
+            continue
+        if (caps.per_key is not None and runs[job.key] >= caps.per_key) or (
+            caps.rate_per_key is not None and starts[job.key] + job.weight > caps.rate_per_key
+        ):
+            closed.add(job.key)
+            continue
+        if budget is not None and job.weight > budget:
+            break
+        taken.append(job)
+        runs[job.key] += 1
+        starts[job.key] += job.weight
+        if budget is not None:
+            budget -= job.weight
+    return taken

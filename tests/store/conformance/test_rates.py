@@ -1,0 +1,221 @@
+"""Rate limits through ``queue_limit_set``, ``queue_limit_clear`` and the limited claim: a rate
+is stored beside the queue's concurrency caps and replaced, cleared and listed by kind; bad input
+is refused naming the field with nothing stored; the weights a queue (and each partition key)
+starts within any window of the period never exceed the rate, at a period's boundary as
+anywhere else, however many claims run at once; a cleared rate frees the queue at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+
+from caravel.errors import ValidationError
+from caravel.flow import ConcurrencyLimit, RateLimit
+from caravel.jobs import ClaimedJob
+from caravel.store.protocol import QueueLimit, ReadStore, Store
+from tests.store.conformance.builders import QUEUE, T0, claim, insert, new_job
+
+SECOND = 1000
+
+
+def _rate(
+    rate: int | None = None, per_key: int | None = None, period: timedelta = timedelta(seconds=1)
+) -> RateLimit:
+    return RateLimit(queue=QUEUE, rate=rate, per_key=per_key, period=period)
+
+
+async def _claimed(store: Store, now: int, limit: int = 50) -> list[ClaimedJob]:
+    return (await claim(store, now, limit, limited=True)).claimed
+
+
+def _most_in_any_window(starts: Sequence[tuple[int, int]], period: int) -> int:
+    """The largest total weight of ``(at, weight)`` starts within any window (t - period, t]."""
+    return max(
+        (sum(w for at, w in starts if end - period < at <= end) for end, _ in starts), default=0
+    )
+
+
+# ----- storing rates --------------------------------------------------------------------------
+
+
+async def test_a_rate_is_stored_beside_the_concurrency_caps_and_cleared_by_kind(
+    store: Store, reader: ReadStore
+) -> None:
+    stored = await store.queue_limit_set(_rate(20, 5, timedelta(minutes=1)), T0)
+    assert stored == QueueLimit(QUEUE, None, None, T0, 20, 5, 60_000)
+    assert await reader.queue_limit_list() == [stored]
+    # A concurrency limit keeps the rate, and a rate keeps the concurrency caps.
+    both = await store.queue_limit_set(ConcurrencyLimit(queue=QUEUE, concurrency=3), T0 + 1)
+    assert both == QueueLimit(QUEUE, 3, None, T0 + 1, 20, 5, 60_000)
+    replaced = await store.queue_limit_set(_rate(per_key=2), T0 + 2)
+    assert replaced == QueueLimit(QUEUE, 3, None, T0 + 2, None, 2, 1000)
+    assert await store.queue_limit_list() == [replaced]
+
+    assert await store.queue_limit_clear(QUEUE, T0 + 3, "rate") is True
+    assert await store.queue_limit_list() == [QueueLimit(QUEUE, 3, None, T0 + 3)]
+    assert await store.queue_limit_clear(QUEUE, T0 + 4, "rate") is False
+    await store.queue_limit_set(_rate(7), T0 + 5)
+    assert await store.queue_limit_clear(QUEUE, T0 + 6, "concurrency") is True
+    assert await store.queue_limit_list() == [QueueLimit(QUEUE, None, None, T0 + 6, 7, None, 1000)]
+    # Clearing the last kind removes the queue's row.
+    assert await store.queue_limit_clear(QUEUE, T0 + 7, "rate") is True
+    assert await store.queue_limit_list() == []
+    await store.queue_limit_set(_rate(7), T0 + 8)
+    assert await store.queue_limit_clear(QUEUE, T0 + 9) is True
+    assert await store.queue_limit_list() == []
+
+
+def _forced(**fields: object) -> RateLimit:
+    """A rate with ``fields`` forced past its own checks, as a careless caller could."""
+    limit = _rate(5, 2)
+    for name, value in fields.items():
+        object.__setattr__(limit, name, value)
+    return limit
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"rate": 0}, "rate"),
+        ({"rate": -1}, "rate"),
+        ({"rate": 1_000_001}, "rate"),
+        ({"rate": True}, "rate"),
+        ({"per_key": 0}, "per_key"),
+        ({"per_key": -5}, "per_key"),
+        ({"rate": None, "per_key": None}, "rate"),
+        ({"period": timedelta(milliseconds=999)}, "period"),
+        ({"period": timedelta(0)}, "period"),
+        ({"period": timedelta(seconds=-1)}, "period"),
+        ({"period": timedelta(days=1, milliseconds=1)}, "period"),
+        ({"period": timedelta(seconds=1, microseconds=1)}, "period"),
+        ({"period": 60}, "period"),
+        ({"queue": "Not A Queue"}, "queue"),
+    ],
+)
+async def test_a_bad_rate_is_refused_naming_the_field_and_nothing_is_stored(
+    store: Store, fields: dict[str, object], field: str
+) -> None:
+    await store.queue_limit_set(_rate(7), T0)
+    with pytest.raises(ValidationError) as raised:
+        await store.queue_limit_set(_forced(**fields), T0 + 1)
+    assert raised.value.field == field
+    args = {"queue": QUEUE, "rate": 5, "per_key": 2, **fields}
+    with pytest.raises(ValidationError) as constructed:
+        RateLimit(**args)  # type: ignore[arg-type]
+    assert constructed.value.field == field
+    assert await store.queue_limit_list() == [QueueLimit(QUEUE, None, None, T0, 7, None, 1000)]
+
+
+async def test_the_period_bounds_are_accepted(store: Store) -> None:
+    day = await store.queue_limit_set(_rate(1, period=timedelta(days=1)), T0)
+    assert day.rate_period_ms == 86_400_000
+    assert (await store.queue_limit_set(_rate(1), T0)).rate_period_ms == 1000
+
+
+@pytest.mark.parametrize(("rate", "per_key", "field"), [(4, None, "rate"), (10, 4, "per_key")])
+async def test_a_rate_below_a_waiting_jobs_weight_is_refused(
+    store: Store, rate: int, per_key: int | None, field: str
+) -> None:
+    await insert(store, [new_job(0, weight=5), new_job(1)])
+    with pytest.raises(ValidationError) as raised:
+        await store.queue_limit_set(_rate(rate, per_key), T0)
+    assert raised.value.field == field
+    assert await store.queue_limit_list() == []
+    assert (await store.queue_limit_set(_rate(5), T0)).rate == 5
+
+
+# ----- the window -----------------------------------------------------------------------------
+
+
+async def test_a_rate_allows_at_most_its_starts_within_the_period(store: Store) -> None:
+    await insert(store, [new_job(n) for n in range(10)])
+    await store.queue_limit_set(_rate(3), T0)
+    assert len(await _claimed(store, T0 + 1)) == 3
+    assert await _claimed(store, T0 + 500) == []
+    # The start at T0 + 1 is within (T0, T0 + 1000]; it leaves the window after T0 + 1001.
+    assert await _claimed(store, T0 + SECOND) == []
+    assert len(await _claimed(store, T0 + SECOND + 1)) == 3
+    # Finishing jobs frees no rate: only time does.
+    assert await _claimed(store, T0 + SECOND + 2) == []
+
+
+async def test_a_burst_at_the_period_boundary_does_not_double_the_rate(store: Store) -> None:
+    rate = 4
+    await insert(store, [new_job(n) for n in range(20)])
+    await store.queue_limit_set(_rate(rate), T0)
+    starts: list[tuple[int, int]] = []
+    # Claims at the end of one period, at the boundary, just after it, and every 250 ms.
+    for at in (T0 + 999, T0 + 1000, T0 + 1001, T0 + 1500, T0 + 1998, T0 + 1999, T0 + 2000):
+        starts += [(at, 1)] * len(await _claimed(store, at, limit=rate))
+    for at in range(T0 + 2001, T0 + 4000, 250):
+        starts += [(at, 1)] * len(await _claimed(store, at))
+    assert [at for at, _ in starts][:8] == [T0 + 999] * 4 + [T0 + 1999] * 4
+    assert _most_in_any_window(starts, SECOND) == rate
+    assert len(starts) > 2 * rate
+
+
+async def test_weights_count_and_a_heavy_head_is_not_passed_by_lighter_jobs(store: Store) -> None:
+    await insert(store, [new_job(0, weight=2), new_job(1, weight=2), new_job(2, weight=1)])
+    await store.queue_limit_set(_rate(3), T0)
+    first = await _claimed(store, T0 + 1)
+    assert [job.payload for job in first] == ['{"n":0}']
+    # Job 1 (weight 2) does not fit the 1 left; job 2 behind it waits for it.
+    assert await _claimed(store, T0 + 2) == []
+    second = await _claimed(store, T0 + 1001)
+    assert [job.payload for job in second] == ['{"n":1}', '{"n":2}']
+
+
+async def test_a_job_heavier_than_the_rate_is_passed_over(store: Store) -> None:
+    await store.queue_limit_set(_rate(3), T0)
+    await insert(store, [new_job(0, weight=4), new_job(1), new_job(2)])
+    claimed = await _claimed(store, T0 + 1)
+    assert [job.payload for job in claimed] == ['{"n":1}', '{"n":2}']
+
+
+async def test_a_rate_per_key_holds_each_key_and_not_the_others(store: Store) -> None:
+    await insert(
+        store,
+        [new_job(n, partition_key="a") for n in range(4)]
+        + [new_job(n, partition_key="b") for n in range(4, 6)],
+    )
+    await store.queue_limit_set(_rate(per_key=2), T0)
+    claimed = await _claimed(store, T0 + 1)
+    assert sorted(job.payload for job in claimed) == sorted(
+        ['{"n":0}', '{"n":1}', '{"n":4}', '{"n":5}']
+    )
+    assert await _claimed(store, T0 + 1000) == []
+    assert len(await _claimed(store, T0 + 1001)) == 2
+
+
+async def test_rate_and_concurrency_hold_together(store: Store) -> None:
+    await insert(store, [new_job(n) for n in range(10)])
+    await store.queue_limit_set(_rate(5), T0)
+    await store.queue_limit_set(ConcurrencyLimit(queue=QUEUE, concurrency=2), T0)
+    first = await _claimed(store, T0 + 1)
+    assert len(first) == 2
+    await store.job_complete_many([job.lease for job in first], T0 + 2)
+    assert len(await _claimed(store, T0 + 3)) == 2
+    assert await _claimed(store, T0 + 4) == []
+
+
+async def test_a_cleared_rate_frees_the_queue_at_once(store: Store) -> None:
+    await insert(store, [new_job(n) for n in range(5)])
+    await store.queue_limit_set(_rate(1, period=timedelta(hours=1)), T0)
+    assert len(await _claimed(store, T0 + 1)) == 1
+    assert await _claimed(store, T0 + 2) == []
+    assert await store.queue_limit_clear(QUEUE, T0 + 3, "rate") is True
+    assert len(await _claimed(store, T0 + 4)) == 4
+
+
+async def test_claims_at_once_from_two_stores_stay_within_the_rate(
+    store: Store, second_store: Store
+) -> None:
+    await insert(store, [new_job(n) for n in range(40)])
+    await store.queue_limit_set(_rate(7), T0)
+    batches = await asyncio.gather(
+        *(_claimed(s, T0 + 1, limit=3) for s in (store, second_store) * 5)
+    )
+    assert sum(len(batch) for batch in batches) == 7
