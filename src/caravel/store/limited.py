@@ -53,6 +53,7 @@ __all__ = [
     "clear_limit",
     "key_startable",
     "list_limits",
+    "rate_used",
     "read_limit",
     "set_limit",
     "stored_fields",
@@ -152,6 +153,15 @@ def started_by_key() -> sa.Select[Any]:
             queue_starts.c.started_at > sa.bindparam("b_since", type_=sa.BigInteger()),
         )
         .group_by(queue_starts.c.key)
+    )
+
+
+def rate_used() -> sa.Select[Any]:
+    """The weights ``b_queue`` started later than ``b_since`` and at or before ``b_now``."""
+    return sa.select(sa.func.coalesce(sa.func.sum(queue_starts.c.weight), 0)).where(
+        queue_starts.c.queue == sa.bindparam("b_queue"),
+        queue_starts.c.started_at > sa.bindparam("b_since", type_=sa.BigInteger()),
+        queue_starts.c.started_at <= sa.bindparam("b_now", type_=sa.BigInteger()),
     )
 
 
@@ -344,6 +354,10 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         )
         running, ready, startable = (int(n) for n in (await conn.execute(totals, params)).one())
         usage = QueueLimitUsage(limit, running, waiting(limit, running, ready, startable))
+        if limit.rate_period_ms is not None:
+            used = self._statement("rate_used", rate_used)
+            window = {**params, "b_since": now - limit.rate_period_ms}
+            usage = replace(usage, rate_used=int((await conn.execute(used, window)).scalar_one()))
         if per_key is None or keys == 0:
             return usage
         key_waiting = (by_key.c.ready - by_key.c.startable).label("waiting")

@@ -269,12 +269,15 @@ class QueueLimitUsage:
     without that cap) and the sum over keys of what each key's cap leaves (``per_key`` less the
     key's running jobs, at most its ready jobs; all ready jobs without that cap). ``keys``: with
     a per-key cap, the keys with jobs running or waiting, the most running first (then the most
-    waiting, then by key), at most as many as asked for."""
+    waiting, then by key), at most as many as asked for. ``rate_used``: with a rate, the weights
+    of the starts its claims logged within the window that ends now, ``(now - period, now]``
+    (what the next claim counts against ``rate``); ``None`` without a rate."""
 
     limit: QueueLimit
     running: int
     waiting: int
     keys: tuple[KeyUsage, ...] = ()
+    rate_used: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,6 +201,30 @@ async def test_rate_and_concurrency_hold_together(store: Store) -> None:
     assert await _claimed(store, T0 + 4) == []
 
 
+async def test_the_usage_sums_the_weights_started_within_the_window_ending_now(
+    store: Store, reader: ReadStore
+) -> None:
+    await insert(store, [new_job(0, weight=2), new_job(1), new_job(2, weight=3), new_job(3)])
+    await store.queue_limit_set(ConcurrencyLimit(queue=QUEUE, concurrency=9), T0)
+    (before,) = await reader.queue_limit_usage(QUEUE, T0)
+    assert before.rate_used is None  # no rate: nothing to count against
+    await store.queue_limit_set(_rate(5), T0)
+    assert [u.rate_used for u in await reader.queue_limit_usage(QUEUE, T0)] == [0]
+    assert len(await _claimed(store, T0 + 100, limit=2)) == 2  # weights 2 and 1
+    assert len(await _claimed(store, T0 + 600)) == 0  # job 2 (weight 3) does not fit the 2 left
+    (used,) = await reader.queue_limit_usage(QUEUE, T0 + 600)
+    assert (used.rate_used, used.limit.rate, used.running) == (3, 5, 2)
+    # A start leaves the window exactly one period after it: (now - period, now].
+    assert [u.rate_used for u in await reader.queue_limit_usage(QUEUE, T0 + 1099)] == [3]
+    assert len(await _claimed(store, T0 + 1100)) == 2  # weights 3 and 1 (4 of 5)
+    assert [u.rate_used for u in await reader.queue_limit_usage(None, T0 + 1100)] == [4]
+    # Starts logged ahead of the reader's clock are not in its window yet.
+    assert [u.rate_used for u in await reader.queue_limit_usage(QUEUE, T0 + 1099)] == [0]
+    assert await store.queue_limit_clear(QUEUE, T0 + 1200, "rate") is True
+    (cleared,) = await reader.queue_limit_usage(QUEUE, T0 + 1200)
+    assert cleared.rate_used is None
+
+
 async def test_a_cleared_rate_frees_the_queue_at_once(store: Store) -> None:
     await insert(store, [new_job(n) for n in range(5)])
     await store.queue_limit_set(_rate(1, period=timedelta(hours=1)), T0)

@@ -56,6 +56,11 @@ def _limit_usage(tables: Tables, limit: QueueLimit, now: int, keys: int) -> Queu
     usage = QueueLimitUsage(
         limit, total, waiting(limit, total, ready.total(), sum(startable.values()))
     )
+    if limit.rate_period_ms is not None:
+        since = now - limit.rate_period_ms
+        log = tables.starts.get(limit.queue, [])
+        used = sum(weight for at, _, weight in log if since < at <= now)
+        usage = replace(usage, rate_used=used)
     if limit.per_key is None:
         return usage
     found = [
