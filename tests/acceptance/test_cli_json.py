@@ -375,8 +375,10 @@ def test_queue_limits(seeded: str) -> None:
     assert [(k["running"], k["waiting"]) for k in row["keys"]] == [(1, 0)]
     status = one_document(run_cli("status", "--url", seeded, "--json"), "caravel status")
     (counted,) = status["queues"]
+    # The rate was set after the seed's job started: nothing used in its window.
     assert counted["limits"] == {
-        "concurrency": {"limit": None, "per_key": 2, "running": 1, "waiting": 0}
+        "concurrency": {"limit": None, "per_key": 2, "running": 1, "waiting": 0},
+        "rate": {"limit": 20, "per_key": None, "period_ms": 60_000, "used": 0},
     }
     one_document(
         run_cli("queues", "limits", "set", "docs", "--concurrency", "1", "--url", seeded, "--json"),

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from caravel import ConcurrencyLimit, QueueInspector
+from caravel import ConcurrencyLimit, QueueInspector, RateLimit
 from caravel.testing import ManualClock
 from caravel.worker.leases import Leases
 from tests.support import Add, dispatch, open_queue
@@ -202,6 +202,35 @@ def test_rates_are_set_beside_concurrency_shown_and_cleared_alone(db_url: str) -
     cleared = run_cli("queues", "limits", "clear", "emails", "--only", "rate", "--url", db_url)
     assert cleared.returncode == 0
     assert asyncio.run(_rates(db_url)) == [("emails", 4, None, None, None)]
+
+
+async def _rated(url: str) -> None:
+    """reports: a rate of 3 per minute, no concurrency cap; 5 ready jobs, a claim starts 3."""
+    clock = ManualClock(datetime.now(UTC))
+    async with open_queue(url, clock=clock, lease_duration=timedelta(hours=1)) as q:
+        for n in range(5):
+            await q.enqueue(Add(n), dispatch(queue="reports"))
+        await q.set_queue_limit(RateLimit(queue="reports", rate=3, period=timedelta(minutes=1)))
+        assert len(await Leases(q).claim_many("reports", 10, limited=True)) == 3
+
+
+def test_status_and_limits_show_the_rate_used_within_the_window(db_url: str) -> None:
+    asyncio.run(_rated(db_url))
+    status = json.loads(run_cli("status", "--url", db_url, "--json").stdout)
+    (reports,) = status["queues"]
+    assert reports["limits"] == {
+        "concurrency": None,
+        "rate": {"limit": 3, "per_key": None, "period_ms": 60_000, "used": 3},
+    }
+    text = run_cli("status", "--url", db_url).stdout
+    limits = text[text.index("Limits") :]
+    (row,) = [line for line in limits.splitlines() if "reports" in line]
+    assert [cell.strip() for cell in row.split("│")[1:10]] == [
+        "reports", "", "", "3", "0", "3", "", "3", "60 s",
+    ]  # fmt: skip
+    shown = json.loads(run_cli("queues", "limits", "show", "--url", db_url, "--json").stdout)
+    (limit,) = shown["limits"]
+    assert (limit["rate"], limit["period_ms"], limit["rate_used"]) == (3, 60_000, 3)
 
 
 @pytest.mark.parametrize(

@@ -82,17 +82,31 @@ def error_document(type_name: str, message: str, exit_code: int) -> str:
 
 def limits_fields(usage: QueueLimitUsage | None) -> dict[str, Any] | None:
     """A queue's ``limits`` object: one entry per kind of limit, each with its caps and how
-    the queue stands against them (``concurrency``: ``limit`` and ``per_key``, null when not
-    capped, ``running`` and ``waiting``); null for a queue without limits."""
+    the queue stands against them, null when the queue has no limit of that kind
+    (``concurrency``: ``limit`` and ``per_key``, null when not capped, ``running`` and
+    ``waiting``; ``rate``: ``limit`` and ``per_key``, null when not capped, ``period_ms`` and
+    the weight ``used`` within the window ending now); null for a queue without limits."""
     if usage is None:
         return None
+    limit = usage.limit
+    concurrent = limit.concurrency is not None or limit.per_key is not None
     return {
         "concurrency": {
-            "limit": usage.limit.concurrency,
-            "per_key": usage.limit.per_key,
+            "limit": limit.concurrency,
+            "per_key": limit.per_key,
             "running": usage.running,
             "waiting": usage.waiting,
         }
+        if concurrent
+        else None,
+        "rate": {
+            "limit": limit.rate,
+            "per_key": limit.rate_per_key,
+            "period_ms": limit.rate_period_ms,
+            "used": usage.rate_used,
+        }
+        if limit.rate_period_ms is not None
+        else None,
     }
 
 

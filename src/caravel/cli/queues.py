@@ -145,14 +145,9 @@ def _limit_fields(usage: QueueLimitUsage) -> dict[str, Any]:
         "updated_at": from_ms(limit.updated_at),
         "running": usage.running,
         "waiting": usage.waiting,
+        "rate_used": usage.rate_used,
         "keys": [{"key": k.key, "running": k.running, "waiting": k.waiting} for k in usage.keys],
     }
-
-
-def _period(period_ms: int | None) -> str:
-    if period_ms is None:
-        return ""
-    return f"{period_ms / 1000:g} s"
 
 
 @limits_app.command("show")
@@ -194,7 +189,7 @@ def show_limits(
     from rich.table import Table
     from rich.text import Text
 
-    from caravel.cli.render import console, keys_table
+    from caravel.cli.render import console, keys_table, period_text
 
     table = Table(title="Queue limits")
     columns = (
@@ -205,6 +200,7 @@ def show_limits(
         "waiting",
         "rate",
         "rate per key",
+        "used",
         "period",
         "set at (UTC)",
     )
@@ -218,7 +214,8 @@ def show_limits(
             str(usage.running),
             str(usage.waiting),
             *("" if cap is None else str(cap) for cap in (limit.rate, limit.rate_per_key)),
-            _period(limit.rate_period_ms),
+            "" if usage.rate_used is None else str(usage.rate_used),
+            period_text(limit.rate_period_ms),
             timestamp(from_ms(limit.updated_at)),
         )
     console().print(table)
@@ -300,7 +297,9 @@ def set_limits(
         if name not in ("queue", "period_ms") and value is not None
     ]
     if stored.rate_period_ms is not None:
-        caps.append(f"per {_period(stored.rate_period_ms)}")
+        from caravel.cli.render import period_text
+
+        caps.append(f"per {period_text(stored.rate_period_ms)}")
     typer.echo(f"limited {queue}: {', '.join(caps)}")
 
 

@@ -51,12 +51,14 @@ def _cap(value: int | None) -> str:
 
 
 def limits_table(usage: Sequence[QueueLimitUsage]) -> Table:
-    """Per limited queue: its caps (blank: none), its jobs running, and its ready jobs waiting
-    because of a limit."""
+    """Per limited queue: its concurrency caps (blank: none), its jobs running, and its ready
+    jobs waiting because of a limit; its rate and rate per key (blank: none), the weight used
+    within the window ending now, and the period."""
     table = Table(title="Limits")
     table.add_column("queue")
-    for name in ("concurrency", "per key", "running", "waiting"):
+    for name in ("concurrency", "per key", "running", "waiting", "rate", "rate per key", "used"):
         table.add_column(name, justify="right")
+    table.add_column("period", justify="right")
     for u in usage:
         table.add_row(
             Text(u.limit.queue),
@@ -64,8 +66,17 @@ def limits_table(usage: Sequence[QueueLimitUsage]) -> Table:
             _cap(u.limit.per_key),
             str(u.running),
             str(u.waiting),
+            _cap(u.limit.rate),
+            _cap(u.limit.rate_per_key),
+            _cap(u.rate_used),
+            period_text(u.limit.rate_period_ms),
         )
     return table
+
+
+def period_text(period_ms: int | None) -> str:
+    """A rate's period in seconds (``"60 s"``); blank without a rate."""
+    return "" if period_ms is None else f"{period_ms / 1000:g} s"
 
 
 def keys_table(queue: str, per_key: int | None, keys: Sequence[KeyUsage]) -> Table:
