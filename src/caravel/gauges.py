@@ -18,12 +18,16 @@ __all__ = ["LimitSnapshot", "OutboxGauge", "QueueGauges", "queue_gauges", "recor
 @dataclass(frozen=True, slots=True)
 class LimitSnapshot:
     """One limited queue as the gauges take it: its caps (``None``: no such cap), its jobs
-    running, and its ready jobs waiting because of a limit."""
+    running, and its ready jobs waiting because of a limit; its rates (``None``: no such cap)
+    and the weight its starts used within the window ending now (``None``: no rate)."""
 
     concurrency: int | None
     per_key: int | None
     running: int
     waiting: int
+    rate: int | None = None
+    rate_per_key: int | None = None
+    rate_used: int | None = None
 
 
 # ----- queue depth, read from the database ---------------------------------------------------
@@ -62,8 +66,16 @@ class QueueGauges:
             "caravel.queue.limit.max",
             callbacks=[self._cap],
             unit="{job}",
-            description="The concurrency caps of each limited queue: overall (concurrency) "
-            "and per partition key (per_key)",
+            description="The caps of each limited queue: concurrency overall (concurrency) "
+            "and per partition key (per_key), the rate's weight per period overall (rate) and "
+            "per partition key (rate_per_key)",
+        )
+        meter.create_observable_gauge(
+            "caravel.queue.limit.used",
+            callbacks=[self._used],
+            unit="{weight}",
+            description="The weight of each rate-limited queue's job starts within its rate's "
+            "window ending now, as its rate counts them",
         )
         meter.create_observable_gauge(
             "caravel.queue.limit.running",
@@ -92,7 +104,13 @@ class QueueGauges:
 
     def _cap(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         for queue, snapshot in self.limits.items():
-            for kind, cap in (("concurrency", snapshot.concurrency), ("per_key", snapshot.per_key)):
+            caps = (
+                ("concurrency", snapshot.concurrency),
+                ("per_key", snapshot.per_key),
+                ("rate", snapshot.rate),
+                ("rate_per_key", snapshot.rate_per_key),
+            )
+            for kind, cap in caps:
                 if cap is not None:
                     yield metrics.Observation(
                         cap, {"messaging.destination.name": queue, "caravel.limit": kind}
@@ -101,6 +119,14 @@ class QueueGauges:
     def _running(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         for queue, snapshot in self.limits.items():
             yield metrics.Observation(snapshot.running, {"messaging.destination.name": queue})
+
+    def _used(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        for queue, snapshot in self.limits.items():
+            if snapshot.rate_used is not None:
+                yield metrics.Observation(
+                    snapshot.rate_used,
+                    {"messaging.destination.name": queue, "caravel.limit": "rate"},
+                )
 
     def _waiting(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
         for queue, snapshot in self.limits.items():

@@ -101,7 +101,13 @@ def limit_values(usage: Iterable[QueueLimitUsage]) -> dict[str, gauges.LimitSnap
     """Limited queues as the gauges take them."""
     return {
         u.limit.queue: gauges.LimitSnapshot(
-            u.limit.concurrency, u.limit.per_key, u.running, u.waiting
+            u.limit.concurrency,
+            u.limit.per_key,
+            u.running,
+            u.waiting,
+            u.limit.rate,
+            u.limit.rate_per_key,
+            u.rate_used,
         )
         for u in usage
     }

@@ -57,6 +57,7 @@ from caravel import (
     Outbox,
     OutboxRelay,
     QueueWorker,
+    RateLimit,
     WorkerOptions,
     add_outbox,
 )
@@ -1011,6 +1012,39 @@ async def test_limit_gauges_report_caps_running_and_waiting_per_queue_never_per_
     # A limit cleared leaves the gauges at the next snapshot.
     gauges.update_limits(limit_values(usage[1:]))
     assert otel.gauge("caravel.queue.limit.running", capped) == {}
+
+
+async def test_rate_gauges_report_the_rate_and_the_weight_used_in_its_window(
+    db_url: str, otel: Telemetry
+) -> None:
+    clock = ManualClock()
+    gauges = queue_gauges()
+    gauges.update_limits({})
+    where = {"messaging.destination.name": "rated"}
+    async with open_queue(db_url, clock=clock) as queue:
+        for n in range(5):
+            await queue.enqueue(Add(n), dispatch(queue="rated", tenant=f"t{n % 2}"))
+        limit = RateLimit(queue="rated", rate=3, per_key=2, period=timedelta(seconds=10))
+        await queue.set_queue_limit(limit)
+        assert len(await Leases(queue).claim_many("rated", 10, limited=True)) == 3
+        gauges.update_limits(limit_values(await inspector_of(queue).queue_limit_usage()))
+        assert otel.gauge_value("caravel.queue.limit.used", {**where, "caravel.limit": "rate"}) == 3
+        caps = otel.gauge("caravel.queue.limit.max", where)
+        assert {dict(attrs)["caravel.limit"]: value for attrs, value in caps.items()} == {
+            "rate": 3,
+            "rate_per_key": 2,
+        }
+        # The starts leave the window one period later.
+        await clock.advance(timedelta(seconds=10))
+        gauges.update_limits(limit_values(await inspector_of(queue).queue_limit_usage()))
+        assert otel.gauge_value("caravel.queue.limit.used", {**where, "caravel.limit": "rate"}) == 0
+        # Concurrency alone publishes no rate series.
+        await queue.clear_queue_limit("rated", "rate")
+        await queue.set_queue_limit(ConcurrencyLimit(queue="rated", concurrency=4))
+        gauges.update_limits(limit_values(await inspector_of(queue).queue_limit_usage()))
+    assert otel.gauge("caravel.queue.limit.used", where) == {}
+    for attrs in otel.gauge("caravel.queue.limit.used", {}):
+        assert set(dict(attrs)) <= {"messaging.destination.name", "caravel.limit"}
 
 
 async def test_a_worker_with_queue_metrics_publishes_the_limit_gauges(
