@@ -1,7 +1,7 @@
-"""The worker app of the concurrency-limit fault test
-(``caravel worker --app tests.faults.limits_app:registry``): one job type partitioned by its
-``key`` field, and the queue's limits declared on the registry (each worker stores them when it
-starts).
+"""The worker apps of the limit fault tests: ``tests.faults.limits_app:registry`` for the
+concurrency limits, ``tests.faults.limits_app:rated_registry`` for the rate. Each has one job
+type partitioned by its ``key`` field, and the queue's limits declared on the registry (each
+worker stores them when it starts).
 
 Each handler run appends two records to a file of its process's own under the folder
 ``CARAVEL_LIMITS_RECORDS`` names (one JSON line each, written with one ``os.write`` to an
@@ -9,6 +9,11 @@ Each handler run appends two records to a file of its process's own under the fo
 expiry read from its job's row (leases are not renewed here, so that is when the job stops
 counting as running if nothing finishes it), and ``end`` when it returns. :func:`check_records`
 turns them into intervals and the highest concurrency seen, overall and per key.
+
+Under the rate, each run's ``start`` record holds its claim's time instead, read from its job's
+row (``started_at``, written by the claim with the time the claim logged its start under): the
+rate counts claims, not handler runs. :func:`check_rate_records` slides a window of the period
+over every such start.
 """
 
 from __future__ import annotations
@@ -20,17 +25,31 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from caravel import ConcurrencyLimit, JobContext, JobRegistry
+from caravel import ConcurrencyLimit, JobContext, JobRegistry, RateLimit
 from caravel.clock import SystemClock
 from tests.faults.effects_app import is_sqlite, pg_dsn, sqlite_path
 
-__all__ = ["CONCURRENCY", "PER_KEY", "QUEUE", "RECORDS_ENV", "Slot", "check_records", "registry"]
+__all__ = [
+    "CONCURRENCY",
+    "PER_KEY",
+    "QUEUE",
+    "RATE",
+    "RATED_QUEUE",
+    "RATE_PERIOD",
+    "RECORDS_ENV",
+    "Slot",
+    "check_rate_records",
+    "check_records",
+    "rated_registry",
+    "registry",
+]
 
 RECORDS_ENV = "CARAVEL_LIMITS_RECORDS"
 QUEUE_URL_ENV = "CARAVEL_LIMITS_QUEUE_URL"
@@ -38,8 +57,14 @@ QUEUE = "limited"
 CONCURRENCY = 10
 PER_KEY = 2
 
+RATED_QUEUE = "rated"
+RATE = 20
+RATE_PERIOD = timedelta(seconds=1)
+
 registry = JobRegistry()
 registry.limit(ConcurrencyLimit(queue=QUEUE, concurrency=CONCURRENCY, per_key=PER_KEY))
+rated_registry = JobRegistry()
+rated_registry.limit(RateLimit(queue=RATED_QUEUE, rate=RATE, period=RATE_PERIOD))
 
 _clock = SystemClock()
 _local = threading.local()
@@ -64,8 +89,8 @@ def _append(record: dict[str, Any]) -> None:
     os.write(fd, (json.dumps(record) + "\n").encode())
 
 
-def _lease_expiry(job_id: UUID) -> tuple[int | None, int | None]:
-    """The job's lease expiry and attempt as its row holds them now."""
+def _row(job_id: UUID, column: str) -> tuple[int | None, int | None]:
+    """The job's ``column`` and attempt as its row holds them now."""
     url = os.environ[QUEUE_URL_ENV]
     conn = getattr(_local, "conn", None)
     if conn is None:
@@ -74,7 +99,7 @@ def _lease_expiry(job_id: UUID) -> tuple[int | None, int | None]:
         else:
             conn = psycopg.connect(pg_dsn(url), autocommit=True)
         _local.conn = conn
-    sql = "SELECT lease_expires_at, attempt FROM caravel_jobs WHERE id = ?"
+    sql = f"SELECT {column}, attempt FROM caravel_jobs WHERE id = ?"
     if isinstance(conn, sqlite3.Connection):
         row = conn.execute(sql, (job_id.hex,)).fetchone()
     else:
@@ -85,7 +110,7 @@ def _lease_expiry(job_id: UUID) -> tuple[int | None, int | None]:
 @registry.handles("tests.limits.slot.v1", Slot, partition_by="key")
 def run_slot(job: Slot, ctx: JobContext[Any]) -> None:
     started = _clock.now_ms()
-    expires, attempt = _lease_expiry(ctx.job_id)
+    expires, attempt = _row(ctx.job_id, "lease_expires_at")
     _append(
         {
             "e": "start",
@@ -144,3 +169,49 @@ def check_records(folder: Path) -> Figures:
         most = max(most, running)
         highest[key] = max(highest[key], by_key[key])
     return Figures(len(starts), unfinished, most, max(highest.values(), default=0), dict(highest))
+
+
+@rated_registry.handles("tests.limits.slot.v1", Slot, partition_by="key")
+def run_rated_slot(job: Slot, ctx: JobContext[Any]) -> None:
+    claimed, attempt = _row(ctx.job_id, "started_at")
+    _append(
+        {
+            "e": "start",
+            "job": str(ctx.job_id),
+            "attempt": ctx.attempt,
+            # Another claim took the job over already: this claim's time is gone from the row.
+            "claimed": claimed if attempt == ctx.attempt else None,
+        }
+    )
+    time.sleep(job.sleep)
+
+
+@dataclass
+class RateFigures:
+    #: Claims whose time a handler read from the job's row.
+    witnessed: int
+    #: The most of them within any window of the period.
+    max_in_window: int
+
+
+def check_rate_records(folder: Path, period_ms: int) -> RateFigures:
+    """The most claims within any window ``(t - period, t]``, with ``t`` every claim's time
+    (the window the store counts, ending at each start in turn). A run whose job was claimed
+    again before its handler read the row, or whose worker died before its handler began, is
+    not witnessed: the caller compares :attr:`RateFigures.witnessed` with the claims made."""
+    claims: dict[tuple[str, int], int] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["claimed"] is not None:
+                claims[record["job"], record["attempt"]] = int(record["claimed"])
+    times = sorted(claims.values())
+    most = first = 0
+    for last, end in enumerate(times):
+        while times[first] <= end - period_ms:
+            first += 1
+        # Every start at ``end`` is counted: the window ends after the last of them.
+        while last + 1 < len(times) and times[last + 1] == end:
+            last += 1
+        most = max(most, last - first + 1)
+    return RateFigures(len(times), most)
