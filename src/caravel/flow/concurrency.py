@@ -1,11 +1,12 @@
 """A queue's concurrency limits: how many of its jobs may run at once overall and per
-partition key, and whether its jobs are claimed fairly across partition keys. A plain value, checked when constructed, that the store keeps in
-``caravel_queue_limits``."""
+partition key, and whether its jobs are claimed fairly across partition keys. A plain value,
+checked when constructed, that the store keeps in ``caravel_queue_limits``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from caravel.errors import ValidationError
@@ -34,16 +35,16 @@ class ConcurrencyLimit:
         weights: with ``fair``, how many jobs per round a partition key gets (1 to 1,000; a
             key not named gets 1), for at most 1,000 keys.
 
-    At least one of ``concurrency``, ``per_key`` and ``fair`` is given. A job counts as running from its
-    claim until its outcome is recorded or its lease expires, so a crashed worker's slots come
-    back when its leases expire.
+    At least one of ``concurrency``, ``per_key`` and ``fair`` is given. A job counts as running
+    from its claim until its outcome is recorded or its lease expires, so a crashed worker's
+    slots come back when its leases expire.
     """
 
     queue: str
     concurrency: int | None = None
     per_key: int | None = None
     fair: bool = False
-    weights: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    weights: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         weights = check_limit(self.queue, self.concurrency, self.per_key, self.fair, self.weights)

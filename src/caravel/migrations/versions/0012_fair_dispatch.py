@@ -58,7 +58,9 @@ _NEW = f"{_CAPS} AND (concurrency IS NOT NULL OR per_key IS NOT NULL OR fair)"
 def _limits(*, fair: bool) -> sa.Table:
     """``caravel_queue_limits`` before (``fair=False``) or after this revision, for SQLite's
     copy of the table (which reflects no check constraint)."""
-    columns = [sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false())]
+    columns: list[sa.Column[bool]] = [
+        sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false())
+    ]
     return sa.Table(
         "caravel_queue_limits",
         sa.MetaData(),
@@ -74,9 +76,7 @@ def _limits(*, fair: bool) -> sa.Table:
 
 def upgrade() -> None:
     with op.batch_alter_table("caravel_queue_limits", copy_from=_limits(fair=False)) as batch:
-        batch.add_column(
-            sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false())
-        )
+        batch.add_column(sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false()))
         batch.drop_constraint(_CHECK, type_="check")
         batch.create_check_constraint(_CHECK, sa.text(_NEW))
     op.create_table(
