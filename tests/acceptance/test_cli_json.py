@@ -335,15 +335,35 @@ def test_queues(seeded: str) -> None:
 
 def test_queue_limits(seeded: str) -> None:
     limited = one_document(
-        run_cli("queues", "limits", "set", "docs", "--per-key", "2", "--url", seeded, "--json"),
+        run_cli(
+            "queues",
+            "limits",
+            "set",
+            "docs",
+            "--per-key",
+            "2",
+            "--fair",
+            "--weight",
+            "acme=3",
+            "--url",
+            seeded,
+            "--json",
+        ),  # fmt: skip
         "caravel queues limits set",
     )
-    assert limited == {"queue": "docs", "concurrency": None, "per_key": 2}
+    assert limited == {
+        "queue": "docs",
+        "concurrency": None,
+        "per_key": 2,
+        "fair": True,
+        "weights": {"acme": 3},
+    }
     shown = one_document(
         run_cli("queues", "limits", "show", "--url", seeded, "--json"), "caravel queues limits show"
     )
     (row,) = shown["limits"]
     assert (row["queue"], row["concurrency"], row["per_key"]) == ("docs", None, 2)
+    assert (row["fair"], row["weights"]) == (True, {"acme": 3})
     cleared = one_document(
         run_cli("queues", "limits", "clear", "docs", "--url", seeded, "--json"),
         "caravel queues limits clear",

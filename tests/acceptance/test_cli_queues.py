@@ -108,9 +108,40 @@ def test_limits_set_show_replace_and_clear(db_url: str) -> None:
     assert asyncio.run(_limits(db_url)) == []
 
 
+async def _fairness(url: str) -> list[tuple[str, bool, dict[str, int]]]:
+    async with QueueInspector(url) as reader:
+        return [(q.queue, q.fair, dict(q.weights)) for q in await reader.queue_limits()]
+
+
+def test_fairness_is_set_shown_and_replaced(db_url: str) -> None:
+    done = run_cli(
+        "queues", "limits", "set", "emails", "--fair", "--weight", "acme=3",
+        "--weight", "globex=2", "--url", db_url,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        "limited emails: fair (acme=3, globex=2)",
+    )
+    assert asyncio.run(_fairness(db_url)) == [("emails", True, {"acme": 3, "globex": 2})]
+    table = run_cli("queues", "limits", "show", "--url", db_url)
+    assert "acme=3, globex=2" in table.stdout
+    # Set again without --fair: fairness and its weights go.
+    assert (
+        run_cli("queues", "limits", "set", "emails", "--per-key", "1", "--url", db_url).returncode
+        == 0
+    )
+    assert asyncio.run(_fairness(db_url)) == [("emails", False, {})]
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [
+        (["emails", "--weight", "acme=2"], "weights"),
+        (["emails", "--fair", "--weight", "acme"], "weights"),
+        (["emails", "--fair", "--weight", "acme=0"], "weights"),
+        (["emails", "--fair", "--weight", "acme=1001"], "weights"),
+        (["emails", "--fair", "--weight", "=2"], "weights"),
+        (["emails", "--fair", "--weight", "acme=2", "--weight", "acme=3"], "weights"),
         (["emails", "--concurrency", "0"], "concurrency"),
         (["emails", "--per-key", "-2"], "per_key"),
         (["emails"], "concurrency"),

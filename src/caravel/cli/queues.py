@@ -19,7 +19,7 @@ from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
-from caravel.errors import CaravelError
+from caravel.errors import CaravelError, ValidationError
 from caravel.inspector import QueueLimitRecord
 from caravel.validation import check_queue_name
 
@@ -130,14 +130,32 @@ def _limit_fields(limit: QueueLimitRecord) -> dict[str, Any]:
         "queue": limit.queue,
         "concurrency": limit.concurrency,
         "per_key": limit.per_key,
+        "fair": limit.fair,
+        "weights": dict(limit.weights),
         "updated_at": limit.updated_at,
     }
+
+
+def _weights(given: list[str] | None) -> dict[str, object]:
+    """``--weight KEY=N`` options as a mapping (checked by :class:`ConcurrencyLimit`); a value
+    not of that form is :class:`ValidationError` naming ``weights``."""
+    weights: dict[str, object] = {}
+    for item in given or []:
+        key, sep, number = item.rpartition("=")
+        if not sep or not number.strip().isdigit():
+            raise ValidationError("weights", "each --weight must be KEY=N, N a positive integer")
+        if key in weights:
+            raise ValidationError("weights", "name each partition key once")
+        weights[key] = int(number)
+    return weights
 
 
 @limits_app.command("show")
 def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
     """List the queues with concurrency limits: at most CONCURRENCY of a queue's jobs run at
-    once across every worker, and at most PER_KEY per partition key (blank: no such cap).
+    once across every worker, and at most PER_KEY per partition key (blank: no such cap); FAIR
+    queues are claimed round-robin across partition keys, each key WEIGHTS names taking that
+    many jobs per round.
 
     Read-only: the database is opened as for ``caravel status``.
     """
@@ -162,13 +180,15 @@ def show_limits(url: DatabaseUrl, as_json: Json = False) -> None:
     from caravel.cli.render import console
 
     table = Table(title="Concurrency limits")
-    for column in ("queue", "concurrency", "per key", "set at (UTC)"):
+    for column in ("queue", "concurrency", "per key", "fair", "weights", "set at (UTC)"):
         table.add_column(column)
     for limit in found:
         table.add_row(
             Text(limit.queue),
             "" if limit.concurrency is None else str(limit.concurrency),
             "" if limit.per_key is None else str(limit.per_key),
+            "yes" if limit.fair else "",
+            Text(", ".join(f"{key}={weight}" for key, weight in limit.weights.items())),
             timestamp(limit.updated_at),
         )
     console().print(table)
@@ -188,9 +208,24 @@ def set_limits(
         int | None,
         typer.Option("--per-key", help="At most this many run at once per partition key."),
     ] = None,
+    fair: Annotated[
+        bool,
+        typer.Option(
+            "--fair", help="Claim its ready jobs round-robin across partition keys (tenants)."
+        ),
+    ] = False,
+    weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--weight",
+            metavar="KEY=N",
+            help="With --fair: partition key KEY gets N jobs per round (repeat for more keys).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Set a queue's concurrency limits, replacing any it had (a cap not given is removed).
+    """Set a queue's concurrency limits and fair dispatch, replacing any it had (a cap not
+    given is removed, fairness is off unless --fair is given).
 
     Running workers follow the change within their poll interval (on PostgreSQL at once).
     Jobs already running are not touched; over a lowered limit, none is claimed until enough
@@ -203,18 +238,36 @@ def set_limits(
             await q.set_queue_limit(limit)
 
     try:
-        limit = ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key)
+        limit = ConcurrencyLimit(
+            queue=queue,
+            concurrency=concurrency,
+            per_key=per_key,
+            fair=fair,
+            weights=_weights(weight),  # type: ignore[arg-type]
+        )
         asyncio.run(go())
     except CaravelError as exc:
         raise fail("queues limits set", exc, as_json=as_json, url=url) from None
+    weights = dict(limit.weights)
     if as_json:
-        emit({"queue": queue, "concurrency": concurrency, "per_key": per_key})
+        emit(
+            {
+                "queue": queue,
+                "concurrency": concurrency,
+                "per_key": per_key,
+                "fair": fair,
+                "weights": weights,
+            }
+        )
         return
     caps = [
         f"{name} {value}"
         for name, value in (("concurrency", concurrency), ("per key", per_key))
         if value is not None
     ]
+    if fair:
+        shares = ", ".join(f"{key}={n}" for key, n in weights.items())
+        caps.append(f"fair ({shares})" if shares else "fair")
     typer.echo(f"limited {queue}: {', '.join(caps)}")
 
 
