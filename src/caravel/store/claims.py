@@ -214,7 +214,9 @@ def _due_keys(now: Any) -> Any:
         picked = sa.select(key).where(*_ready_due(found, now))
         if previous is not None:
             picked = picked.where(key > previous)
-        return sa.cast(picked.order_by(key).limit(1).scalar_subquery(), sa.String())
+        # No CAST: on SQLite a value with a type affinity is not compared through an index on
+        # an expression (which has none), and each step would read the queue's whole index.
+        return picked.order_by(key).limit(1).scalar_subquery()
 
     first = sa.select(after(None).label("key"), sa.literal_column("1").label("depth"))
     keys = first.cte("due_keys", recursive=True)
@@ -296,7 +298,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
         cap = sa.bindparam("b_per_key", type_=sa.Integer())
         where.append(ranked.c.in_key + sa.func.coalesce(running.c.running, 0) <= cap)
     # Integer division: a key of weight w has its jobs 1..w in round 0, w+1..2w in round 1...
-    turn = (ranked.c.n - 1) / weight
+    turn = (ranked.c.n - 1) // weight
     chosen = (
         sa.select(ranked.c.id)
         .select_from(joined)
