@@ -334,21 +334,9 @@ def test_queues(seeded: str) -> None:
 
 
 def test_queue_limits(seeded: str) -> None:
+    args = ["--per-key", "2", "--fair", "--weight", "acme=3", "--url", seeded, "--json"]
     limited = one_document(
-        run_cli(
-            "queues",
-            "limits",
-            "set",
-            "docs",
-            "--per-key",
-            "2",
-            "--fair",
-            "--weight",
-            "acme=3",
-            "--url",
-            seeded,
-            "--json",
-        ),  # fmt: skip
+        run_cli("queues", "limits", "set", "docs", *args),
         "caravel queues limits set",
     )
     assert limited == {

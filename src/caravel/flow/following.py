@@ -1,6 +1,7 @@
-"""What a worker knows of its queues' concurrency limits and fairness: read from the store when it starts,
-again at every read of the paused set (each ``poll_interval``, and at once when PostgreSQL pushes
-a change on the queues' channel), so a change reaches running workers without a restart.
+"""What a worker knows of its queues' concurrency limits and fairness: read from the store when
+it starts, again at every read of the paused set (each ``poll_interval``, and at once when
+PostgreSQL pushes a change on the queues' channel), so a change reaches running workers without
+a restart.
 
 A fetcher sends a limited claim only for a queue it knows to be limited; the claim itself then
 reads the stored limits in its own transaction, so a limit lowered, raised or removed since the
