@@ -9,7 +9,8 @@ database itself keeps read-only (SQLite ``mode=ro``, PostgreSQL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -66,12 +67,15 @@ class QueuePause:
 class QueueLimitRecord:
     """A queue's stored concurrency limits (see :class:`~caravel.ConcurrencyLimit`): at most
     ``concurrency`` of its jobs running at once and ``per_key`` per partition key (``None``: no
-    such cap), as last set at ``updated_at``."""
+    such cap), whether its jobs are claimed ``fair`` across partition keys and with which
+    ``weights``, as last set at ``updated_at``."""
 
     queue: str
     concurrency: int | None
     per_key: int | None
     updated_at: datetime
+    fair: bool = False
+    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,9 @@ class QueueInspector(AsyncClosing):
         """Every queue with a concurrency limit, by name (:meth:`DatabaseQueue.set_queue_limit
         <caravel.DatabaseQueue.set_queue_limit>`)."""
         return [
-            QueueLimitRecord(q.queue, q.concurrency, q.per_key, from_ms(q.updated_at))
+            QueueLimitRecord(
+                q.queue, q.concurrency, q.per_key, from_ms(q.updated_at), q.fair, dict(q.weights)
+            )
             for q in await self.store.queue_limit_list()
         ]
 

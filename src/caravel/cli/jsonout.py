@@ -83,16 +83,19 @@ def error_document(type_name: str, message: str, exit_code: int) -> str:
 def limits_fields(usage: QueueLimitUsage | None) -> dict[str, Any] | None:
     """A queue's ``limits`` object: one entry per kind of limit, each with its caps and how
     the queue stands against them (``concurrency``: ``limit`` and ``per_key``, null when not
-    capped, ``running`` and ``waiting``); null for a queue without limits."""
+    capped, ``running`` and ``waiting``; ``fair``: its ``weights``, null when the queue is not
+    claimed fairly); null for a queue without limits."""
     if usage is None:
         return None
+    limit = usage.limit
     return {
         "concurrency": {
-            "limit": usage.limit.concurrency,
-            "per_key": usage.limit.per_key,
+            "limit": limit.concurrency,
+            "per_key": limit.per_key,
             "running": usage.running,
             "waiting": usage.waiting,
-        }
+        },
+        "fair": {"weights": dict(limit.weights)} if limit.fair else None,
     }
 
 

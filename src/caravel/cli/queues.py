@@ -20,7 +20,7 @@ from caravel.cli.failure import fail
 from caravel.cli.jsonout import emit, timestamp
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.clock import from_ms
-from caravel.errors import CaravelError
+from caravel.errors import CaravelError, ValidationError
 from caravel.store.protocol import QueueLimitUsage
 from caravel.validation import check_queue_name
 
@@ -132,11 +132,27 @@ def _limit_fields(usage: QueueLimitUsage) -> dict[str, Any]:
         "queue": limit.queue,
         "concurrency": limit.concurrency,
         "per_key": limit.per_key,
+        "fair": limit.fair,
+        "weights": dict(limit.weights),
         "updated_at": from_ms(limit.updated_at),
         "running": usage.running,
         "waiting": usage.waiting,
         "keys": [{"key": k.key, "running": k.running, "waiting": k.waiting} for k in usage.keys],
     }
+
+
+def _weights(given: list[str] | None) -> dict[str, object]:
+    """``--weight KEY=N`` options as a mapping (checked by :class:`ConcurrencyLimit`); a value
+    not of that form is :class:`ValidationError` naming ``weights``."""
+    weights: dict[str, object] = {}
+    for item in given or []:
+        key, sep, number = item.rpartition("=")
+        if not sep or not number.strip().isdigit():
+            raise ValidationError("weights", "each --weight must be KEY=N, N a positive integer")
+        if key in weights:
+            raise ValidationError("weights", "name each partition key once")
+        weights[key] = int(number)
+    return weights
 
 
 @limits_app.command("show")
@@ -153,9 +169,10 @@ def show_limits(
     as_json: Json = False,
 ) -> None:
     """List the queues with concurrency limits: at most CONCURRENCY of a queue's jobs run at
-    once across every worker, and at most PER_KEY per partition key (blank: no such cap); how
-    many run now, and how many ready jobs wait because of a limit. Under a per-key cap, the
-    busiest keys with theirs.
+    once across every worker, and at most PER_KEY per partition key (blank: no such cap); FAIR
+    queues are claimed round-robin across partition keys, each key WEIGHTS names taking that
+    many jobs per round; how many run now, and how many ready jobs wait because of a limit.
+    Under a per-key cap, the busiest keys with theirs.
 
     Read-only: the database is opened as for ``caravel status``.
     """
@@ -180,7 +197,8 @@ def show_limits(
     from caravel.cli.render import console, keys_table
 
     table = Table(title="Concurrency limits")
-    for column in ("queue", "concurrency", "per key", "running", "waiting", "set at (UTC)"):
+    columns = ("queue", "concurrency", "per key", "fair", "weights", "running", "waiting")
+    for column in (*columns, "set at (UTC)"):
         table.add_column(column)
     for usage in found:
         limit = usage.limit
@@ -188,6 +206,8 @@ def show_limits(
             Text(limit.queue),
             "" if limit.concurrency is None else str(limit.concurrency),
             "" if limit.per_key is None else str(limit.per_key),
+            "yes" if limit.fair else "",
+            Text(", ".join(f"{key}={weight}" for key, weight in limit.weights.items())),
             str(usage.running),
             str(usage.waiting),
             timestamp(from_ms(limit.updated_at)),
@@ -212,9 +232,24 @@ def set_limits(
         int | None,
         typer.Option("--per-key", help="At most this many run at once per partition key."),
     ] = None,
+    fair: Annotated[
+        bool,
+        typer.Option(
+            "--fair", help="Claim its ready jobs round-robin across partition keys (tenants)."
+        ),
+    ] = False,
+    weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--weight",
+            metavar="KEY=N",
+            help="With --fair: partition key KEY gets N jobs per round (repeat for more keys).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Set a queue's concurrency limits, replacing any it had (a cap not given is removed).
+    """Set a queue's concurrency limits and fair dispatch, replacing any it had (a cap not
+    given is removed, fairness is off unless --fair is given).
 
     Running workers follow the change within their poll interval (on PostgreSQL at once).
     Jobs already running are not touched; over a lowered limit, none is claimed until enough
@@ -227,18 +262,36 @@ def set_limits(
             await q.set_queue_limit(limit)
 
     try:
-        limit = ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key)
+        limit = ConcurrencyLimit(
+            queue=queue,
+            concurrency=concurrency,
+            per_key=per_key,
+            fair=fair,
+            weights=_weights(weight),  # type: ignore[arg-type]
+        )
         asyncio.run(go())
     except CaravelError as exc:
         raise fail("queues limits set", exc, as_json=as_json, url=url) from None
+    weights = dict(limit.weights)
     if as_json:
-        emit({"queue": queue, "concurrency": concurrency, "per_key": per_key})
+        emit(
+            {
+                "queue": queue,
+                "concurrency": concurrency,
+                "per_key": per_key,
+                "fair": fair,
+                "weights": weights,
+            }
+        )
         return
     caps = [
         f"{name} {value}"
         for name, value in (("concurrency", concurrency), ("per key", per_key))
         if value is not None
     ]
+    if fair:
+        shares = ", ".join(f"{key}={n}" for key, n in weights.items())
+        caps.append(f"fair ({shares})" if shares else "fair")
     typer.echo(f"limited {queue}: {', '.join(caps)}")
 
 

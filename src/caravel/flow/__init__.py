@@ -8,19 +8,26 @@ value each job carries: see ``JobRegistry.register(partition_by=...)`` and
 declares them with :meth:`JobRegistry.limit <caravel.JobRegistry.limit>`, and running workers
 follow them within one poll interval.
 
+Fair dispatch (``ConcurrencyLimit(fair=True, weights=...)``) claims a queue's ready jobs
+round-robin across partition keys, optionally weighted per key, stored and followed the same way.
+
 The exact rule each claim keeps, and why it is exact, is in ``docs/guides/flow-control.md``.
 """
 
 from __future__ import annotations
 
 from caravel.flow.concurrency import MAX_CONCURRENCY_LIMIT, ConcurrencyLimit, check_limit
+from caravel.flow.fairness import MAX_WEIGHT, MAX_WEIGHTS, check_weights
 from caravel.flow.partition import TENANT, check_partition_by, partition_key_of
 
 __all__ = [
     "MAX_CONCURRENCY_LIMIT",
+    "MAX_WEIGHT",
+    "MAX_WEIGHTS",
     "TENANT",
     "ConcurrencyLimit",
     "check_limit",
     "check_partition_by",
+    "check_weights",
     "partition_key_of",
 ]

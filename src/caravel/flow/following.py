@@ -1,6 +1,7 @@
-"""What a worker knows of its queues' concurrency limits: read from the store when it starts,
-again at every read of the paused set (each ``poll_interval``, and at once when PostgreSQL pushes
-a change on the queues' channel), so a change reaches running workers without a restart.
+"""What a worker knows of its queues' concurrency limits and fairness: read from the store when
+it starts, again at every read of the paused set (each ``poll_interval``, and at once when
+PostgreSQL pushes a change on the queues' channel), so a change reaches running workers without
+a restart.
 
 A fetcher sends a limited claim only for a queue it knows to be limited; the claim itself then
 reads the stored limits in its own transaction, so a limit lowered, raised or removed since the
@@ -54,6 +55,7 @@ class LimitedQueues:
                         "queue": name,
                         "concurrency": limit.concurrency,
                         "per_key": limit.per_key,
+                        "fair": limit.fair,
                     },
                 )
         self._limits = read
@@ -64,5 +66,7 @@ class LimitedQueues:
         return any(q.queue == queue for q in await self._store.queue_limit_list())
 
 
-def _caps(limit: QueueLimit | None) -> tuple[int | None, int | None] | None:
-    return None if limit is None else (limit.concurrency, limit.per_key)
+def _caps(limit: QueueLimit | None) -> tuple[object, ...] | None:
+    if limit is None:
+        return None
+    return (limit.concurrency, limit.per_key, limit.fair, sorted(limit.weights.items()))

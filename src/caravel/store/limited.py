@@ -8,6 +8,10 @@ counts the running jobs only after the one before it committed, and none can tak
 another already took: the count and the claim are exact together. A queue without a row takes
 no lock and is claimed by the plain statement; one whose row went since the worker looked is
 claimed by the plain statement inside the transaction.
+
+A fair queue's claims (``fair`` on its row) run the same way, with
+:func:`~caravel.store.claims.claim_fair` as the statement: its weights are read by the claim
+itself, so a change to them is kept by the next claim.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from caravel.store.protocol import (
     QueueLimit,
     QueueLimitUsage,
 )
-from caravel.store.schema import jobs, partition, queue_limits
+from caravel.store.schema import jobs, partition, queue_limits, queue_weights
 from caravel.store.transactions import ConnectionT, SqlTransactions
 from caravel.validation import check_int, check_queue_name
 
@@ -40,10 +44,13 @@ __all__ = [
     "checked_limit",
     "checked_usage",
     "clear_limit",
+    "clear_weights",
     "key_startable",
     "list_limits",
+    "list_weights",
     "read_limit",
     "set_limit",
+    "set_weights",
     "usage_by_key",
     "waiting",
 ]
@@ -60,7 +67,7 @@ def checked_limit(limit: object) -> ConcurrencyLimit:
     frozen dataclass can still be forced); otherwise :class:`ValidationError`."""
     if not isinstance(limit, ConcurrencyLimit):
         raise ValidationError("limit", "must be a caravel.ConcurrencyLimit")
-    check_limit(limit.queue, limit.concurrency, limit.per_key)
+    check_limit(limit.queue, limit.concurrency, limit.per_key, limit.fair, limit.weights)
     return limit
 
 
@@ -72,6 +79,7 @@ def set_limit(insert: Any) -> Any:
         concurrency=sa.bindparam("b_concurrency", type_=sa.Integer()),
         per_key=sa.bindparam("b_per_key", type_=sa.Integer()),
         updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
+        fair=sa.bindparam("b_fair", type_=sa.Boolean()),
     )
     return values.on_conflict_do_update(
         index_elements=[queue_limits.c.queue],
@@ -79,8 +87,30 @@ def set_limit(insert: Any) -> Any:
             "concurrency": values.excluded.concurrency,
             "per_key": values.excluded.per_key,
             "updated_at": values.excluded.updated_at,
+            "fair": values.excluded.fair,
         },
     )
+
+
+def clear_weights() -> sa.Delete:
+    """Remove ``b_queue``'s weights."""
+    return sa.delete(queue_weights).where(
+        queue_weights.c.queue == sa.bindparam("b_queue", type_=queue_weights.c.queue.type)
+    )
+
+
+def set_weights() -> sa.Insert:
+    """One weight of ``b_queue``: ``b_key`` gets ``b_weight`` (run once per weight)."""
+    return sa.insert(queue_weights).values(
+        queue=sa.bindparam("b_queue", type_=queue_weights.c.queue.type),
+        key=sa.bindparam("b_key", type_=queue_weights.c.key.type),
+        weight=sa.bindparam("b_weight", type_=sa.Integer()),
+    )
+
+
+def list_weights() -> sa.Select[Any]:
+    """Every fair queue's weights, by queue and key."""
+    return sa.select(queue_weights).order_by(queue_weights.c.queue, queue_weights.c.key)
 
 
 def clear_limit() -> Any:
@@ -99,7 +129,7 @@ def list_limits() -> sa.Select[Any]:
 
 def read_limit() -> sa.Select[Any]:
     """``b_queue``'s limits, if it has any."""
-    return sa.select(queue_limits.c.concurrency, queue_limits.c.per_key).where(
+    return sa.select(queue_limits.c.concurrency, queue_limits.c.per_key, queue_limits.c.fair).where(
         queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type)
     )
 
@@ -160,8 +190,15 @@ def usage_by_key(per_key: int | None) -> sa.Select[Any]:
     )
 
 
-def _row(row: Any) -> QueueLimit:
-    return QueueLimit(row.queue, row.concurrency, row.per_key, row.updated_at)
+def _row(row: Any, weights: dict[str, dict[str, int]]) -> QueueLimit:
+    return QueueLimit(
+        row.queue,
+        row.concurrency,
+        row.per_key,
+        row.updated_at,
+        bool(row.fair),
+        weights.get(row.queue, {}),
+    )
 
 
 class LimitsStore(SqlTransactions[ConnectionT]):
@@ -188,6 +225,9 @@ class LimitsStore(SqlTransactions[ConnectionT]):
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
         raise NotImplementedError
 
+    #: How a fair claim reads each key's first jobs (:data:`~caravel.store.claims.KeyJobs`).
+    _fair_key_jobs: claims.KeyJobs = staticmethod(claims.in_key_jobs)
+
     async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
         limit = checked_limit(limit)
         stmt = self._statement("queue_limit_set", lambda: set_limit(self._queue_limits_insert()))
@@ -196,17 +236,31 @@ class LimitsStore(SqlTransactions[ConnectionT]):
             "b_concurrency": limit.concurrency,
             "b_per_key": limit.per_key,
             "b_now": now,
+            "b_fair": limit.fair,
         }
+        drop = self._statement("queue_weights_clear", clear_weights)
+        weigh = self._statement("queue_weights_set", set_weights)
+        weights = [
+            {"b_queue": limit.queue, "b_key": key, "b_weight": weight}
+            for key, weight in limit.weights.items()
+        ]
         async with self._write("queue_limit_set") as conn:
             await conn.execute(stmt, params)
+            await conn.execute(drop, {"b_queue": limit.queue})
+            if weights:
+                await conn.execute(weigh, weights)
             for announce in self._queue_changed():
                 await conn.execute(announce, {"b_queue": limit.queue})
-        return QueueLimit(limit.queue, limit.concurrency, limit.per_key, now)
+        return QueueLimit(
+            limit.queue, limit.concurrency, limit.per_key, now, limit.fair, dict(limit.weights)
+        )
 
     async def queue_limit_clear(self, queue: str, now: int) -> bool:
         check_queue_name(queue)
         stmt = self._statement("queue_limit_clear", clear_limit)
+        drop = self._statement("queue_weights_clear", clear_weights)
         async with self._write("queue_limit_clear") as conn:
+            await conn.execute(drop, {"b_queue": queue})
             cleared = (await conn.execute(stmt, {"b_queue": queue})).scalar_one_or_none()
             if cleared is not None:
                 for announce in self._queue_changed():
@@ -214,18 +268,26 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         return cleared is not None
 
     async def queue_limit_list(self) -> list[QueueLimit]:
-        stmt = self._statement("queue_limit_list", list_limits)
         async with self._read("queue_limit_list") as conn:
-            return [_row(row) for row in (await conn.execute(stmt)).all()]
+            return await self._limits(conn)
+
+    async def _limits(self, conn: ConnectionT) -> list[QueueLimit]:
+        """Every limits row with its queue's weights, read on ``conn``."""
+        stmt = self._statement("queue_limit_list", list_limits)
+        weighing = self._statement("queue_weights_list", list_weights)
+        rows = (await conn.execute(stmt)).all()
+        weights: dict[str, dict[str, int]] = {}
+        for weight in (await conn.execute(weighing)).all():
+            weights.setdefault(weight.queue, {})[weight.key] = weight.weight
+        return [_row(row, weights) for row in rows]
 
     async def queue_limit_usage(
         self, queue: str | None, now: int, *, keys: int = 20
     ) -> list[QueueLimitUsage]:
         checked_usage(queue, keys)
-        listed = self._statement("queue_limit_list", list_limits)
         used = []
         async with self._read("queue_limit_usage", single=False) as conn:
-            for limit in [_row(row) for row in (await conn.execute(listed)).all()]:
+            for limit in await self._limits(conn):
                 if queue is None or limit.queue == queue:
                     used.append(await self._usage(conn, limit, now, keys))
         return used
@@ -269,7 +331,7 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         source = request.source
         lock = self._statement("limit_lock", lambda: self._limit_lock(read_limit()))
         found = yield Step(lock, {"b_queue": request.queue})
-        concurrency, per_key = (None, None) if not found else found[0]
+        concurrency, per_key, fair = (None, None, False) if not found else found[0]
         limit = request.limit
         if concurrency is not None:
             count = self._statement("running_count", claims.running_count)
@@ -278,11 +340,20 @@ class LimitsStore(SqlTransactions[ConnectionT]):
             if limit <= 0:
                 return []
         params = {**params, "b_limit": limit}
-        if per_key is None:
+        if per_key is not None:
+            params["b_per_key"] = per_key
+        if fair:
+            keyed = per_key is not None
+            stmt = self._statement(
+                f"claim_fair_{source}_{keyed}",
+                lambda: claims.claim_fair(
+                    source, self._claim_target, self._fair_key_jobs, per_key=keyed
+                ),
+            )
+        elif per_key is None:
             stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         else:
             stmt = self._statement(
                 f"claim_per_key_{source}", lambda: claims.claim_per_key(source, self._claim_target)
             )
-            params["b_per_key"] = per_key
         return (yield Step(stmt, params))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, get_args, overload
 from uuid import UUID
 
@@ -227,12 +227,15 @@ class PausedQueue:
 class QueueLimit:
     """A queue's stored concurrency limits (see :class:`~caravel.flow.ConcurrencyLimit`): at
     most ``concurrency`` of its jobs running at once and ``per_key`` per partition key
-    (``None``: no such cap), as last set at ``updated_at`` (ms)."""
+    (``None``: no such cap), whether it is claimed fairly across partition keys and with which
+    ``weights``, as last set at ``updated_at`` (ms)."""
 
     queue: str
     concurrency: int | None
     per_key: int | None
     updated_at: int
+    fair: bool = False
+    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,8 @@ def limited_pick(
         limit = min(limit, stored.concurrency - len(running))
         if limit <= 0:
             return []
+    if stored is not None and stored.fair:
+        return _fair_pick(stored, running, limit, sources, due)
     if stored is None or stored.per_key is None:
         picked: list[JobRow] = []
         for state, order in sources:
@@ -67,12 +69,51 @@ def limited_pick(
     return chosen
 
 
+def _fair_pick(
+    stored: QueueLimit,
+    running: list[JobRow],
+    limit: int,
+    sources: Sequence[tuple[str, _Order]],
+    due: Callable[[str], list[JobRow]],
+) -> list[JobRow]:
+    """``claims.claim_fair`` in Python: expired leases first, then the first ``limit`` ready
+    jobs of each of the first :data:`KEY_SCAN` keys, by (round, claim order, key), a key of
+    weight ``w`` having ``w`` jobs per round; within ``per_key`` counting running jobs."""
+    candidates: list[tuple[int, int, tuple[int, int], str, JobRow]] = []
+    for part, (state, order) in enumerate(sources):
+        if state == RUNNING:
+            scan = KEY_SCAN if stored.per_key is not None else limit
+            rows = heapq.nsmallest(scan, due(state), key=order)
+            candidates.extend((part, 0, order(row), partition_of(row), row) for row in rows)
+            continue
+        by_key: dict[str, list[JobRow]] = {}
+        for row in due(state):
+            by_key.setdefault(partition_of(row), []).append(row)
+        for key in sorted(by_key)[:KEY_SCAN]:
+            weight = stored.weights.get(key, 1)
+            firsts = heapq.nsmallest(limit, by_key[key], key=order)
+            for n, row in enumerate(firsts):
+                candidates.append((part, n // weight, order(row), key, row))
+    candidates.sort(key=lambda c: (c[0], c[1], c[2][0], c[3], c[2][1]))
+    if stored.per_key is None:
+        return [c[4] for c in candidates[:limit]]
+    counts = Counter(partition_of(row) for row in running)
+    numbered: dict[int, int] = {}
+    # Numbered within the key by (part, claim order), as ``in_key`` in SQL.
+    for _, _, _, key, row in sorted(candidates, key=lambda c: (c[0], c[2])):
+        counts[key] += 1
+        numbered[id(row)] = counts[key]
+    return [c[4] for c in candidates if numbered[id(c[4])] <= stored.per_key][:limit]
+
+
 class MemoryLimits(MemoryReader):
     """``queue_limit_set`` and ``queue_limit_clear`` over the tables."""
 
     async def queue_limit_set(self, limit: ConcurrencyLimit, now: int) -> QueueLimit:
         limit = checked_limit(limit)
-        stored = QueueLimit(limit.queue, limit.concurrency, limit.per_key, now)
+        stored = QueueLimit(
+            limit.queue, limit.concurrency, limit.per_key, now, limit.fair, dict(limit.weights)
+        )
         with self._locked("queue_limit_set") as tables:
             tables.limits[limit.queue] = stored
         return stored
