@@ -17,9 +17,12 @@ horizon.
 A claim of a fair queue (:func:`claim_fair`) takes its ready jobs round-robin across partition
 keys: it finds the keys with due work by skipping through ``ix_caravel_jobs_fair`` (at most
 :data:`KEY_SCAN` of them), reads at most the batch of each key's jobs in claim order, numbers
-them within their key, and takes the batch in order of (round, claim order), a key of weight
-``w`` having ``w`` jobs in each round. A lone key gets the whole batch, a key without due work
-takes no turn, and within a key jobs keep the claim's order (priorities and their aging)."""
+them within their key after the key's jobs already running, and takes the batch in order of
+(round, claim order), a key of weight ``w`` having ``w`` jobs in each round: the job numbered
+``n`` of a key with ``r`` jobs running is in round ``(r + n - 1) // w``. So a key with jobs
+running goes behind the keys with none, and fairness holds across claims, even claims of one
+job. A lone key gets the whole batch, a key without due work takes no turn, and within a key
+jobs keep the claim's order (priorities and their aging)."""
 
 from __future__ import annotations
 
@@ -230,8 +233,9 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
     """The claim of ``source`` in a fair queue, bound as :func:`claim` is (plus ``b_per_key``
     with ``per_key``): expired leases first as :func:`claim_per_key` takes them, then ready jobs
     round-robin across partition keys (see the module docstring), weighted by the queue's rows
-    of ``caravel_queue_weights``. With ``per_key``, a job is taken only while its key's running
-    jobs and those numbered before it stay within ``b_per_key``.
+    of ``caravel_queue_weights``, a key's jobs already running counting into its rounds. With
+    ``per_key``, a job is taken only while its key's running jobs and those numbered before it
+    stay within ``b_per_key``.
 
     Like :func:`claim_per_key` it runs where the queue's limited claims take turns, so it locks
     no candidate, and the update takes only rows still due at ``b_now``."""
@@ -282,23 +286,31 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
             queue_weights.c.queue == sa.bindparam("b_queue"), queue_weights.c.key == ranked.c.key
         ),
     )
+    # Each key's jobs running with a lease unexpired, read from ix_caravel_jobs_leases: as
+    # many rows as the queue has jobs running, never its backlog.
+    running = (
+        sa.select(partition.label("key"), sa.func.count().label("running"))
+        .where(
+            jobs.c.queue == sa.bindparam("b_queue"),
+            jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
+            jobs.c.available_at > now,
+        )
+        .group_by(partition)
+        .subquery("running_keys")
+    )
+    joined = joined.outerjoin(running, running.c.key == ranked.c.key)
+    running_of_key = sa.func.coalesce(running.c.running, 0)
     where: list[sa.ColumnElement[bool]] = []
     if per_key:
-        running = (
-            sa.select(partition.label("key"), sa.func.count().label("running"))
-            .where(
-                jobs.c.queue == sa.bindparam("b_queue"),
-                jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
-                jobs.c.available_at > now,
-            )
-            .group_by(partition)
-            .subquery("running_keys")
-        )
-        joined = joined.outerjoin(running, running.c.key == ranked.c.key)
         cap = sa.bindparam("b_per_key", type_=sa.Integer())
-        where.append(ranked.c.in_key + sa.func.coalesce(running.c.running, 0) <= cap)
-    # Integer division: a key of weight w has its jobs 1..w in round 0, w+1..2w in round 1...
-    turn = (ranked.c.n - 1) // weight
+        where.append(ranked.c.in_key + running_of_key <= cap)
+    # A key's running jobs count into its rounds (integer division): a key of weight w with r
+    # jobs running has its ready jobs r+1..w in round 0, then w at a time. Expired leases,
+    # taken first, go in the order their leases expired.
+    turn = sa.case(
+        (ranked.c.part == sa.literal_column("0"), sa.literal_column("0")),
+        else_=(running_of_key + ranked.c.n - 1) // weight,
+    )
     chosen = (
         sa.select(ranked.c.id)
         .select_from(joined)

@@ -209,6 +209,53 @@ async def test_partition_keys_take_turns_across_tenants(store: Store) -> None:
     assert _claimed_ids(claimed) == _ids([shared[0], other, shared[1]])
 
 
+async def test_a_key_with_jobs_running_goes_behind_a_key_with_none(store: Store) -> None:
+    a = _backlog("a", 10, start=0)
+    await insert(store, a)
+    await store.queue_limit_set(_fair(), T0)
+    (running,) = await _claimed(store, T0 + 1_000, 1)
+    assert running.job_id == a[0].id
+    b = _backlog("b", 3, start=2_000)  # enqueued after every job of a
+    await insert(store, b)
+    # a has one job running and nine ready, b none running: a claim of one takes b's.
+    (taken,) = await _claimed(store, T0 + 3_000, 1)
+    assert taken.job_id == b[0].id
+    # Now each has one running: a's older job goes first, and so on, turn by turn.
+    taken_in_turn = [(await _claimed(store, T0 + 3_001 + n, 1))[0].job_id for n in range(4)]
+    assert taken_in_turn == [a[1].id, b[1].id, a[2].id, b[2].id]
+
+
+async def test_running_jobs_fill_a_weighted_keys_round_first(store: Store) -> None:
+    a = _backlog("a", 10, start=0)
+    b = _backlog("b", 10, start=100)
+    await insert(store, [*a, *b])
+    await store.queue_limit_set(_fair(weights={"a": 2}), T0)
+    # a's first two run: with a weight of two its round is full, so a claim of one takes b's.
+    started = await _claimed(store, T0 + 1_000, 2)
+    assert _claimed_ids(started) == _ids(a[:2])
+    (taken,) = await _claimed(store, T0 + 1_001, 1)
+    assert taken.job_id == b[0].id
+    # One of a's finishes: one running of two, so a's next job is in round 0 again, before
+    # b's second (round 1).
+    await store.job_complete_many([started[0].lease], T0 + 1_002)
+    (taken,) = await _claimed(store, T0 + 1_003, 1)
+    assert taken.job_id == a[2].id
+
+
+async def test_an_expired_lease_no_longer_counts_into_its_keys_round(store: Store) -> None:
+    a = _backlog("a", 5, start=0)
+    await insert(store, a)
+    await store.queue_limit_set(_fair(), T0)
+    (running,) = await _claimed(store, T0 + 1_000, 1)
+    b = _backlog("b", 2, start=2_000)
+    await insert(store, b)
+    # After the lease expired (ready source only: the expired job stays where it is), a counts
+    # none running again, and its older job goes first.
+    after = running.lease.expires_at_ms + 1
+    (taken,) = (await claim(store, after, 1, limited=True, source="ready")).claimed
+    assert taken.job_id == a[1].id
+
+
 async def test_a_fair_claim_keeps_the_per_key_limit(store: Store) -> None:
     a = _backlog("a", 6, start=0)
     b = _backlog("b", 6, start=100)

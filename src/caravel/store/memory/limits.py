@@ -78,7 +78,9 @@ def _fair_pick(
 ) -> list[JobRow]:
     """``claims.claim_fair`` in Python: expired leases first, then the first ``limit`` ready
     jobs of each of the first :data:`KEY_SCAN` keys, by (round, claim order, key), a key of
-    weight ``w`` having ``w`` jobs per round; within ``per_key`` counting running jobs."""
+    weight ``w`` having ``w`` jobs per round, its running jobs counting into its rounds; within
+    ``per_key`` counting running jobs."""
+    counts = Counter(partition_of(row) for row in running)
     candidates: list[tuple[int, int, tuple[int, int], str, JobRow]] = []
     for part, (state, order) in enumerate(sources):
         if state == RUNNING:
@@ -93,11 +95,10 @@ def _fair_pick(
             weight = stored.weights.get(key, 1)
             firsts = heapq.nsmallest(limit, by_key[key], key=order)
             for n, row in enumerate(firsts):
-                candidates.append((part, n // weight, order(row), key, row))
+                candidates.append((part, (counts[key] + n) // weight, order(row), key, row))
     candidates.sort(key=lambda c: (c[0], c[1], c[2][0], c[3], c[2][1]))
     if stored.per_key is None:
         return [c[4] for c in candidates[:limit]]
-    counts = Counter(partition_of(row) for row in running)
     numbered: dict[int, int] = {}
     # Numbered within the key by (part, claim order), as ``in_key`` in SQL.
     for _, _, _, key, row in sorted(candidates, key=lambda c: (c[0], c[2])):
