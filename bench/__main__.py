@@ -9,6 +9,8 @@
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
     python -m bench --only drain_batch   # the same backlog as plain jobs and as batches
+    python -m bench --only fairness --backends postgresql   # a small tenant behind 100,000 jobs
+    python -m bench --only fairness --fairness-backlog 10000   # the same, smaller
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import ceilings, compare, counts, retention, runs, sync_cost
+from bench import ceilings, compare, counts, fairness, retention, runs, sync_cost
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -51,6 +53,7 @@ ALL = (
     "durability",
     "counts",
     "retention",
+    "fairness",
     "compare",
 )
 #: The parts of the comparison with the peers (``--compare``).
@@ -134,6 +137,21 @@ def _retention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return {**figures, **{f"prune_{k}": v for k, v in during.items()}}
 
 
+def _fairness(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A small tenant's waits behind a large backlog, fairness on and off, in one run."""
+    with database(backend) as fair_url, database(backend) as plain_url:
+        return asyncio.run(
+            fairness.fairness(
+                fair_url,
+                plain_url,
+                args.fairness_backlog,
+                args.fairness_jobs,
+                args.fairness_batch,
+                args.fairness_rounds,
+            )
+        )
+
+
 def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, Any]]]:
     n = args.jobs
     conc = args.concurrency
@@ -192,12 +210,26 @@ def main() -> None:
     parser.add_argument(
         "--compare-sizes", nargs="+", type=int, default=[20_000, 100_000], help="drain backlogs"
     )
+    parser.add_argument(
+        "--fairness-backlog", type=int, default=100_000, help="fairness: tenant A's ready jobs"
+    )
+    parser.add_argument(
+        "--fairness-jobs", type=int, default=100, help="fairness: tenant B's jobs, one by one"
+    )
+    parser.add_argument("--fairness-batch", type=int, default=100, help="fairness: claim batch")
+    parser.add_argument(
+        "--fairness-rounds",
+        type=int,
+        default=None,
+        help="fairness: stop after this many claims (default: enough to drain the backlog)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, one run")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.jobs, args.single = 1, 5_000, 500
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
         args.prune_drain_jobs = 20_000
+        args.fairness_backlog = 10_000
         args.compare_sizes = [5_000]
 
     report: dict[str, Any] = {
@@ -244,6 +276,8 @@ def main() -> None:
                 figures = _drain_batch(backend, args)
             elif name == "retention":
                 figures = _retention(backend, args)
+            elif name == "fairness":
+                figures = _fairness(backend, args)
             else:
                 figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures

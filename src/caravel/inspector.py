@@ -9,7 +9,8 @@ database itself keeps read-only (SQLite ``mode=ro``, PostgreSQL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -66,7 +67,8 @@ class QueuePause:
 class QueueLimitRecord:
     """A queue's stored limits, as last set at ``updated_at``: its concurrency caps (see
     :class:`~caravel.ConcurrencyLimit`), at most ``concurrency`` of its jobs running at once and
-    ``per_key`` per partition key; its rates (see :class:`~caravel.RateLimit`), starts weighing
+    ``per_key`` per partition key, and whether its jobs are claimed ``fair`` across partition
+    keys and with which ``weights``; its rates (see :class:`~caravel.RateLimit`), starts weighing
     at most ``rate`` within any window of ``period``, and ``rate_per_key`` per key. ``None``:
     no such cap (``period`` is ``None`` exactly when there is no rate)."""
 
@@ -77,6 +79,8 @@ class QueueLimitRecord:
     rate: int | None = None
     rate_per_key: int | None = None
     period: timedelta | None = None
+    fair: bool = False
+    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +150,7 @@ class QueueInspector(AsyncClosing):
         ]
 
     async def queue_limits(self) -> list[QueueLimitRecord]:
-        """Every queue with a concurrency or rate limit, by name
+        """Every queue with a concurrency limit, fair dispatch or a rate limit, by name
         (:meth:`DatabaseQueue.set_queue_limit <caravel.DatabaseQueue.set_queue_limit>`)."""
         return [
             QueueLimitRecord(
@@ -157,6 +161,8 @@ class QueueInspector(AsyncClosing):
                 q.rate,
                 q.rate_per_key,
                 None if q.rate_period_ms is None else timedelta(milliseconds=q.rate_period_ms),
+                q.fair,
+                dict(q.weights),
             )
             for q in await self.store.queue_limit_list()
         ]

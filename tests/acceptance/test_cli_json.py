@@ -32,6 +32,8 @@ TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 #: Keys whose value is a document of the application's own (a job's payload): any JSON.
 OPAQUE = {"payload", "result"}
+#: Objects whose keys are data (partition keys), not fields: any keys, each with an integer.
+MAPS = {"weights"}
 
 
 # ----- the documented examples ----------------------------------------------------------
@@ -82,8 +84,13 @@ def conventional(value: Any, where: str = "") -> None:
 def same_shape(example: Any, actual: Any, where: str = "$") -> None:
     """``actual`` has the example's keys (all of them, no others) and kinds of value. A value
     the example shows may be null in the output (a job that never started); an example's null
-    stands for a nullable string; each element of a list has the shape of the example's first."""
+    stands for a nullable string; each element of a list has the shape of the example's first;
+    an object of :data:`MAPS` may have any keys, each with an integer."""
     if where.rsplit(".", 1)[-1] in OPAQUE or actual is None:
+        return
+    if where.rsplit(".", 1)[-1] in MAPS:
+        assert isinstance(actual, dict), f"{where}: {actual!r} is not an object"
+        assert all(type(n) is int for n in actual.values()), f"{where}: {actual!r}"
         return
     if example is None:
         assert isinstance(actual, str), f"{where}: {actual!r} where the example has null"
@@ -335,8 +342,9 @@ def test_queues(seeded: str) -> None:
 
 
 def test_queue_limits(seeded: str) -> None:
+    args = ["--per-key", "2", "--fair", "--weight", "acme=3", "--url", seeded, "--json"]
     limited = one_document(
-        run_cli("queues", "limits", "set", "docs", "--per-key", "2", "--url", seeded, "--json"),
+        run_cli("queues", "limits", "set", "docs", *args),
         "caravel queues limits set",
     )
     assert limited == {
@@ -346,6 +354,8 @@ def test_queue_limits(seeded: str) -> None:
         "rate": None,
         "rate_per_key": None,
         "period_ms": None,
+        "fair": True,
+        "weights": {"acme": 3},
     }
     rated = one_document(
         run_cli(
@@ -363,13 +373,16 @@ def test_queue_limits(seeded: str) -> None:
         ),
         "caravel queues limits set",
     )
+    # The rate is its own kind: the per-key cap and the fairness stay.
     assert (rated["per_key"], rated["rate"], rated["period_ms"]) == (2, 20, 60_000)
+    assert (rated["fair"], rated["weights"]) == (True, {"acme": 3})
     shown = one_document(
         run_cli("queues", "limits", "show", "--url", seeded, "--json"), "caravel queues limits show"
     )
     (row,) = shown["limits"]
     assert (row["queue"], row["concurrency"], row["per_key"]) == ("docs", None, 2)
     assert (row["rate"], row["rate_per_key"], row["period_ms"]) == (20, None, 60_000)
+    assert (row["fair"], row["weights"]) == (True, {"acme": 3})
     # One job runs and one is ready, both of the seed's tenant: the key's cap of two leaves room.
     assert (row["running"], row["waiting"]) == (1, 0)
     assert [(k["running"], k["waiting"]) for k in row["keys"]] == [(1, 0)]
@@ -379,12 +392,14 @@ def test_queue_limits(seeded: str) -> None:
     assert counted["limits"] == {
         "concurrency": {"limit": None, "per_key": 2, "running": 1, "waiting": 0},
         "rate": {"limit": 20, "per_key": None, "period_ms": 60_000, "used": 0},
+        "fair": {"weights": {"acme": 3}},
     }
     one_document(
         run_cli("queues", "limits", "set", "docs", "--concurrency", "1", "--url", seeded, "--json"),
         "caravel queues limits set",
     )
     status = one_document(run_cli("status", "--url", seeded, "--json"), "caravel status")
+    assert status["queues"][0]["limits"]["fair"] is None
     assert status["queues"][0]["limits"]["concurrency"] == {
         "limit": 1,
         "per_key": None,
@@ -396,6 +411,7 @@ def test_queue_limits(seeded: str) -> None:
         "caravel queues limits show",
     )
     assert shown["limits"][0]["keys"] == []
+    assert (shown["limits"][0]["fair"], shown["limits"][0]["weights"]) == (False, {})
     cleared = one_document(
         run_cli("queues", "limits", "clear", "docs", "--url", seeded, "--json"),
         "caravel queues limits clear",

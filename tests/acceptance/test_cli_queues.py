@@ -111,9 +111,40 @@ def test_limits_set_show_replace_and_clear(db_url: str) -> None:
     assert asyncio.run(_limits(db_url)) == []
 
 
+async def _fairness(url: str) -> list[tuple[str, bool, dict[str, int]]]:
+    async with QueueInspector(url) as reader:
+        return [(q.queue, q.fair, dict(q.weights)) for q in await reader.queue_limits()]
+
+
+def test_fairness_is_set_shown_and_replaced(db_url: str) -> None:
+    done = run_cli(
+        "queues", "limits", "set", "emails", "--fair", "--weight", "acme=3",
+        "--weight", "globex=2", "--url", db_url,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        "limited emails: fair (acme=3, globex=2)",
+    )
+    assert asyncio.run(_fairness(db_url)) == [("emails", True, {"acme": 3, "globex": 2})]
+    table = run_cli("queues", "limits", "show", "--url", db_url)
+    assert "acme=3, globex=2" in table.stdout
+    # Set again without --fair: fairness and its weights go.
+    assert (
+        run_cli("queues", "limits", "set", "emails", "--per-key", "1", "--url", db_url).returncode
+        == 0
+    )
+    assert asyncio.run(_fairness(db_url)) == [("emails", False, {})]
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [
+        (["emails", "--weight", "acme=2"], "weights"),
+        (["emails", "--fair", "--weight", "acme"], "weights"),
+        (["emails", "--fair", "--weight", "acme=0"], "weights"),
+        (["emails", "--fair", "--weight", "acme=1001"], "weights"),
+        (["emails", "--fair", "--weight", "=2"], "weights"),
+        (["emails", "--fair", "--weight", "acme=2", "--weight", "acme=3"], "weights"),
         (["emails", "--concurrency", "0"], "concurrency"),
         (["emails", "--per-key", "-2"], "per_key"),
         (["emails"], "concurrency"),
@@ -135,15 +166,18 @@ def test_a_bad_limit_exits_two_names_the_field_and_stores_nothing(
 
 
 async def _busy(url: str) -> None:
-    """emails limited to 3 at once and 2 per key: acme has 2 running and 3 ready, globex 1
-    running and 1 ready."""
+    """emails limited to 3 at once and 2 per key, fair with acme weighing 2: acme has 2 running
+    and 3 ready, globex 1 running and 1 ready."""
     # The command reads at the wall clock: jobs due now, leases an hour long.
     clock = ManualClock(datetime.now(UTC))
     async with open_queue(url, clock=clock, lease_duration=timedelta(hours=1)) as q:
         for tenant, count in (("acme", 5), ("globex", 2)):
             for n in range(count):
                 await q.enqueue(Add(n), dispatch(queue="emails", tenant=tenant))
-        await q.set_queue_limit(ConcurrencyLimit(queue="emails", concurrency=3, per_key=2))
+        limit = ConcurrencyLimit(
+            queue="emails", concurrency=3, per_key=2, fair=True, weights={"acme": 2}
+        )
+        await q.set_queue_limit(limit)
         assert len(await Leases(q).claim_many("emails", 10, limited=True)) == 3
 
 
@@ -154,10 +188,13 @@ def test_status_and_limits_show_what_runs_and_waits_against_each_limit(db_url: s
     assert status.returncode == 0, status.stderr
     limits = status.stdout[status.stdout.index("Limits") :]
     (row,) = [line for line in limits.splitlines() if "emails" in line]
-    assert [cell.strip() for cell in row.split("│")[1:6]] == ["emails", "3", "2", "3", "4"]
+    assert [cell.strip() for cell in row.split("│")[1:7]] == [
+        "emails", "3", "2", "acme=2", "3", "4",
+    ]  # fmt: skip
     shown = json.loads(run_cli("queues", "limits", "show", "--url", db_url, "--json").stdout)
     (emails,) = shown["limits"]
     assert (emails["running"], emails["waiting"]) == (3, 4)
+    assert (emails["fair"], emails["weights"]) == (True, {"acme": 2})
     assert emails["keys"] == [
         {"key": "acme", "running": 2, "waiting": 3},
         {"key": "globex", "running": 1, "waiting": 0},
@@ -221,12 +258,13 @@ def test_status_and_limits_show_the_rate_used_within_the_window(db_url: str) -> 
     assert reports["limits"] == {
         "concurrency": None,
         "rate": {"limit": 3, "per_key": None, "period_ms": 60_000, "used": 3},
+        "fair": None,
     }
     text = run_cli("status", "--url", db_url).stdout
     limits = text[text.index("Limits") :]
     (row,) = [line for line in limits.splitlines() if "reports" in line]
-    assert [cell.strip() for cell in row.split("│")[1:10]] == [
-        "reports", "", "", "3", "0", "3", "", "3", "60 s",
+    assert [cell.strip() for cell in row.split("│")[1:11]] == [
+        "reports", "", "", "", "3", "0", "3", "", "3", "60 s",
     ]  # fmt: skip
     shown = json.loads(run_cli("queues", "limits", "show", "--url", db_url, "--json").stdout)
     (limit,) = shown["limits"]

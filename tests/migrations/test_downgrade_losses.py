@@ -22,6 +22,7 @@ from caravel import (
     JobState,
     Leases,
     QueueInspector,
+    RateLimit,
     Retention,
     StoreError,
     ValidationError,
@@ -240,6 +241,40 @@ async def test_stored_limits_refuse_a_downgrade_below_0011_and_go_when_forced(
     migrate.upgrade(empty_url)  # and back: the table empty, the column NULL
     async with open_queue(empty_url) as queue:
         assert await QueueInspector(queue.store).queue_limits() == []
+
+
+# ----- 0013: fair dispatch ----------------------------------------------------------------
+
+
+async def test_fairness_refuses_a_downgrade_below_0013_and_goes_alone_when_forced(
+    empty_url: str,
+) -> None:
+    migrate.upgrade(empty_url)
+    async with open_queue(empty_url) as queue:
+        await queue.set_queue_limit(ConcurrencyLimit(queue="emails", fair=True, weights={"a": 3}))
+        await queue.set_queue_limit(RateLimit(queue="emails", rate=5, period=timedelta(minutes=1)))
+        await queue.set_queue_limit(ConcurrencyLimit(queue="pdfs", per_key=2, fair=True))
+        await queue.set_queue_limit(ConcurrencyLimit(queue="solo", fair=True))
+
+    refused = _refusal(empty_url, "0012")
+    assert refused.counts == {"queue_fairness": 3, "queue_weights": 1}
+
+    report = migrate.downgrade(empty_url, "0012", force=True)
+    assert _taken(report) == [
+        ("0013", "queue_fairness", 3, "deleted"),
+        ("0013", "queue_weights", 1, "deleted"),
+    ]
+    rows = _snapshot(empty_url)
+    assert "caravel_queue_weights" not in rows
+    # The row that held fairness alone went; the others keep their rate and their cap.
+    assert len(rows["caravel_queue_limits"]) == 2
+    migrate.upgrade(empty_url)
+    async with open_queue(empty_url) as queue:
+        found = await QueueInspector(queue.store).queue_limits()
+    assert [(q.queue, q.per_key, q.rate, q.fair, dict(q.weights)) for q in found] == [
+        ("emails", None, 5, False, {}),
+        ("pdfs", 2, None, False, {}),
+    ]
 
 
 # ----- base: every job ---------------------------------------------------------------------

@@ -84,12 +84,14 @@ def limits_fields(usage: QueueLimitUsage | None) -> dict[str, Any] | None:
     """A queue's ``limits`` object: one entry per kind of limit, each with its caps and how
     the queue stands against them, null when the queue has no limit of that kind
     (``concurrency``: ``limit`` and ``per_key``, null when not capped, ``running`` and
-    ``waiting``; ``rate``: ``limit`` and ``per_key``, null when not capped, ``period_ms`` and
-    the weight ``used`` within the window ending now); null for a queue without limits."""
+    ``waiting``, present for a fair queue too; ``rate``: ``limit`` and ``per_key``, null when
+    not capped, ``period_ms`` and the weight ``used`` within the window ending now; ``fair``:
+    its ``weights``, null when the queue is not claimed fairly); null for a queue without
+    limits."""
     if usage is None:
         return None
     limit = usage.limit
-    concurrent = limit.concurrency is not None or limit.per_key is not None
+    concurrent = limit.concurrency is not None or limit.per_key is not None or limit.fair
     return {
         "concurrency": {
             "limit": limit.concurrency,
@@ -107,6 +109,7 @@ def limits_fields(usage: QueueLimitUsage | None) -> dict[str, Any] | None:
         }
         if limit.rate_period_ms is not None
         else None,
+        "fair": {"weights": dict(limit.weights)} if limit.fair else None,
     }
 
 

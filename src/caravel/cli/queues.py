@@ -135,6 +135,8 @@ def _caps(limit: QueueLimit) -> dict[str, Any]:
         "rate": limit.rate,
         "rate_per_key": limit.rate_per_key,
         "period_ms": limit.rate_period_ms,
+        "fair": limit.fair,
+        "weights": dict(limit.weights),
     }
 
 
@@ -148,6 +150,20 @@ def _limit_fields(usage: QueueLimitUsage) -> dict[str, Any]:
         "rate_used": usage.rate_used,
         "keys": [{"key": k.key, "running": k.running, "waiting": k.waiting} for k in usage.keys],
     }
+
+
+def _weights(given: list[str] | None) -> dict[str, object]:
+    """``--weight KEY=N`` options as a mapping (checked by :class:`ConcurrencyLimit`); a value
+    not of that form is :class:`ValidationError` naming ``weights``."""
+    weights: dict[str, object] = {}
+    for item in given or []:
+        key, sep, number = item.rpartition("=")
+        if not sep or not number.strip().isdigit():
+            raise ValidationError("weights", "each --weight must be KEY=N, N a positive integer")
+        if key in weights:
+            raise ValidationError("weights", "name each partition key once")
+        weights[key] = int(number)
+    return weights
 
 
 @limits_app.command("show")
@@ -164,10 +180,11 @@ def show_limits(
     as_json: Json = False,
 ) -> None:
     """List the queues with limits: at most CONCURRENCY of a queue's jobs run at once across
-    every worker, and at most PER_KEY per partition key; starts weighing at most RATE within
-    any window of PERIOD, and at most RATE_PER_KEY per key (blank: no such cap); how many run
-    now, and how many ready jobs wait because of a concurrency limit. Under a per-key cap, the
-    busiest keys with theirs.
+    every worker, and at most PER_KEY per partition key; FAIR queues are claimed round-robin
+    across partition keys, each key WEIGHTS names taking that many jobs per round; starts
+    weighing at most RATE within any window of PERIOD, and at most RATE_PER_KEY per key (blank:
+    no such cap); how many run now, and how many ready jobs wait because of a concurrency
+    limit. Under a per-key cap, the busiest keys with theirs.
 
     Read-only: the database is opened as for ``caravel status``.
     """
@@ -196,6 +213,8 @@ def show_limits(
         "queue",
         "concurrency",
         "per key",
+        "fair",
+        "weights",
         "running",
         "waiting",
         "rate",
@@ -211,6 +230,8 @@ def show_limits(
         table.add_row(
             Text(limit.queue),
             *("" if cap is None else str(cap) for cap in (limit.concurrency, limit.per_key)),
+            "yes" if limit.fair else "",
+            Text(", ".join(f"{key}={weight}" for key, weight in limit.weights.items())),
             str(usage.running),
             str(usage.waiting),
             *("" if cap is None else str(cap) for cap in (limit.rate, limit.rate_per_key)),
@@ -250,11 +271,26 @@ def set_limits(
         int | None,
         typer.Option("--period", help="The rate's window in seconds, 1 to 86400 (default 1)."),
     ] = None,
+    fair: Annotated[
+        bool,
+        typer.Option(
+            "--fair", help="Claim its ready jobs round-robin across partition keys (tenants)."
+        ),
+    ] = False,
+    weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--weight",
+            metavar="KEY=N",
+            help="With --fair: partition key KEY gets N jobs per round (repeat for more keys).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Set a queue's concurrency limits (--concurrency, --per-key) or its rates (--rate,
-    --rate-per-key, --period), replacing those of the kind given (a cap of that kind not
-    given is removed) and keeping the other kind.
+    """Set a queue's concurrency limits and fair dispatch (--concurrency, --per-key, --fair,
+    --weight) or its rates (--rate, --rate-per-key, --period), replacing those of the kind
+    given (a cap of that kind not given is removed, fairness is off unless --fair is given) and
+    keeping the other kind.
 
     Running workers follow the change within their poll interval (on PostgreSQL at once).
     Jobs already running are not touched; over a lowered limit, none is claimed until enough
@@ -263,7 +299,7 @@ def set_limits(
     from caravel.flow import ConcurrencyLimit, RateLimit
 
     rated = rate is not None or rate_per_key is not None or period is not None
-    concurrent = concurrency is not None or per_key is not None or not rated
+    concurrent = concurrency is not None or per_key is not None or fair or bool(weight) or not rated
     limits: list[ConcurrencyLimit | RateLimit] = []
 
     async def go() -> QueueLimit | None:
@@ -276,7 +312,15 @@ def set_limits(
 
     try:
         if concurrent:
-            limits.append(ConcurrencyLimit(queue=queue, concurrency=concurrency, per_key=per_key))
+            limits.append(
+                ConcurrencyLimit(
+                    queue=queue,
+                    concurrency=concurrency,
+                    per_key=per_key,
+                    fair=fair,
+                    weights=_weights(weight),  # type: ignore[arg-type]
+                )
+            )
         if rated:
             window = timedelta(seconds=1 if period is None else period)
             limits.append(RateLimit(queue=queue, rate=rate, per_key=rate_per_key, period=window))
@@ -294,12 +338,15 @@ def set_limits(
     caps = [
         f"{name.replace('_', ' ')} {value}"
         for name, value in fields.items()
-        if name not in ("queue", "period_ms") and value is not None
+        if name not in ("queue", "period_ms", "fair", "weights") and value is not None
     ]
     if stored.rate_period_ms is not None:
         from caravel.cli.render import period_text
 
         caps.append(f"per {period_text(stored.rate_period_ms)}")
+    if stored.fair:
+        shares = ", ".join(f"{key}={n}" for key, n in stored.weights.items())
+        caps.append(f"fair ({shares})" if shares else "fair")
     typer.echo(f"limited {queue}: {', '.join(caps)}")
 
 
@@ -309,7 +356,7 @@ def clear_limits(
     url: DatabaseUrl,
     only: Annotated[
         str | None,
-        typer.Option("--only", help="Remove only this kind: concurrency or rate."),
+        typer.Option("--only", help="Remove only this kind: concurrency (with fairness) or rate."),
     ] = None,
     as_json: Json = False,
 ) -> None:

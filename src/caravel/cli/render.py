@@ -7,7 +7,7 @@ above all, write plain lines and never load Rich."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from rich.console import Console
@@ -20,6 +20,7 @@ from caravel.store.protocol import SHOWN_STATES, KeyUsage, QueueCounts, QueueLim
 __all__ = [
     "console",
     "counts_table",
+    "fairness",
     "keys_table",
     "limits_table",
     "statuses_table",
@@ -51,12 +52,15 @@ def _cap(value: int | None) -> str:
 
 
 def limits_table(usage: Sequence[QueueLimitUsage]) -> Table:
-    """Per limited queue: its concurrency caps (blank: none), its jobs running, and its ready
-    jobs waiting because of a limit; its rate and rate per key (blank: none), the weight used
-    within the window ending now, and the period."""
+    """Per limited queue: its concurrency caps (blank: none), whether it is claimed fairly and
+    its weights, its jobs running, and its ready jobs waiting because of a limit; its rate and
+    rate per key (blank: none), the weight used within the window ending now, and the period."""
     table = Table(title="Limits")
     table.add_column("queue")
-    for name in ("concurrency", "per key", "running", "waiting", "rate", "rate per key", "used"):
+    for name in ("concurrency", "per key"):
+        table.add_column(name, justify="right")
+    table.add_column("fair")
+    for name in ("running", "waiting", "rate", "rate per key", "used"):
         table.add_column(name, justify="right")
     table.add_column("period", justify="right")
     for u in usage:
@@ -64,6 +68,7 @@ def limits_table(usage: Sequence[QueueLimitUsage]) -> Table:
             Text(u.limit.queue),
             _cap(u.limit.concurrency),
             _cap(u.limit.per_key),
+            fairness(u.limit.fair, u.limit.weights),
             str(u.running),
             str(u.waiting),
             _cap(u.limit.rate),
@@ -77,6 +82,14 @@ def limits_table(usage: Sequence[QueueLimitUsage]) -> Table:
 def period_text(period_ms: int | None) -> str:
     """A rate's period in seconds (``"60 s"``); blank without a rate."""
     return "" if period_ms is None else f"{period_ms / 1000:g} s"
+
+
+def fairness(fair: bool, weights: Mapping[str, int]) -> Text:
+    """A fairness cell: blank when off, ``yes`` or the weights (``acme=3, b=2``) when on; a
+    Text, so a key like "[bold]x" is shown as typed, never read as markup."""
+    if not fair:
+        return Text("")
+    return Text(", ".join(f"{key}={n}" for key, n in weights.items()) or "yes")
 
 
 def keys_table(queue: str, per_key: int | None, keys: Sequence[KeyUsage]) -> Table:

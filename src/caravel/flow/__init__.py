@@ -12,19 +12,25 @@ Rate limits (:class:`RateLimit`) cap the weighted starts of a queue, and of each
 within any window of a period (1 second to 1 day): a sliding window over a log of starts
 (:mod:`caravel.flow.window`), stored and followed as the concurrency limits are.
 
+Fair dispatch (``ConcurrencyLimit(fair=True, weights=...)``) claims a queue's ready jobs
+round-robin across partition keys, optionally weighted per key, stored and followed the same way.
+
 The exact rule each claim keeps, and why it is exact, is in ``docs/guides/flow-control.md``.
 """
 
 from __future__ import annotations
 
 from caravel.flow.concurrency import MAX_CONCURRENCY_LIMIT, ConcurrencyLimit, check_limit
+from caravel.flow.fairness import MAX_KEY_WEIGHT, MAX_WEIGHTS, check_weights
 from caravel.flow.partition import TENANT, check_partition_by, partition_key_of
 from caravel.flow.rate import MAX_RATE, MAX_WEIGHT, RateLimit, check_rate, check_weight
 
 __all__ = [
     "MAX_CONCURRENCY_LIMIT",
+    "MAX_KEY_WEIGHT",
     "MAX_RATE",
     "MAX_WEIGHT",
+    "MAX_WEIGHTS",
     "TENANT",
     "ConcurrencyLimit",
     "RateLimit",
@@ -32,5 +38,6 @@ __all__ = [
     "check_partition_by",
     "check_rate",
     "check_weight",
+    "check_weights",
     "partition_key_of",
 ]

@@ -1,7 +1,7 @@
-"""What a worker knows of its queues' concurrency and rate limits: read from the store when it
-starts, again at every read of the paused set (each ``poll_interval``, and at once when
-PostgreSQL pushes a change on the queues' channel), so a change reaches running workers without
-a restart.
+"""What a worker knows of its queues' concurrency limits, fairness and rate limits: read from
+the store when it starts, again at every read of the paused set (each ``poll_interval``, and at
+once when PostgreSQL pushes a change on the queues' channel), so a change reaches running
+workers without a restart.
 
 A fetcher sends a limited claim only for a queue it knows to be limited; the claim itself then
 reads the stored limits in its own transaction, so a limit lowered, raised or removed since the
@@ -58,6 +58,7 @@ class LimitedQueues:
                         "rate": limit.rate,
                         "rate_per_key": limit.rate_per_key,
                         "rate_period_ms": limit.rate_period_ms,
+                        "fair": limit.fair,
                     },
                 )
         self._limits = read
@@ -68,7 +69,7 @@ class LimitedQueues:
         return any(q.queue == queue for q in await self._store.queue_limit_list())
 
 
-def _caps(limit: QueueLimit | None) -> tuple[int | None, ...] | None:
+def _caps(limit: QueueLimit | None) -> tuple[object, ...] | None:
     if limit is None:
         return None
     return (
@@ -77,4 +78,6 @@ def _caps(limit: QueueLimit | None) -> tuple[int | None, ...] | None:
         limit.rate,
         limit.rate_per_key,
         limit.rate_period_ms,
+        limit.fair,
+        sorted(limit.weights.items()),
     )

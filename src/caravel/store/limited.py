@@ -16,6 +16,12 @@ older starts), the first due jobs with their keys and weights; :func:`caravel.fl
 chooses among them, the chosen still due are claimed, and one start per job now running is
 logged at ``now``. Starts logged by a claim whose clock ran ahead still count (the window has
 no upper end), so a skewed clock can only make the queue slower, never faster.
+
+A fair queue's claims (``fair`` on its row) run the same way, with
+:func:`~caravel.store.claims.claim_fair` as the statement: its weights are read by the claim
+itself, so a change to them is kept by the next claim. A fair queue with a rate is claimed as a
+queue with a rate, its due jobs put in fair order (:func:`caravel.flow.fairness.fair_order`)
+before :func:`~caravel.flow.window.fit` chooses among them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import sqlalchemy as sa
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit, check_limit
+from caravel.flow.fairness import fair_order
 from caravel.flow.rate import RateLimit, check_rate
 from caravel.flow.window import Candidate, Caps, fit
 from caravel.jobs import JobState
@@ -41,7 +48,7 @@ from caravel.store.protocol import (
     QueueLimit,
     QueueLimitUsage,
 )
-from caravel.store.schema import jobs, partition, queue_limits, queue_starts
+from caravel.store.schema import jobs, partition, queue_limits, queue_starts, queue_weights
 from caravel.store.transactions import ConnectionT, SqlTransactions
 from caravel.validation import check_int, check_queue_name
 
@@ -51,11 +58,15 @@ __all__ = [
     "checked_limit",
     "checked_usage",
     "clear_limit",
+    "clear_weights",
     "key_startable",
     "list_limits",
+    "list_weights",
     "rate_used",
     "read_limit",
+    "read_weights",
     "set_limit",
+    "set_weights",
     "stored_fields",
     "usage_by_key",
     "waiting",
@@ -77,7 +88,7 @@ def checked_limit(limit: object) -> ConcurrencyLimit | RateLimit:
     rules (checked again: a frozen dataclass can still be forced); otherwise
     :class:`ValidationError`."""
     if isinstance(limit, ConcurrencyLimit):
-        check_limit(limit.queue, limit.concurrency, limit.per_key)
+        check_limit(limit.queue, limit.concurrency, limit.per_key, limit.fair, limit.weights)
     elif isinstance(limit, RateLimit):
         check_rate(limit.queue, limit.rate, limit.per_key, limit.period)
     else:
@@ -85,10 +96,11 @@ def checked_limit(limit: object) -> ConcurrencyLimit | RateLimit:
     return limit
 
 
-def stored_fields(limit: ConcurrencyLimit | RateLimit) -> dict[str, int | None]:
-    """The columns of ``caravel_queue_limits`` that ``limit`` sets (the others stay)."""
+def stored_fields(limit: ConcurrencyLimit | RateLimit) -> dict[str, int | bool | None]:
+    """The columns of ``caravel_queue_limits`` that ``limit`` sets (the others stay): a
+    concurrency limit's fairness is of its kind (its weights are stored beside it)."""
     if isinstance(limit, ConcurrencyLimit):
-        return {"concurrency": limit.concurrency, "per_key": limit.per_key}
+        return {"concurrency": limit.concurrency, "per_key": limit.per_key, "fair": limit.fair}
     return {"rate": limit.rate, "rate_per_key": limit.per_key, "rate_period_ms": limit.period_ms}
 
 
@@ -98,7 +110,7 @@ def set_limit(insert: Any, fields: Sequence[str]) -> Any:
     values = insert.values(
         queue=sa.bindparam("b_queue", type_=queue_limits.c.queue.type),
         updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
-        **{field: sa.bindparam(f"b_{field}", type_=sa.Integer()) for field in fields},
+        **{field: sa.bindparam(f"b_{field}", type_=queue_limits.c[field].type) for field in fields},
     )
     return values.on_conflict_do_update(
         index_elements=[queue_limits.c.queue],
@@ -113,20 +125,63 @@ def heaviest_waiting() -> sa.Select[Any]:
     )
 
 
+def clear_weights() -> sa.Delete:
+    """Remove ``b_queue``'s weights."""
+    return sa.delete(queue_weights).where(
+        queue_weights.c.queue == sa.bindparam("b_queue", type_=queue_weights.c.queue.type)
+    )
+
+
+def set_weights() -> sa.Insert:
+    """One weight of ``b_queue``: ``b_key`` gets ``b_weight`` (run once per weight)."""
+    return sa.insert(queue_weights).values(
+        queue=sa.bindparam("b_queue", type_=queue_weights.c.queue.type),
+        key=sa.bindparam("b_key", type_=queue_weights.c.key.type),
+        weight=sa.bindparam("b_weight", type_=sa.Integer()),
+    )
+
+
+def list_weights() -> sa.Select[Any]:
+    """Every fair queue's weights, by queue and key."""
+    return sa.select(queue_weights).order_by(queue_weights.c.queue, queue_weights.c.key)
+
+
+def read_weights() -> sa.Select[Any]:
+    """``b_queue``'s weights (``key``, ``weight``)."""
+    return sa.select(queue_weights.c.key, queue_weights.c.weight).where(
+        queue_weights.c.queue == sa.bindparam("b_queue", type_=queue_weights.c.queue.type)
+    )
+
+
+def _holds(kind: LimitKind) -> sa.ColumnElement[bool]:
+    """Whether a row holds limits of ``kind`` (``concurrency``: caps or fairness)."""
+    if kind == "rate":
+        return queue_limits.c.rate_period_ms.isnot(None)
+    return sa.or_(
+        queue_limits.c.concurrency.isnot(None),
+        queue_limits.c.per_key.isnot(None),
+        queue_limits.c.fair,
+    )
+
+
 def clear_limit(kind: LimitKind = "all") -> tuple[Any, ...]:
     """The statements that remove ``b_queue``'s limits of ``kind``: each returns the queue's
     name when it removed something (a row left without any limit goes)."""
     queue = queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type)
     if kind == "all":
         return (sa.delete(queue_limits).where(queue).returning(queue_limits.c.queue),)
-    cleared, kept = (_CONCURRENCY, _RATE) if kind == "concurrency" else (_RATE, _CONCURRENCY)
-    had = sa.or_(*(queue_limits.c[name].isnot(None) for name in cleared))
-    keeps = sa.or_(*(queue_limits.c[name].isnot(None) for name in kept))
+    kept_kind: LimitKind = "rate" if kind == "concurrency" else "concurrency"
+    had, keeps = _holds(kind), _holds(kept_kind)
+    cleared: dict[str, Any] = (
+        {**dict.fromkeys(_CONCURRENCY), "fair": False}
+        if kind == "concurrency"
+        else dict.fromkeys(_RATE)
+    )
     return (
         sa.delete(queue_limits).where(queue, had, sa.not_(keeps)).returning(queue_limits.c.queue),
         sa.update(queue_limits)
         .where(queue, had)
-        .values({**dict.fromkeys(cleared), "updated_at": sa.bindparam("b_now")})
+        .values({**cleared, "updated_at": sa.bindparam("b_now")})
         .returning(queue_limits.c.queue),
     )
 
@@ -188,6 +243,7 @@ def read_limit() -> sa.Select[Any]:
         queue_limits.c.rate,
         queue_limits.c.rate_per_key,
         queue_limits.c.rate_period_ms,
+        queue_limits.c.fair,
     ).where(queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type))
 
 
@@ -247,7 +303,7 @@ def usage_by_key(per_key: int | None) -> sa.Select[Any]:
     )
 
 
-def _row(row: Any) -> QueueLimit:
+def _row(row: Any, weights: dict[str, dict[str, int]]) -> QueueLimit:
     return QueueLimit(
         row.queue,
         row.concurrency,
@@ -256,6 +312,8 @@ def _row(row: Any) -> QueueLimit:
         row.rate,
         row.rate_per_key,
         row.rate_period_ms,
+        bool(row.fair),
+        weights.get(row.queue, {}),
     )
 
 
@@ -283,6 +341,9 @@ class LimitsStore(SqlTransactions[ConnectionT]):
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
         raise NotImplementedError
 
+    #: How a fair claim reads each key's first jobs (:data:`~caravel.store.claims.KeyJobs`).
+    _fair_key_jobs: claims.KeyJobs = staticmethod(claims.in_key_jobs)
+
     async def queue_limit_set(self, limit: ConcurrencyLimit | RateLimit, now: int) -> QueueLimit:
         limit = checked_limit(limit)
         fields = stored_fields(limit)
@@ -297,10 +358,27 @@ class LimitsStore(SqlTransactions[ConnectionT]):
                 heaviest = self._statement("heaviest_waiting", heaviest_waiting)
                 weight = (await conn.execute(heaviest, {"b_queue": limit.queue})).scalar()
                 check_rate_fits(limit, weight)
-            stored = _row((await conn.execute(stmt, params)).one())
+            row = (await conn.execute(stmt, params)).one()
+            if isinstance(limit, ConcurrencyLimit):
+                drop = self._statement("queue_weights_clear", clear_weights)
+                await conn.execute(drop, {"b_queue": limit.queue})
+                weights = dict(limit.weights)
+                if weights:
+                    weigh = self._statement("queue_weights_set", set_weights)
+                    await conn.execute(
+                        weigh,
+                        [
+                            {"b_queue": limit.queue, "b_key": key, "b_weight": weight}
+                            for key, weight in weights.items()
+                        ],
+                    )
+            else:
+                read = self._statement("queue_weights_read", read_weights)
+                found = (await conn.execute(read, {"b_queue": limit.queue})).all()
+                weights = {found_row.key: int(found_row.weight) for found_row in found}
             for announce in self._queue_changed():
                 await conn.execute(announce, {"b_queue": limit.queue})
-        return stored
+        return _row(row, {limit.queue: weights})
 
     async def queue_limit_clear(self, queue: str, now: int, kind: LimitKind = "all") -> bool:
         check_queue_name(queue)
@@ -309,6 +387,9 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         stmts = self._statement(f"queue_limit_clear_{kind}", lambda: clear_limit(kind))
         cleared = False
         async with self._write("queue_limit_clear") as conn:
+            if kind != "rate":
+                drop = self._statement("queue_weights_clear", clear_weights)
+                await conn.execute(drop, {"b_queue": queue})
             for stmt in stmts:
                 done = await conn.execute(stmt, {"b_queue": queue, "b_now": now})
                 cleared = done.scalar_one_or_none() is not None or cleared
@@ -321,18 +402,26 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         return cleared
 
     async def queue_limit_list(self) -> list[QueueLimit]:
-        stmt = self._statement("queue_limit_list", list_limits)
         async with self._read("queue_limit_list") as conn:
-            return [_row(row) for row in (await conn.execute(stmt)).all()]
+            return await self._limits(conn)
+
+    async def _limits(self, conn: ConnectionT) -> list[QueueLimit]:
+        """Every limits row with its queue's weights, read on ``conn``."""
+        stmt = self._statement("queue_limit_list", list_limits)
+        weighing = self._statement("queue_weights_list", list_weights)
+        rows = (await conn.execute(stmt)).all()
+        weights: dict[str, dict[str, int]] = {}
+        for weight in (await conn.execute(weighing)).all():
+            weights.setdefault(weight.queue, {})[weight.key] = weight.weight
+        return [_row(row, weights) for row in rows]
 
     async def queue_limit_usage(
         self, queue: str | None, now: int, *, keys: int = 20
     ) -> list[QueueLimitUsage]:
         checked_usage(queue, keys)
-        listed = self._statement("queue_limit_list", list_limits)
         used = []
         async with self._read("queue_limit_usage", single=False) as conn:
-            for limit in [_row(row) for row in (await conn.execute(listed)).all()]:
+            for limit in await self._limits(conn):
                 if queue is None or limit.queue == queue:
                     used.append(await self._usage(conn, limit, now, keys))
         return used
@@ -383,6 +472,7 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         if found and found[0].rate_period_ms is not None:
             return (yield from self._claim_rated(request, params, found[0]))
         concurrency, per_key = (None, None) if not found else found[0][:2]
+        fair = bool(found and found[0].fair)
         limit = request.limit
         if concurrency is not None:
             count = self._statement("running_count", claims.running_count)
@@ -391,13 +481,22 @@ class LimitsStore(SqlTransactions[ConnectionT]):
             if limit <= 0:
                 return []
         params = {**params, "b_limit": limit}
-        if per_key is None:
+        if per_key is not None:
+            params["b_per_key"] = per_key
+        if fair:
+            keyed = per_key is not None
+            stmt = self._statement(
+                f"claim_fair_{source}_{keyed}",
+                lambda: claims.claim_fair(
+                    source, self._claim_target, self._fair_key_jobs, per_key=keyed
+                ),
+            )
+        elif per_key is None:
             stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
         else:
             stmt = self._statement(
                 f"claim_per_key_{source}", lambda: claims.claim_per_key(source, self._claim_target)
             )
-            params["b_per_key"] = per_key
         return (yield Step(stmt, params))
 
     def _claim_rated(
@@ -421,6 +520,18 @@ class LimitsStore(SqlTransactions[ConnectionT]):
             self._statement(f"due_weighed_{source}", lambda: claims.due_weighed(source)),
             {"b_queue": queue, "b_now": now},
         )
+        if stored.fair:
+            weighing = self._statement("queue_weights_read", read_weights)
+            weights = yield Step(weighing, {"b_queue": queue})
+            sources = ("expired", "ready") if source == "any" else (source,)
+            due = [
+                due[at]
+                for at in fair_order(
+                    [(sources[int(row.part)] == "expired", row.key) for row in due],
+                    {row.key: int(row.weight) for row in weights},
+                    {row.key: int(row.running) for row in running},
+                )
+            ]
         caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
         chosen = fit(
             (Candidate(row.id, row.key, int(row.weight)) for row in due),

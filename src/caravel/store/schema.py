@@ -41,6 +41,7 @@ __all__ = [
     "QUEUES_TABLE",
     "QUEUE_LIMITS_TABLE",
     "QUEUE_STARTS_TABLE",
+    "QUEUE_WEIGHTS_TABLE",
     "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
@@ -53,6 +54,7 @@ __all__ = [
     "partition",
     "queue_limits",
     "queue_starts",
+    "queue_weights",
     "queues",
     "schedules",
     "workers",
@@ -217,6 +219,17 @@ sa.Index(
 #: A job's partition key as per-key concurrency limits count it: its own, else its tenant.
 partition = sa.func.coalesce(jobs.c.partition_key, jobs.c.tenant_id)
 
+#: Ready jobs by queue, partition key and claim order: a fair claim finds the keys with due work
+#: by skipping through it, and reads at most a batch of each key's jobs in claim order.
+sa.Index(
+    "ix_caravel_jobs_fair",
+    jobs.c.queue,
+    partition,
+    claim_rank,
+    postgresql_where=sa.text("state = 'ready'"),
+    sqlite_where=sa.text("state = 'ready'"),
+)
+
 
 def include_object(
     obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
@@ -269,11 +282,13 @@ queues = sa.Table(
 
 QUEUE_LIMITS_TABLE = "caravel_queue_limits"
 
-#: One row per queue with a concurrency or rate limit: at most ``concurrency`` of its jobs run at
-#: once, and at most ``per_key`` per partition key; starts weighing at most ``rate`` in any
-#: window of ``rate_period_ms``, and at most ``rate_per_key`` per key (``NULL``: no such cap).
-#: A queue without a row has no limit, and its claims are exactly those of a queue before limits
-#: existed. Limited claims of one queue serialize on its row (see :mod:`caravel.store.limited`).
+#: One row per queue with a concurrency limit, fair dispatch or a rate limit: at most
+#: ``concurrency`` of its jobs run at once, and at most ``per_key`` per partition key; with
+#: ``fair``, its ready jobs are claimed round-robin across partition keys; starts weighing at most
+#: ``rate`` in any window of ``rate_period_ms``, and at most ``rate_per_key`` per key (``NULL``:
+#: no such cap). A queue without a row has no limit, and its claims are exactly those of a queue
+#: before limits existed. Limited claims of one queue serialize on its row (see
+#: :mod:`caravel.store.limited`).
 queue_limits = sa.Table(
     QUEUE_LIMITS_TABLE,
     metadata,
@@ -284,12 +299,14 @@ queue_limits = sa.Table(
     sa.Column("rate", sa.Integer(), nullable=True),
     sa.Column("rate_per_key", sa.Integer(), nullable=True),
     sa.Column("rate_period_ms", sa.Integer(), nullable=True),
+    sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.PrimaryKeyConstraint("queue", name="pk_caravel_queue_limits"),
     sa.CheckConstraint(
         "(concurrency IS NULL OR concurrency >= 1) AND (per_key IS NULL OR per_key >= 1)"
         " AND (rate IS NULL OR rate >= 1) AND (rate_per_key IS NULL OR rate_per_key >= 1)"
         " AND ((rate IS NULL AND rate_per_key IS NULL) = (rate_period_ms IS NULL))"
-        " AND (concurrency IS NOT NULL OR per_key IS NOT NULL OR rate_period_ms IS NOT NULL)",
+        " AND (concurrency IS NOT NULL OR per_key IS NOT NULL OR rate_period_ms IS NOT NULL"
+        " OR fair)",
         name="ck_caravel_queue_limits_positive",
     ),
 )
@@ -311,6 +328,20 @@ queue_starts = sa.Table(
     sa.PrimaryKeyConstraint("id", name="pk_caravel_queue_starts"),
 )
 sa.Index("ix_caravel_queue_starts_window", queue_starts.c.queue, queue_starts.c.started_at)
+
+QUEUE_WEIGHTS_TABLE = "caravel_queue_weights"
+
+#: A fair queue's weighted partition keys: a claim round takes ``weight`` jobs of ``key`` to one
+#: of a key without a row. Written with the queue's limits row, removed with it.
+queue_weights = sa.Table(
+    QUEUE_WEIGHTS_TABLE,
+    metadata,
+    sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
+    sa.Column("key", sa.String(MAX_KEY_LENGTH), nullable=False),
+    sa.Column("weight", sa.Integer(), nullable=False),
+    sa.PrimaryKeyConstraint("queue", "key", name="pk_caravel_queue_weights"),
+    sa.CheckConstraint("weight >= 1", name="ck_caravel_queue_weights_positive"),
+)
 
 SCHEDULES_TABLE = "caravel_schedules"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, get_args, overload
 from uuid import UUID
 
@@ -234,9 +234,10 @@ LimitKind = Literal["all", "concurrency", "rate"]
 class QueueLimit:
     """A queue's stored limits, as last set at ``updated_at`` (ms). Concurrency (see
     :class:`~caravel.flow.ConcurrencyLimit`): at most ``concurrency`` of its jobs running at
-    once and ``per_key`` per partition key. Rate (see :class:`~caravel.flow.RateLimit`): starts
-    weighing at most ``rate`` within any window of ``rate_period_ms``, and ``rate_per_key`` per
-    key. ``None``: no such cap (``rate_period_ms`` is ``None`` exactly when there is no rate)."""
+    once and ``per_key`` per partition key, whether it is claimed fairly across partition keys
+    and with which ``weights``. Rate (see :class:`~caravel.flow.RateLimit`): starts weighing at
+    most ``rate`` within any window of ``rate_period_ms``, and ``rate_per_key`` per key.
+    ``None``: no such cap (``rate_period_ms`` is ``None`` exactly when there is no rate)."""
 
     queue: str
     concurrency: int | None
@@ -245,6 +246,8 @@ class QueueLimit:
     rate: int | None = None
     rate_per_key: int | None = None
     rate_period_ms: int | None = None
+    fair: bool = False
+    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,16 @@
-"""A queue's concurrency limits on the dashboard: the page that shows how the queue stands
-against them (its caps, its jobs running, its ready jobs waiting because of a limit, its
-busiest partition keys), and the POSTs of its two forms, set and clear, which the guard checks
-for the operator permission and the anti-forgery token as it does for a pause. The queue is
-named by the path and the form names it again; a name that breaks the naming rule, a form that
-names another queue, or a cap that breaks :class:`~caravel.flow.ConcurrencyLimit`'s rules is a
-400 naming the field, and nothing is written.
+"""A queue's concurrency limits and fair dispatch on the dashboard: the page that shows how the
+queue stands against them (its caps, whether it is fair and its weights, its jobs running, its
+ready jobs waiting because of a limit, its busiest partition keys), and the POSTs of its two
+forms, set and clear, which the guard checks for the operator permission and the anti-forgery
+token as it does for a pause. The queue is named by the path and the form names it again; a
+name that breaks the naming rule, a form that names another queue, or a cap, fairness or a
+weight that breaks :class:`~caravel.flow.ConcurrencyLimit`'s rules is a 400 naming the field,
+and nothing is written.
 
-Every change is logged on ``caravel.web`` (the queue, the caps and who changed them), the
-dashboard's audit trail. The limits are the stored ones ``caravel queues limits`` changes
-too: running workers follow them within their poll interval (on PostgreSQL at once)."""
+Every change is logged on ``caravel.web`` (the queue, the caps, fairness, how many weights but
+never their keys, which are tenant ids, and who changed them), the dashboard's audit trail. The
+limits are the stored ones ``caravel queues limits`` changes too: running workers follow them
+within their poll interval (on PostgreSQL at once)."""
 
 from __future__ import annotations
 
@@ -82,6 +84,8 @@ class LimitPages:
                 queue=queue,
                 concurrency=_cap(form, "concurrency"),
                 per_key=_cap(form, "per_key"),
+                fair=_ticked(form, "fair"),
+                weights=_weights(form),  # type: ignore[arg-type]
             )
         except ValidationError as exc:
             return self._view.error(request, 400, "Invalid limits", f"{exc.field}: {exc.rule}")
@@ -92,6 +96,8 @@ class LimitPages:
                 "queue": queue,
                 "concurrency": limit.concurrency,
                 "per_key": limit.per_key,
+                "fair": limit.fair,
+                "weights": len(limit.weights),
                 "principal": _who(request),
             },
         )
@@ -137,6 +143,36 @@ def _cap(form: dict[str, str], field: str) -> int | None:
     if not text.isascii() or not text.isdigit() or len(text) > 7:
         raise ValidationError(field, "must be a whole number from 1 to 100000, or blank")
     return int(text)
+
+
+def _ticked(form: dict[str, str], field: str) -> bool:
+    """A checkbox: absent is off, ``on`` (what the page sends) is on; anything else is refused
+    naming ``field``."""
+    value = form.get(field)
+    if value is None:
+        return False
+    if value != "on":
+        raise ValidationError(field, "must be ticked (on) or left out")
+    return True
+
+
+def _weights(form: dict[str, str]) -> dict[str, object]:
+    """The weights field: one ``KEY=N`` a line, blank lines skipped (checked then by
+    :class:`~caravel.flow.ConcurrencyLimit`); a line of another form, or a key named twice, is
+    refused naming ``weights`` (the value is never echoed)."""
+    weights: dict[str, object] = {}
+    for line in form.get("weights", "").splitlines():
+        item = line.strip()
+        if not item:
+            continue
+        key, sep, number = item.rpartition("=")
+        number = number.strip()
+        if not sep or not number.isascii() or not number.isdigit() or len(number) > 7:
+            raise ValidationError("weights", "one KEY=N a line, N a whole number from 1 to 1000")
+        if key in weights:
+            raise ValidationError("weights", "name each partition key once")
+        weights[key] = int(number)
+    return weights
 
 
 def _who(request: Request) -> str | None:

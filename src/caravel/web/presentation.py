@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse
 
 from caravel.clock import Clock, from_ms
 from caravel.jobs import FailureCategory, JobState, JobStatus
+from caravel.store.protocol import QueueLimit
 from caravel.web.assets import StaticAsset
 from caravel.web.auth import principal_of
 from caravel.web.csrf import COOKIE, FIELD, CsrfSigner
@@ -34,6 +35,7 @@ __all__ = [
     "ago",
     "breakable",
     "due_note",
+    "fairness",
     "lease_note",
     "pretty_payload",
     "short_id",
@@ -75,6 +77,15 @@ def breakable(name: str) -> Markup:
     """``name``, escaped, with a line-break opportunity after each ``.``, ``_`` and ``-``, so a
     long queue name wraps between its parts rather than inside them."""
     return Markup("<wbr>").join(_NAME_BREAKS.split(name))
+
+
+def fairness(limit: QueueLimit) -> str:
+    """Whether a limited queue is claimed fairly: ``—`` when not, ``yes`` when every key takes
+    one job per round, ``yes (acme=3, big=2)`` with its weights."""
+    if not limit.fair:
+        return "\u2014"
+    shares = ", ".join(f"{key}={n}" for key, n in limit.weights.items())
+    return f"yes ({shares})" if shares else "yes"
 
 
 def short_id(job_id: UUID) -> str:
@@ -185,6 +196,7 @@ def _environment() -> Environment:
     )
     templates.globals.update(
         breakable=breakable,
+        fairness=fairness,
         failure_meanings=FAILURE_MEANINGS,
         per_page_choices=PER_PAGE_CHOICES,
         short_id=short_id,

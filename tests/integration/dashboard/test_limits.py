@@ -149,3 +149,67 @@ async def test_a_reader_sees_the_limits_but_no_form(app: Dashboard) -> None:
     assert _cell(page.text, "limits", "emails", "per_key") == "2"
     assert "<form" not in page.text
     assert _cell(overview.text, "limited", "emails", "per_key") == "2"
+
+
+async def _fairness(app: Dashboard) -> list[tuple[str, bool, dict[str, int]]]:
+    return [(q.queue, q.fair, dict(q.weights)) for q in await app.reader.queue_limits()]
+
+
+async def test_an_operator_turns_fair_dispatch_on_and_off(
+    app: Dashboard, operator: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = await csrf_token(operator, PAGE)
+    form = {"csrf_token": token, "queue": "emails", "fair": "on", "weights": "acme=3\r\nbig=2\r\n"}
+    with caplog.at_level(logging.INFO, logger="caravel.web"):
+        done = await operator.post(PAGE, data=form)
+    assert done.headers["location"] == f"{PAGE}?notice=limits-set"
+    assert await _fairness(app) == [("emails", True, {"acme": 3, "big": 2})]
+    (record,) = [r for r in caplog.records if r.name == "caravel.web"]
+    assert (record.fair, record.weights) == (True, 2)  # type: ignore[attr-defined]
+    assert "acme" not in str(record.__dict__)  # keys are tenant ids: never logged
+    page = await operator.get(PAGE)
+    assert _cell(page.text, "limits", "emails", "fair") == "yes (acme=3, big=2)"
+    assert 'name="fair" value="on" checked' in page.text
+    assert "acme=3\nbig=2\n</textarea>" in page.text  # the form keeps the weights
+    overview = await operator.get("/")
+    assert _cell(overview.text, "limited", "emails", "fair") == "yes (acme=3, big=2)"
+    # Set again without the tick: fairness and weights go, the cap stays.
+    off = {"csrf_token": token, "queue": "emails", "concurrency": "4"}
+    await operator.post(PAGE, data=off)
+    assert await _fairness(app) == [("emails", False, {})]
+    page = await operator.get(PAGE)
+    assert _cell(page.text, "limits", "emails", "fair") == "—"
+    assert 'value="on" checked' not in page.text
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"fair": "yes"}, "fair"),
+        ({"fair": "on", "weights": "acme"}, "weights"),
+        ({"fair": "on", "weights": "acme=x"}, "weights"),
+        ({"fair": "on", "weights": "acme=0"}, "weights"),
+        ({"fair": "on", "weights": "acme=1001"}, "weights"),
+        ({"fair": "on", "weights": "acme=1\nacme=2"}, "weights"),
+        ({"fair": "on", "weights": "=2"}, "weights"),
+        ({"weights": "acme=2"}, "weights"),  # weights without fair dispatch
+    ],
+)
+async def test_a_bad_fairness_is_refused_naming_the_field_and_nothing_changes(
+    app: Dashboard, operator: httpx.AsyncClient, form: dict[str, str], field: str
+) -> None:
+    await app.writer.set_queue_limit(ConcurrencyLimit(queue="emails", fair=True, weights={"b": 2}))
+    token = await csrf_token(operator, PAGE)
+    response = await operator.post(PAGE, data={"csrf_token": token, "queue": "emails", **form})
+    assert response.status_code == 400
+    assert f"{field}:" in response.text
+    assert await _fairness(app) == [("emails", True, {"b": 2})]
+
+
+async def test_fairness_without_the_token_changes_nothing(
+    app: Dashboard, operator: httpx.AsyncClient
+) -> None:
+    await csrf_token(operator, PAGE)
+    response = await operator.post(PAGE, data={"queue": "emails", "fair": "on"})
+    assert response.status_code == 403
+    assert await _fairness(app) == []

@@ -14,6 +14,7 @@ from typing import Any
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.flow.fairness import fair_order
 from caravel.flow.rate import RateLimit
 from caravel.flow.window import Candidate, Caps, fit
 from caravel.jobs import JobState
@@ -61,6 +62,8 @@ def limited_pick(
         limit = min(limit, stored.concurrency - len(running))
         if limit <= 0:
             return []
+    if stored is not None and stored.fair:
+        return _fair_pick(stored, running, limit, sources, due)
     if stored is None or stored.per_key is None:
         picked: list[JobRow] = []
         for state, order in sources:
@@ -86,7 +89,8 @@ def _rated_pick(
     sources: Sequence[tuple[str, _Order]],
     due: Callable[[str], list[JobRow]],
 ) -> list[JobRow]:
-    """``limited._claim_rated`` in Python: prune the window, count, and :func:`fit`."""
+    """``limited._claim_rated`` in Python: prune the window, count, put a fair queue's due jobs
+    in fair order, and :func:`fit`."""
     log = [start for start in tables.starts.get(stored.queue, []) if start[0] > since]
     tables.starts[stored.queue] = log
     started: Counter[str] = Counter()
@@ -94,11 +98,15 @@ def _rated_pick(
         started[key] += weight
     now = since + (stored.rate_period_ms or 0)
     running = Counter(partition_of(row) for row in _running(tables, stored.queue, now))
-    candidates = [
-        Candidate(id(row), partition_of(row), row.weight or 1)
+    found = [
+        (state == RUNNING, row)
         for state, order in sources
         for row in heapq.nsmallest(KEY_SCAN, due(state), key=order)
     ]
+    if stored.fair:
+        keyed = [(expired, partition_of(row)) for expired, row in found]
+        found = [found[at] for at in fair_order(keyed, stored.weights, running)]
+    candidates = [Candidate(id(row), partition_of(row), row.weight or 1) for _, row in found]
     rows = {id(row): row for state, _ in sources for row in due(state)}
     caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
     return [rows[job.id] for job in fit(candidates, limit, caps, running, started)]
@@ -111,6 +119,44 @@ def log_starts(tables: Tables, queue: str, now: int, claimed: Sequence[JobRow]) 
         return
     log = tables.starts.setdefault(queue, [])
     log.extend((now, partition_of(row), row.weight or 1) for row in claimed if row.state == RUNNING)
+
+
+def _fair_pick(
+    stored: QueueLimit,
+    running: list[JobRow],
+    limit: int,
+    sources: Sequence[tuple[str, _Order]],
+    due: Callable[[str], list[JobRow]],
+) -> list[JobRow]:
+    """``claims.claim_fair`` in Python: expired leases first, then the first ``limit`` ready
+    jobs of each of the first :data:`KEY_SCAN` keys, by (round, claim order, key), a key of
+    weight ``w`` having ``w`` jobs per round, its running jobs counting into its rounds; within
+    ``per_key`` counting running jobs."""
+    counts = Counter(partition_of(row) for row in running)
+    candidates: list[tuple[int, int, tuple[int, int], str, JobRow]] = []
+    for part, (state, order) in enumerate(sources):
+        if state == RUNNING:
+            scan = KEY_SCAN if stored.per_key is not None else limit
+            rows = heapq.nsmallest(scan, due(state), key=order)
+            candidates.extend((part, 0, order(row), partition_of(row), row) for row in rows)
+            continue
+        by_key: dict[str, list[JobRow]] = {}
+        for row in due(state):
+            by_key.setdefault(partition_of(row), []).append(row)
+        for key in sorted(by_key)[:KEY_SCAN]:
+            weight = stored.weights.get(key, 1)
+            firsts = heapq.nsmallest(limit, by_key[key], key=order)
+            for n, row in enumerate(firsts):
+                candidates.append((part, (counts[key] + n) // weight, order(row), key, row))
+    candidates.sort(key=lambda c: (c[0], c[1], c[2][0], c[3], c[2][1]))
+    if stored.per_key is None:
+        return [c[4] for c in candidates[:limit]]
+    numbered: dict[int, int] = {}
+    # Numbered within the key by (part, claim order), as ``in_key`` in SQL.
+    for _, _, _, key, row in sorted(candidates, key=lambda c: (c[0], c[2])):
+        counts[key] += 1
+        numbered[id(row)] = counts[key]
+    return [c[4] for c in candidates if numbered[id(c[4])] <= stored.per_key][:limit]
 
 
 class MemoryLimits(MemoryReader):
@@ -126,6 +172,8 @@ class MemoryLimits(MemoryReader):
                 check_rate_fits(limit, max(weights, default=None))
             before = tables.limits.get(limit.queue) or QueueLimit(limit.queue, None, None, now)
             fields: dict[str, Any] = {**stored_fields(limit), "updated_at": now}
+            if isinstance(limit, ConcurrencyLimit):
+                fields["weights"] = dict(limit.weights)
             stored = dataclasses.replace(before, **fields)
             tables.limits[limit.queue] = stored
         return stored
@@ -138,19 +186,32 @@ class MemoryLimits(MemoryReader):
             before = tables.limits.get(queue)
             if before is None:
                 return False
-            cleared = _RATE + _CONCURRENCY if kind == "all" else _fields(kind)
-            if all(getattr(before, name) is None for name in cleared):
+            kinds: tuple[LimitKind, ...] = ("concurrency", "rate") if kind == "all" else (kind,)
+            if not any(_holds(before, held) for held in kinds):
                 return False
-            emptied: dict[str, Any] = {**dict.fromkeys(cleared), "updated_at": now}
+            emptied: dict[str, Any] = {"updated_at": now}
+            for held in kinds:
+                emptied.update(_emptied(held))
             after = dataclasses.replace(before, **emptied)
             if kind != "concurrency":
                 tables.starts.pop(queue, None)
-            if all(getattr(after, name) is None for name in _RATE + _CONCURRENCY):
+            if not any(_holds(after, held) for held in ("concurrency", "rate")):
                 del tables.limits[queue]
             else:
                 tables.limits[queue] = after
             return True
 
 
-def _fields(kind: LimitKind) -> tuple[str, ...]:
-    return _CONCURRENCY if kind == "concurrency" else _RATE
+def _holds(limit: QueueLimit, kind: LimitKind) -> bool:
+    """Whether ``limit`` holds limits of ``kind`` (``concurrency``: caps or fairness)."""
+    if kind == "rate":
+        return limit.rate_period_ms is not None
+    return limit.concurrency is not None or limit.per_key is not None or limit.fair
+
+
+def _emptied(kind: LimitKind) -> dict[str, Any]:
+    """The fields that clearing ``kind`` sets (a concurrency limit's fairness and weights go
+    with its caps)."""
+    if kind == "rate":
+        return dict.fromkeys(_RATE)
+    return {**dict.fromkeys(_CONCURRENCY), "fair": False, "weights": {}}

@@ -14,7 +14,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import Lease
-from caravel.store import queries
+from caravel.store import claims, queries
 from caravel.store.base import claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.pending_sql import PENDING_INDEX
@@ -98,6 +98,9 @@ class PostgresStore(InsertingStore):
 
     def _queue_limits_insert(self) -> Any:
         return postgresql.insert(queue_limits_table)
+
+    # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
+    _fair_key_jobs = staticmethod(claims.lateral_key_jobs)
 
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]:
         # The queue's limited claims take turns on its limits row: each counts the running

@@ -1,0 +1,65 @@
+"""Fair dispatch: a queue's ready jobs claimed round-robin across partition keys (tenants by
+default), optionally weighted per key. The rules a queue's weights keep; the claim itself is
+``caravel.store.claims.claim_fair`` (and its Python twin in the memory store).
+
+A key's weight is how many of its jobs a claim round takes before the next key's turn: a key
+of weight 2 gets two jobs per round to another's one. A key without a weight has weight 1.
+A fair queue with a rate puts the due jobs its claim reads in the same order (:func:`fair_order`)
+before the rate chooses among them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+from caravel.errors import ValidationError
+from caravel.validation import check_identifier, check_int
+
+__all__ = ["MAX_KEY_WEIGHT", "MAX_WEIGHTS", "check_weights", "fair_order"]
+
+#: The largest weight a partition key may have.
+MAX_KEY_WEIGHT = 1000
+
+#: How many partition keys of one queue may have a weight.
+MAX_WEIGHTS = 1000
+
+
+def check_weights(weights: object, fair: object) -> Mapping[str, int]:
+    """``weights`` as a read-only mapping when it keeps the rules (a mapping of partition keys,
+    checked as idempotency keys are, to integers from 1 to :data:`MAX_KEY_WEIGHT`, at most
+    :data:`MAX_WEIGHTS` of them, given only with ``fair``); otherwise
+    :class:`~caravel.errors.ValidationError` naming ``fair`` or ``weights``."""
+    if not isinstance(fair, bool):
+        raise ValidationError("fair", "must be True or False")
+    if weights is None:
+        return MappingProxyType({})
+    if not isinstance(weights, Mapping):
+        raise ValidationError("weights", "must be a mapping of partition keys to integers")
+    if weights and not fair:
+        raise ValidationError("weights", "apply only to a fair queue: give fair=True with them")
+    if len(weights) > MAX_WEIGHTS:
+        raise ValidationError("weights", f"must name at most {MAX_WEIGHTS} partition keys")
+    checked: dict[str, int] = {}
+    for key, weight in weights.items():
+        checked[check_identifier(key, "weights")] = check_int("weights", weight, 1, MAX_KEY_WEIGHT)
+    return MappingProxyType(dict(sorted(checked.items())))
+
+
+def fair_order(
+    due: Sequence[tuple[bool, str]], weights: Mapping[str, int], running: Mapping[str, int]
+) -> list[int]:
+    """The positions of ``due`` (each job: whether it is an expired lease, its partition key;
+    given in claim order) in fair order: expired leases first, then ready jobs by round, a key
+    of weight ``w`` taking ``w`` jobs per round and its ``running`` jobs counting into its
+    rounds, then in claim order (as ``claims.claim_fair`` orders them)."""
+    seen: Counter[str] = Counter()
+    ranks: list[tuple[int, int, int]] = []
+    for at, (expired, key) in enumerate(due):
+        if expired:
+            ranks.append((0, 0, at))
+            continue
+        ranks.append((1, (running.get(key, 0) + seen[key]) // weights.get(key, 1), at))
+        seen[key] += 1
+    return [at for _, _, at in sorted(ranks)]
