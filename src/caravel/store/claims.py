@@ -117,6 +117,21 @@ def _candidates(source: ClaimSource, now: Any, limit: Any, lock: Lock) -> sa.Sel
     return sa.select(both.c.id).order_by(both.c.part, both.c.k).limit(limit)
 
 
+def _running_per_key(now: Any) -> sa.Subquery:
+    """Each key's jobs of ``b_queue`` running with a lease unexpired at ``now``, as
+    ``running_keys(key, running)``."""
+    return (
+        sa.select(partition.label("key"), sa.func.count().label("running"))
+        .where(
+            jobs.c.queue == sa.bindparam("b_queue"),
+            jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
+            jobs.c.available_at > now,
+        )
+        .group_by(partition)
+        .subquery("running_keys")
+    )
+
+
 def claim(source: ClaimSource, target: Any, lock: Lock, *, literal_limit: bool = True) -> sa.Update:
     """The claim of ``source``, bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``.
     ``lock(select)`` is the dialect's locking of the rows one source picks, ``target(ids)`` its
@@ -169,16 +184,7 @@ def claim_per_key(source: ClaimSource, target: Any) -> sa.Update:
         .over(partition_by=due.c.key, order_by=(due.c.part, due.c.k))
         .label("n"),
     ).subquery("ranked")
-    running = (
-        sa.select(partition.label("key"), sa.func.count().label("running"))
-        .where(
-            jobs.c.queue == sa.bindparam("b_queue"),
-            jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
-            jobs.c.available_at > now,
-        )
-        .group_by(partition)
-        .subquery("running_keys")
-    )
+    running = _running_per_key(now)
     per_key = sa.bindparam("b_per_key", type_=sa.Integer())
     limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
     chosen = (
@@ -291,16 +297,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
     )
     # Each key's jobs running with a lease unexpired, read from ix_caravel_jobs_leases: as
     # many rows as the queue has jobs running, never its backlog.
-    running = (
-        sa.select(partition.label("key"), sa.func.count().label("running"))
-        .where(
-            jobs.c.queue == sa.bindparam("b_queue"),
-            jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
-            jobs.c.available_at > now,
-        )
-        .group_by(partition)
-        .subquery("running_keys")
-    )
+    running = _running_per_key(now)
     joined = joined.outerjoin(running, running.c.key == ranked.c.key)
     running_of_key = sa.func.coalesce(running.c.running, 0)
     where: list[sa.ColumnElement[bool]] = []
