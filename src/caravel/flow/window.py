@@ -6,6 +6,12 @@ The window slides: a claim at ``now`` counts every start later than ``now - peri
 starts within any window of length ``period`` never weigh more than the rate, at a period's
 boundary as anywhere else (a fixed window would let a burst at its end and another at the next
 one's start double the rate).
+
+A claim reads its clock before it waits for its turn, so it may run after a claim whose clock
+was later. So each claim counts to, and logs its starts at, :func:`window_clock` (its own time
+or the latest logged start, whichever is later), and only starts a whole period older than the
+latest logged start are deleted (:func:`stale_before`): a late claim's window always finds every
+start inside it, and the logged times never go backwards.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["Candidate", "Caps", "fit"]
+__all__ = ["Candidate", "Caps", "fit", "stale_before", "window_clock"]
 
 IdT = TypeVar("IdT", bound=Hashable)
 
@@ -82,3 +88,15 @@ def fit(
         if budget is not None:
             budget -= job.weight
     return taken
+
+
+def window_clock(now: int, latest: int | None) -> int:
+    """The time a claim at ``now`` counts its window to and logs its starts at, given the
+    queue's latest logged start: never earlier than that start."""
+    return now if latest is None or latest < now else latest
+
+
+def stale_before(latest: int | None, period_ms: int) -> int | None:
+    """Starts at or before this time are outside the window of every claim from now on (each
+    counts to at least ``latest``); ``None``: nothing is logged, nothing to delete."""
+    return None if latest is None else latest - period_ms

@@ -11,11 +11,14 @@ no lock and is claimed by the plain statement; one whose row went since the work
 claimed by the plain statement inside the transaction.
 
 A queue with a rate is claimed in the same turn by three reads and a write: the running jobs
-per partition key, the weights started per key later than ``now - period`` (after deleting its
-older starts), the first due jobs with their keys and weights; :func:`caravel.flow.window.fit`
-chooses among them, the chosen still due are claimed, and one start per job now running is
-logged at ``now``. Starts logged by a claim whose clock ran ahead still count (the window has
-no upper end), so a skewed clock can only make the queue slower, never faster.
+per partition key, the weights started per key later than ``now - period`` (after deleting the
+starts a period older than the latest), the first due jobs with their keys and weights;
+:func:`caravel.flow.window.fit` chooses among them, the chosen still due are claimed, and one
+start per job now running is logged at ``now``. ``now`` is the claim's clock or the latest
+logged start, whichever is later (:func:`~caravel.flow.window.window_clock`): a claim whose
+clock was read before a later one took its turn still counts every start inside its window.
+Starts logged by a claim whose clock ran ahead still count (the window has no upper end), so a
+skewed clock can only make the queue slower, never faster.
 
 A fair queue's claims (``fair`` on its row) run the same way, with
 :func:`~caravel.store.claims.claim_fair` as the statement: its weights are read by the claim
@@ -36,7 +39,7 @@ from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit, check_limit
 from caravel.flow.fairness import fair_order
 from caravel.flow.rate import RateLimit, check_rate
-from caravel.flow.window import Candidate, Caps, fit
+from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
 from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.plans import Plan, Step
@@ -191,8 +194,16 @@ def forget_starts() -> sa.Delete:
     return sa.delete(queue_starts).where(queue_starts.c.queue == sa.bindparam("b_queue"))
 
 
+def latest_start() -> sa.Select[Any]:
+    """The time of ``b_queue``'s latest logged start (``NULL``: none)."""
+    return sa.select(sa.func.max(queue_starts.c.started_at)).where(
+        queue_starts.c.queue == sa.bindparam("b_queue")
+    )
+
+
 def prune_starts() -> sa.Delete:
-    """Delete ``b_queue``'s starts at or before ``b_since``: outside every window from now on."""
+    """Delete ``b_queue``'s starts at or before ``b_since``
+    (:func:`~caravel.flow.window.stale_before`)."""
     return sa.delete(queue_starts).where(
         queue_starts.c.queue == sa.bindparam("b_queue"),
         queue_starts.c.started_at <= sa.bindparam("b_since", type_=sa.BigInteger()),
@@ -503,10 +514,16 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         self, request: ClaimRequest, params: dict[str, Any], stored: Any
     ) -> Plan[list[Any]]:
         """The limited claim of a queue with a rate (see the module docstring)."""
-        queue, now = params["b_queue"], params["b_now"]
-        since = now - int(stored.rate_period_ms)
-        prune = self._statement("starts_prune", prune_starts)
-        yield Step(prune, {"b_queue": queue, "b_since": since})
+        queue, period = params["b_queue"], int(stored.rate_period_ms)
+        latest = yield Step(self._statement("latest_start", latest_start), {"b_queue": queue})
+        latest_at = None if latest[0][0] is None else int(latest[0][0])
+        now = window_clock(params["b_now"], latest_at)
+        params = {**params, "b_now": now}
+        since = now - period
+        stale = stale_before(latest_at, period)
+        if stale is not None:
+            prune = self._statement("starts_prune", prune_starts)
+            yield Step(prune, {"b_queue": queue, "b_since": stale})
         started = yield Step(
             self._statement("starts_in_window", started_by_key),
             {"b_queue": queue, "b_since": since},

@@ -157,6 +157,33 @@ async def test_a_burst_at_the_period_boundary_does_not_double_the_rate(store: St
     assert len(starts) > 2 * rate
 
 
+async def test_a_claim_with_a_clock_behind_another_claims_still_counts_every_start(
+    store: Store,
+) -> None:
+    """A claim reads its clock before it waits for its turn, so it can run after a claim whose
+    clock was later: the later claim's tidying of old starts must not hide from it starts that
+    are still inside its own window, and its starts are logged no earlier than any before."""
+    await insert(store, [new_job(n) for n in range(3)])
+    await store.queue_limit_set(_rate(3), T0)
+    assert len(await _claimed(store, T0 + 1)) == 3
+    await insert(store, [new_job(n) for n in range(3, 6)])
+    # A claim at T0 + 1500 finds no expired job: it claims nothing, but runs its turn.
+    assert (await claim(store, T0 + 1500, source="expired", limited=True)).claimed == []
+    # The late claim's clock says T0 + 900: the three starts at T0 + 1 are in its window.
+    assert (await claim(store, T0 + 900, source="ready", limited=True)).claimed == []
+    # Once they left the window the rate allows three again.
+    assert [job.lease.claimed_at_ms for job in await _claimed(store, T0 + 1002, 2)] == [
+        T0 + 1002
+    ] * 2
+    # A claim whose clock is behind the latest start is logged at that start, never earlier,
+    # so the window of every later claim holds it.
+    await insert(store, [new_job(n) for n in range(6, 10)])
+    [behind] = await _claimed(store, T0 + 700)
+    assert behind.lease.claimed_at_ms == T0 + 1002
+    assert await _claimed(store, T0 + 2001) == []  # three started at T0 + 1002
+    assert len(await _claimed(store, T0 + 2002)) == 3
+
+
 async def test_weights_count_and_a_heavy_head_is_not_passed_by_lighter_jobs(store: Store) -> None:
     await insert(store, [new_job(0, weight=2), new_job(1, weight=2), new_job(2, weight=1)])
     await store.queue_limit_set(_rate(3), T0)
@@ -219,7 +246,7 @@ async def test_the_usage_sums_the_weights_started_within_the_window_ending_now(
     assert len(await _claimed(store, T0 + 1100)) == 2  # weights 3 and 1 (4 of 5)
     assert [u.rate_used for u in await reader.queue_limit_usage(None, T0 + 1100)] == [4]
     # Starts logged ahead of the reader's clock are not in its window yet.
-    assert [u.rate_used for u in await reader.queue_limit_usage(QUEUE, T0 + 1099)] == [0]
+    assert [u.rate_used for u in await reader.queue_limit_usage(QUEUE, T0 + 1099)] == [3]
     assert await store.queue_limit_clear(QUEUE, T0 + 1200, "rate") is True
     (cleared,) = await reader.queue_limit_usage(QUEUE, T0 + 1200)
     assert cleared.rate_used is None

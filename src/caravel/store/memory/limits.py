@@ -16,7 +16,7 @@ from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.fairness import fair_order
 from caravel.flow.rate import RateLimit
-from caravel.flow.window import Candidate, Caps, fit
+from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
 from caravel.jobs import JobState
 from caravel.store.claims import KEY_SCAN
 from caravel.store.limited import check_rate_fits, checked_limit, stored_fields
@@ -25,7 +25,7 @@ from caravel.store.memory.tables import JobRow, Tables, partition_of
 from caravel.store.protocol import LimitKind, QueueLimit
 from caravel.validation import check_queue_name
 
-__all__ = ["MemoryLimits", "limited_pick", "log_starts"]
+__all__ = ["MemoryLimits", "claim_clock", "limited_pick", "log_starts"]
 
 RUNNING = JobState.RUNNING.value
 WAITING = (JobState.READY.value, JobState.RUNNING.value)
@@ -91,11 +91,14 @@ def _rated_pick(
 ) -> list[JobRow]:
     """``limited._claim_rated`` in Python: prune the window, count, put a fair queue's due jobs
     in fair order, and :func:`fit`."""
-    log = [start for start in tables.starts.get(stored.queue, []) if start[0] > since]
-    tables.starts[stored.queue] = log
+    log = tables.starts.get(stored.queue, [])
+    stale = stale_before(max((at for at, _, _ in log), default=None), stored.rate_period_ms or 0)
+    if stale is not None:
+        log = tables.starts[stored.queue] = [start for start in log if start[0] > stale]
     started: Counter[str] = Counter()
-    for _, key, weight in log:
-        started[key] += weight
+    for at, key, weight in log:
+        if at > since:
+            started[key] += weight
     now = since + (stored.rate_period_ms or 0)
     running = Counter(partition_of(row) for row in _running(tables, stored.queue, now))
     found = [
@@ -110,6 +113,15 @@ def _rated_pick(
     rows = {id(row): row for state, _ in sources for row in due(state)}
     caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
     return [rows[job.id] for job in fit(candidates, limit, caps, running, started)]
+
+
+def claim_clock(tables: Tables, queue: str, now: int) -> int:
+    """The time a limited claim of ``queue`` at ``now`` runs at: under a rate, never earlier
+    than the latest logged start (:func:`~caravel.flow.window.window_clock`)."""
+    stored = tables.limits.get(queue)
+    if stored is None or stored.rate_period_ms is None:
+        return now
+    return window_clock(now, max((at for at, _, _ in tables.starts.get(queue, [])), default=None))
 
 
 def log_starts(tables: Tables, queue: str, now: int, claimed: Sequence[JobRow]) -> None:

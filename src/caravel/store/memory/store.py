@@ -17,7 +17,7 @@ from uuid import UUID
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
-from caravel.store.memory.limits import MemoryLimits, limited_pick, log_starts
+from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts
 from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
 from caravel.store.memory.removal import MemoryRemoval
@@ -128,6 +128,8 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         now, limit, queue = request.now, request.limit, request.queue
         with self._locked("job_claim") as tables:
+            if request.limited:
+                now = claim_clock(tables, queue, now)
 
             def due(state: str) -> list[JobRow]:
                 return [
