@@ -76,6 +76,10 @@ async def test_an_operator_sets_limits_and_sees_what_runs_and_waits(
     assert _cell(overview.text, "limited", "emails", "concurrency") == "1"
     assert _cell(overview.text, "limited", "emails", "running") == "1"
     assert _cell(overview.text, "limited", "emails", "waiting") == str(counts.ready)
+    assert (
+        _cell(overview.text, "limited", "emails", "rate"),
+        _cell(overview.text, "limited", "emails", "used"),
+    ) == ("—", "—")
     page = await operator.get(f"{PAGE}?notice=limits-set")
     assert "Limits stored" in page.text
     assert _cell(page.text, "limits", "emails", "waiting") == str(counts.ready)
@@ -278,6 +282,9 @@ async def test_an_operator_sets_a_rate_and_sees_it_and_what_its_window_used(
     assert _cell(page.text, "rate", "emails", "period") == "60 s"
     assert _cell(page.text, "rate", "emails", "used") == "2"
     assert _cell(page.text, "limits", "emails", "concurrency") == "3"
+    overview = await operator.get("/")
+    assert _cell(overview.text, "limited", "emails", "rate") == "10 per 60 s (2 per key)"
+    assert _cell(overview.text, "limited", "emails", "used") == "2"
     # The form shows the stored rate, and the clear button is there.
     assert 'name="rate" min="1" max="1000000" value="10"' in page.text
     assert 'name="rate_per_key" min="1" max="1000000" value="2"' in page.text
@@ -290,6 +297,8 @@ async def test_an_operator_sets_a_rate_and_sees_it_and_what_its_window_used(
     page = await operator.get(PAGE)
     assert _cell(page.text, "rate", "emails", "rate") == "—"
     assert _cell(page.text, "rate", "emails", "period") == "1 s"
+    overview = await operator.get("/")
+    assert _cell(overview.text, "limited", "emails", "rate") == "2 per key per 1 s"
 
 
 async def test_an_operator_clears_the_rate_and_the_caps_stay(
