@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from caravel.inspector import QueueInspector, QueueLimitRecord, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
+        AttemptOutcome,
+        AttemptRecord,
         CancelOutcome,
         ClaimedJob,
         DispatchOptions,
@@ -100,6 +102,8 @@ _HOMES = {
     "QueuePause": "caravel.inspector",
     "ScheduleRecord": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
+    "AttemptOutcome": "caravel.jobs",
+    "AttemptRecord": "caravel.jobs",
     "CancelOutcome": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
     "DispatchOptions": "caravel.jobs",
@@ -146,6 +150,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_TENANT",
+    "AttemptOutcome",
+    "AttemptRecord",
     "BatchOutcome",
     "BatchResult",
     "BatchStatus",

@@ -20,7 +20,7 @@ from caravel.batches import BatchStatus, batch_status
 from caravel.chains import ChainStatus, chain_status
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
 from caravel.errors import ValidationError
-from caravel.jobs import DEFAULT_TENANT, JobState, JobStatus, WorkerInfo
+from caravel.jobs import DEFAULT_TENANT, AttemptRecord, JobState, JobStatus, WorkerInfo
 from caravel.lookup import job_ref, parse_job_id
 from caravel.migrate import require_current_schema
 from caravel.store import open_reader
@@ -121,6 +121,13 @@ class QueueInspector(AsyncClosing):
         """One job's status, matched exactly as :meth:`DatabaseQueue.get_status
         <caravel.DatabaseQueue.get_status>` matches it."""
         return await self.store.job_get(job_ref(job_id, queue, tenant_id))
+
+    async def get_attempts(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> list[AttemptRecord] | None:
+        """One job's attempt history, oldest first, matched exactly as
+        :meth:`DatabaseQueue.get_attempts <caravel.DatabaseQueue.get_attempts>` matches it."""
+        return await self.store.job_attempts(job_ref(job_id, queue, tenant_id))
 
     async def get_payload(
         self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT

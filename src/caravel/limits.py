@@ -8,6 +8,7 @@ validation always fits its column. Changing one here needs a migration.
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_ATTEMPT_HISTORY",
     "HELD_DUE_AT",
     "MAX_ATTEMPTS",
     "MAX_ATTEMPT_HISTORY",
@@ -74,6 +75,9 @@ MAX_DETAIL_LENGTH = 500
 MAX_OUTCOME_LENGTH = 16
 #: The most attempts of one job whose records are kept (the older ones are only counted).
 MAX_ATTEMPT_HISTORY = 100
+#: How many attempt records per job a worker keeps unless told otherwise
+#: (:attr:`~caravel.WorkerOptions.attempt_history`): a default, not a size.
+DEFAULT_ATTEMPT_HISTORY = 20
 #: A running job's progress as stored (JSON: done, total, note).
 MAX_PROGRESS_BYTES = 1024
 #: A job's metadata as stored (a JSON object a handler set, key by key).

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from caravel.errors import OptionsError
-from caravel.limits import MAX_ATTEMPTS, MAX_PAYLOAD_LIMIT, MAX_RESULT_LIMIT
+from caravel.limits import (
+    DEFAULT_ATTEMPT_HISTORY,
+    MAX_ATTEMPT_HISTORY,
+    MAX_ATTEMPTS,
+    MAX_PAYLOAD_LIMIT,
+    MAX_RESULT_LIMIT,
+)
 from caravel.retention import Retention
 from caravel.retry import exponential_backoff
 from caravel.validation import check_duration, check_int
@@ -221,6 +227,12 @@ class WorkerOptions:
             registry's schedules (:class:`~caravel.Schedule`). On by default: every worker may
             run the scheduler, since each slot's idempotency key keeps one job per slot however
             many race. ``False`` leaves it to other processes.
+        attempt_history: how many attempt records each job keeps (1 to 100, default 20): every
+            outcome this worker records, and every expired lease it takes over, writes one; the
+            records of claims older than a job's last ``attempt_history`` are deleted as it
+            records a new one, and counted in :attr:`JobStatus.attempts_dropped
+            <caravel.JobStatus.attempts_dropped>` (see
+            :meth:`~caravel.DatabaseQueue.get_attempts`).
     """
 
     concurrency: int = 1
@@ -236,8 +248,10 @@ class WorkerOptions:
     schedules: bool = True
     summary_interval: timedelta | None = timedelta(seconds=10)
     timeout_grace: timedelta = timedelta(seconds=30)
+    attempt_history: int = DEFAULT_ATTEMPT_HISTORY
 
     def __post_init__(self) -> None:
+        _int("attempt_history", self.attempt_history, 1, MAX_ATTEMPT_HISTORY)
         if not isinstance(self.schedules, bool):
             raise OptionsError("schedules", "must be True or False")
         if self.retention is not None and not isinstance(self.retention, Retention):

@@ -24,6 +24,7 @@ from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
 from caravel.jobs import (
     DEFAULT_TENANT,
+    AttemptRecord,
     CancelOutcome,
     DispatchOptions,
     EnqueueResult,
@@ -229,6 +230,19 @@ class DatabaseQueue(AsyncClosing):
         tenant (matching is case-sensitive). Without ``tenant_id`` the tenant is
         :data:`~caravel.DEFAULT_TENANT`, the one jobs enqueued without a tenant have."""
         return await self.store.job_get(job_ref(job_id, queue, tenant_id))
+
+    async def get_attempts(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> list[AttemptRecord] | None:
+        """The job's attempt history, oldest first, with the same exact matching as
+        :meth:`get_status` (``None`` when there is no such job): one record per attempt that
+        ended (completed, failed, snoozed, cancelled, timed out, discarded, or whose lease
+        expired and was taken over), naming its worker, when it ran and how it ended, never a
+        payload or an exception's message. A job keeps its last
+        :attr:`WorkerOptions.attempt_history <caravel.WorkerOptions.attempt_history>` records;
+        :attr:`JobStatus.attempts_dropped <caravel.JobStatus.attempts_dropped>` counts those
+        deleted before them."""
+        return await self.store.job_attempts(job_ref(job_id, queue, tenant_id))
 
     async def get_payload(
         self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT

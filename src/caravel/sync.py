@@ -24,6 +24,7 @@ from caravel.chains import chain_steps
 from caravel.clock import Clock
 from caravel.jobs import (
     DEFAULT_TENANT,
+    AttemptRecord,
     CancelOutcome,
     DispatchOptions,
     EnqueueResult,
@@ -190,6 +191,12 @@ class SyncQueue:
     ) -> JobStatus | None:
         """As :meth:`DatabaseQueue.get_status <caravel.DatabaseQueue.get_status>`."""
         return self.call(self.queue.get_status, job_id, queue, tenant_id)
+
+    def get_attempts(
+        self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT
+    ) -> list[AttemptRecord] | None:
+        """As :meth:`DatabaseQueue.get_attempts <caravel.DatabaseQueue.get_attempts>`."""
+        return self.call(self.queue.get_attempts, job_id, queue, tenant_id)
 
     def get_payload(
         self, job_id: UUID | str, queue: str, tenant_id: str = DEFAULT_TENANT

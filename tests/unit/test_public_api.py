@@ -12,6 +12,8 @@ import caravel
 
 PUBLIC_NAMES = [
     "DEFAULT_TENANT",
+    "AttemptOutcome",
+    "AttemptRecord",
     "BatchOutcome",
     "BatchResult",
     "BatchStatus",

@@ -17,13 +17,14 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError
-from caravel.jobs import JobState, JobStatus, Lease
-from caravel.store import claims, outcomes, queries
+from caravel.jobs import AttemptOutcome, AttemptRecord, JobState, JobStatus, Lease
+from caravel.store import attempts, claims, outcomes, queries
+from caravel.store.claims.takeover import expired_before, taking_over
 from caravel.store.limited import LimitsStore
 from caravel.store.links_sql import SqlLinks
 from caravel.store.pausing import PausingStore
 from caravel.store.pending_sql import returning_key, with_key_given_up
-from caravel.store.plans import run_plan
+from caravel.store.plans import Plan, Step, record_plan, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -32,6 +33,7 @@ from caravel.store.protocol import (
     JobFilter,
     JobRef,
     QueueCounts,
+    Recorder,
     SnoozedAttempt,
     ThroughputBucket,
     ThroughputQuery,
@@ -40,6 +42,7 @@ from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.pruning import prune_plan
 from caravel.store.removal_sql import SqlRemoval
 from caravel.store.rows import (
+    attempts_from_rows,
     claimed_from_rows,
     counts_from_row,
     status_from_row,
@@ -52,10 +55,27 @@ from caravel.store.workers_sql import WorkerRegistry
 
 __all__ = ["SqlStore", "claimed_from_rows"]
 
+
+def _failure_fields(failure: FailedAttempt) -> dict[str, Any]:
+    """What a failed attempt's record says besides its outcome."""
+    return {
+        "category": failure.category,
+        "error_class": failure.error_class,
+        "detail": failure.detail,
+        "retry_at": failure.retry_at,
+    }
+
+
 _RUNNING = JobState.RUNNING.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
 CANCELLED = JobState.CANCELLED.value
+
+#: Who records outcomes when the caller does not say: an unknown worker, the default bound.
+NOBODY = Recorder()
+
+#: A claim's batch size, written into its statement's text.
+_LIMIT = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
 
 
 class SqlStore(
@@ -85,6 +105,18 @@ class SqlStore(
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
 
+    #: Whether :meth:`_recording` makes an outcome's statement write its attempt records
+    #: itself; otherwise the operations insert them after it, in its transaction.
+    _records_in_statement = False
+
+    def _recording(self, update: sa.Update, *, given_back: bool = False) -> Any:
+        """``update``, an outcome's statement returning the ids of the jobs it changed, as the
+        statement that also records each one's attempt (:mod:`caravel.store.attempts`), bound
+        as :meth:`_record_params` binds it (``given_back``: the update gave the attempt back,
+        so the record's number is one more than the row's), where the dialect can; by default
+        ``update`` itself."""
+        return update
+
     # ----- claim and acknowledge -----------------------------------------------------------
 
     def _claim_statement(
@@ -102,28 +134,39 @@ class SqlStore(
 
     @staticmethod
     def _claim_params(request: ClaimRequest, now: int) -> dict[str, Any]:
-        return {
+        params = {
             "b_queue": request.queue,
             "b_limit": request.limit,
             "b_now": now,
             "b_expires": now + request.lease_ms,
+            "b_worker": request.worker_id,
         }
+        if request.source != "ready":
+            params["b_keep"] = request.attempt_history
+        return params
+
+    def _claim_plan(self, request: ClaimRequest, params: dict[str, Any]) -> Plan[list[Any]]:
+        """The claim ``request`` asks for as a plan of its transaction: the limited one, or
+        the plain one, which is its one statement for ready jobs and reads the expired leases
+        it may take over first otherwise
+        (:func:`~caravel.store.claims.takeover.taking_over`)."""
+        if request.limited:
+            return self._claim_limited(request, params)
+        source = request.source
+        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
+        before = None
+        if source != "ready":
+            read = self._statement("expired_before", lambda: expired_before(_LIMIT))
+            before = Step(read, params)
+        return taking_over(Step(stmt, params), before, request.attempt_history)
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        source = request.source
         params = self._claim_params(request, request.now)
-        if request.limited:
-
-            async def limited() -> list[Any]:
-                async with self._write("job_claim") as conn:
-                    return await run_plan(conn.execute, self._claim_limited(request, params))
-
-            return claimed_from_rows(await self._deadlock_retried(limited))
-        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
+        single = request.source == "ready" and not request.limited
 
         async def run() -> list[Any]:
-            async with self._write("job_claim", single=True) as conn:
-                return list((await conn.execute(stmt, params)).all())
+            async with self._write("job_claim", single=single) as conn:
+                return await run_plan(conn.execute, self._claim_plan(request, params))
 
         return claimed_from_rows(await self._deadlock_retried(run))
 
@@ -151,6 +194,39 @@ class SqlStore(
     def _complete_result_statement(self) -> sa.Update:
         return outcomes.complete_with_result(self._held_clause())
 
+    @staticmethod
+    def _record_params(
+        recorder: Recorder,
+        outcome: AttemptOutcome,
+        *,
+        category: str | None = None,
+        error_class: str | None = None,
+        detail: str | None = None,
+        retry_at: int | None = None,
+    ) -> dict[str, Any]:
+        """What an outcome's statement binds for its attempt records: the bound of the history
+        (``b_keep``, which every outcome's statement counts against), and, for a dialect whose
+        statement writes the records itself (:meth:`_recording`), the record's fields."""
+        return {
+            "b_keep": recorder.attempt_history,
+            "b_worker": recorder.worker_id,
+            "b_host": recorder.host,
+            "b_pid": recorder.pid,
+            "b_outcome": outcome.value,
+            "b_category": category,
+            "b_error_class": error_class,
+            "b_detail": detail,
+            "b_retry_at": retry_at,
+        }
+
+    async def _record(
+        self, conn: ConnectionT, records: list[dict[str, Any]], recorder: Recorder
+    ) -> None:
+        """Insert the attempt records of outcomes whose statements did not (see
+        :attr:`_records_in_statement`), in their transaction."""
+        if records and not self._records_in_statement:
+            await run_plan(conn.execute, record_plan(records, recorder.attempt_history))
+
     async def job_complete_many(
         self,
         leases: Sequence[Lease],
@@ -158,61 +234,107 @@ class SqlStore(
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        by = recorder or NOBODY
         plain, valued = outcomes.split_results(leases, results)
-        stmt = self._statement("complete", self._complete_statement)
-        with_result = self._statement("complete_result", self._complete_result_statement)
+        stmt = self._statement("complete", lambda: self._recording(self._complete_statement()))
+        with_result = self._statement(
+            "complete_result", lambda: self._recording(self._complete_result_statement())
+        )
+        recording = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
 
         async def run() -> set[UUID]:
             done: set[UUID] = set()
             async with self._write("job_complete", durable=durable) as conn:
                 if plain:
-                    params = {**self._held_params(plain), "b_now": now}
+                    params = {**self._held_params(plain), **recording}
                     done.update((await conn.execute(stmt, params)).scalars())
                 for lease, text in valued:
-                    params = {**self._held_params([lease]), "b_now": now, "b_result": text}
+                    params = {**self._held_params([lease]), **recording, "b_result": text}
                     done.update((await conn.execute(with_result, params)).scalars())
+                records = [
+                    attempts.record(lease, by, now, AttemptOutcome.COMPLETED)
+                    for lease in leases
+                    if lease.job_id in done
+                ]
+                await self._record(conn, records, by)
             return done
 
         return await self._deadlock_retried(run)
 
     async def job_snooze_many(
-        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+        self,
+        snoozes: Sequence[SnoozedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         if not snoozes:
             return set()
+        by = recorder or NOBODY
+        snoozed_ = AttemptOutcome.SNOOZED
 
         async def run(give_up: bool) -> set[UUID]:
             stmt = self._statement(
                 f"snooze_{give_up}",
-                lambda: outcomes.snooze(self._held_clause(), returning_key(give_up)),
+                lambda: self._recording(
+                    outcomes.snooze(self._held_clause(), returning_key(give_up)), given_back=True
+                ),
             )
             done: set[UUID] = set()
+            records: list[dict[str, Any]] = []
             async with self._write("job_snooze", durable=durable) as conn:
                 for snoozed in snoozes:
                     held = self._held_params([snoozed.lease])
-                    params = {**held, "b_now": now, "b_until": snoozed.until}
-                    done.update((await conn.execute(stmt, params)).scalars())
+                    recording = self._record_params(by, snoozed_, retry_at=snoozed.until)
+                    params = {**held, **recording, "b_now": now, "b_until": snoozed.until}
+                    if (await conn.execute(stmt, params)).scalars().all():
+                        done.add(snoozed.lease.job_id)
+                        records.append(
+                            attempts.record(
+                                snoozed.lease, by, now, snoozed_, retry_at=snoozed.until
+                            )
+                        )
+                await self._record(conn, records, by)
             return done
 
         return await with_key_given_up(run, self._is_pending_conflict)
 
     async def job_fail_many(
-        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+        self,
+        failures: Sequence[FailedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         if not failures:
             return set()
+        by = recorder or NOBODY
 
         async def run(give_up: bool) -> set[UUID]:
             done: set[UUID] = set()
+            records: list[dict[str, Any]] = []
             key = returning_key(give_up)
             async with self._write("job_fail", durable=durable) as conn:
                 for failure in failures:
-                    stmt = queries.fail(self._held_clause(), failure, now, key)
-                    held = self._held_params([failure.lease])
-                    done.update((await conn.execute(stmt, held)).scalars())
+                    stmt = self._recording(queries.fail(self._held_clause(), failure, now, key))
+                    fields = _failure_fields(failure)
+                    params = {
+                        **self._held_params([failure.lease]),
+                        **self._record_params(by, failure.outcome, **fields),
+                        "b_now": now,
+                    }
+                    if (await conn.execute(stmt, params)).scalars().all():
+                        done.add(failure.lease.job_id)
+                        records.append(
+                            attempts.record(failure.lease, by, now, failure.outcome, **fields)
+                        )
+                await self._record(conn, records, by)
             return done
 
         return await self._deadlock_retried(
@@ -250,6 +372,11 @@ class SqlStore(
         async with self._read("job_get_payload") as conn:
             payload: str | None = (await conn.execute(queries.payload(ref))).scalar_one_or_none()
         return payload
+
+    async def job_attempts(self, ref: JobRef) -> list[AttemptRecord] | None:
+        async with self._read("job_attempts") as conn:
+            rows = (await conn.execute(queries.attempt_history(ref))).all()
+        return attempts_from_rows(rows)
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
         async def run(give_up: bool) -> bool:

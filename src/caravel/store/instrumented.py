@@ -17,7 +17,7 @@ from uuid import UUID
 from caravel import telemetry
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
-from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
+from caravel.jobs import AttemptRecord, CancelOutcome, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
 from caravel.store.protocol import (
     ClaimBatch,
@@ -34,6 +34,7 @@ from caravel.store.protocol import (
     QueueCounts,
     QueueLimit,
     QueueLimitUsage,
+    Recorder,
     ScheduleState,
     SnoozedAttempt,
     Store,
@@ -137,21 +138,36 @@ class InstrumentedStore:
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         with self._span("job_complete"):
-            return await self.inner.job_complete_many(leases, now, durable=durable, results=results)
+            return await self.inner.job_complete_many(
+                leases, now, durable=durable, results=results, recorder=recorder
+            )
 
     async def job_snooze_many(
-        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+        self,
+        snoozes: Sequence[SnoozedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         with self._span("job_snooze"):
-            return await self.inner.job_snooze_many(snoozes, now, durable=durable)
+            return await self.inner.job_snooze_many(
+                snoozes, now, durable=durable, recorder=recorder
+            )
 
     async def job_fail_many(
-        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+        self,
+        failures: Sequence[FailedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         with self._span("job_fail"):
-            return await self.inner.job_fail_many(failures, now, durable=durable)
+            return await self.inner.job_fail_many(failures, now, durable=durable, recorder=recorder)
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         with self._span("job_renew_lease"):
@@ -168,6 +184,10 @@ class InstrumentedStore:
     async def job_get_result(self, ref: JobRef) -> str | None:
         with self._span("job_get_result"):
             return await self.inner.job_get_result(ref)
+
+    async def job_attempts(self, ref: JobRef) -> list[AttemptRecord] | None:
+        with self._span("job_attempts"):
+            return await self.inner.job_attempts(ref)
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
         with self._span("job_replay"):

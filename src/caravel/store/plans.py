@@ -13,11 +13,14 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
-from caravel.errors import IdempotencyConflictError
-from caravel.store import queries
-from caravel.store.protocol import InsertOutcome, NewJob
+import sqlalchemy as sa
 
-__all__ = ["Plan", "Step", "outcomes_plan", "run_plan", "run_plan_sync"]
+from caravel.errors import IdempotencyConflictError
+from caravel.store import attempts, queries
+from caravel.store.protocol import InsertOutcome, NewJob
+from caravel.store.schema import attempts as attempts_table
+
+__all__ = ["Plan", "Step", "outcomes_plan", "record_plan", "run_plan", "run_plan_sync"]
 
 T = TypeVar("T")
 
@@ -63,6 +66,18 @@ def run_plan_sync(execute: Callable[[Any, Any], Any], plan: Plan[T]) -> T:
 
 
 # ----- the plans the SQL stores share ----------------------------------------------------------
+
+
+def record_plan(records: Sequence[dict[str, Any]], keep: int) -> Plan[None]:
+    """Insert attempt ``records`` (:func:`caravel.store.attempts.record`) and trim their jobs'
+    histories to their last ``keep`` claims; the statement that recorded the outcomes counted
+    what goes (:func:`caravel.store.attempts.dropped`)."""
+    if not records:
+        return
+    yield Step(sa.insert(attempts_table), list(records))
+    trims = attempts.cuts(records, keep)
+    if trims:
+        yield Step(attempts.trim(), trims)
 
 
 def outcomes_plan(

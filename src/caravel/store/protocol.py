@@ -18,7 +18,7 @@ from uuid import UUID
 
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
-from caravel.jobs import JobStatus, Lease
+from caravel.jobs import AttemptRecord, JobStatus, Lease
 from caravel.store.links import LinkReads, LinkWrites
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore
@@ -42,6 +42,7 @@ from caravel.store.values import (
     QueueCounts,
     QueueLimit,
     QueueLimitUsage,
+    Recorder,
     ScheduleState,
     ShownState,
     SnoozedAttempt,
@@ -72,6 +73,7 @@ __all__ = [
     "QueueLimit",
     "QueueLimitUsage",
     "ReadStore",
+    "Recorder",
     "ScheduleState",
     "ShownState",
     "SnoozedAttempt",
@@ -97,6 +99,11 @@ class ReadStore(LinkReads, Protocol):
 
     async def job_get_payload(self, ref: JobRef) -> str | None:
         """A job's stored payload text when id, queue and tenant all match exactly."""
+        ...
+
+    async def job_attempts(self, ref: JobRef) -> list[AttemptRecord] | None:
+        """The attempt records a job keeps (see :class:`Recorder`), oldest first, when id,
+        queue and tenant all match exactly; ``None`` when no such job exists."""
         ...
 
     async def job_get_result(self, ref: JobRef) -> str | None:
@@ -195,27 +202,42 @@ class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         """Mark jobs completed; returns the ids whose lease was still current. Others are
         untouched. Unless ``durable``, the commit may return before it reaches the disk (see
         :attr:`~caravel.WorkerOptions.durable_acks`). ``results`` holds the handlers' results
         as JSON text by job id (already bounded by the caller); a job without one stores
-        none."""
+        none. Each job whose lease was current gets its attempt's record (``completed``), by
+        ``recorder`` (see :class:`Recorder`; ``None``: an unknown worker, the default bound),
+        in the same transaction."""
         ...
 
     async def job_snooze_many(
-        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+        self,
+        snoozes: Sequence[SnoozedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         """Make snoozed jobs ready again at their ``until`` with the attempt given back
         (``attempt - 1``) and ``snoozes`` counted up; returns the ids whose lease was still
-        current. ``durable`` as for :meth:`job_complete_many`."""
+        current. ``durable`` and ``recorder`` (the record: ``snoozed``, its ``retry_at`` the
+        ``until``) as for :meth:`job_complete_many`."""
         ...
 
     async def job_fail_many(
-        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+        self,
+        failures: Sequence[FailedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         """Record failed attempts; returns the ids whose lease was still current. ``durable``
-        as for :meth:`job_complete_many`."""
+        and ``recorder`` (the record: the failure's ``outcome``, category, class, detail and
+        retry time) as for :meth:`job_complete_many`."""
         ...
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:

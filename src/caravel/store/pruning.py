@@ -6,7 +6,8 @@ state by end state, picks old rows through that index (``queue``, ``state`` wher
 ``available_at IS NULL``), deletes the keyless ones and compacts the keyed ones into tombstones:
 the job's own row, payload emptied and its content kept as :func:`~caravel.retention.content_hash`,
 so the unique idempotency index goes on settling repeats and conflicts with no change to any
-insert path. Live rows (``available_at`` set) are never read or written.
+insert path. Either way the job's attempt records go with it. Live rows (``available_at`` set)
+are never read or written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 from caravel.jobs import JobState
 from caravel.retention import content_hash
+from caravel.store.attempts import records_deleted
 from caravel.store.plans import Plan, Step
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal_sql import kept_for_chain
@@ -127,6 +129,8 @@ def prune_plan(request: PruneRequest, *, lock_rows: bool) -> Plan[PruneBatch]:
                 yield Step(_delete(state.value), {"b_ids": keyless})
             if keyed:
                 yield Step(_tombstone(state.value), [{**k, "b_now": request.now} for k in keyed])
+            if rows:
+                yield Step(records_deleted(), {"b_ids": [row.id for row in rows]})
             deleted, tombstoned = deleted + len(keyless), tombstoned + len(keyed)
             budget -= len(rows)
         if request.tombstones_before is not None and budget > 0:

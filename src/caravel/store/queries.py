@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from caravel.jobs import JobState
 from caravel.limits import HELD_DUE_AT
 from caravel.retention import content_hash
+from caravel.store.attempts import dropped
 from caravel.store.protocol import (
     FailedAttempt,
     JobFilter,
@@ -21,10 +22,11 @@ from caravel.store.protocol import (
     ThroughputQuery,
 )
 from caravel.store.rows import STATUS_COLUMNS
-from caravel.store.schema import VERSION_TABLE, jobs
+from caravel.store.schema import VERSION_TABLE, attempts, jobs
 
 __all__ = [
     "FINISHED_EXACT_LIMIT",
+    "attempt_history",
     "complete",
     "counts",
     "existing_by_id",
@@ -101,13 +103,15 @@ def same_content(row: Any, job: NewJob) -> bool:
 def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:
     """Mark the rows ``held`` matches completed at ``b_now``; returns their ids. ``result``,
     when given, is the expression for each row's stored result (a bound value or a column of
-    the dialect's batch)."""
+    the dialect's batch). Counts what the trim of each job's attempt history under ``b_keep``
+    drops (see :mod:`caravel.store.attempts`)."""
     values: dict[str, Any] = {
         "state": COMPLETED,
         "available_at": None,
         "lease_expires_at": None,
         "finished_at": sa.bindparam("b_now"),
         "updated_at": sa.bindparam("b_now"),
+        "attempts_dropped": jobs.c.attempts_dropped + dropped(),
     }
     if result is not None:
         values["result"] = result
@@ -118,7 +122,8 @@ def fail(
     held: sa.ColumnElement[bool], failure: FailedAttempt, now: int, key: Any = jobs.c.pending_key
 ) -> sa.Update:
     """Record one failed attempt on the row ``held`` matches: ready again at ``retry_at`` (its
-    pending key then ``key``), or a dead letter when there is none. Returns its id."""
+    pending key then ``key``), or a dead letter when there is none. Returns its id. Counts what
+    the trim of its attempt history under ``b_keep`` drops, as :func:`complete` does."""
     retry_at = failure.retry_at
     return (
         sa.update(jobs)
@@ -133,6 +138,7 @@ def fail(
             error_class=failure.error_class or jobs.c.error_class,  # none given: kept
             updated_at=now,
             pending_key=key if retry_at is not None else jobs.c.pending_key,
+            attempts_dropped=jobs.c.attempts_dropped + dropped(),
         )
         .returning(jobs.c.id)
     )
@@ -153,6 +159,17 @@ def renew(held: sa.ColumnElement[bool], now: int, expires_at: int) -> sa.Update:
 
 def status(ref: JobRef) -> sa.Select[Any]:
     return sa.select(*STATUS_COLUMNS, jobs.c.result).where(owned(ref))
+
+
+def attempt_history(ref: JobRef) -> sa.Select[Any]:
+    """The job ``ref`` names (column ``job``) with its attempt records, oldest claim first: one
+    row without a record when it has none, no row when there is no such job."""
+    return (
+        sa.select(jobs.c.id.label("job"), *attempts.c)
+        .select_from(jobs.outerjoin(attempts, attempts.c.job_id == jobs.c.id))
+        .where(owned(ref))
+        .order_by(attempts.c.lease_token)
+    )
 
 
 def payload(ref: JobRef) -> sa.Select[Any]:

@@ -5,7 +5,9 @@ A cancel is one UPDATE: a waiting job and a running one alike end in ``cancelled
 ``available_at`` (so no claim ever sees it again) and a new lease token (so the worker running
 it holds a stale lease: its completion, failure or renewal matches no row, exactly as after a
 takeover). Only a running job gets ``cancel_requested_at``, which is how the statement's
-returned rows say which jobs a worker must be told about. A delete removes finished rows only.
+returned rows say which jobs a worker must be told about, and whose attempts end as
+``cancelled`` in the attempt history, in the same transaction. A delete removes finished rows
+only, and their attempt records with them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import sqlalchemy as sa
 
 from caravel.jobs import CancelOutcome, JobState
 from caravel.limits import HELD_DUE_AT
+from caravel.store import attempts
 from caravel.store.protocol import JobRef
 from caravel.store.queries import owned
 from caravel.store.removal import CANCELLABLE, DELETABLE, JobSelection
 from caravel.store.schema import jobs
-from caravel.store.transactions import ConnectionT, SqlTransactions
+from caravel.store.transactions import Connection, ConnectionT, SqlTransactions
 
 __all__ = ["SqlRemoval", "cancel", "delete", "kept_for_chain", "selected"]
 
@@ -63,10 +66,13 @@ def _batch(conditions: list[sa.ColumnElement[bool]], limit: int) -> sa.ColumnEle
 
 
 def cancel(where: sa.ColumnElement[bool], now: int) -> sa.Update:
-    """Cancel the waiting or running rows ``where`` matches; returns each one's id and, for a
-    job that was running, ``cancel_requested_at`` (NULL for one that was waiting). The state is
-    tested again here, not only where the rows are picked: a row claimed in between is cancelled
-    as the running job it now is."""
+    """Cancel the waiting or running rows ``where`` matches; returns each one's id, lease token
+    and, for a job that was running, ``cancel_requested_at`` (NULL for one that was waiting).
+    The state is tested again here, not only where the rows are picked: a row claimed in
+    between is cancelled as the running job it now is. A running job counts what the trim of
+    its attempt history drops (see :data:`~caravel.store.attempts.CANCEL_KEEP`)."""
+    keep: Any = sa.literal_column(str(attempts.CANCEL_KEEP))
+    lost = sa.case((jobs.c.state == RUNNING, attempts.dropped(keep)), else_=sa.literal_column("0"))
     return (
         sa.update(jobs)
         .where(where, jobs.c.state.in_(_CANCELLABLE))
@@ -78,8 +84,9 @@ def cancel(where: sa.ColumnElement[bool], now: int) -> sa.Update:
             cancel_requested_at=sa.case((jobs.c.state == RUNNING, now), else_=sa.null()),
             lease_token=jobs.c.lease_token + 1,
             updated_at=now,
+            attempts_dropped=jobs.c.attempts_dropped + lost,
         )
-        .returning(jobs.c.id, jobs.c.cancel_requested_at)
+        .returning(jobs.c.id, jobs.c.cancel_requested_at, jobs.c.lease_token)
     )
 
 
@@ -103,6 +110,14 @@ def delete(where: sa.ColumnElement[bool]) -> sa.Executable:
     return sa.delete(jobs).where(deletable).returning(jobs.c.id)
 
 
+async def _deleted(conn: Connection, statement: sa.Executable) -> list[UUID]:
+    """Run a delete of jobs (returning their ids) and delete their attempt records."""
+    ids = list((await conn.execute(statement)).scalars())
+    if ids:
+        await conn.execute(attempts.records_deleted(), {"b_ids": ids})
+    return ids
+
+
 class SqlRemoval(SqlTransactions[ConnectionT]):
     """:class:`~caravel.store.removal.RemovalStore` for the SQL stores."""
 
@@ -110,17 +125,24 @@ class SqlRemoval(SqlTransactions[ConnectionT]):
         """Tell the workers running ``job_ids`` that they were cancelled, inside the cancel's
         transaction (PostgreSQL's NOTIFY); by default nothing: workers look by polling."""
 
-    async def _cancel_rows(self, conn: ConnectionT, statement: sa.Update) -> list[Any]:
+    async def _cancel_rows(self, conn: ConnectionT, statement: sa.Update, now: int) -> list[Any]:
         rows = list(await conn.execute(statement))
-        running = [row.id for row in rows if row.cancel_requested_at is not None]
+        running = [row for row in rows if row.cancel_requested_at is not None]
         if running:
-            await self._announce_cancelled(conn, running)
+            ids = [row.id for row in running]
+            await conn.execute(attempts.cancelled(), {"b_ids": ids, "b_now": now})
+            keep = attempts.CANCEL_KEEP
+            ended = [{"job_id": row.id, "lease_token": row.lease_token - 1} for row in running]
+            trims = attempts.cuts(ended, keep)
+            if trims:
+                await conn.execute(attempts.trim(), trims)
+            await self._announce_cancelled(conn, ids)
         return rows
 
     async def job_cancel(self, ref: JobRef, now: int) -> CancelOutcome:
         async def run() -> CancelOutcome:
             async with self._write("job_cancel") as conn:
-                rows = await self._cancel_rows(conn, cancel(owned(ref), now))
+                rows = await self._cancel_rows(conn, cancel(owned(ref), now), now)
                 if rows:
                     running = rows[0].cancel_requested_at is not None
                     return CancelOutcome.CANCELLED_RUNNING if running else CancelOutcome.CANCELLED
@@ -136,18 +158,18 @@ class SqlRemoval(SqlTransactions[ConnectionT]):
 
         async def run() -> int:
             async with self._write("job_cancel_many") as conn:
-                return len(await self._cancel_rows(conn, cancel(where, now)))
+                return len(await self._cancel_rows(conn, cancel(where, now), now))
 
         return await self._deadlock_retried(run)
 
     async def job_delete(self, ref: JobRef) -> bool:
-        async with self._write("job_delete", single=True) as conn:
-            return (await conn.execute(delete(owned(ref)))).scalar_one_or_none() is not None
+        async with self._write("job_delete") as conn:
+            return bool(await _deleted(conn, delete(owned(ref))))
 
     async def job_delete_many(self, selection: JobSelection, limit: int) -> int:
         where = _batch(selected(selection, deleting=True), limit)
-        async with self._write("job_delete_many", single=True) as conn:
-            return len(list(await conn.execute(delete(where))))
+        async with self._write("job_delete_many") as conn:
+            return len(await _deleted(conn, delete(where)))
 
     async def job_count_selected(
         self, selection: JobSelection, *, deleting: bool

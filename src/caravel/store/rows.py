@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from caravel.clock import from_ms
-from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
+from caravel.jobs import AttemptOutcome, AttemptRecord, ClaimedJob, JobState, JobStatus, Lease
 from caravel.limits import HELD_DUE_AT
 from caravel.store.links import BatchRecord, LinkedJob
 from caravel.store.protocol import (
@@ -25,6 +25,8 @@ from caravel.tags import tags_from
 __all__ = [
     "CLAIM_RETURNING",
     "STATUS_COLUMNS",
+    "attempt_from_row",
+    "attempts_from_rows",
     "batch_from_row",
     "claimed_from_rows",
     "counts_from_row",
@@ -64,6 +66,7 @@ STATUS_COLUMNS = (
     jobs.c.chain_id,
     jobs.c.chain_step,
     jobs.c.batch_id,
+    jobs.c.attempts_dropped,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -119,7 +122,34 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         chain_id=row.chain_id,
         chain_step=row.chain_step,
         batch_id=row.batch_id,
+        attempts_dropped=row.attempts_dropped,
     )
+
+
+def attempt_from_row(row: Any) -> AttemptRecord:
+    """One attempt record (a row of ``caravel_attempts``, or an object with its columns)."""
+    return AttemptRecord(
+        attempt=row.attempt,
+        lease_token=row.lease_token,
+        outcome=AttemptOutcome(row.outcome),
+        worker_id=row.worker_id,
+        host=row.host,
+        pid=row.pid,
+        claimed_at=_optional_time(row.claimed_at),
+        finished_at=_optional_time(row.finished_at),
+        category=row.category,
+        error_class=row.error_class,
+        detail=row.detail,
+        retry_at=_optional_time(row.retry_at),
+    )
+
+
+def attempts_from_rows(rows: Sequence[Any]) -> list[AttemptRecord] | None:
+    """A job's records from :func:`~caravel.store.queries.attempt_history`'s rows: ``None``
+    without a row (no such job), none for the one row of a job without records."""
+    if not rows:
+        return None
+    return [attempt_from_row(row) for row in rows if row.lease_token is not None]
 
 
 def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, get_args, overload
 from uuid import UUID
 
-from caravel.jobs import ClaimedJob, JobState, Lease, ShownState
-from caravel.limits import HELD_DUE_AT
+from caravel.jobs import AttemptOutcome, ClaimedJob, JobState, Lease, ShownState
+from caravel.limits import DEFAULT_ATTEMPT_HISTORY, HELD_DUE_AT
 
 __all__ = [
     "SHOWN_STATES",
@@ -37,6 +37,7 @@ __all__ = [
     "QueueCounts",
     "QueueLimit",
     "QueueLimitUsage",
+    "Recorder",
     "ScheduleState",
     "ShownState",
     "SnoozedAttempt",
@@ -151,7 +152,12 @@ class ClaimRequest:
 
     ``limited``: the caller knows the queue has a concurrency limit (see
     :meth:`Store.queue_limit_list`), and the claim keeps the queue's stored limits, read in its
-    own transaction. Without it the claim is the plain one and no limit is read."""
+    own transaction. Without it the claim is the plain one and no limit is read.
+
+    ``worker_id``: the claiming worker, stored on each job it leases (``None``: none). A claim
+    that takes over (or dead-letters) a job whose lease expired records that attempt as
+    ``lease_expired``, keeping the job's last ``attempt_history`` records (see
+    :class:`Recorder`)."""
 
     queue: str
     limit: int
@@ -159,6 +165,8 @@ class ClaimRequest:
     lease_ms: int
     source: ClaimSource = "any"
     limited: bool = False
+    worker_id: UUID | None = None
+    attempt_history: int = DEFAULT_ATTEMPT_HISTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +176,24 @@ class ClaimBatch:
 
     claimed: list[ClaimedJob]
     dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recorder:
+    """Who records attempts' outcomes, and how much history each job keeps.
+
+    Every recorded outcome (a completion, failure or snooze, and a claim's takeover of an
+    expired lease) writes one attempt record naming the worker (``worker_id``, ``host``,
+    ``pid``: ``None`` when unknown) in the transaction that records the outcome. Once a job's
+    lease token passes ``attempt_history`` (1 to
+    :data:`~caravel.limits.MAX_ATTEMPT_HISTORY`), the records of claims older than its last
+    ``attempt_history`` ones are deleted there too, and counted in the job's
+    ``attempts_dropped``."""
+
+    worker_id: UUID | None = None
+    host: str | None = None
+    pid: int | None = None
+    attempt_history: int = DEFAULT_ATTEMPT_HISTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +209,9 @@ class FailedAttempt:
     """What the handler marked safe for operators about this failure (or a redactor made of
     it), already cleaned and bounded (:data:`~caravel.limits.MAX_DETAIL_LENGTH`); ``None``:
     nothing. Kept only in the attempt's record, never in a log or metric."""
+    outcome: AttemptOutcome = AttemptOutcome.FAILED
+    """What the attempt's record says it ended with: ``failed``, ``timed_out`` or
+    ``discarded``."""
 
 
 @dataclass(frozen=True, slots=True)

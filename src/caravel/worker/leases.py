@@ -8,6 +8,8 @@ longer current changes nothing.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,17 +18,19 @@ from uuid import UUID
 
 from caravel.clock import Clock, duration_ms, from_ms
 from caravel.errors import LeaseLostError, ValidationError
-from caravel.jobs import ClaimedJob, Lease
+from caravel.jobs import AttemptOutcome, ClaimedJob, FailureCategory, Lease
+from caravel.limits import DEFAULT_ATTEMPT_HISTORY, MAX_ATTEMPT_HISTORY, MAX_HOST_LENGTH
 from caravel.options import QueueOptions, RetryPolicy
 from caravel.queue import DatabaseQueue
 from caravel.store.protocol import (
     ClaimRequest,
     ClaimSource,
     FailedAttempt,
+    Recorder,
     SnoozedAttempt,
     Store,
 )
-from caravel.validation import check_queue_name
+from caravel.validation import check_int, check_queue_name
 
 __all__ = ["Acknowledged", "Acknowledgement", "FailureOutcome", "Leases"]
 
@@ -50,7 +54,9 @@ class Acknowledgement:
     """One attempt's end to record under ``lease``: success (``category`` is ``None``) with an
     optional ``result`` (JSON text), a snooze (``snooze_ms``), or a failure ``category``, which
     with ``final`` dead-letters at once; ``error_class`` names the exception behind a failure
-    and ``retry`` is the job type's policy for its backoff (``None``: the queue's)."""
+    and ``retry`` is the job type's policy for its backoff (``None``: the queue's).
+    ``discarded``: the handler discarded the job (a final failure its attempt record calls
+    ``discarded``)."""
 
     lease: Lease
     category: str | None = None
@@ -59,6 +65,7 @@ class Acknowledgement:
     final: bool = False
     error_class: str | None = None
     retry: RetryPolicy | None = None
+    discarded: bool = False
 
 
 class Acknowledged(Protocol):
@@ -79,6 +86,17 @@ class Acknowledged(Protocol):
     def error_class(self) -> str | None: ...
     @property
     def retry(self) -> RetryPolicy | None: ...
+    @property
+    def discarded(self) -> bool: ...
+
+
+def _outcome(category: str, *, discarded: bool = False) -> AttemptOutcome:
+    """What a failed attempt's record says it ended with."""
+    if discarded:
+        return AttemptOutcome.DISCARDED
+    if category == FailureCategory.TIMED_OUT:
+        return AttemptOutcome.TIMED_OUT
+    return AttemptOutcome.FAILED
 
 
 class Leases:
@@ -86,13 +104,36 @@ class Leases:
     (its store, its :class:`~caravel.QueueOptions` and its clock).
 
     ``durable_acks`` makes every recorded outcome wait for the database's disk, as
-    :attr:`~caravel.WorkerOptions.durable_acks` describes (off by default)."""
+    :attr:`~caravel.WorkerOptions.durable_acks` describes (off by default).
 
-    def __init__(self, queue: DatabaseQueue, *, durable_acks: bool = False) -> None:
+    Every outcome recorded and every expired lease taken over writes the job's attempt record
+    (see :meth:`DatabaseQueue.get_attempts <caravel.DatabaseQueue.get_attempts>`), naming this
+    process (its host and pid) and ``worker_id``, the worker registry's id of the worker
+    holding these leases (``None`` for none); each job keeps its last ``attempt_history``
+    records (1 to 100, default 20, as :attr:`~caravel.WorkerOptions.attempt_history`)."""
+
+    def __init__(
+        self,
+        queue: DatabaseQueue,
+        *,
+        durable_acks: bool = False,
+        worker_id: UUID | None = None,
+        attempt_history: int = DEFAULT_ATTEMPT_HISTORY,
+    ) -> None:
         if not isinstance(queue, DatabaseQueue):
             raise ValidationError("queue", "must be a DatabaseQueue")
         if not isinstance(durable_acks, bool):
             raise ValidationError("durable_acks", "must be True or False")
+        if worker_id is not None and not isinstance(worker_id, UUID):
+            raise ValidationError("worker_id", "must be a UUID or None")
+        check_int("attempt_history", attempt_history, 1, MAX_ATTEMPT_HISTORY)
+        #: Who this holder records outcomes as (see :class:`~caravel.store.values.Recorder`).
+        self.recorder = Recorder(
+            worker_id=worker_id,
+            host=socket.gethostname()[:MAX_HOST_LENGTH],
+            pid=os.getpid(),
+            attempt_history=attempt_history,
+        )
         self.durable_acks = durable_acks
         self._store: Store = queue.store
         self.options: QueueOptions = queue.options
@@ -121,9 +162,17 @@ class Leases:
             raise ValidationError("limit", "must be a positive integer")
         if source not in _SOURCES:
             raise ValidationError("source", "must be 'any', 'ready' or 'expired'")
+        recorder = self.recorder
         while True:
             request = ClaimRequest(
-                queue, limit, self.clock.now_ms(), self._lease_ms, source, limited=limited
+                queue,
+                limit,
+                self.clock.now_ms(),
+                self._lease_ms,
+                source,
+                limited=limited,
+                worker_id=recorder.worker_id,
+                attempt_history=recorder.attempt_history,
             )
             batch = await self._store.job_claim_many(request)
             # Jobs dead-lettered on the way (their last lease expired) use up the limit without
@@ -154,7 +203,9 @@ class Leases:
         """
         now = self.clock.now_ms()
         failure = self.failure_for(lease, category, now)
-        done = await self._store.job_fail_many([failure], now, durable=self.durable_acks)
+        done = await self._store.job_fail_many(
+            [failure], now, durable=self.durable_acks, recorder=self.recorder
+        )
         if lease.job_id not in done:
             raise LeaseLostError(lease.job_id)
         return FailureOutcome(None if failure.retry_at is None else from_ms(failure.retry_at))
@@ -184,24 +235,25 @@ class Leases:
                 if ack.result is not None:
                     results[ack.lease.job_id] = ack.result
         held: set[UUID] = set()
-        durable = self.durable_acks
-        if completes and results:
+        durable, by = self.durable_acks, self.recorder
+        if completes:
             held |= await self._store.job_complete_many(
-                completes, now, durable=durable, results=results
+                completes, now, durable=durable, results=results or None, recorder=by
             )
-        elif completes:  # as before results existed, so a store wrapper written then still fits
-            held |= await self._store.job_complete_many(completes, now, durable=durable)
         if failures:
-            held |= await self._store.job_fail_many(failures, now, durable=durable)
+            held |= await self._store.job_fail_many(failures, now, durable=durable, recorder=by)
         if snoozes:
-            held |= await self._store.job_snooze_many(snoozes, now, durable=durable)
+            held |= await self._store.job_snooze_many(snoozes, now, durable=durable, recorder=by)
         return held
 
     def _failure(self, ack: Acknowledged, category: str, now: int) -> FailedAttempt:
+        outcome = _outcome(category, discarded=ack.discarded)
         if ack.final:
-            return FailedAttempt(ack.lease, category, None, ack.error_class)
+            return FailedAttempt(ack.lease, category, None, ack.error_class, outcome=outcome)
         failure = self.failure_for(ack.lease, category, now, retry=ack.retry)
-        return FailedAttempt(ack.lease, category, failure.retry_at, ack.error_class)
+        return FailedAttempt(
+            ack.lease, category, failure.retry_at, ack.error_class, outcome=outcome
+        )
 
     def failure_for(
         self, lease: Lease, category: str, now: int, *, retry: RetryPolicy | None = None
@@ -209,14 +261,15 @@ class Leases:
         """The failed attempt to record: a retry after the backoff for this attempt (by the job
         type's ``retry`` policy where it has one), or a dead letter when the attempt was the
         last."""
+        outcome = _outcome(category)
         if lease.attempt >= lease.max_attempts:
-            return FailedAttempt(lease, category, retry_at=None)
+            return FailedAttempt(lease, category, retry_at=None, outcome=outcome)
         options = self.options
         if retry is None:
             delay = options.retry_backoff(lease.attempt)
         else:
             delay = retry.backoff(lease.attempt, options.retry_delay, options.max_retry_delay)
-        return FailedAttempt(lease, category, retry_at=now + duration_ms(delay))
+        return FailedAttempt(lease, category, retry_at=now + duration_ms(delay), outcome=outcome)
 
     # ----- renewal and deadlines -------------------------------------------------------------
 

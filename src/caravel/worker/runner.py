@@ -71,10 +71,11 @@ class Outcome:
     success's result as JSON text (``None``: nothing to store). ``snooze_ms`` asks for the job
     to run again that long from now without spending an attempt. A failure with ``final``
     dead-letters the job whatever attempts it has left (a discard, a result that cannot be
-    stored, one snooze too many); ``error_class`` names the exception behind it and ``retry``
-    is the job type's policy for the backoff. ``error`` is the handler's exception when it
-    raised, kept in memory only (for ``caravel.testing``, which reports its class and can
-    re-raise it); it is never stored or logged with its message.
+    stored, one snooze too many; ``discarded`` says it was a discard); ``error_class`` names
+    the exception behind it and ``retry`` is the job type's policy for the backoff. ``error``
+    is the handler's exception when it raised, kept in memory only (for ``caravel.testing``,
+    which reports its class and can re-raise it); it is never stored or logged with its
+    message.
 
     Not frozen, only so that it is cheap to build (one per job, on the drain's hot path): the
     runner sets ``seconds`` once and nothing changes it after that.
@@ -90,6 +91,7 @@ class Outcome:
     final: bool = False
     error_class: str | None = None
     retry: RetryPolicy | None = None
+    discarded: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -223,6 +225,7 @@ class JobRunner:
                 failure=discard.category,
                 final=True,
                 error_class=error_class_of(discard),
+                discarded=True,
             )
         except KeyboardInterrupt:
             # Ctrl+C's exception, raised in the handler: a request to stop, as the signal is to

@@ -106,7 +106,12 @@ class QueueWorker(AsyncClosing):
         #: This process's id in the worker registry (``caravel workers``).
         self.worker_id = uuid4()
         self._threads = HandlerThreads(self.options.concurrency)
-        self.leases = Leases(queue, durable_acks=self.options.durable_acks)
+        self.leases = Leases(
+            queue,
+            durable_acks=self.options.durable_acks,
+            worker_id=self.worker_id,
+            attempt_history=self.options.attempt_history,
+        )
         self._watchdog = LeaseWatchdog(self.leases, timeout_grace=self.options.timeout_grace)
         self._runner = JobRunner(
             queue.registry,

@@ -17,7 +17,7 @@ from caravel_samples.backend.jobs import QUEUE, job_scope
 from caravel_samples.backend.settings import Settings
 
 from caravel import DatabaseQueue, JobState, Lease, QueueWorker, StoreError
-from caravel.store.protocol import Store
+from caravel.store.protocol import Recorder, Store
 from caravel.testing import ManualClock
 from tests.samples.backend.support import (
     Running,
@@ -50,6 +50,7 @@ class AckLosingStore:
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         raise StoreError("job_complete")
 

@@ -54,9 +54,11 @@ def due_weighed(source: ClaimSource) -> sa.Select[Any]:
     )
 
 
-def claim_ids() -> sa.Update:
-    """The claim of the jobs ``b_ids`` names (chosen by a limited claim), bound as
-    :func:`claim` is otherwise; as :func:`claim_per_key`, it takes only those still due."""
+def claim_ids(source: ClaimSource) -> sa.Update:
+    """The claim of the jobs ``b_ids`` names (chosen by a limited claim of ``source``), bound
+    as :func:`claim` is otherwise; as :func:`claim_per_key`, it takes only those still due."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     chosen = jobs.c.id.in_(sa.bindparam("b_ids", expanding=True))
-    return claim_update(sa.select(jobs.c.id), now, lambda _: chosen, still_due=True)
+    return claim_update(
+        sa.select(jobs.c.id), now, lambda _: chosen, still_due=True, takes_over=source != "ready"
+    )

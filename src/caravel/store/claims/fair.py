@@ -161,7 +161,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
         .order_by(ranked.c.part, turn, wrapped, key_turn, ranked.c.k)
         .limit(limit)
     )
-    return claim_update(chosen, now, target, still_due=True)
+    return claim_update(chosen, now, target, still_due=True, takes_over=source != "ready")
 
 
 def in_key_jobs(keys: Any, first: Callable[[Any, Any], sa.Select[Any]]) -> sa.Select[Any]:

@@ -53,4 +53,4 @@ def claim_per_key(source: ClaimSource, target: Any) -> sa.Update:
         .order_by(ranked.c.part, ranked.c.k)
         .limit(limit)
     )
-    return claim_update(chosen, now, target, still_due=True)
+    return claim_update(chosen, now, target, still_due=True, takes_over=source != "ready")

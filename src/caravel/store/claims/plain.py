@@ -45,11 +45,12 @@ def claim(
     row holds no cap it needs another statement for.
     ``lock(select)`` is the dialect's locking of the rows one source picks, ``target(ids)`` its
     condition for the rows the picked ids name; ``literal_limit`` writes the batch size into
-    the SQL text instead of binding it."""
+    the SQL text instead of binding it. The claiming worker is bound as ``b_worker`` and, unless
+    ``source`` is ``"ready"``, the bound of the attempt history as ``b_keep``."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
     candidates = _candidates(source, now, limit, lock, unlimited=unlimited)
-    return claim_update(candidates, now, target, still_due=False)
+    return claim_update(candidates, now, target, still_due=False, takes_over=source != "ready")
 
 
 def running_count() -> sa.Select[Any]:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from caravel.jobs import FailureCategory, JobState
 from caravel.limits import MAX_PRIORITY, PRIORITY_AGING_MS
+from caravel.store.attempts import dropped
 from caravel.store.rows import CLAIM_RETURNING
 from caravel.store.schema import claim_rank, jobs, partition, queue_limits
 from caravel.store.values import ClaimSource
@@ -98,11 +99,14 @@ def running_per_key(now: Any) -> sa.Subquery:
 
 
 def claim_update(
-    candidates: sa.Select[Any], now: Any, target: Any, *, still_due: bool
+    candidates: sa.Select[Any], now: Any, target: Any, *, still_due: bool, takes_over: bool = True
 ) -> sa.Update:
     """The ``UPDATE`` claiming the rows ``target(candidates)`` names (with ``still_due``, only
-    those still due at ``now``): each becomes running under a new lease and token, or, when its
-    last attempt's lease expired, is dead-lettered; returns :data:`CLAIM_RETURNING`."""
+    those still due at ``now``): each becomes running under a new lease and token held by the
+    worker ``b_worker``, or, when its last attempt's lease expired, is dead-lettered; returns
+    :data:`CLAIM_RETURNING`. With ``takes_over`` (the candidates may include expired leases),
+    a row whose lease expired counts what the trim of its attempt history under ``b_keep``
+    drops when its lost attempt is recorded (see :mod:`caravel.store.claims.takeover`)."""
     expires = sa.bindparam("b_expires", type_=sa.BigInteger())
     exhausted = sa.and_(jobs.c.state == RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
@@ -113,19 +117,19 @@ def claim_update(
     if still_due:
         # Ready and due, or running with an expired lease: nothing else has available_at <= now.
         where.append(jobs.c.available_at <= now)
-    return (
-        sa.update(jobs)
-        .where(*where)
-        .values(
-            state=pick(DEAD, RUNNING),
-            attempt=pick(jobs.c.attempt, jobs.c.attempt + 1),
-            lease_token=jobs.c.lease_token + 1,
-            lease_expires_at=pick(sa.null(), expires),
-            available_at=pick(sa.null(), expires),
-            started_at=pick(jobs.c.started_at, now),
-            finished_at=pick(now, sa.null()),
-            last_failure=pick(FailureCategory.LEASE_EXPIRED.value, jobs.c.last_failure),
-            updated_at=now,
-        )
-        .returning(*CLAIM_RETURNING)
-    )
+    values: dict[str, Any] = {
+        "state": pick(DEAD, RUNNING),
+        "attempt": pick(jobs.c.attempt, jobs.c.attempt + 1),
+        "lease_token": jobs.c.lease_token + 1,
+        "lease_expires_at": pick(sa.null(), expires),
+        "available_at": pick(sa.null(), expires),
+        "started_at": pick(jobs.c.started_at, now),
+        "finished_at": pick(now, sa.null()),
+        "last_failure": pick(FailureCategory.LEASE_EXPIRED.value, jobs.c.last_failure),
+        "updated_at": now,
+        "worker_id": pick(jobs.c.worker_id, sa.bindparam("b_worker", type_=sa.Uuid())),
+    }
+    if takes_over:
+        lost = sa.case((jobs.c.state == RUNNING, dropped()), else_=sa.literal_column("0"))
+        values["attempts_dropped"] = jobs.c.attempts_dropped + lost
+    return sa.update(jobs).where(*where).values(values).returning(*CLAIM_RETURNING)

@@ -14,6 +14,7 @@ from caravel.flow.fairness import fair_order, next_cursor
 from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
 from caravel.jobs import JobState
 from caravel.store import claims
+from caravel.store.claims.takeover import expired_before, taking_over
 from caravel.store.limited.starts import latest_start, log_starts, prune_starts, started_by_key
 from caravel.store.limited.tables import move_cursor, read_limit, read_weights
 from caravel.store.plans import Plan, Step
@@ -22,6 +23,7 @@ from caravel.store.protocol import ClaimRequest, ClaimSource
 __all__ = ["ClaimingStore", "limited_claim"]
 
 RUNNING = JobState.RUNNING.value
+_SCAN: Any = sa.literal_column(str(claims.KEY_SCAN))
 
 
 class ClaimingStore(Protocol):
@@ -82,10 +84,20 @@ def limited_claim(
         stmt = store._statement(
             f"claim_per_key_{source}", lambda: claims.claim_per_key(source, store._claim_target)
         )
-    claimed = yield Step(stmt, params)
+    claimed = yield from _taking_over(store, request, Step(stmt, params))
     if fair:
         yield from _move_cursor(store, request.queue, found[0].fair_cursor, claimed)
     return claimed
+
+
+def _taking_over(store: ClaimingStore, request: ClaimRequest, claim: Step) -> Plan[list[Any]]:
+    """Run ``claim``, recording the expired leases it takes over (it reads at most the first
+    :data:`~caravel.store.claims.KEY_SCAN` of them, as :func:`expired_before` does)."""
+    before = None
+    if request.source != "ready":
+        read = store._statement("expired_before_scan", lambda: expired_before(_SCAN))
+        before = Step(read, {"b_queue": request.queue, "b_now": claim.parameters["b_now"]})
+    return (yield from taking_over(claim, before, request.attempt_history))
 
 
 def _move_cursor(
@@ -152,10 +164,11 @@ def _rated_claim(
     )
     if not chosen:
         return []
-    claimed = yield Step(
-        store._statement("claim_ids", claims.claim_ids),
+    claim = Step(
+        store._statement(f"claim_ids_{source}", lambda: claims.claim_ids(source)),
         {**params, "b_ids": [job.id for job in chosen]},
     )
+    claimed = yield from _taking_over(store, request, claim)
     by_id = {job.id: job for job in chosen}
     starts = [
         {

@@ -11,7 +11,7 @@ from dataclasses import replace
 from uuid import UUID
 
 from caravel.errors import StoreError
-from caravel.jobs import JobState, JobStatus
+from caravel.jobs import AttemptRecord, JobState, JobStatus
 from caravel.migrations import HEAD
 from caravel.store.limited import checked_usage, key_startable, waiting
 from caravel.store.memory.tables import JobRow, Tables, partition_of
@@ -29,7 +29,7 @@ from caravel.store.protocol import (
     WorkerRecord,
     shown_state,
 )
-from caravel.store.rows import status_from_row, worker_from_row
+from caravel.store.rows import attempt_from_row, status_from_row, worker_from_row
 
 __all__ = ["MemoryReader"]
 
@@ -113,6 +113,14 @@ class MemoryReader:
         with self._locked("job_get_result") as tables:
             row = self._owned(tables, ref)
             return None if row is None else row.result
+
+    async def job_attempts(self, ref: JobRef) -> list[AttemptRecord] | None:
+        with self._locked("job_attempts") as tables:
+            row = self._owned(tables, ref)
+            if row is None:
+                return None
+            history = sorted(tables.attempts.get(row.id, ()), key=lambda r: r.lease_token)
+            return [attempt_from_row(record) for record in history]
 
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         with self._locked("job_list") as tables:

@@ -8,7 +8,8 @@ import heapq
 from collections.abc import AsyncIterator, Iterator, Sequence
 from uuid import UUID
 
-from caravel.jobs import CancelOutcome, JobState
+from caravel.jobs import AttemptOutcome, CancelOutcome, JobState
+from caravel.store.attempts import CANCEL_KEEP
 from caravel.store.memory.reads import MemoryReader
 from caravel.store.memory.tables import JobRow, Tables
 from caravel.store.protocol import JobRef
@@ -81,7 +82,26 @@ class MemoryRemoval(MemoryReader):
 
 
 def _cancel(tables: Tables, row: JobRow, now: int) -> None:
-    """What ``removal_sql.cancel`` does to one waiting or running row."""
+    """What ``removal_sql.cancel`` does to one waiting or running row (a running one's attempt
+    ends as ``cancelled``, as ``attempts.cancelled`` records it)."""
+    if row.state == RUNNING:
+        host, pid = tables.holder(row.worker_id)
+        record = {
+            "job_id": row.id,
+            "lease_token": row.lease_token,
+            "attempt": row.attempt,
+            "worker_id": row.worker_id,
+            "host": host,
+            "pid": pid,
+            "claimed_at": row.started_at,
+            "finished_at": now,
+            "outcome": AttemptOutcome.CANCELLED.value,
+            "category": None,
+            "error_class": None,
+            "detail": None,
+            "retry_at": None,
+        }
+        tables.record(row, record, CANCEL_KEEP)
     row.cancel_requested_at = now if row.state == RUNNING else None
     row.state = CANCELLED
     row.available_at = row.lease_expires_at = None

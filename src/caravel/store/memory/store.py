@@ -15,8 +15,9 @@ from typing import Any
 from uuid import UUID
 
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
-from caravel.jobs import FailureCategory, JobState, Lease
+from caravel.jobs import AttemptOutcome, FailureCategory, JobState, Lease
 from caravel.retention import content_hash
+from caravel.store import attempts
 from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts
 from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key, settle_pending
@@ -35,6 +36,7 @@ from caravel.store.protocol import (
     InsertResult,
     JobRef,
     NewJob,
+    Recorder,
     SnoozedAttempt,
     WorkerRecord,
 )
@@ -56,6 +58,9 @@ def _no_session() -> ValidationError:
 
 READY = JobState.READY.value
 RUNNING = JobState.RUNNING.value
+
+#: Who records outcomes when the caller does not say (as ``SqlStore``'s).
+NOBODY = Recorder()
 COMPLETED = JobState.COMPLETED.value
 DEAD = JobState.DEAD_LETTER.value
 PRUNED = JobState.PRUNED.value
@@ -150,7 +155,9 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                     picked.extend(heapq.nsmallest(limit, due(state), key=order))
             returned = []
             for row in picked[:limit]:
-                _claim(row, now, now + request.lease_ms)
+                if row.state == RUNNING:  # its lease expired: that attempt ended there
+                    tables.record(row, _lost(tables, row), request.attempt_history)
+                _claim(row, now, now + request.lease_ms, request.worker_id)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
             if request.limited:
@@ -164,7 +171,9 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
+        by = recorder or NOBODY
         done: set[UUID] = set()
         with self._locked("job_complete") as tables:
             for lease in leases:
@@ -177,13 +186,24 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                 row.state = COMPLETED
                 row.available_at = row.lease_expires_at = None
                 row.finished_at = row.updated_at = now
+                tables.record(
+                    row,
+                    attempts.record(lease, by, now, AttemptOutcome.COMPLETED),
+                    by.attempt_history,
+                )
                 tables.track(row)
                 done.add(row.id)
         return done
 
     async def job_fail_many(
-        self, failures: Sequence[FailedAttempt], now: int, *, durable: bool = False
+        self,
+        failures: Sequence[FailedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
+        by = recorder or NOBODY
         done: set[UUID] = set()
         with self._locked("job_fail") as tables:
             for failure in failures:
@@ -202,13 +222,30 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                 if failure.error_class is not None:
                     row.error_class = failure.error_class
                 row.updated_at = now
+                record = attempts.record(
+                    failure.lease,
+                    by,
+                    now,
+                    failure.outcome,
+                    category=failure.category,
+                    error_class=failure.error_class,
+                    detail=failure.detail,
+                    retry_at=retry_at,
+                )
+                tables.record(row, record, by.attempt_history)
                 tables.track(row)
                 done.add(row.id)
         return done
 
     async def job_snooze_many(
-        self, snoozes: Sequence[SnoozedAttempt], now: int, *, durable: bool = False
+        self,
+        snoozes: Sequence[SnoozedAttempt],
+        now: int,
+        *,
+        durable: bool = False,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
+        by = recorder or NOBODY
         done: set[UUID] = set()
         with self._locked("job_snooze") as tables:
             for snoozed in snoozes:
@@ -222,6 +259,10 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                 row.due_at = row.available_at = snoozed.until
                 row.lease_expires_at = None
                 row.updated_at = now
+                record = attempts.record(
+                    snoozed.lease, by, now, AttemptOutcome.SNOOZED, retry_at=snoozed.until
+                )
+                tables.record(row, record, by.attempt_history)
                 tables.track(row)
                 done.add(row.id)
         return done
@@ -270,6 +311,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                     tables.remove(row)
                     continue
                 _compact(row, request.now)
+                tables.attempts.pop(row.id, None)  # pruned with the job
                 tables.track(row)  # as every change of state (the release triggers' view)
                 tombstoned += 1
         return PruneBatch(deleted, tombstoned, expired)
@@ -353,9 +395,30 @@ def _held(tables: Tables, lease: Lease) -> JobRow | None:
     return row
 
 
-def _claim(row: JobRow, now: int, expires: int) -> None:
-    """What one claim does to a picked row: lease it, or dead-letter it when its expired lease
-    was its last attempt (``claims.claim``'s two branches)."""
+def _lost(tables: Tables, row: JobRow) -> dict[str, Any]:
+    """The ``lease_expired`` record of the attempt whose expired lease ``row`` still holds
+    (``claims.takeover.lost``)."""
+    host, pid = tables.holder(row.worker_id)
+    return {
+        "job_id": row.id,
+        "lease_token": row.lease_token,
+        "attempt": row.attempt,
+        "worker_id": row.worker_id,
+        "host": host,
+        "pid": pid,
+        "claimed_at": row.started_at,
+        "finished_at": row.lease_expires_at,
+        "outcome": AttemptOutcome.LEASE_EXPIRED.value,
+        "category": FailureCategory.LEASE_EXPIRED.value,
+        "error_class": None,
+        "detail": None,
+        "retry_at": None,
+    }
+
+
+def _claim(row: JobRow, now: int, expires: int, worker_id: UUID | None) -> None:
+    """What one claim does to a picked row: lease it to ``worker_id``, or dead-letter it when
+    its expired lease was its last attempt (``claims.claim``'s two branches)."""
     row.lease_token += 1
     row.updated_at = now
     if row.state == RUNNING and row.attempt >= row.max_attempts:
@@ -369,6 +432,7 @@ def _claim(row: JobRow, now: int, expires: int) -> None:
     row.lease_expires_at = row.available_at = expires
     row.started_at = now
     row.finished_at = None
+    row.worker_id = worker_id
 
 
 def _prunable(tables: Tables, request: PruneRequest) -> list[tuple[JobRow, int]]:

@@ -1,4 +1,5 @@
-"""The in-memory store's state: its jobs and workers, as plain rows under one lock.
+"""The in-memory store's state: its jobs, their attempt records and the workers, as plain rows
+under one lock.
 
 A row carries the same columns as the SQL tables (:mod:`caravel.store.schema`), so the shared
 row readers in :mod:`caravel.store.rows` turn it into statuses, claimed jobs and worker records
@@ -12,13 +13,14 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import NewJob, QueueLimit
 from caravel.store.rows import job_row
 
-__all__ = ["BatchRow", "JobRow", "Key", "Tables", "WorkerRow", "partition_of"]
+__all__ = ["AttemptRow", "BatchRow", "JobRow", "Key", "Tables", "WorkerRow", "partition_of"]
 
 #: An idempotency key's scope: (queue, tenant, key).
 Key = tuple[str, str, str]
@@ -64,6 +66,8 @@ class JobRow:
     batch_id: UUID | None = None
     upstream: str | None = None
     timeout_ms: int | None = None
+    worker_id: UUID | None = None
+    attempts_dropped: int = 0
     #: The state the tables last saw (see :meth:`Tables.track`): not a column, the trigger's
     #: ``OLD.state``.
     seen_state: str = "ready"
@@ -99,6 +103,25 @@ class BatchRow:
     finished_at: int | None = None
 
 
+@dataclass(slots=True)
+class AttemptRow:
+    """One attempt record, column for column as ``caravel_attempts`` holds it."""
+
+    job_id: UUID
+    lease_token: int
+    attempt: int
+    worker_id: UUID | None
+    host: str | None
+    pid: int | None
+    claimed_at: int | None
+    finished_at: int | None
+    outcome: str
+    category: str | None
+    error_class: str | None
+    detail: str | None
+    retry_at: int | None
+
+
 _END_STATES = ("completed", "dead_letter", "cancelled")
 
 
@@ -131,6 +154,8 @@ class Tables:
         #: claim index holds them: a claim never walks the finished history.
         self.live: dict[str, set[UUID]] = {}
         self.workers: dict[UUID, WorkerRow] = {}
+        #: ``caravel_attempts`` by job, oldest claim first.
+        self.attempts: dict[UUID, list[AttemptRow]] = {}
         #: ``caravel_queues`` as queue -> ``paused_at``, for the queues paused now.
         self.paused: dict[str, int] = {}
         #: ``caravel_schedules`` as name -> [last_slot_at, paused_at].
@@ -154,11 +179,30 @@ class Tables:
         self.track(row)
 
     def remove(self, row: JobRow) -> None:
-        """Delete ``row``, with its idempotency key and any claim index entry."""
+        """Delete ``row``, with its idempotency key, any claim index entry and its attempt
+        records."""
         del self.jobs[row.id]
         if row.key is not None and self.keys.get(row.key) == row.id:
             del self.keys[row.key]
         self.live.get(row.queue, set()).discard(row.id)
+        self.attempts.pop(row.id, None)
+
+    def record(self, row: JobRow, record: dict[str, Any], keep: int) -> None:
+        """Add ``record`` (:func:`caravel.store.attempts.record`'s columns) to ``row``'s
+        attempt history, deleting the records of claims older than its last ``keep`` and
+        counting them in ``attempts_dropped``, as the SQL stores' trim does."""
+        history = self.attempts.setdefault(row.id, [])
+        token = record["lease_token"]
+        if token > keep:
+            kept = [old for old in history if old.lease_token > token - keep]
+            row.attempts_dropped += len(history) - len(kept)
+            history[:] = kept
+        history.append(AttemptRow(**record))
+
+    def holder(self, worker_id: UUID | None) -> tuple[str | None, int | None]:
+        """The host and process of the worker ``worker_id``, while its row is kept."""
+        worker = None if worker_id is None else self.workers.get(worker_id)
+        return (None, None) if worker is None else (worker.host, worker.pid)
 
     def track(self, row: JobRow) -> None:
         """Keep the claim index in step with ``row.available_at`` after any change to it, and

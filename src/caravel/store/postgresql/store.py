@@ -13,18 +13,19 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from caravel.jobs import Lease
+from caravel.jobs import AttemptOutcome, Lease
 from caravel.store import queries
-from caravel.store.base import claimed_from_rows
+from caravel.store.base import NOBODY, claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.pending_sql import PENDING_INDEX
 from caravel.store.plans import Plan, Step
+from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.key_jobs import lateral_key_jobs
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
-from caravel.store.protocol import ClaimBatch, ClaimRequest
+from caravel.store.protocol import ClaimBatch, ClaimRequest, Recorder
 from caravel.store.schema import jobs
 from caravel.store.schema import queue_limits as queue_limits_table
 from caravel.store.schema import queues as queues_table
@@ -111,6 +112,12 @@ class PostgresStore(InsertingStore):
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)
 
+    # Every outcome's statement writes its attempt records, in a data-modifying WITH.
+    _records_in_statement = True
+
+    def _recording(self, update: sa.Update, *, given_back: bool = False) -> Any:
+        return recording(update, given_back=given_back)
+
     def _claim_lock(self, picked: sa.Select[Any]) -> sa.Select[Any]:
         # Lock the picked rows, skipping any another worker holds.
         return picked.with_for_update(skip_locked=True)
@@ -156,9 +163,14 @@ class PostgresStore(InsertingStore):
         del values["b_limit"]  # written into the statement's text instead
         # The batch size is written into the statement (one prepared statement per size), so
         # the planner always knows how few rows the claim reads.
-        sql, defaults = self._compiled(
-            f"claim_{source}", lambda: self._claim_statement(source, literal_limit=False)
+        # A claim that may take expired leases over records their attempts in its own
+        # statement; one of ready jobs alone is the plain UPDATE.
+        build = (
+            (lambda: self._claim_statement(source, literal_limit=False))
+            if source == "ready"
+            else (lambda: claim_taking_over(source, self._claim_lock))
         )
+        sql, defaults = self._compiled(f"claim_{source}", build)
         sql = sql.replace("%(b_limit)b", str(int(limit)))
 
         async def run() -> list[Any]:
@@ -184,17 +196,24 @@ class PostgresStore(InsertingStore):
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        fields = {
+            **self._record_params(recorder or NOBODY, AttemptOutcome.COMPLETED),
+            "b_now": now,
+        }
         plain, valued = split_results(leases, results)
-        done = await self._complete_plain(plain, now, durable) if plain else set()
+        done = await self._complete_plain(plain, fields, durable) if plain else set()
         if valued:
-            done |= await self._complete_valued(valued, now, durable)
+            done |= await self._complete_valued(valued, fields, durable)
         return done
 
-    async def _complete_plain(self, leases: Sequence[Lease], now: int, durable: bool) -> set[UUID]:
-        values = {**self._held_params(leases), "b_now": now}
+    async def _complete_plain(
+        self, leases: Sequence[Lease], fields: dict[str, Any], durable: bool
+    ) -> set[UUID]:
+        values = {**self._held_params(leases), **fields}
         # A durable acknowledgement commits as the server's synchronous_commit says (on, by
         # default): the statement without the relaxing subquery.
         name, build = (
@@ -202,7 +221,7 @@ class PostgresStore(InsertingStore):
             if durable
             else ("complete", self._complete_statement)
         )
-        return await self._completed(name, build, values)
+        return await self._completed(name, lambda: recording(build()), values)
 
     async def _completed(
         self, name: str, build: Callable[[], Any], values: dict[str, Any]
@@ -218,20 +237,22 @@ class PostgresStore(InsertingStore):
         return await self._deadlock_retried(run)
 
     async def _complete_valued(
-        self, valued: Sequence[tuple[Lease, str]], now: int, durable: bool
+        self, valued: Sequence[tuple[Lease, str]], fields: dict[str, Any], durable: bool
     ) -> set[UUID]:
         """Completions that store results: the same join against unnested arrays, with a
         third array of result texts, in one statement for the whole batch."""
         values = {
             **self._held_params([lease for lease, _ in valued]),
             "b_results": [text for _, text in valued],
-            "b_now": now,
+            **fields,
         }
 
-        def build() -> sa.Update:
+        def build() -> Any:
             held = _held_rows(with_results=True)
             stmt = queries.complete(_held_by(held), held.c.result)
-            return stmt if durable else stmt.where(_RELAXED.scalar_subquery().is_not(None))
+            if not durable:
+                stmt = stmt.where(_RELAXED.scalar_subquery().is_not(None))
+            return recording(stmt)
 
         name = "complete_result_durable" if durable else "complete_result"
         return await self._completed(name, build, values)

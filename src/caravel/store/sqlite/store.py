@@ -18,11 +18,19 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from caravel.errors import DatabaseNotFoundError, StoreError
-from caravel.jobs import Lease
-from caravel.store.base import SqlStore, claimed_from_rows
+from caravel.jobs import AttemptOutcome, Lease
+from caravel.store import attempts
+from caravel.store.base import NOBODY, SqlStore, claimed_from_rows
 from caravel.store.outcomes import split_results
-from caravel.store.plans import run_plan_sync
-from caravel.store.protocol import ClaimBatch, ClaimRequest, InsertOutcome, InsertResult, NewJob
+from caravel.store.plans import record_plan, run_plan_sync
+from caravel.store.protocol import (
+    ClaimBatch,
+    ClaimRequest,
+    InsertOutcome,
+    InsertResult,
+    NewJob,
+    Recorder,
+)
 from caravel.store.rows import job_row_columns
 from caravel.store.schema import FINISHED_COUNTS_TABLE, jobs
 from caravel.store.schema import queue_limits as queue_limits_table
@@ -224,9 +232,6 @@ class SqliteStore(SqlStore[ThreadConnection]):
         return InsertResult(new_jobs, await self._insert_general(new_jobs))
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        source = request.source
-        stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
-
         def claim(conn: sa.Connection, waited: int) -> list[Any]:
             # Open connections keep working on a file unlinked under them, so a worker would
             # poll a deleted queue for ever: the claim, which every worker runs, looks first.
@@ -234,10 +239,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
             if missing is not None:
                 raise missing
             # Where the claim had to wait for the write lock, the lease starts after the wait.
+            # (The write lock also makes the queue's limited claims take turns.)
             params = self._claim_params(request, request.now + waited)
-            if request.limited:  # the write lock makes the queue's limited claims take turns
-                return run_plan_sync(conn.execute, self._claim_limited(request, params))
-            return list(conn.execute(stmt, params).all())
+            return run_plan_sync(conn.execute, self._claim_plan(request, params))
 
         return claimed_from_rows(await self._in_writer("job_claim", claim))
 
@@ -248,19 +252,28 @@ class SqliteStore(SqlStore[ThreadConnection]):
         *,
         durable: bool = False,
         results: Mapping[UUID, str] | None = None,
+        recorder: Recorder | None = None,
     ) -> set[UUID]:
         if not leases:
             return set()
+        by = recorder or NOBODY
+        keep = by.attempt_history
         plain, valued = split_results(leases, results)
         stmt = self._statement("complete", self._complete_statement)
         with_result = self._statement("complete_result", self._complete_result_statement)
-        params = {**self._held_params(plain), "b_now": now}
+        params = {**self._held_params(plain), "b_now": now, "b_keep": keep}
 
         def complete(conn: sa.Connection, _: int) -> set[UUID]:
             done = set(conn.execute(stmt, params).scalars()) if plain else set()
             for lease, text in valued:  # in the same transaction as the rest of the batch
-                one = {**self._held_params([lease]), "b_now": now, "b_result": text}
-                done.update(conn.execute(with_result, one).scalars())
+                one = {**self._held_params([lease]), "b_now": now, "b_keep": keep}
+                done.update(conn.execute(with_result, {**one, "b_result": text}).scalars())
+            records = [
+                attempts.record(lease, by, now, AttemptOutcome.COMPLETED)
+                for lease in leases
+                if lease.job_id in done
+            ]
+            run_plan_sync(conn.execute, record_plan(records, keep))
             return done
 
         return await self._in_writer("job_complete", complete, durable=durable)
