@@ -14,6 +14,7 @@ from uuid import UUID
 from caravel._ids import uuid7
 from caravel.chains import link_chain
 from caravel.jobs import ClaimedJob, JobStatus, Lease
+from caravel.limits import DEFAULT_ATTEMPT_HISTORY
 from caravel.store.links import LinkedJob, NewBatch
 from caravel.store.protocol import (
     ClaimBatch,
@@ -104,8 +105,19 @@ async def claim(
     lease_ms: int = LEASE_MS,
     source: ClaimSource = "any",
     limited: bool = False,
+    worker_id: UUID | None = None,
+    attempt_history: int = DEFAULT_ATTEMPT_HISTORY,
 ) -> ClaimBatch:
-    request = ClaimRequest(queue, limit, now, lease_ms, source, limited=limited)
+    request = ClaimRequest(
+        queue,
+        limit,
+        now,
+        lease_ms,
+        source,
+        limited=limited,
+        worker_id=worker_id,
+        attempt_history=attempt_history,
+    )
     return await store.job_claim_many(request)
 
 
