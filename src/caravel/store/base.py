@@ -109,13 +109,16 @@ class SqlStore(
     #: itself; otherwise the operations insert them after it, in its transaction.
     _records_in_statement = False
 
-    def _recording(self, update: sa.Update, *, given_back: bool = False) -> Any:
+    def _recording(
+        self, update: sa.Update, *, given_back: bool = False, trimming: bool = False
+    ) -> Any:
         """``update``, an outcome's statement returning the ids of the jobs it changed, as the
         statement that also records each one's attempt (:mod:`caravel.store.attempts`), bound
         as :meth:`_record_params` binds it (``given_back``: the update gave the attempt back,
         so the record's number is one more than the row's), where the dialect can; by default
-        ``update`` itself."""
-        return update
+        ``update`` itself. With ``trimming`` (a record's token passes ``b_keep``), it counts
+        what the trim of each job's history deletes, and trims it where it records."""
+        return attempts.counted(update) if trimming else update
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
@@ -219,13 +222,11 @@ class SqlStore(
             "b_retry_at": retry_at,
         }
 
-    async def _record(
-        self, conn: ConnectionT, records: list[dict[str, Any]], recorder: Recorder
-    ) -> None:
+    async def _record(self, conn: ConnectionT, records: list[dict[str, Any]], keep: int) -> None:
         """Insert the attempt records of outcomes whose statements did not (see
-        :attr:`_records_in_statement`), in their transaction."""
+        :attr:`_records_in_statement`), in their transaction, trimming under ``keep``."""
         if records and not self._records_in_statement:
-            await run_plan(conn.execute, record_plan(records, recorder.attempt_history))
+            await run_plan(conn.execute, record_plan(records, keep))
 
     async def job_complete_many(
         self,
@@ -239,28 +240,33 @@ class SqlStore(
         if not leases:
             return set()
         by = recorder or NOBODY
+        keep = by.attempt_history
+        trim = attempts.trimming((lease.token for lease in leases), keep)
         plain, valued = outcomes.split_results(leases, results)
-        stmt = self._statement("complete", lambda: self._recording(self._complete_statement()))
-        with_result = self._statement(
-            "complete_result", lambda: self._recording(self._complete_result_statement())
+        stmt = self._statement(
+            f"complete_{trim}",
+            lambda: self._recording(self._complete_statement(), trimming=trim),
         )
-        recording = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
+        with_result = self._statement(
+            f"complete_result_{trim}",
+            lambda: self._recording(self._complete_result_statement(), trimming=trim),
+        )
+        fields = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
 
         async def run() -> set[UUID]:
             done: set[UUID] = set()
             async with self._write("job_complete", durable=durable) as conn:
                 if plain:
-                    params = {**self._held_params(plain), **recording}
+                    params = {**self._held_params(plain), **fields}
                     done.update((await conn.execute(stmt, params)).scalars())
                 for lease, text in valued:
-                    params = {**self._held_params([lease]), **recording, "b_result": text}
+                    params = {**self._held_params([lease]), **fields, "b_result": text}
                     done.update((await conn.execute(with_result, params)).scalars())
-                records = [
-                    attempts.record(lease, by, now, AttemptOutcome.COMPLETED)
-                    for lease in leases
-                    if lease.job_id in done
-                ]
-                await self._record(conn, records, by)
+                if done and not self._records_in_statement:
+                    await conn.execute(attempts.recorded(), {**fields, "b_done": list(done)})
+                    trims = attempts.lease_cuts(leases, keep, done)
+                    if trims:
+                        await conn.execute(attempts.trim(), trims)
             return done
 
         return await self._deadlock_retried(run)
@@ -276,30 +282,34 @@ class SqlStore(
         if not snoozes:
             return set()
         by = recorder or NOBODY
-        snoozed_ = AttemptOutcome.SNOOZED
+        keep = by.attempt_history
+        trim = attempts.trimming((snoozed.lease.token for snoozed in snoozes), keep)
+        outcome = AttemptOutcome.SNOOZED
 
         async def run(give_up: bool) -> set[UUID]:
             stmt = self._statement(
-                f"snooze_{give_up}",
+                f"snooze_{give_up}_{trim}",
                 lambda: self._recording(
-                    outcomes.snooze(self._held_clause(), returning_key(give_up)), given_back=True
+                    outcomes.snooze(self._held_clause(), returning_key(give_up)),
+                    given_back=True,
+                    trimming=trim,
                 ),
             )
             done: set[UUID] = set()
             records: list[dict[str, Any]] = []
             async with self._write("job_snooze", durable=durable) as conn:
                 for snoozed in snoozes:
-                    held = self._held_params([snoozed.lease])
-                    recording = self._record_params(by, snoozed_, retry_at=snoozed.until)
-                    params = {**held, **recording, "b_now": now, "b_until": snoozed.until}
+                    lease, until = snoozed.lease, snoozed.until
+                    params = {
+                        **self._held_params([lease]),
+                        **self._record_params(by, outcome, retry_at=until),
+                        "b_now": now,
+                        "b_until": until,
+                    }
                     if (await conn.execute(stmt, params)).scalars().all():
-                        done.add(snoozed.lease.job_id)
-                        records.append(
-                            attempts.record(
-                                snoozed.lease, by, now, snoozed_, retry_at=snoozed.until
-                            )
-                        )
-                await self._record(conn, records, by)
+                        done.add(lease.job_id)
+                        records.append(attempts.record(lease, by, now, outcome, retry_at=until))
+                await self._record(conn, records, keep)
             return done
 
         return await with_key_given_up(run, self._is_pending_conflict)
@@ -315,6 +325,7 @@ class SqlStore(
         if not failures:
             return set()
         by = recorder or NOBODY
+        keep = by.attempt_history
 
         async def run(give_up: bool) -> set[UUID]:
             done: set[UUID] = set()
@@ -322,19 +333,19 @@ class SqlStore(
             key = returning_key(give_up)
             async with self._write("job_fail", durable=durable) as conn:
                 for failure in failures:
-                    stmt = self._recording(queries.fail(self._held_clause(), failure, now, key))
+                    lease = failure.lease
+                    update = queries.fail(self._held_clause(), failure, now, key)
+                    stmt = self._recording(update, trimming=lease.token > keep)
                     fields = _failure_fields(failure)
                     params = {
-                        **self._held_params([failure.lease]),
+                        **self._held_params([lease]),
                         **self._record_params(by, failure.outcome, **fields),
                         "b_now": now,
                     }
                     if (await conn.execute(stmt, params)).scalars().all():
-                        done.add(failure.lease.job_id)
-                        records.append(
-                            attempts.record(failure.lease, by, now, failure.outcome, **fields)
-                        )
-                await self._record(conn, records, by)
+                        done.add(lease.job_id)
+                        records.append(attempts.record(lease, by, now, failure.outcome, **fields))
+                await self._record(conn, records, keep)
             return done
 
         return await self._deadlock_retried(

@@ -11,7 +11,6 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from caravel.jobs import JobState, Lease
-from caravel.store.attempts import dropped
 from caravel.store.protocol import JobRef
 from caravel.store.queries import complete, owned
 from caravel.store.schema import jobs
@@ -47,8 +46,7 @@ def complete_with_result(held: sa.ColumnElement[bool]) -> sa.Update:
 def snooze(held: sa.ColumnElement[bool], key: Any = jobs.c.pending_key) -> sa.Update:
     """The row ``held`` matches made ready again at ``b_until``, its attempt given back, its
     snoozes counted and its pending key ``key``; returns its id. Not a failure:
-    ``last_failure`` stays as it was. Counts what the trim of its attempt history under
-    ``b_keep`` drops (see :mod:`caravel.store.attempts`)."""
+    ``last_failure`` stays as it was."""
     until = sa.bindparam("b_until", type_=sa.BigInteger())
     return (
         sa.update(jobs)
@@ -62,7 +60,6 @@ def snooze(held: sa.ColumnElement[bool], key: Any = jobs.c.pending_key) -> sa.Up
             lease_expires_at=None,
             updated_at=sa.bindparam("b_now", type_=sa.BigInteger()),
             pending_key=key,
-            attempts_dropped=jobs.c.attempts_dropped + dropped(),
         )
         .returning(jobs.c.id)
     )

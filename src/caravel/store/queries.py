@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from caravel.jobs import JobState
 from caravel.limits import HELD_DUE_AT
 from caravel.retention import content_hash
-from caravel.store.attempts import dropped
 from caravel.store.protocol import (
     FailedAttempt,
     JobFilter,
@@ -103,15 +102,13 @@ def same_content(row: Any, job: NewJob) -> bool:
 def complete(held: sa.ColumnElement[bool], result: Any = None) -> sa.Update:
     """Mark the rows ``held`` matches completed at ``b_now``; returns their ids. ``result``,
     when given, is the expression for each row's stored result (a bound value or a column of
-    the dialect's batch). Counts what the trim of each job's attempt history under ``b_keep``
-    drops (see :mod:`caravel.store.attempts`)."""
+    the dialect's batch)."""
     values: dict[str, Any] = {
         "state": COMPLETED,
         "available_at": None,
         "lease_expires_at": None,
         "finished_at": sa.bindparam("b_now"),
         "updated_at": sa.bindparam("b_now"),
-        "attempts_dropped": jobs.c.attempts_dropped + dropped(),
     }
     if result is not None:
         values["result"] = result
@@ -122,8 +119,7 @@ def fail(
     held: sa.ColumnElement[bool], failure: FailedAttempt, now: int, key: Any = jobs.c.pending_key
 ) -> sa.Update:
     """Record one failed attempt on the row ``held`` matches: ready again at ``retry_at`` (its
-    pending key then ``key``), or a dead letter when there is none. Returns its id. Counts what
-    the trim of its attempt history under ``b_keep`` drops, as :func:`complete` does."""
+    pending key then ``key``), or a dead letter when there is none. Returns its id."""
     retry_at = failure.retry_at
     return (
         sa.update(jobs)
@@ -138,7 +134,6 @@ def fail(
             error_class=failure.error_class or jobs.c.error_class,  # none given: kept
             updated_at=now,
             pending_key=key if retry_at is not None else jobs.c.pending_key,
-            attempts_dropped=jobs.c.attempts_dropped + dropped(),
         )
         .returning(jobs.c.id)
     )

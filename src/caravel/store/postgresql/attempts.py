@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from caravel.jobs import AttemptOutcome, FailureCategory, JobState
 from caravel.store import claims
-from caravel.store.attempts import KEEP, RECORD_COLUMNS
+from caravel.store.attempts import KEEP, RECORD_COLUMNS, counted, record_of
 from caravel.store.claims.sources import Lock
 from caravel.store.schema import attempts, jobs, workers
 from caravel.store.values import ClaimSource
@@ -25,10 +25,6 @@ from caravel.store.values import ClaimSource
 __all__ = ["claim_taking_over", "recording"]
 
 RUNNING = JobState.RUNNING.value
-
-
-def _bound(name: str, kind: Any) -> sa.BindParameter[Any]:
-    return sa.bindparam(name, type_=kind)
 
 
 def _trim(done: Any, *also: sa.ColumnElement[bool]) -> sa.CTE:
@@ -46,32 +42,26 @@ def _trim(done: Any, *also: sa.ColumnElement[bool]) -> sa.CTE:
     )
 
 
-def recording(update: sa.Update, *, given_back: bool = False) -> sa.Select[Any]:
+def recording(
+    update: sa.Update, *, given_back: bool = False, trimming: bool = False
+) -> sa.Select[Any]:
     """``update`` (an outcome's statement returning the ids it changed) with one record per
-    changed job, bound as ``SqlStore._record_params`` binds it: the attempt its lease was for
-    (``given_back``: the update gave it back, so it is the row's plus one), claimed at the row's
-    ``started_at``, finished at ``b_now``. Returns the ids, as ``update`` did."""
+    changed job, bound as :func:`caravel.store.attempts.record_of` binds it: the attempt its
+    lease was for (``given_back``: the update gave it back, so it is the row's plus one),
+    claimed at the row's ``started_at``. With ``trimming``, each job's history is trimmed to
+    its last ``b_keep`` claims too (and the update counts what goes). Returns the ids, as
+    ``update`` did."""
+    if trimming:
+        update = counted(update)
     attempt = jobs.c.attempt + 1 if given_back else jobs.c.attempt
     done = update.returning(jobs.c.lease_token, attempt.label("attempt_no"), jobs.c.started_at).cte(
         "done"
     )
-    record = sa.select(
-        done.c.id,
-        done.c.lease_token,
-        done.c.attempt_no,
-        _bound("b_worker", sa.Uuid()),
-        _bound("b_host", sa.String()),
-        _bound("b_pid", sa.Integer()),
-        done.c.started_at,
-        _bound("b_now", sa.BigInteger()),
-        _bound("b_outcome", sa.String()),
-        _bound("b_category", sa.String()),
-        _bound("b_error_class", sa.String()),
-        _bound("b_detail", sa.String()),
-        _bound("b_retry_at", sa.BigInteger()),
-    )
-    recorded = sa.insert(attempts).from_select(RECORD_COLUMNS, record).cte("recorded")
-    return sa.select(done.c.id).add_cte(recorded, _trim(done))
+    record = record_of(done, done.c.attempt_no)
+    parts = [sa.insert(attempts).from_select(RECORD_COLUMNS, record).cte("recorded")]
+    if trimming:
+        parts.append(_trim(done))
+    return sa.select(done.c.id).add_cte(*parts)
 
 
 def claim_taking_over(source: ClaimSource, lock: Lock) -> sa.Select[Any]:

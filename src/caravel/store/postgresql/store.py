@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import AttemptOutcome, Lease
 from caravel.store import queries
+from caravel.store.attempts import trimming
 from caravel.store.base import NOBODY, claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.pending_sql import PENDING_INDEX
@@ -115,8 +116,10 @@ class PostgresStore(InsertingStore):
     # Every outcome's statement writes its attempt records, in a data-modifying WITH.
     _records_in_statement = True
 
-    def _recording(self, update: sa.Update, *, given_back: bool = False) -> Any:
-        return recording(update, given_back=given_back)
+    def _recording(
+        self, update: sa.Update, *, given_back: bool = False, trimming: bool = False
+    ) -> Any:
+        return recording(update, given_back=given_back, trimming=trimming)
 
     def _claim_lock(self, picked: sa.Select[Any]) -> sa.Select[Any]:
         # Lock the picked rows, skipping any another worker holds.
@@ -200,18 +203,19 @@ class PostgresStore(InsertingStore):
     ) -> set[UUID]:
         if not leases:
             return set()
-        fields = {
-            **self._record_params(recorder or NOBODY, AttemptOutcome.COMPLETED),
-            "b_now": now,
-        }
+        by = recorder or NOBODY
+        fields = {**self._record_params(by, AttemptOutcome.COMPLETED), "b_now": now}
+        # Only once a lease token passes the bound is a job's history trimmed (rarely): the
+        # statement does that only then.
+        trim = trimming((lease.token for lease in leases), by.attempt_history)
         plain, valued = split_results(leases, results)
-        done = await self._complete_plain(plain, fields, durable) if plain else set()
+        done = await self._complete_plain(plain, fields, durable, trim) if plain else set()
         if valued:
-            done |= await self._complete_valued(valued, fields, durable)
+            done |= await self._complete_valued(valued, fields, durable, trim)
         return done
 
     async def _complete_plain(
-        self, leases: Sequence[Lease], fields: dict[str, Any], durable: bool
+        self, leases: Sequence[Lease], fields: dict[str, Any], durable: bool, trim: bool
     ) -> set[UUID]:
         values = {**self._held_params(leases), **fields}
         # A durable acknowledgement commits as the server's synchronous_commit says (on, by
@@ -221,7 +225,9 @@ class PostgresStore(InsertingStore):
             if durable
             else ("complete", self._complete_statement)
         )
-        return await self._completed(name, lambda: recording(build()), values)
+        return await self._completed(
+            f"{name}_{trim}", lambda: recording(build(), trimming=trim), values
+        )
 
     async def _completed(
         self, name: str, build: Callable[[], Any], values: dict[str, Any]
@@ -237,7 +243,11 @@ class PostgresStore(InsertingStore):
         return await self._deadlock_retried(run)
 
     async def _complete_valued(
-        self, valued: Sequence[tuple[Lease, str]], fields: dict[str, Any], durable: bool
+        self,
+        valued: Sequence[tuple[Lease, str]],
+        fields: dict[str, Any],
+        durable: bool,
+        trim: bool,
     ) -> set[UUID]:
         """Completions that store results: the same join against unnested arrays, with a
         third array of result texts, in one statement for the whole batch."""
@@ -252,9 +262,9 @@ class PostgresStore(InsertingStore):
             stmt = queries.complete(_held_by(held), held.c.result)
             if not durable:
                 stmt = stmt.where(_RELAXED.scalar_subquery().is_not(None))
-            return recording(stmt)
+            return recording(stmt, trimming=trim)
 
-        name = "complete_result_durable" if durable else "complete_result"
+        name = f"complete_result_{'durable' if durable else 'relaxed'}_{trim}"
         return await self._completed(name, build, values)
 
     def _held_clause(self) -> sa.ColumnElement[bool]:

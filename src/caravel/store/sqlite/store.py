@@ -22,7 +22,7 @@ from caravel.jobs import AttemptOutcome, Lease
 from caravel.store import attempts
 from caravel.store.base import NOBODY, SqlStore, claimed_from_rows
 from caravel.store.outcomes import split_results
-from caravel.store.plans import record_plan, run_plan_sync
+from caravel.store.plans import run_plan_sync
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -258,22 +258,28 @@ class SqliteStore(SqlStore[ThreadConnection]):
             return set()
         by = recorder or NOBODY
         keep = by.attempt_history
+        trim = attempts.trimming((lease.token for lease in leases), keep)
         plain, valued = split_results(leases, results)
-        stmt = self._statement("complete", self._complete_statement)
-        with_result = self._statement("complete_result", self._complete_result_statement)
-        params = {**self._held_params(plain), "b_now": now, "b_keep": keep}
+        stmt = self._statement(
+            f"complete_{trim}", lambda: self._recording(self._complete_statement(), trimming=trim)
+        )
+        with_result = self._statement(
+            f"complete_result_{trim}",
+            lambda: self._recording(self._complete_result_statement(), trimming=trim),
+        )
+        fields = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
+        params = {**self._held_params(plain), **fields}
 
         def complete(conn: sa.Connection, _: int) -> set[UUID]:
             done = set(conn.execute(stmt, params).scalars()) if plain else set()
             for lease, text in valued:  # in the same transaction as the rest of the batch
-                one = {**self._held_params([lease]), "b_now": now, "b_keep": keep}
-                done.update(conn.execute(with_result, {**one, "b_result": text}).scalars())
-            records = [
-                attempts.record(lease, by, now, AttemptOutcome.COMPLETED)
-                for lease in leases
-                if lease.job_id in done
-            ]
-            run_plan_sync(conn.execute, record_plan(records, keep))
+                one = {**self._held_params([lease]), **fields, "b_result": text}
+                done.update(conn.execute(with_result, one).scalars())
+            if done:  # each completed job's record, copied from its row
+                conn.execute(attempts.recorded(), {**fields, "b_done": list(done)})
+                trims = attempts.lease_cuts(leases, keep, done)
+                if trims:
+                    conn.execute(attempts.trim(), trims)
             return done
 
         return await self._in_writer("job_complete", complete, durable=durable)
