@@ -55,17 +55,6 @@ from caravel.store.workers_sql import WorkerRegistry
 
 __all__ = ["SqlStore", "claimed_from_rows"]
 
-
-def _failure_fields(failure: FailedAttempt) -> dict[str, Any]:
-    """What a failed attempt's record says besides its outcome."""
-    return {
-        "category": failure.category,
-        "error_class": failure.error_class,
-        "detail": failure.detail,
-        "retry_at": failure.retry_at,
-    }
-
-
 _RUNNING = JobState.RUNNING.value
 DEAD = JobState.DEAD_LETTER.value
 COMPLETED = JobState.COMPLETED.value
@@ -76,6 +65,16 @@ NOBODY = Recorder()
 
 #: A claim's batch size, written into its statement's text.
 _LIMIT = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
+
+
+def _failure_fields(failure: FailedAttempt) -> dict[str, Any]:
+    """What a failed attempt's record says besides its outcome."""
+    return {
+        "category": failure.category,
+        "error_class": failure.error_class,
+        "detail": failure.detail,
+        "retry_at": failure.retry_at,
+    }
 
 
 class SqlStore(
@@ -208,8 +207,9 @@ class SqlStore(
         retry_at: int | None = None,
     ) -> dict[str, Any]:
         """What an outcome's statement binds for its attempt records: the bound of the history
-        (``b_keep``, which every outcome's statement counts against), and, for a dialect whose
-        statement writes the records itself (:meth:`_recording`), the record's fields."""
+        (``b_keep``, for a statement that trims) and the record's fields
+        (:func:`caravel.store.attempts.record_of`), for a statement that writes the records
+        itself (:meth:`_recording`) or copies them (:func:`caravel.store.attempts.recorded`)."""
         return {
             "b_keep": recorder.attempt_history,
             "b_worker": recorder.worker_id,

@@ -53,8 +53,9 @@ class RemovalStore(Protocol):
     async def job_cancel(self, ref: JobRef, now: int) -> CancelOutcome:
         """Cancel the job ``ref`` names. A waiting job moves to ``cancelled`` at once; a running
         one too, in the same statement with its lease token bumped (its worker's later writes
-        are fenced) and ``cancel_requested_at`` set, and its worker is told where the database
-        can push (:meth:`cancel_notices`). A finished job is left as it is."""
+        are fenced) and ``cancel_requested_at`` set, its attempt recorded as ``cancelled`` in
+        the same transaction, and its worker is told where the database can push
+        (:meth:`cancel_notices`). A finished job is left as it is."""
         ...
 
     async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
@@ -65,8 +66,8 @@ class RemovalStore(Protocol):
         ...
 
     async def job_delete(self, ref: JobRef) -> bool:
-        """Delete the finished (completed, dead-lettered or cancelled) job ``ref`` names;
-        false, and nothing changed, for any other job."""
+        """Delete the finished (completed, dead-lettered or cancelled) job ``ref`` names, with
+        its attempt records; false, and nothing changed, for any other job."""
         ...
 
     async def job_delete_many(self, selection: JobSelection, limit: int) -> int:

@@ -85,23 +85,7 @@ def _cancel(tables: Tables, row: JobRow, now: int) -> None:
     """What ``removal_sql.cancel`` does to one waiting or running row (a running one's attempt
     ends as ``cancelled``, as ``attempts.cancelled`` records it)."""
     if row.state == RUNNING:
-        host, pid = tables.holder(row.worker_id)
-        record = {
-            "job_id": row.id,
-            "lease_token": row.lease_token,
-            "attempt": row.attempt,
-            "worker_id": row.worker_id,
-            "host": host,
-            "pid": pid,
-            "claimed_at": row.started_at,
-            "finished_at": now,
-            "outcome": AttemptOutcome.CANCELLED.value,
-            "category": None,
-            "error_class": None,
-            "detail": None,
-            "retry_at": None,
-        }
-        tables.record(row, record, CANCEL_KEEP)
+        tables.record_ended(row, AttemptOutcome.CANCELLED.value, now, CANCEL_KEEP, None)
     row.cancel_requested_at = now if row.state == RUNNING else None
     row.state = CANCELLED
     row.available_at = row.lease_expires_at = None

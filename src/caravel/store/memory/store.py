@@ -58,12 +58,12 @@ def _no_session() -> ValidationError:
 
 READY = JobState.READY.value
 RUNNING = JobState.RUNNING.value
-
-#: Who records outcomes when the caller does not say (as ``SqlStore``'s).
-NOBODY = Recorder()
 COMPLETED = JobState.COMPLETED.value
 DEAD = JobState.DEAD_LETTER.value
 PRUNED = JobState.PRUNED.value
+
+#: Who records outcomes when the caller does not say (as ``SqlStore``'s).
+NOBODY = Recorder()
 
 #: The attribute names a claim returns, in :data:`~caravel.store.rows.CLAIM_RETURNING` order.
 _CLAIM_FIELDS = tuple(column.name for column in CLAIM_RETURNING)
@@ -156,7 +156,13 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
             returned = []
             for row in picked[:limit]:
                 if row.state == RUNNING:  # its lease expired: that attempt ended there
-                    tables.record(row, _lost(tables, row), request.attempt_history)
+                    tables.record_ended(
+                        row,
+                        AttemptOutcome.LEASE_EXPIRED.value,
+                        row.lease_expires_at,
+                        request.attempt_history,
+                        FailureCategory.LEASE_EXPIRED.value,
+                    )
                 _claim(row, now, now + request.lease_ms, request.worker_id)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
@@ -393,27 +399,6 @@ def _held(tables: Tables, lease: Lease) -> JobRow | None:
     if row is None or row.state != RUNNING or row.lease_token != lease.token:
         return None
     return row
-
-
-def _lost(tables: Tables, row: JobRow) -> dict[str, Any]:
-    """The ``lease_expired`` record of the attempt whose expired lease ``row`` still holds
-    (``claims.takeover.lost``)."""
-    host, pid = tables.holder(row.worker_id)
-    return {
-        "job_id": row.id,
-        "lease_token": row.lease_token,
-        "attempt": row.attempt,
-        "worker_id": row.worker_id,
-        "host": host,
-        "pid": pid,
-        "claimed_at": row.started_at,
-        "finished_at": row.lease_expires_at,
-        "outcome": AttemptOutcome.LEASE_EXPIRED.value,
-        "category": FailureCategory.LEASE_EXPIRED.value,
-        "error_class": None,
-        "detail": None,
-        "retry_at": None,
-    }
 
 
 def _claim(row: JobRow, now: int, expires: int, worker_id: UUID | None) -> None:

@@ -199,10 +199,29 @@ class Tables:
             history[:] = kept
         history.append(AttemptRow(**record))
 
-    def holder(self, worker_id: UUID | None) -> tuple[str | None, int | None]:
-        """The host and process of the worker ``worker_id``, while its row is kept."""
-        worker = None if worker_id is None else self.workers.get(worker_id)
-        return (None, None) if worker is None else (worker.host, worker.pid)
+    def record_ended(
+        self, row: JobRow, outcome: str, finished_at: int | None, keep: int, category: str | None
+    ) -> None:
+        """Record that the attempt ``row``'s current lease is for ended at ``finished_at`` with
+        ``outcome``, its worker the one that claimed it (host and process while its registry
+        row is kept): a lost lease, as a claim taking it over records it, or a cancel."""
+        worker = None if row.worker_id is None else self.workers.get(row.worker_id)
+        record = {
+            "job_id": row.id,
+            "lease_token": row.lease_token,
+            "attempt": row.attempt,
+            "worker_id": row.worker_id,
+            "host": None if worker is None else worker.host,
+            "pid": None if worker is None else worker.pid,
+            "claimed_at": row.started_at,
+            "finished_at": finished_at,
+            "outcome": outcome,
+            "category": category,
+            "error_class": None,
+            "detail": None,
+            "retry_at": None,
+        }
+        self.record(row, record, keep)
 
     def track(self, row: JobRow) -> None:
         """Keep the claim index in step with ``row.available_at`` after any change to it, and
