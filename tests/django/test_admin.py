@@ -84,8 +84,9 @@ def test_migrate_reverses_and_reapplies_the_queue_schema(dead_letter: Any) -> No
         finally:
             engine.dispose()
 
-    # Reversing would delete the dead letter: refused, and the queue stays.
-    with pytest.raises(DowngradeRefusedError, match="would delete 1 job;"):
+    # Reversing would delete the dead letter (and the record of its one attempt): refused, and
+    # the queue stays.
+    with pytest.raises(DowngradeRefusedError, match="would delete 1 attempt record, delete 1 job;"):
         call_command("migrate", "caravel", "zero", verbosity=0)
     assert "caravel_jobs" in tables()
     migrate.downgrade(url, "base", force=True)  # `caravel db downgrade --force base`
