@@ -335,6 +335,14 @@ class ClaimedJob:
     timeout_ms: int | None = None
     """The job's own execution timeout in ms (``DispatchOptions.timeout``), or ``None``: its
     job type's applies, if it has one."""
+    partition_key: str | None = None
+    """The job's own partition key (``DispatchOptions.partition_key`` or its type's
+    ``partition_by``), or ``None``: its tenant is its key."""
+
+    @property
+    def key(self) -> str:
+        """The partition key the queue's flow control counts this job under."""
+        return self.tenant_id if self.partition_key is None else self.partition_key
 
     @property
     def job_id(self) -> UUID:

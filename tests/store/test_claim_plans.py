@@ -132,6 +132,16 @@ def _sqlite_plan(url: str, text: str, values: dict[str, Any]) -> list[str]:
         return [str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + text, values)]
 
 
+#: The plain claim looks up its queue's limits row first (a limited queue is claimed by the
+#: limited claim): one probe of the limits table's key per source, finding nothing.
+LIMITS_KEY = "pk_caravel_queue_limits"
+
+
+def _assert_limits_probed_once(plan: list[dict[str, Any]]) -> None:
+    probes = [n for n in plan if n.get("Index Name") == LIMITS_KEY]
+    assert probes and all((n["Actual Loops"], n["Actual Rows"]) == (1, 0) for n in probes), probes
+
+
 @pytest.mark.parametrize(("queue", "claimed"), [("busy", LIMIT), ("later", 0)])
 async def test_the_ready_claim_reads_its_batch_from_the_rank_index_only(
     loaded: tuple[str, str], queue: str, claimed: int
@@ -147,7 +157,8 @@ async def test_the_ready_claim_reads_its_batch_from_the_rank_index_only(
         # The picked rows are then found by primary key (by a bitmap under the server's
         # defaults; the store's own claim connection turns bitmaps off).
         indexes = {n["Index Name"] for n in plan if "Index Name" in n}
-        assert indexes == {"ix_caravel_jobs_ranked", "pk_caravel_jobs"}, indexes
+        assert indexes == {"ix_caravel_jobs_ranked", "pk_caravel_jobs", LIMITS_KEY}, indexes
+        _assert_limits_probed_once(plan)
         (ranked,) = [n for n in plan if n.get("Index Name") == "ix_caravel_jobs_ranked"]
         # The batch, and nothing of the far-future queue: the rank's bound stops the scan.
         assert ranked["Actual Rows"] + ranked.get("Rows Removed by Filter", 0) == claimed
@@ -172,7 +183,13 @@ async def test_the_claim_of_any_reads_at_most_a_batch_from_each_index(
         assert plan[0]["Actual Rows"] == LIMIT
         assert "Seq Scan" not in {n["Node Type"] for n in plan}
         reads = {n["Index Name"]: _read(n) for n in plan if "Index Name" in n}
-        assert set(reads) == {"ix_caravel_jobs_leases", "ix_caravel_jobs_ranked", "pk_caravel_jobs"}
+        assert set(reads) == {
+            "ix_caravel_jobs_leases",
+            "ix_caravel_jobs_ranked",
+            "pk_caravel_jobs",
+            LIMITS_KEY,
+        }
+        _assert_limits_probed_once(plan)
         assert reads["ix_caravel_jobs_leases"] == reads["ix_caravel_jobs_ranked"] == LIMIT
         sorts = [n for n in plan if n["Node Type"] == "Sort"]
         assert all(sum(c["Actual Rows"] for c in n["Plans"]) <= 2 * LIMIT for n in sorts)

@@ -127,6 +127,8 @@ async def test_a_claim_without_statistics_reads_only_its_batch(fresh_pg_url: str
         scans = sorted((n["Node Type"], n.get("Index Name"), _rows_read(n)) for n in plan)
         scans = [scan for scan in scans if scan[0].endswith("Scan")]
         assert scans == [
+            # The plain claim's check that its queue has no limits row: one probe, nothing read.
+            ("Index Only Scan", "pk_caravel_queue_limits", 0),
             ("Index Scan", "ix_caravel_jobs_ranked", 10),
             ("Index Scan", "pk_caravel_jobs", 10),
             ("Subquery Scan", None, 10),

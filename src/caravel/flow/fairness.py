@@ -6,18 +6,30 @@ A key's weight is how many of its jobs a claim round takes before the next key's
 of weight 2 gets two jobs per round to another's one. A key without a weight has weight 1.
 A fair queue with a rate puts the due jobs its claim reads in the same order (:func:`fair_order`)
 before the rate chooses among them.
+
+Within a round, keys take their turns in key order starting after the queue's cursor, the key
+its last claim served last (:func:`next_cursor`): so a worker claiming one job at a time, which
+never has jobs of its own running when it claims, still goes round the keys instead of taking
+the oldest job each time.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from caravel.errors import ValidationError
 from caravel.validation import check_identifier, check_int
 
-__all__ = ["MAX_KEY_WEIGHT", "MAX_WEIGHTS", "check_weights", "fair_order"]
+__all__ = [
+    "MAX_KEY_WEIGHT",
+    "MAX_WEIGHTS",
+    "check_weights",
+    "comes_after",
+    "fair_order",
+    "next_cursor",
+]
 
 #: The largest weight a partition key may have.
 MAX_KEY_WEIGHT = 1000
@@ -48,18 +60,40 @@ def check_weights(weights: object, fair: object) -> Mapping[str, int]:
 
 
 def fair_order(
-    due: Sequence[tuple[bool, str]], weights: Mapping[str, int], running: Mapping[str, int]
+    due: Sequence[tuple[bool, str]],
+    weights: Mapping[str, int],
+    running: Mapping[str, int],
+    cursor: str | None = None,
 ) -> list[int]:
     """The positions of ``due`` (each job: whether it is an expired lease, its partition key;
     given in claim order) in fair order: expired leases first, then ready jobs by round, a key
     of weight ``w`` taking ``w`` jobs per round and its ``running`` jobs counting into its
-    rounds, then in claim order (as ``claims.claim_fair`` orders them)."""
+    rounds; within a round the keys after ``cursor`` first, in key order, then the others;
+    within a key, claim order (as ``claims.claim_fair`` orders them)."""
     seen: Counter[str] = Counter()
-    ranks: list[tuple[int, int, int]] = []
+    ranks: list[tuple[int, int, bool, str, int]] = []
     for at, (expired, key) in enumerate(due):
         if expired:
-            ranks.append((0, 0, at))
+            ranks.append((0, 0, False, "", at))
             continue
-        ranks.append((1, (running.get(key, 0) + seen[key]) // weights.get(key, 1), at))
+        turn = (running.get(key, 0) + seen[key]) // weights.get(key, 1)
+        ranks.append((1, turn, not comes_after(key, cursor), key, at))
         seen[key] += 1
-    return [at for _, _, at in sorted(ranks)]
+    return [rank[-1] for rank in sorted(ranks)]
+
+
+def comes_after(key: str, cursor: str | None) -> bool:
+    """Whether ``key`` takes its turn in a round before the keys at or before ``cursor`` (the
+    key the queue's last claim served last; ``None``: no claim yet)."""
+    return cursor is None or key > cursor
+
+
+def next_cursor(cursor: str | None, served: Iterable[str]) -> str | None:
+    """The cursor after a claim that served the keys ``served`` with ``cursor``: the served
+    key that came last in the round's order (the greatest at or before ``cursor``, or else the
+    greatest after it). So claims of one job each go round every key with due work."""
+    keys = set(served)
+    if not keys:
+        return cursor
+    wrapped = [key for key in keys if not comes_after(key, cursor)]
+    return max(wrapped) if wrapped else max(keys)

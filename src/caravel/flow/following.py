@@ -6,8 +6,9 @@ workers without a restart.
 A fetcher sends a limited claim only for a queue it knows to be limited; the claim itself then
 reads the stored limits in its own transaction, so a limit lowered, raised or removed since the
 last read is kept exactly by the next claim. A limit set on a queue the worker believed
-unlimited is followed from the worker's next read, at most one ``poll_interval`` later.
-"""
+unlimited holds at once too: until the worker's next read (at most one ``poll_interval``
+later), its plain claims take nothing from a queue with a limits row
+(:func:`caravel.store.claims.claim`)."""
 
 from __future__ import annotations
 

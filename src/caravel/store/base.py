@@ -87,10 +87,17 @@ class SqlStore(
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
-    def _claim_statement(self, source: ClaimSource, *, literal_limit: bool = True) -> sa.Update:
-        """The claim for one source of jobs, picking rows the dialect's way."""
+    def _claim_statement(
+        self, source: ClaimSource, *, literal_limit: bool = True, unlimited: bool = True
+    ) -> sa.Update:
+        """The claim for one source of jobs, picking rows the dialect's way (``unlimited``: of
+        a queue without limits, see :func:`~caravel.store.claims.claim`)."""
         return claims.claim(
-            source, self._claim_target, self._claim_lock, literal_limit=literal_limit
+            source,
+            self._claim_target,
+            self._claim_lock,
+            literal_limit=literal_limit,
+            unlimited=unlimited,
         )
 
     @staticmethod

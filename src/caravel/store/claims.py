@@ -18,11 +18,13 @@ A claim of a fair queue (:func:`claim_fair`) takes its ready jobs round-robin ac
 keys: it finds the keys with due work by skipping through ``ix_caravel_jobs_fair`` (at most
 :data:`KEY_SCAN` of them), reads at most the batch of each key's jobs in claim order, numbers
 them within their key after the key's jobs already running, and takes the batch in order of
-(round, claim order), a key of weight ``w`` having ``w`` jobs in each round: the job numbered
-``n`` of a key with ``r`` jobs running is in round ``(r + n - 1) // w``. So a key with jobs
-running goes behind the keys with none, and fairness holds across claims, even claims of one
-job. A lone key gets the whole batch, a key without due work takes no turn, and within a key
-jobs keep the claim's order (priorities and their aging)."""
+round, a key of weight ``w`` having ``w`` jobs in each round: the job numbered ``n`` of a key
+with ``r`` jobs running is in round ``(r + n - 1) // w``. Within a round the keys take their
+turns in key order, starting after the queue's cursor (``b_cursor``: the key its last claim
+served last, ``''`` for none; :func:`caravel.flow.fairness.next_cursor`). So a key with jobs
+running goes behind the keys with none, and claims of one job at a time go round the keys. A
+lone key gets the whole batch, a key without due work takes no turn, and within a key jobs
+keep the claim's order (priorities and their aging)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import sqlalchemy as sa
 from caravel.jobs import FailureCategory, JobState
 from caravel.limits import MAX_PRIORITY, PRIORITY_AGING_MS
 from caravel.store.rows import CLAIM_RETURNING
-from caravel.store.schema import claim_rank, jobs, partition, queue_weights
+from caravel.store.schema import claim_rank, jobs, partition, queue_limits, queue_weights
 from caravel.store.values import ClaimSource
 
 __all__ = [
@@ -84,11 +86,18 @@ def _source(
     *,
     keyed: bool = False,
     partitioned: bool = False,
+    unlimited: bool = False,
 ) -> sa.Select[Any]:
     """The ids of up to ``limit`` jobs of one source, in its order (with that order's key as
     ``k`` when ``keyed``, and the partition key as ``key`` when ``partitioned``), locked the
-    dialect's way. The state is literal SQL, so the planner can match the partial indexes."""
-    due = (jobs.c.queue == sa.bindparam("b_queue"), jobs.c.available_at <= now)
+    dialect's way; with ``unlimited``, none while ``b_queue`` has a limits row. The state is
+    literal SQL, so the planner can match the partial indexes."""
+    due: tuple[sa.ColumnElement[bool], ...] = (
+        jobs.c.queue == sa.bindparam("b_queue"),
+        jobs.c.available_at <= now,
+    )
+    if unlimited:
+        due = (*due, ~sa.exists().where(queue_limits.c.queue == sa.bindparam("b_queue")))
     where: tuple[sa.ColumnElement[bool], ...]
     if source == "ready":
         where = (
@@ -105,13 +114,16 @@ def _source(
     return lock(sa.select(*columns).where(*due, *where).order_by(order).limit(limit))
 
 
-def _candidates(source: ClaimSource, now: Any, limit: Any, lock: Lock) -> sa.Select[Any]:
+def _candidates(
+    source: ClaimSource, now: Any, limit: Any, lock: Lock, *, unlimited: bool
+) -> sa.Select[Any]:
     if source != "any":
-        return _source(source, now, limit, lock)
+        return _source(source, now, limit, lock, unlimited=unlimited)
     parts = []
     sources: tuple[ClaimSource, ...] = ("expired", "ready")
     for part, name in enumerate(sources):
-        picked = _source(name, now, limit, lock, keyed=True).subquery(f"{name}_jobs")
+        one = _source(name, now, limit, lock, keyed=True, unlimited=unlimited)
+        picked = one.subquery(f"{name}_jobs")
         parts.append(sa.select(picked.c.id, sa.literal_column(str(part)).label("part"), picked.c.k))
     both = sa.union_all(*parts).subquery("due_jobs")
     return sa.select(both.c.id).order_by(both.c.part, both.c.k).limit(limit)
@@ -132,14 +144,27 @@ def _running_per_key(now: Any) -> sa.Subquery:
     )
 
 
-def claim(source: ClaimSource, target: Any, lock: Lock, *, literal_limit: bool = True) -> sa.Update:
-    """The claim of ``source``, bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``.
+def claim(
+    source: ClaimSource,
+    target: Any,
+    lock: Lock,
+    *,
+    literal_limit: bool = True,
+    unlimited: bool = True,
+) -> sa.Update:
+    """The claim of ``source``, bound as ``b_queue``, ``b_now``, ``b_expires`` and ``b_limit``,
+    of a queue without limits: while the queue has a limits row it claims nothing, so a worker
+    that has not read a limit yet cannot take the queue past it (it reads the limits again
+    within one ``poll_interval``, and its claims are limited from then on). Without
+    ``unlimited``, the same claim with no such check: the limited claim's, for a queue whose
+    row holds no cap it needs another statement for.
     ``lock(select)`` is the dialect's locking of the rows one source picks, ``target(ids)`` its
     condition for the rows the picked ids name; ``literal_limit`` writes the batch size into
     the SQL text instead of binding it."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=literal_limit)
-    return _update(_candidates(source, now, limit, lock), now, target, still_due=False)
+    candidates = _candidates(source, now, limit, lock, unlimited=unlimited)
+    return _update(candidates, now, target, still_due=False)
 
 
 def running_count() -> sa.Select[Any]:
@@ -239,8 +264,9 @@ def _due_keys(now: Any) -> Any:
 
 
 def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: bool) -> sa.Update:
-    """The claim of ``source`` in a fair queue, bound as :func:`claim` is (plus ``b_per_key``
-    with ``per_key``): expired leases first as :func:`claim_per_key` takes them, then ready jobs
+    """The claim of ``source`` in a fair queue, bound as :func:`claim` is plus ``b_cursor``
+    (and ``b_per_key`` with ``per_key``): expired leases first as :func:`claim_per_key` takes
+    them, then ready jobs
     round-robin across partition keys (see the module docstring), weighted by the queue's rows
     of ``caravel_queue_weights``, a key's jobs already running counting into its rounds. With
     ``per_key``, a job is taken only while its key's running jobs and those numbered before it
@@ -311,11 +337,21 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
         (ranked.c.part == sa.literal_column("0"), sa.literal_column("0")),
         else_=(running_of_key + ranked.c.n - 1) // weight,
     )
+    # Within a round, the keys after the cursor first, in key order, then the others (see
+    # caravel.flow.fairness.comes_after); within a key, claim order.
+    # Expired leases keep the order they expired in.
+    cursor = sa.bindparam("b_cursor", type_=sa.String())
+    expired_part = ranked.c.part == sa.literal_column("0")
+    wrapped = sa.case(
+        (sa.or_(expired_part, ranked.c.key > cursor), sa.literal_column("0")),
+        else_=sa.literal_column("1"),
+    )
+    key_turn = sa.case((expired_part, sa.literal("")), else_=ranked.c.key)
     chosen = (
         sa.select(ranked.c.id)
         .select_from(joined)
         .where(*where)
-        .order_by(ranked.c.part, turn, ranked.c.k, ranked.c.key)
+        .order_by(ranked.c.part, turn, wrapped, key_turn, ranked.c.k)
         .limit(limit)
     )
     return _update(chosen, now, target, still_due=True)

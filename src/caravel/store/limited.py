@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit, check_limit
-from caravel.flow.fairness import fair_order
+from caravel.flow.fairness import fair_order, next_cursor
 from caravel.flow.rate import RateLimit, check_rate
 from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
 from caravel.jobs import JobState
@@ -255,7 +255,17 @@ def read_limit() -> sa.Select[Any]:
         queue_limits.c.rate_per_key,
         queue_limits.c.rate_period_ms,
         queue_limits.c.fair,
+        queue_limits.c.fair_cursor,
     ).where(queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type))
+
+
+def move_cursor() -> sa.Update:
+    """Set ``b_queue``'s fair cursor to ``b_cursor``."""
+    return (
+        sa.update(queue_limits)
+        .where(queue_limits.c.queue == sa.bindparam("b_queue"))
+        .values(fair_cursor=sa.bindparam("b_cursor"))
+    )
 
 
 def checked_usage(queue: object, keys: object) -> None:
@@ -346,7 +356,9 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         the queue's limited claims take turns where the database has concurrent writers."""
         return read
 
-    def _claim_statement(self, source: ClaimSource, *, literal_limit: bool = True) -> sa.Update:
+    def _claim_statement(
+        self, source: ClaimSource, *, literal_limit: bool = True, unlimited: bool = True
+    ) -> sa.Update:
         raise NotImplementedError
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
@@ -495,6 +507,7 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         if per_key is not None:
             params["b_per_key"] = per_key
         if fair:
+            params["b_cursor"] = found[0].fair_cursor or ""
             keyed = per_key is not None
             stmt = self._statement(
                 f"claim_fair_{source}_{keyed}",
@@ -503,12 +516,28 @@ class LimitsStore(SqlTransactions[ConnectionT]):
                 ),
             )
         elif per_key is None:
-            stmt = self._statement(f"claim_{source}", lambda: self._claim_statement(source))
+            stmt = self._statement(
+                f"claim_limited_{source}",
+                lambda: self._claim_statement(source, unlimited=False),
+            )
         else:
             stmt = self._statement(
                 f"claim_per_key_{source}", lambda: claims.claim_per_key(source, self._claim_target)
             )
-        return (yield Step(stmt, params))
+        claimed = yield Step(stmt, params)
+        if fair:
+            yield from self._move_cursor(request.queue, found[0].fair_cursor, claimed)
+        return claimed
+
+    def _move_cursor(self, queue: str, cursor: str | None, claimed: Sequence[Any]) -> Plan[None]:
+        """Store the fair cursor a claim leaves (:func:`~caravel.flow.fairness.next_cursor`)
+        when it moved."""
+        served = (row.partition_key or row.tenant_id for row in claimed if row.state == RUNNING)
+        moved = next_cursor(cursor, served)
+        if moved != cursor:
+            yield Step(
+                self._statement("fair_cursor", move_cursor), {"b_queue": queue, "b_cursor": moved}
+            )
 
     def _claim_rated(
         self, request: ClaimRequest, params: dict[str, Any], stored: Any
@@ -518,7 +547,8 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         latest = yield Step(self._statement("latest_start", latest_start), {"b_queue": queue})
         latest_at = None if latest[0][0] is None else int(latest[0][0])
         now = window_clock(params["b_now"], latest_at)
-        params = {**params, "b_now": now}
+        # The lease runs from the time the claim is logged at, as ever.
+        params = {**params, "b_now": now, "b_expires": params["b_expires"] + now - params["b_now"]}
         since = now - period
         stale = stale_before(latest_at, period)
         if stale is not None:
@@ -547,6 +577,7 @@ class LimitsStore(SqlTransactions[ConnectionT]):
                     [(sources[int(row.part)] == "expired", row.key) for row in due],
                     {row.key: int(row.weight) for row in weights},
                     {row.key: int(row.running) for row in running},
+                    stored.fair_cursor,
                 )
             ]
         caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
@@ -576,6 +607,8 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         ]
         if starts:
             yield Step(self._statement("starts_log", log_starts), starts)
+        if stored.fair:
+            yield from self._move_cursor(queue, stored.fair_cursor, claimed)
         return claimed
 
 

@@ -85,6 +85,7 @@ CLAIM_RETURNING = (
     jobs.c.priority,
     jobs.c.upstream,
     jobs.c.timeout_ms,
+    jobs.c.partition_key,
 )
 
 
@@ -129,7 +130,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
     dead = 0
     for row in rows:
         (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
-         started, due, trace, snoozes, priority, upstream, timeout_ms) = row  # fmt: skip
+         started, due, trace, snoozes, priority, upstream, timeout_ms, key) = row  # fmt: skip
         if state != RUNNING:
             dead += 1
             continue
@@ -154,6 +155,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
                 priority=priority,
                 upstream=upstream,
                 timeout_ms=timeout_ms,
+                partition_key=key,
             )
         )
     claimed.sort(key=lambda job: claim_rank_of(job.due_at_ms, job.priority))

@@ -300,6 +300,8 @@ queue_limits = sa.Table(
     sa.Column("rate_per_key", sa.Integer(), nullable=True),
     sa.Column("rate_period_ms", sa.Integer(), nullable=True),
     sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false()),
+    # The partition key a fair queue's last claim served last (caravel.store.claims.claim_fair).
+    sa.Column("fair_cursor", sa.String(MAX_KEY_LENGTH), nullable=True),
     sa.PrimaryKeyConstraint("queue", name="pk_caravel_queue_limits"),
     sa.CheckConstraint(
         "(concurrency IS NULL OR concurrency >= 1) AND (per_key IS NULL OR per_key >= 1)"

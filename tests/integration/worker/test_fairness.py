@@ -17,7 +17,9 @@ SMALL = 5
 OPTIONS = WorkerOptions(concurrency=10)
 
 
-async def _started_order(db_url: str, *, fair: bool) -> list[str]:
+async def _started_order(
+    db_url: str, *, fair: bool, options: WorkerOptions = OPTIONS
+) -> list[str]:
     started: list[str] = []
     done = asyncio.Event()
 
@@ -34,7 +36,7 @@ async def _started_order(db_url: str, *, fair: bool) -> list[str]:
         await queue.enqueue_many([(Add(n), dispatch(tenant="big")) for n in range(BACKLOG)])
         for n in range(SMALL):
             await queue.enqueue(Add(n), dispatch(tenant="small"))
-        async with QueueWorker(queue, options=OPTIONS) as worker:
+        async with QueueWorker(queue, options=options) as worker:
             task = asyncio.create_task(worker.run(["default"]))
             await within(done.wait())
             worker.stop()
@@ -53,6 +55,13 @@ async def test_a_small_tenant_starts_within_the_first_claims_of_a_fair_queue(
     # Each claim of five takes both tenants in turn: the five small jobs are among the first
     # claims' jobs, not behind the backlog.
     assert last < 4 * SMALL
+
+
+async def test_a_worker_of_one_slot_alternates_between_the_tenants(db_url: str) -> None:
+    # One slot: no job of either tenant runs when the worker claims, so only the queue's cursor
+    # makes the tenants take turns.
+    started = await _started_order(db_url, fair=True, options=WorkerOptions(concurrency=1))
+    assert started[: 2 * SMALL] == ["big", "small"] * SMALL
 
 
 async def test_without_fairness_the_small_tenant_waits_for_the_backlog(db_url: str) -> None:

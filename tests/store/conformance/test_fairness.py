@@ -248,17 +248,40 @@ async def test_running_jobs_fill_a_weighted_keys_round_first(store: Store) -> No
 
 
 async def test_an_expired_lease_no_longer_counts_into_its_keys_round(store: Store) -> None:
-    a = _backlog("a", 5, start=0)
-    await insert(store, a)
+    b = _backlog("b", 5, start=0)
+    await insert(store, b)
     await store.queue_limit_set(_fair(), T0)
     (running,) = await _claimed(store, T0 + 1_000, 1)
-    b = _backlog("b", 2, start=2_000)
-    await insert(store, b)
-    # After the lease expired (ready source only: the expired job stays where it is), a counts
-    # none running again, and its older job goes first.
+    a = _backlog("a", 2, start=2_000)
+    await insert(store, a)
+    (done,) = await _claimed(store, T0 + 3_000, 1)
+    assert done.job_id == a[0].id  # b has a job running, a none
+    await store.job_complete_many([done.lease], T0 + 3_001)
+    # After b's lease expired (ready source only: the expired job stays where it is), b counts
+    # none running: both keys are in round 0, and b's turn comes after a (served last). Were
+    # the expired lease counted, b would be in round 1, behind a.
     after = running.lease.expires_at_ms + 1
     (taken,) = (await claim(store, after, 1, limited=True, source="ready")).claimed
-    assert taken.job_id == a[1].id
+    assert taken.job_id == b[1].id
+
+
+async def test_one_job_at_a_time_goes_round_every_key(store: Store) -> None:
+    """A worker of one slot never has a job running when it claims: the cursor, not the
+    running counts, makes the keys take turns, however old one key's backlog is."""
+    big = _backlog("a", 20, start=0)
+    small = [*_backlog("b", 3, start=5_000), *_backlog("c", 3, start=6_000)]
+    await insert(store, [*big, *small])
+    await store.queue_limit_set(_fair(), T0)
+    order = []
+    for n in range(9):
+        (job,) = await _claimed(store, T0 + 10_000 + n, 1)
+        await store.job_complete_many([job.lease], T0 + 10_000 + n)
+        order.append(job.job_id)
+    expected = [big[0], small[0], small[3], big[1], small[1], small[4], big[2], small[2], small[5]]
+    assert order == [job.id for job in expected]
+    # With the small keys done, the big one gets every claim.
+    rest = [(await _claimed(store, T0 + 11_000 + n, 1))[0].job_id for n in range(2)]
+    assert rest == [job.id for job in big[3:5]]
 
 
 async def test_a_fair_claim_keeps_the_per_key_limit(store: Store) -> None:
@@ -280,9 +303,10 @@ async def test_a_fair_claim_takes_expired_leases_first(store: Store) -> None:
     await store.queue_limit_set(_fair(), T0)
     (taken,) = await _claimed(store, T0 + 1_000, 1)
     assert taken.job_id == a[0].id
-    # Its lease expires; the next claim takes it over first, then the keys take turns.
-    claimed = await _claimed(store, taken.lease.expires_at_ms + 1, 4)
-    assert _claimed_ids(claimed) == _ids([a[0], a[1], b[0], a[2]])
+    # Its lease expires; the next claim takes it over first, then the keys take turns, b's
+    # first (a was served last).
+    claimed = await _claimed(store, taken.lease.expires_at_ms + 1, 3)
+    assert _claimed_ids(claimed) == _ids([a[0], b[0], a[1]])
 
 
 # ----- fairness beside a rate -----------------------------------------------------------------

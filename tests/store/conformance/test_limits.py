@@ -140,10 +140,16 @@ async def test_a_limited_claim_leaves_at_most_the_limit_running(store: Store) ->
     assert await _claimed(store, T0 + 5) == []
 
 
-async def test_a_plain_claim_reads_no_limit(store: Store) -> None:
+async def test_a_plain_claim_takes_nothing_from_a_limited_queue(store: Store) -> None:
+    """A worker that has not read a new limit yet sends plain claims: they must not take the
+    queue past the limit, so they take nothing until the worker claims the limited way."""
     await insert(store, [new_job(n) for n in range(6)])
     await store.queue_limit_set(_limit(2, 1), T0)
-    assert len((await claim(store, T0 + 1, 6)).claimed) == 6
+    assert (await claim(store, T0 + 1, 6)).claimed == []
+    assert (await claim(store, T0 + 1, 6, source="ready")).claimed == []
+    assert len(await _claimed(store, T0 + 2)) == 1  # per_key 1: the jobs share one tenant
+    assert await store.queue_limit_clear(QUEUE, T0 + 3) is True
+    assert len((await claim(store, T0 + 4, 6)).claimed) == 5
 
 
 async def test_other_queues_do_not_count(store: Store) -> None:

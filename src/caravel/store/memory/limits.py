@@ -14,7 +14,7 @@ from typing import Any
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
-from caravel.flow.fairness import fair_order
+from caravel.flow.fairness import comes_after, fair_order, next_cursor
 from caravel.flow.rate import RateLimit
 from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
 from caravel.jobs import JobState
@@ -63,7 +63,7 @@ def limited_pick(
         if limit <= 0:
             return []
     if stored is not None and stored.fair:
-        return _fair_pick(stored, running, limit, sources, due)
+        return _fair_pick(tables, stored, running, limit, sources, due)
     if stored is None or stored.per_key is None:
         picked: list[JobRow] = []
         for state, order in sources:
@@ -108,7 +108,8 @@ def _rated_pick(
     ]
     if stored.fair:
         keyed = [(expired, partition_of(row)) for expired, row in found]
-        found = [found[at] for at in fair_order(keyed, stored.weights, running)]
+        cursor = tables.fair_cursors.get(stored.queue)
+        found = [found[at] for at in fair_order(keyed, stored.weights, running, cursor)]
     candidates = [Candidate(id(row), partition_of(row), row.weight or 1) for _, row in found]
     rows = {id(row): row for state, _ in sources for row in due(state)}
     caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
@@ -125,8 +126,14 @@ def claim_clock(tables: Tables, queue: str, now: int) -> int:
 
 
 def log_starts(tables: Tables, queue: str, now: int, claimed: Sequence[JobRow]) -> None:
-    """Log a start for each of ``claimed`` now running, when ``queue`` has a rate."""
+    """Log a start for each of ``claimed`` now running, when ``queue`` has a rate, and move a
+    fair queue's cursor past the keys served (:func:`~caravel.flow.fairness.next_cursor`)."""
     stored = tables.limits.get(queue)
+    if stored is not None and stored.fair:
+        served = (partition_of(row) for row in claimed if row.state == RUNNING)
+        moved = next_cursor(tables.fair_cursors.get(queue), served)
+        if moved is not None:
+            tables.fair_cursors[queue] = moved
     if stored is None or stored.rate_period_ms is None:
         return
     log = tables.starts.setdefault(queue, [])
@@ -134,6 +141,7 @@ def log_starts(tables: Tables, queue: str, now: int, claimed: Sequence[JobRow]) 
 
 
 def _fair_pick(
+    tables: Tables,
     stored: QueueLimit,
     running: list[JobRow],
     limit: int,
@@ -160,7 +168,13 @@ def _fair_pick(
             firsts = heapq.nsmallest(limit, by_key[key], key=order)
             for n, row in enumerate(firsts):
                 candidates.append((part, (counts[key] + n) // weight, order(row), key, row))
-    candidates.sort(key=lambda c: (c[0], c[1], c[2][0], c[3], c[2][1]))
+    cursor = tables.fair_cursors.get(stored.queue)
+    # Expired leases in the order they expired; ready jobs by round, then key from the cursor.
+    candidates.sort(
+        key=lambda c: (
+            (c[0], c[2]) if c[0] == 0 else (1, c[1], not comes_after(c[3], cursor), c[3], c[2])
+        )
+    )
     if stored.per_key is None:
         return [c[4] for c in candidates[:limit]]
     numbered: dict[int, int] = {}
@@ -209,6 +223,7 @@ class MemoryLimits(MemoryReader):
                 tables.starts.pop(queue, None)
             if not any(_holds(after, held) for held in ("concurrency", "rate")):
                 del tables.limits[queue]
+                tables.fair_cursors.pop(queue, None)
             else:
                 tables.limits[queue] = after
             return True

@@ -144,8 +144,9 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                 picked = limited_pick(tables, queue, now, limit, sources, due)
             else:
                 picked = []
-                # "any" as in SQL: up to the batch of each source, expired leases first.
-                for state, order in sources:
+                # "any" as in SQL: up to the batch of each source, expired leases first; none
+                # while the queue has limits (``claims.claim``).
+                for state, order in sources if queue not in tables.limits else ():
                     picked.extend(heapq.nsmallest(limit, due(state), key=order))
             returned = []
             for row in picked[:limit]:

@@ -140,6 +140,9 @@ class Tables:
         self.limits: dict[str, QueueLimit] = {}
         #: ``caravel_queue_starts`` by queue: (started_at, key, weight), oldest first.
         self.starts: dict[str, list[tuple[int, str, int]]] = {}
+        #: ``fair_cursor`` of ``caravel_queue_limits`` by queue: the key its last fair claim
+        #: served last.
+        self.fair_cursors: dict[str, str] = {}
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:
