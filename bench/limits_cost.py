@@ -39,7 +39,7 @@ from sqlalchemy.engine import Engine
 from bench.apps import QUEUE, registry
 from bench.databases import postgres_dsn
 from bench.runs import fill_backlog
-from caravel import ConcurrencyLimit, DatabaseQueue, DispatchOptions, RateLimit
+from caravel import ConcurrencyLimit, DatabaseQueue, DispatchOptions, RateLimit, StoreError
 from caravel.store.protocol import ClaimRequest
 from caravel.store.urls import backend_of
 
@@ -53,6 +53,8 @@ TENANTS = 100
 #: The ``rate`` setting's starts per second: above anything this machine drains.
 RATE = 1_000_000
 LEASE_MS = 60_000
+#: How long a statement may run under ``EXPLAIN ANALYZE`` before its plan is taken without it.
+EXPLAIN_TIMEOUT_MS = 10_000
 
 
 def by_key(i: int) -> DispatchOptions:
@@ -136,7 +138,13 @@ def explained(backend: str) -> Iterator[list[dict[str, Any]]]:
             return
         if backend == "postgresql":
             cursor.execute("SAVEPOINT bench_explain")
-            cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters)
+            try:
+                cursor.execute(f"SET LOCAL statement_timeout = {EXPLAIN_TIMEOUT_MS}")
+                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters)
+            except psycopg.errors.QueryCanceled:
+                # Too slow to run: the plan the statement would have run with, not its readings.
+                cursor.execute("ROLLBACK TO SAVEPOINT bench_explain")
+                cursor.execute("EXPLAIN " + statement, parameters)
             plan = [_cut(str(row[0])) for row in cursor.fetchall()]
             cursor.execute("ROLLBACK TO SAVEPOINT bench_explain")
         else:
@@ -168,15 +176,24 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
         await fill_backlog(queue, backlog, spread=by_key)
         store = queue.store
 
-        async def claim() -> list[Any]:
+        async def claim() -> tuple[int, float, str | None]:
+            """One limited claim, its jobs then finished: how many it took, in how many
+            seconds, and why it failed (a statement cut by the server's timeout, say)."""
             now = int(time.time() * 1000)
             request = ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready", limited=True)
-            return (await store.job_claim_many(request)).claimed
+            started = time.perf_counter()
+            try:
+                claimed = (await store.job_claim_many(request)).claimed
+            except StoreError as exc:
+                return 0, time.perf_counter() - started, exc.reason or str(exc)
+            seconds = time.perf_counter() - started
+            leases = [job.lease for job in claimed]
+            await store.job_complete_many(leases, int(time.time() * 1000))
+            return len(claimed), seconds, None
 
-        async def finish(claimed: list[Any]) -> None:
-            await store.job_complete_many([job.lease for job in claimed], int(time.time() * 1000))
-
-        await claim()  # before any limit is stored: plain, a batch left running as in a drain
+        # Before any limit is stored: plain, a batch left running as while a worker drains.
+        now = int(time.time() * 1000)
+        await store.job_claim_many(ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready"))
         passes = ("without_statistics", "analysed") if backend == "postgresql" else ("as_is",)
         for name in passes:
             if name == "analysed":
@@ -186,16 +203,13 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
                 await queue.clear_queue_limit(QUEUE)
                 await queue.set_queue_limit(limit)
                 # Timed alone first (its starts are in the rate's window for the plans).
-                started = time.perf_counter()
-                timed = await claim()
-                seconds = time.perf_counter() - started
-                await finish(timed)
+                _, seconds, failed = await claim()
                 with explained(backend) as statements:
-                    claimed = await claim()
-                await finish(claimed)
+                    claimed, _, failed_explained = await claim()
                 taken[setting] = {
-                    "claimed": len(claimed),
+                    "claimed": claimed,
                     "seconds": seconds,
+                    "failed": failed or failed_explained,
                     "statements": statements,
                 }
     return found
