@@ -10,16 +10,21 @@ from __future__ import annotations
 __all__ = [
     "HELD_DUE_AT",
     "MAX_ATTEMPTS",
+    "MAX_ATTEMPT_HISTORY",
     "MAX_BATCH_JOBS",
     "MAX_CATEGORY_LENGTH",
     "MAX_CHAIN_STEPS",
     "MAX_DELAY_DAYS",
+    "MAX_DETAIL_LENGTH",
     "MAX_ERROR_CLASS_LENGTH",
     "MAX_HOST_LENGTH",
     "MAX_JSON_DEPTH",
     "MAX_KEY_LENGTH",
+    "MAX_META_BYTES",
+    "MAX_OUTCOME_LENGTH",
     "MAX_PAYLOAD_LIMIT",
     "MAX_PRIORITY",
+    "MAX_PROGRESS_BYTES",
     "MAX_QUEUE_LIST_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_RESULT_LIMIT",
@@ -62,6 +67,17 @@ MAX_HOST_LENGTH = 255
 MAX_QUEUE_LIST_LENGTH = 1024
 #: The class name of a failed attempt's exception (``module.QualName``; a longer one is cut).
 MAX_ERROR_CLASS_LENGTH = 200
+#: A detail an attempt keeps for operators (a handler marked it safe, or a redactor made it),
+#: after control characters are stripped; a longer one is cut.
+MAX_DETAIL_LENGTH = 500
+#: An attempt's outcome as stored (``lease_expired`` is the longest).
+MAX_OUTCOME_LENGTH = 16
+#: The most attempts of one job whose records are kept (the older ones are only counted).
+MAX_ATTEMPT_HISTORY = 100
+#: A running job's progress as stored (JSON: done, total, note).
+MAX_PROGRESS_BYTES = 1024
+#: A job's metadata as stored (a JSON object a handler set, key by key).
+MAX_META_BYTES = 8192
 #: The largest ``max_result_bytes`` a queue may be configured with (1 MiB).
 MAX_RESULT_LIMIT = 1024 * 1024
 #: How many times one job may snooze before a snooze dead-letters it instead.

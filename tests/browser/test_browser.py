@@ -12,6 +12,7 @@ import re
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from html import escape
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -320,6 +321,35 @@ def test_an_operator_sets_then_clears_a_queues_limits(live: Live, browser: Brows
     expect(page.get_by_role("status")).to_contain_text("Limits cleared")
     expect(page.locator("#limits")).to_have_count(0)
     assert run_async(limits()) == []
+
+
+def test_an_operator_sets_then_clears_a_queues_rate(live: Live, browser: BrowserContext) -> None:
+    async def rates() -> list[tuple[str, int | None, int | None, timedelta | None]]:
+        async with QueueInspector(live.url) as reader:
+            found = await reader.queue_limits()
+        return [(q.queue, q.rate, q.rate_per_key, q.period) for q in found]
+
+    page = as_user(browser, live, "operator")
+    page.goto(live.base + "/queues/emails/limits")
+    expect(page.locator("#rate")).to_have_count(0)
+    page.get_by_role("spinbutton", name="Rate", exact=True).fill("30")
+    page.get_by_role("spinbutton", name="Rate per key").fill("5")
+    page.get_by_role("spinbutton", name="Period in seconds").fill("60")
+    page.get_by_role("button", name="Set the rate").click()
+    expect(page).to_have_url(re.compile(r"/queues/emails/limits\?notice=rate-set$"))
+    expect(page.get_by_role("status")).to_contain_text("Rate stored")
+    row = page.locator('#rate tr[data-queue="emails"]')
+    expect(row.locator('[data-col="rate"]')).to_have_text("30")
+    expect(row.locator('[data-col="rate_per_key"]')).to_have_text("5")
+    expect(row.locator('[data-col="period"]')).to_have_text("60 s")
+    expect(row.locator('[data-col="used"]')).to_have_text("0")
+    expect(page.get_by_role("spinbutton", name="Period in seconds")).to_have_value("60")
+    assert run_async(rates()) == [("emails", 30, 5, timedelta(minutes=1))]
+
+    page.get_by_role("button", name="Clear the rate").click()
+    expect(page.get_by_role("status")).to_contain_text("Rate cleared")
+    expect(page.locator("#rate")).to_have_count(0)
+    assert run_async(rates()) == []
 
 
 def test_csrf_and_authorization_in_the_browser(live: Live, browser: BrowserContext) -> None:

@@ -139,7 +139,8 @@ LIMITS_KEY = "pk_caravel_queue_limits"
 
 def _assert_limits_probed_once(plan: list[dict[str, Any]]) -> None:
     probes = [n for n in plan if n.get("Index Name") == LIMITS_KEY]
-    assert probes and all((n["Actual Loops"], n["Actual Rows"]) == (1, 0) for n in probes), probes
+    assert probes
+    assert all((n["Actual Loops"], n["Actual Rows"]) == (1, 0) for n in probes), probes
 
 
 @pytest.mark.parametrize(("queue", "claimed"), [("busy", LIMIT), ("later", 0)])

@@ -21,9 +21,11 @@ import sqlalchemy as sa
 from caravel.limits import (
     MAX_ATTEMPTS,
     MAX_CATEGORY_LENGTH,
+    MAX_DETAIL_LENGTH,
     MAX_ERROR_CLASS_LENGTH,
     MAX_HOST_LENGTH,
     MAX_KEY_LENGTH,
+    MAX_OUTCOME_LENGTH,
     MAX_QUEUE_LIST_LENGTH,
     MAX_QUEUE_NAME_LENGTH,
     MAX_SCHEDULE_NAME_LENGTH,
@@ -35,6 +37,8 @@ from caravel.limits import (
 )
 
 __all__ = [
+    "ATTEMPTS_TABLE",
+    "ATTEMPT_OUTCOMES",
     "BATCHES_TABLE",
     "FINISHED_COUNTS_TABLE",
     "JOBS_TABLE",
@@ -45,6 +49,7 @@ __all__ = [
     "SCHEDULES_TABLE",
     "VERSION_TABLE",
     "WORKERS_TABLE",
+    "attempts",
     "batches",
     "claim_rank",
     "claim_rank_of",
@@ -124,6 +129,17 @@ jobs = sa.Table(
     # What one start of the job counts for against a rate limit (its type's ``weight``); NULL
     # means 1 (the default), read as ``COALESCE(weight, 1)``.
     sa.Column("weight", sa.Integer(), nullable=True),
+    # The worker holding the job's current (or last) lease, set by every claim: the attempt
+    # history names it for an attempt whose lease expired with no outcome recorded.
+    sa.Column("worker_id", sa.Uuid(), nullable=True),
+    # What a running handler reported (JSON ``{"done", "total", "note"}``) and when; kept after
+    # the job finishes. Written only under the job's current lease token.
+    sa.Column("progress", sa.Text(), nullable=True),
+    sa.Column("progress_at", sa.BigInteger(), nullable=True),
+    # A JSON object a handler set key by key (``ctx.set_meta``), fenced as progress is.
+    sa.Column("meta", sa.Text(), nullable=True),
+    # Attempts whose records were deleted to keep the job's history within its bound.
+    sa.Column("attempts_dropped", sa.Integer(), nullable=False, server_default=sa.text("0")),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -330,6 +346,48 @@ queue_starts = sa.Table(
     sa.PrimaryKeyConstraint("id", name="pk_caravel_queue_starts"),
 )
 sa.Index("ix_caravel_queue_starts_window", queue_starts.c.queue, queue_starts.c.started_at)
+
+ATTEMPTS_TABLE = "caravel_attempts"
+
+#: Outcomes an attempt record can hold (``outcome``).
+ATTEMPT_OUTCOMES = (
+    "completed",
+    "failed",
+    "snoozed",
+    "cancelled",
+    "timed_out",
+    "lease_expired",
+    "discarded",
+    "abandoned",
+)
+
+#: One row per attempt (claim) of a job, written with its outcome in the same transaction (an
+#: attempt whose lease expired, by the claim that took the job over): who ran it, when, how it
+#: ended, and only what a handler marked safe to keep (``detail``), never a payload or an
+#: exception's message. Keyed by the lease token, which every claim of a job changes (a snooze
+#: gives its attempt number back, a replay resets it; the token only grows). Deleted with its job.
+attempts = sa.Table(
+    ATTEMPTS_TABLE,
+    metadata,
+    sa.Column("job_id", sa.Uuid(), nullable=False),
+    sa.Column("lease_token", sa.BigInteger(), nullable=False),
+    sa.Column("attempt", sa.Integer(), nullable=False),
+    sa.Column("worker_id", sa.Uuid(), nullable=True),
+    sa.Column("host", sa.String(MAX_HOST_LENGTH), nullable=True),
+    sa.Column("pid", sa.Integer(), nullable=True),
+    sa.Column("claimed_at", sa.BigInteger(), nullable=True),
+    sa.Column("finished_at", sa.BigInteger(), nullable=True),
+    sa.Column("outcome", sa.String(MAX_OUTCOME_LENGTH), nullable=False),
+    sa.Column("category", sa.String(MAX_CATEGORY_LENGTH), nullable=True),
+    sa.Column("error_class", sa.String(MAX_ERROR_CLASS_LENGTH), nullable=True),
+    sa.Column("detail", sa.String(MAX_DETAIL_LENGTH), nullable=True),
+    sa.Column("retry_at", sa.BigInteger(), nullable=True),
+    sa.PrimaryKeyConstraint("job_id", "lease_token", name="pk_caravel_attempts"),
+    sa.CheckConstraint(
+        "outcome IN (" + ", ".join(f"'{o}'" for o in ATTEMPT_OUTCOMES) + ")",
+        name="ck_caravel_attempts_outcome",
+    ),
+)
 
 QUEUE_WEIGHTS_TABLE = "caravel_queue_weights"
 

@@ -179,6 +179,10 @@ class FailedAttempt:
     retry_at: int | None
     error_class: str | None = None
     """The handler's exception class, when it raised one; ``None`` keeps the stored one."""
+    detail: str | None = None
+    """What the handler marked safe for operators about this failure (or a redactor made of
+    it), already cleaned and bounded (:data:`~caravel.limits.MAX_DETAIL_LENGTH`); ``None``:
+    nothing. Kept only in the attempt's record, never in a log or metric."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,12 @@ the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection and writes only
-to replay dead letters, to cancel, delete and prune jobs, and to pause or resume queues and
-schedules. Every route is listed in :data:`ROUTES` with the permission it needs, and one guard
-(:mod:`caravel.web.guard`) checks that permission (and, for a POST, the anti-forgery token)
-before any page (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`,
-:mod:`caravel.web.bulk_pages`, ...) runs. Every answer passes
-:class:`~caravel.web.security.SecurityHeaders`.
+to replay dead letters, to cancel, delete and prune jobs, to pause or resume queues and
+schedules, and to set or clear queues' limits and rates. Every route is listed in
+:data:`ROUTES` with the permission it needs, and one guard (:mod:`caravel.web.guard`) checks
+that permission (and, for a POST, the anti-forgery token) before any page
+(:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`, :mod:`caravel.web.bulk_pages`,
+...) runs. Every answer passes :class:`~caravel.web.security.SecurityHeaders`.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/queues/{queue}/resume", "resume", "operate"),
     RouteSpec("GET", "/queues/{queue}/limits", "queue_limits", "read"),
     RouteSpec("POST", "/queues/{queue}/limits", "queue_limits_set", "operate"),
+    RouteSpec("POST", "/queues/{queue}/limits/rate", "queue_rate_set", "operate"),
     RouteSpec("POST", "/queues/{queue}/limits/clear", "queue_limits_clear", "operate"),
     RouteSpec("GET", "/workers", "workers", "read"),
     RouteSpec("GET", "/schedules", "schedules", "read"),
@@ -172,6 +173,7 @@ class Dashboard:
             "resume": pausing.resume,
             "queue_limits": limits.show,
             "queue_limits_set": limits.set,
+            "queue_rate_set": limits.set_rate,
             "queue_limits_clear": limits.clear,
             "workers": pages.workers,
             "schedules": pages.schedules,

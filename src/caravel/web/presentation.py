@@ -38,6 +38,7 @@ __all__ = [
     "fairness",
     "lease_note",
     "pretty_payload",
+    "rate_text",
     "short_id",
     "shown_state",
     "span",
@@ -86,6 +87,18 @@ def fairness(limit: QueueLimit) -> str:
         return "\u2014"
     shares = ", ".join(f"{key}={n}" for key, n in limit.weights.items())
     return f"yes ({shares})" if shares else "yes"
+
+
+def rate_text(limit: QueueLimit) -> str:
+    """A queue's rate in a few words: ``—`` without one, ``20 per 1 s``, ``20 per 1 s (5 per
+    key)`` or ``5 per key per 60 s``."""
+    if limit.rate_period_ms is None:
+        return "\u2014"
+    period = f"{limit.rate_period_ms / 1000:g} s"
+    if limit.rate is None:
+        return f"{limit.rate_per_key} per key per {period}"
+    each = "" if limit.rate_per_key is None else f" ({limit.rate_per_key} per key)"
+    return f"{limit.rate} per {period}{each}"
 
 
 def short_id(job_id: UUID) -> str:
@@ -197,6 +210,7 @@ def _environment() -> Environment:
     templates.globals.update(
         breakable=breakable,
         fairness=fairness,
+        rate_text=rate_text,
         failure_meanings=FAILURE_MEANINGS,
         per_page_choices=PER_PAGE_CHOICES,
         short_id=short_id,

@@ -70,6 +70,7 @@ def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, T
         "queue_limits_set": Target(
             "/queues/emails/limits", {"queue": "emails", "concurrency": "4"}
         ),
+        "queue_rate_set": Target("/queues/emails/limits/rate", {"queue": "emails", "rate": "50"}),
         "queue_limits_clear": Target("/queues/emails/limits/clear", {"queue": "emails"}),
         "workers": Target("/workers"),
         "schedules": Target("/schedules"),

@@ -17,9 +17,7 @@ SMALL = 5
 OPTIONS = WorkerOptions(concurrency=10)
 
 
-async def _started_order(
-    db_url: str, *, fair: bool, options: WorkerOptions = OPTIONS
-) -> list[str]:
+async def _started_order(db_url: str, *, fair: bool, options: WorkerOptions = OPTIONS) -> list[str]:
     started: list[str] = []
     done = asyncio.Event()
 

@@ -14,13 +14,14 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.jobs import Lease
-from caravel.store import claims, queries
+from caravel.store import queries
 from caravel.store.base import claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.pending_sql import PENDING_INDEX
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
+from caravel.store.postgresql.key_jobs import lateral_key_jobs
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest
@@ -100,7 +101,7 @@ class PostgresStore(InsertingStore):
         return postgresql.insert(queue_limits_table)
 
     # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
-    _fair_key_jobs = staticmethod(claims.lateral_key_jobs)
+    _fair_key_jobs = staticmethod(lateral_key_jobs)
 
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]:
         # The queue's limited claims take turns on its limits row: each counts the running

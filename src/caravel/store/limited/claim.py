@@ -1,0 +1,174 @@
+"""The limited claim of the SQL stores as a plan (:mod:`caravel.store.plans`) each dialect runs
+in one write transaction: the queue's limits row read (and locked where the database has
+concurrent writers), then the claim its caps, rate and fairness call for (see the package's
+docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from caravel.flow.fairness import fair_order, next_cursor
+from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
+from caravel.jobs import JobState
+from caravel.store import claims
+from caravel.store.limited.starts import latest_start, log_starts, prune_starts, started_by_key
+from caravel.store.limited.tables import move_cursor, read_limit, read_weights
+from caravel.store.plans import Plan, Step
+from caravel.store.protocol import ClaimRequest, ClaimSource
+
+__all__ = ["ClaimingStore", "limited_claim"]
+
+RUNNING = JobState.RUNNING.value
+
+
+class ClaimingStore(Protocol):
+    """What a limited claim asks of its store: its statement cache and the dialect's pieces of
+    a claim."""
+
+    #: How a fair claim reads each key's first jobs (:data:`~caravel.store.claims.KeyJobs`).
+    _fair_key_jobs: claims.KeyJobs
+
+    def _statement(self, name: str, build: Callable[[], Any]) -> Any: ...
+
+    def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]: ...
+
+    def _claim_statement(
+        self, source: ClaimSource, *, literal_limit: bool = True, unlimited: bool = True
+    ) -> sa.Update: ...
+
+    def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]: ...
+
+
+def limited_claim(
+    store: ClaimingStore, request: ClaimRequest, params: dict[str, Any]
+) -> Plan[list[Any]]:
+    """The limited claim (see the module docstring) as a plan, for the dialect to run in
+    one write transaction; ``params`` are the plain claim's. Its value: the claimed rows."""
+    source = request.source
+    lock = store._statement("limit_lock", lambda: store._limit_lock(read_limit()))
+    found = yield Step(lock, {"b_queue": request.queue})
+    if found and found[0].rate_period_ms is not None:
+        return (yield from _rated_claim(store, request, params, found[0]))
+    concurrency, per_key = (None, None) if not found else found[0][:2]
+    fair = bool(found and found[0].fair)
+    limit = request.limit
+    if concurrency is not None:
+        count = store._statement("running_count", claims.running_count)
+        counted = yield Step(count, {"b_queue": params["b_queue"], "b_now": params["b_now"]})
+        limit = min(limit, concurrency - int(counted[0][0]))
+        if limit <= 0:
+            return []
+    params = {**params, "b_limit": limit}
+    if per_key is not None:
+        params["b_per_key"] = per_key
+    if fair:
+        params["b_cursor"] = found[0].fair_cursor or ""
+        keyed = per_key is not None
+        stmt = store._statement(
+            f"claim_fair_{source}_{keyed}",
+            lambda: claims.claim_fair(
+                source, store._claim_target, store._fair_key_jobs, per_key=keyed
+            ),
+        )
+    elif per_key is None:
+        stmt = store._statement(
+            f"claim_limited_{source}",
+            lambda: store._claim_statement(source, unlimited=False),
+        )
+    else:
+        stmt = store._statement(
+            f"claim_per_key_{source}", lambda: claims.claim_per_key(source, store._claim_target)
+        )
+    claimed = yield Step(stmt, params)
+    if fair:
+        yield from _move_cursor(store, request.queue, found[0].fair_cursor, claimed)
+    return claimed
+
+
+def _move_cursor(
+    store: ClaimingStore, queue: str, cursor: str | None, claimed: Sequence[Any]
+) -> Plan[None]:
+    """Store the fair cursor a claim leaves (:func:`~caravel.flow.fairness.next_cursor`)
+    when it moved."""
+    served = (row.partition_key or row.tenant_id for row in claimed if row.state == RUNNING)
+    moved = next_cursor(cursor, served)
+    if moved != cursor:
+        yield Step(
+            store._statement("fair_cursor", move_cursor), {"b_queue": queue, "b_cursor": moved}
+        )
+
+
+def _rated_claim(
+    store: ClaimingStore, request: ClaimRequest, params: dict[str, Any], stored: Any
+) -> Plan[list[Any]]:
+    """The limited claim of a queue with a rate (see the module docstring)."""
+    queue, period = params["b_queue"], int(stored.rate_period_ms)
+    latest = yield Step(store._statement("latest_start", latest_start), {"b_queue": queue})
+    latest_at = None if latest[0][0] is None else int(latest[0][0])
+    now = window_clock(params["b_now"], latest_at)
+    # The lease runs from the time the claim is logged at, as ever.
+    params = {**params, "b_now": now, "b_expires": params["b_expires"] + now - params["b_now"]}
+    since = now - period
+    stale = stale_before(latest_at, period)
+    if stale is not None:
+        prune = store._statement("starts_prune", prune_starts)
+        yield Step(prune, {"b_queue": queue, "b_since": stale})
+    started = yield Step(
+        store._statement("starts_in_window", started_by_key),
+        {"b_queue": queue, "b_since": since},
+    )
+    running = yield Step(
+        store._statement("running_by_key", claims.running_by_key),
+        {"b_queue": queue, "b_now": now},
+    )
+    source = request.source
+    due = yield Step(
+        store._statement(f"due_weighed_{source}", lambda: claims.due_weighed(source)),
+        {"b_queue": queue, "b_now": now},
+    )
+    if stored.fair:
+        weighing = store._statement("queue_weights_read", read_weights)
+        weights = yield Step(weighing, {"b_queue": queue})
+        sources = ("expired", "ready") if source == "any" else (source,)
+        due = [
+            due[at]
+            for at in fair_order(
+                [(sources[int(row.part)] == "expired", row.key) for row in due],
+                {row.key: int(row.weight) for row in weights},
+                {row.key: int(row.running) for row in running},
+                stored.fair_cursor,
+            )
+        ]
+    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
+    chosen = fit(
+        (Candidate(row.id, row.key, int(row.weight)) for row in due),
+        request.limit,
+        caps,
+        {row.key: int(row.running) for row in running},
+        {row.key: int(row.weight) for row in started},
+    )
+    if not chosen:
+        return []
+    claimed = yield Step(
+        store._statement("claim_ids", claims.claim_ids),
+        {**params, "b_ids": [job.id for job in chosen]},
+    )
+    by_id = {job.id: job for job in chosen}
+    starts = [
+        {
+            "b_queue": queue,
+            "b_key": by_id[row.id].key,
+            "b_now": now,
+            "b_weight": by_id[row.id].weight,
+        }
+        for row in claimed
+        if row.state == RUNNING
+    ]
+    if starts:
+        yield Step(store._statement("starts_log", log_starts), starts)
+    if stored.fair:
+        yield from _move_cursor(store, queue, stored.fair_cursor, claimed)
+    return claimed
