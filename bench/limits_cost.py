@@ -52,7 +52,8 @@ KEYS = 1000
 TENANTS = 100
 #: The ``rate`` setting's starts per second: above anything this machine drains.
 RATE = 1_000_000
-LEASE_MS = 60_000
+#: The claims' leases: longer than the plans take, so a batch stays running throughout.
+LEASE_MS = 600_000
 #: How long a statement may run under ``EXPLAIN ANALYZE`` before its plan is taken without it.
 EXPLAIN_TIMEOUT_MS = 10_000
 
@@ -191,13 +192,14 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
             await store.job_complete_many(leases, int(time.time() * 1000))
             return len(claimed), seconds, None
 
-        # Before any limit is stored: plain, a batch left running as while a worker drains.
-        now = int(time.time() * 1000)
-        await store.job_claim_many(ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready"))
         passes = ("without_statistics", "analysed") if backend == "postgresql" else ("as_is",)
         for name in passes:
             if name == "analysed":
                 _analyse(url)
+            # A batch left running, as while a worker drains (claimed plain: no limit stored).
+            await queue.clear_queue_limit(QUEUE)
+            now = int(time.time() * 1000)
+            await store.job_claim_many(ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready"))
             found[name] = taken = {}
             for setting, limit in PLANNED.items():
                 await queue.clear_queue_limit(QUEUE)
