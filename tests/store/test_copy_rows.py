@@ -92,6 +92,12 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "chain_next": None,
         "batch_id": None,
         "upstream": None,
+        # What running handlers and their claims write later (revision 0015).
+        "worker_id": None,
+        "progress": None,
+        "progress_at": None,
+        "meta": None,
+        "attempts_dropped": 0,
     }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}
