@@ -196,10 +196,12 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
         for name in passes:
             if name == "analysed":
                 _analyse(url)
-            # A batch left running, as while a worker drains (claimed plain: no limit stored).
+            # A batch left running, as while a worker drains (claimed plain: no limit stored),
+            # finished once the pass is done.
             await queue.clear_queue_limit(QUEUE)
             now = int(time.time() * 1000)
-            await store.job_claim_many(ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready"))
+            request = ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready")
+            running = (await store.job_claim_many(request)).claimed
             found[name] = taken = {}
             for setting, limit in PLANNED.items():
                 await queue.clear_queue_limit(QUEUE)
@@ -214,4 +216,5 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
                     "failed": failed or failed_explained,
                     "statements": statements,
                 }
+            await store.job_complete_many([job.lease for job in running], int(time.time() * 1000))
     return found
