@@ -177,20 +177,20 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
         await fill_backlog(queue, backlog, spread=by_key)
         store = queue.store
 
-        async def claim() -> tuple[int, float, str | None]:
-            """One limited claim, its jobs then finished: how many it took, in how many
-            seconds, and why it failed (a statement cut by the server's timeout, say)."""
+        async def claim() -> tuple[list[Any], float, str | None]:
+            """One limited claim: the jobs it took, in how many seconds, and why it failed (a
+            statement cut by the server's timeout, say)."""
             now = int(time.time() * 1000)
             request = ClaimRequest(QUEUE, batch, now, LEASE_MS, "ready", limited=True)
             started = time.perf_counter()
             try:
                 claimed = (await store.job_claim_many(request)).claimed
             except StoreError as exc:
-                return 0, time.perf_counter() - started, exc.reason or str(exc)
-            seconds = time.perf_counter() - started
-            leases = [job.lease for job in claimed]
-            await store.job_complete_many(leases, int(time.time() * 1000))
-            return len(claimed), seconds, None
+                return [], time.perf_counter() - started, exc.reason or str(exc)
+            return claimed, time.perf_counter() - started, None
+
+        async def finish(claimed: list[Any]) -> None:
+            await store.job_complete_many([job.lease for job in claimed], int(time.time() * 1000))
 
         passes = ("without_statistics", "analysed") if backend == "postgresql" else ("as_is",)
         for name in passes:
@@ -207,14 +207,16 @@ async def plans(url: str, backlog: int, batch: int) -> dict[str, Any]:
                 await queue.clear_queue_limit(QUEUE)
                 await queue.set_queue_limit(limit)
                 # Timed alone first (its starts are in the rate's window for the plans).
-                _, seconds, failed = await claim()
+                timed, seconds, failed = await claim()
+                await finish(timed)
                 with explained(backend) as statements:
                     claimed, _, failed_explained = await claim()
+                await finish(claimed)
                 taken[setting] = {
-                    "claimed": claimed,
+                    "claimed": len(claimed),
                     "seconds": seconds,
                     "failed": failed or failed_explained,
                     "statements": statements,
                 }
-            await store.job_complete_many([job.lease for job in running], int(time.time() * 1000))
+            await finish(running)
     return found
