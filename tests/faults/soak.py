@@ -214,7 +214,7 @@ def _run(
                     schedule.actions.append((round(now - started, 3), action, victim.pid))
             if progress is not None:
                 progress(now - started, None)
-            time.sleep(0.02)
+            time.sleep(0.02)  # the schedule's tick: real processes, faulted in real time
         for _, worker in resume.values():
             supervisor.signal(worker, signal.SIGCONT)
         client.stop()
@@ -233,7 +233,7 @@ def _run(
                 raise AssertionError(f"no job finished for {stall}s while draining: {states}")
             if progress is not None:
                 progress(time.monotonic() - started, states)
-            time.sleep(0.5)
+            time.sleep(0.5)  # polling the real database while real workers drain it
         elapsed = time.monotonic() - started
     figures = check(
         queue_url,
