@@ -24,6 +24,7 @@ from caravel import (
     QueueWorker,
     Snooze,
     SyncQueue,
+    ValidationError,
     WorkerOptions,
 )
 from caravel.clock import from_ms
@@ -236,7 +237,14 @@ def test_the_sync_queue_reads_the_history(db_url: str) -> None:
 
 
 @pytest.mark.parametrize("value", [0, 101, True, 2.0, None])
-def test_the_bound_is_checked_and_named(value: object) -> None:
+async def test_the_bound_is_checked_and_named(value: object) -> None:
     with pytest.raises(OptionsError) as raised:
         WorkerOptions(attempt_history=value)  # type: ignore[arg-type]
     assert raised.value.field == "attempt_history"
+    async with open_queue("memory://", registry_for(noop)) as queue:
+        with pytest.raises(ValidationError) as refused:
+            Leases(queue, attempt_history=value)  # type: ignore[arg-type]
+        assert refused.value.field == "attempt_history"
+        with pytest.raises(ValidationError) as named:
+            Leases(queue, worker_id="not-a-uuid")  # type: ignore[arg-type]
+        assert named.value.field == "worker_id"
