@@ -10,6 +10,7 @@ them); time moves by hand on a :class:`ManualClock`, nothing waits for wall time
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 from dataclasses import dataclass
@@ -145,7 +146,7 @@ async def test_a_tight_loop_of_reports_writes_at_most_once_per_interval(db_url: 
     # Every write but the last (made when the handler returned) is an interval or more after
     # the one before it.
     moments = [w.now for w in writes[:-1]]
-    assert all(b - a >= INTERVAL_MS for a, b in zip(moments, moments[1:], strict=False))
+    assert all(b - a >= INTERVAL_MS for a, b in itertools.pairwise(moments))
     assert moments[0] >= start
     assert status.state is JobState.COMPLETED
     assert status.progress == JobProgress(calls, calls, None, from_ms(writes[-1].now))
@@ -289,7 +290,8 @@ async def test_a_stale_worker_is_refused_and_stops_sending(
         ahead = ManualClock(from_ms(clock.now_ms() + 31_000))
         other = DatabaseQueue(store.inner, registry_for(), clock=ahead)  # the same database
         taken = await Leases(other).claim("default")
-        assert taken is not None and taken.job_id == job.job_id
+        assert taken is not None
+        assert taken.job_id == job.job_id
 
         caplog.set_level(logging.WARNING, logger="caravel.worker")
         go_on.set()
