@@ -26,6 +26,7 @@ from caravel import (
     Leases,
     QueueOptions,
     QueueWorker,
+    StoreError,
     ValidationError,
     WorkerOptions,
 )
@@ -312,3 +313,69 @@ async def test_a_stale_worker_is_refused_and_stops_sending(
     assert status.progress is not None
     assert (status.progress.done, status.progress.note) == (1, "first")
     assert status.meta == {}
+
+
+class FailingFirst(SeenWrites):
+    """The real store, except that the first ``failures`` progress writes fail as a lost
+    connection does."""
+
+    def __init__(self, url: str, failures: int) -> None:
+        super().__init__(url)
+        self.failures = failures
+
+    async def job_set_progress(self, update: ProgressUpdate) -> bool:
+        if self.failures > 0:
+            self.failures -= 1
+            self.arrived.put_nowait(Written(update.now, update.progress, update.meta, False))
+            raise StoreError("job_set_progress")
+        return await super().job_set_progress(update)
+
+
+async def test_a_failed_write_is_logged_and_tried_again_an_interval_later(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    store = FailingFirst(db_url, failures=1)
+    go_on = asyncio.Event()
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        ctx.progress(1, 2, "first")
+        await go_on.wait()
+
+    caplog.set_level(logging.WARNING, logger="caravel.worker")
+    queue = queue_over(store, handle, clock)
+    async with queue, worker_of(queue) as worker:
+        job = await queue.enqueue(Add(1), dispatch())
+        task = asyncio.ensure_future(worker.run_once("default"))
+        failed = await within(store.arrived.get())
+        assert failed.held is False
+        assert "job progress not written: StoreError" in caplog.messages
+        await clock.advance(INTERVAL)  # the same report, again
+        again = await within(store.arrived.get())
+        assert again.held
+        assert (again.now - failed.now, again.progress) == (INTERVAL_MS, failed.progress)
+        go_on.set()
+        assert await within(task) is True
+        status = await status_of(queue, job.job_id)
+    assert status.state is JobState.COMPLETED
+    assert status.progress == JobProgress(1, 2, "first", from_ms(again.now))
+
+
+async def test_a_failed_last_write_fails_the_step_as_an_acknowledgement_would(
+    db_url: str,
+) -> None:
+    clock = ManualClock()
+    store = FailingFirst(db_url, failures=1)
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        ctx.progress(1, 2)  # written only with the outcome: the handler never yields
+
+    queue = queue_over(store, handle, clock)
+    async with queue, worker_of(queue) as worker:
+        job = await queue.enqueue(Add(1), dispatch())
+        with pytest.raises(StoreError):
+            await within(worker.run_once("default"))
+        status = await status_of(queue, job.job_id)
+    # Nothing was acknowledged: the job runs again once its lease ends.
+    assert status.state is JobState.RUNNING
+    assert status.progress is None
