@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     )
     from caravel.options import QueueOptions, RetryPolicy, WorkerOptions
     from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
+    from caravel.progress import JobProgress
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
     from caravel.retention import Retention
@@ -115,6 +116,7 @@ _HOMES = {
     "WorkerInfo": "caravel.jobs",
     "QueueOptions": "caravel.options",
     "WorkerOptions": "caravel.options",
+    "JobProgress": "caravel.progress",
     "Outbox": "caravel.outbox",
     "OutboxEnvelope": "caravel.outbox",
     "OutboxRelay": "caravel.outbox",
@@ -174,6 +176,7 @@ __all__ = [
     "IdempotencyConflictError",
     "JobCancelledError",
     "JobContext",
+    "JobProgress",
     "JobRegistry",
     "JobState",
     "JobStatus",

@@ -34,6 +34,7 @@ __all__ = [
     "LimitKind",
     "NewJob",
     "PausedQueue",
+    "ProgressUpdate",
     "QueueCounts",
     "QueueLimit",
     "QueueLimitUsage",
@@ -212,6 +213,18 @@ class FailedAttempt:
     outcome: AttemptOutcome = AttemptOutcome.FAILED
     """What the attempt's record says it ended with: ``failed``, ``timed_out`` or
     ``discarded``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    """What a running handler reported, to store under ``lease`` at ``now``: ``progress`` and
+    ``meta`` as their JSON text (checked and bounded by :mod:`caravel.progress`), each ``None``
+    to leave it as stored. Storing progress sets its time (``progress_at``) to ``now``."""
+
+    lease: Lease
+    now: int
+    progress: str | None
+    meta: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
