@@ -64,6 +64,9 @@ STATUS_FIELDS = {
     "chain_id",
     "chain_step",
     "batch_id",
+    "progress",
+    "meta",
+    "attempts_dropped",
     "held",
     "shown_state",
 }
