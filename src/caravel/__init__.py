@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from caravel.chains import ChainResult, ChainStatus
     from caravel.clock import Clock, SystemClock
     from caravel.context import BatchOutcome, CancellationSignal, JobContext
-    from caravel.directives import Discard, Snooze
+    from caravel.directives import Discard, JobFailed, Snooze
     from caravel.errors import (
         CaravelError,
         DatabaseNotFoundError,
@@ -77,6 +77,7 @@ _HOMES = {
     "SystemClock": "caravel.clock",
     "JobContext": "caravel.context",
     "Discard": "caravel.directives",
+    "JobFailed": "caravel.directives",
     "Snooze": "caravel.directives",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
@@ -168,6 +169,7 @@ __all__ = [
     "IdempotencyConflictError",
     "JobCancelledError",
     "JobContext",
+    "JobFailed",
     "JobRegistry",
     "JobState",
     "JobStatus",

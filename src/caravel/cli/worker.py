@@ -208,6 +208,8 @@ def worker(
                 "--prune-interval needs an age to prune by: --completed, --cancelled, "
                 "--dead-letter or --keys"
             )
+        # Left out, the library's default interval holds.
+        pruning: dict[str, Any] = {} if interval is None else {"prune_interval": interval}
         worker_options = WorkerOptions(
             concurrency=concurrency,
             poll_interval=poll,
@@ -221,8 +223,7 @@ def worker(
             durable_acks=durable_acks,
             retention=retention,
             schedules=not no_schedules,
-            # Left out, the library's default interval holds.
-            **({} if interval is None else {"prune_interval": interval}),
+            **pruning,
         )
         run = event_loop_runner(event_loop)
         registry = load_registry(app)
