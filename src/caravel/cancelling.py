@@ -20,6 +20,7 @@ __all__ = [
     "BATCH",
     "MAX_BATCH",
     "MatchedJobs",
+    "act_on_matching",
     "cancel_all",
     "delete_all",
     "parse_older_than",
@@ -127,3 +128,38 @@ async def delete_all(store: Store, chosen: JobSelection, batch: int = BATCH) -> 
         total += done
         if done < batch:
             return total
+
+
+async def act_on_matching(
+    store: Store,
+    queue: object,
+    now: int,
+    *,
+    deleting: bool,
+    job_type: object = None,
+    tenant_id: object = None,
+    states: Iterable[object] | None = None,
+    older_than: object = None,
+    dry_run: bool = False,
+) -> MatchedJobs:
+    """Count the jobs of ``queue`` the filter matches (:func:`selection`), then, unless
+    ``dry_run`` or none matched, cancel them (or, ``deleting``, delete them) in bounded batches:
+    :meth:`DatabaseQueue.cancel_matching <caravel.DatabaseQueue.cancel_matching>` and
+    :meth:`~caravel.DatabaseQueue.delete_matching`."""
+    chosen = selection(
+        queue,
+        now,
+        deleting=deleting,
+        job_type=job_type,
+        tenant_id=tenant_id,
+        states=states,
+        older_than=older_than,
+    )
+    counted = await store.job_count_selected(chosen, deleting=deleting)
+    if dry_run or not counted:
+        return MatchedJobs(counted, 0)
+    if deleting:
+        changed = await delete_all(store, chosen)
+    else:
+        changed = await cancel_all(store, chosen, now)
+    return MatchedJobs(counted, changed)

@@ -33,6 +33,7 @@ from caravel.jobs import (
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
+from caravel.queue.enqueueing import enqueue_results
 from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
@@ -152,7 +153,7 @@ class SyncQueue:
         inserted = self.queue.store.job_insert_joined_sync(
             session, new_jobs, self._identity, on_commit=committed
         )
-        return self.queue._results(inserted, wake=False)
+        return enqueue_results(inserted)
 
     # ----- chains and batches --------------------------------------------------------------
 

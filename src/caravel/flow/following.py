@@ -1,7 +1,7 @@
 """What a worker knows of its queues' concurrency limits, fairness and rate limits: read from
-the store when it starts, again at every read of the paused set (each ``poll_interval``, and at
-once when PostgreSQL pushes a change on the queues' channel), so a change reaches running
-workers without a restart.
+the store when it starts (after storing those its registry declares), again at every read of the
+paused set (each ``poll_interval``, and at once when PostgreSQL pushes a change on the queues'
+channel), so a change reaches running workers without a restart.
 
 A fetcher sends a limited claim only for a queue it knows to be limited; the claim itself then
 reads the stored limits in its own transaction, so a limit lowered, raised or removed since the
@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from caravel.flow.concurrency import ConcurrencyLimit
+from caravel.flow.rate import RateLimit
 from caravel.store.protocol import QueueLimit, Store
 
 __all__ = ["LimitedQueues"]
@@ -64,6 +66,12 @@ class LimitedQueues:
                 )
         self._limits = read
         return frozenset(changed)
+
+    async def declare(self, limits: Iterable[ConcurrencyLimit | RateLimit], now: int) -> None:
+        """Store the limits the registry declares (:meth:`JobRegistry.limit
+        <caravel.JobRegistry.limit>`), replacing what the database held for their queues."""
+        for limit in limits:
+            await self._store.queue_limit_set(limit, now)
 
     async def limited_now(self, queue: str) -> bool:
         """Whether ``queue`` has a limit, read from the store now (one step of the worker)."""

@@ -16,6 +16,8 @@ counts bound what they read of that history.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from caravel.limits import (
@@ -69,6 +71,21 @@ JOBS_TABLE = "caravel_jobs"
 VERSION_TABLE = "caravel_alembic_version"
 
 metadata = sa.MetaData()
+
+
+def _partial_index(
+    name: str, *expressions: str | sa.ColumnElement[Any], where: str, unique: bool = False
+) -> sa.Index:
+    """An index over the rows matching ``where``: the same predicate on every dialect, written
+    once so the two cannot drift apart."""
+    return sa.Index(
+        name,
+        *expressions,
+        unique=unique,
+        postgresql_where=sa.text(where),
+        sqlite_where=sa.text(where),
+    )
+
 
 jobs = sa.Table(
     JOBS_TABLE,
@@ -151,64 +168,34 @@ jobs = sa.Table(
     ),
     # Idempotency: one job per key in a queue and tenant. Only keyed jobs have an entry, so a
     # keyless job costs this index nothing on insert, claim or acknowledgement.
-    sa.Index(
+    _partial_index(
         "uq_caravel_jobs_idempotency",
         "queue",
         "tenant_id",
         "idempotency_key",
         unique=True,
-        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
-        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
+        where="idempotency_key IS NOT NULL",
     ),
-    sa.Index(
-        "ix_caravel_jobs_claim",
-        "queue",
-        "available_at",
-        postgresql_where=sa.text("available_at IS NOT NULL"),
-        sqlite_where=sa.text("available_at IS NOT NULL"),
+    _partial_index(
+        "ix_caravel_jobs_claim", "queue", "available_at", where="available_at IS NOT NULL"
     ),
     # Running jobs by lease expiry: where workers look for a crashed worker's jobs.
-    sa.Index(
-        "ix_caravel_jobs_leases",
-        "queue",
-        "available_at",
-        postgresql_where=sa.text("state = 'running'"),
-        sqlite_where=sa.text("state = 'running'"),
-    ),
+    _partial_index("ix_caravel_jobs_leases", "queue", "available_at", where="state = 'running'"),
     # The one pending job per queue, tenant and pending key; only ready rows with a key have an
     # entry, so it costs other jobs nothing.
-    sa.Index(
+    _partial_index(
         "uq_caravel_jobs_pending",
         "queue",
         "tenant_id",
         "pending_key",
         unique=True,
-        postgresql_where=sa.text("pending_key IS NOT NULL AND state = 'ready'"),
-        sqlite_where=sa.text("pending_key IS NOT NULL AND state = 'ready'"),
+        where="pending_key IS NOT NULL AND state = 'ready'",
     ),
-    sa.Index(
-        "ix_caravel_jobs_chain",
-        "chain_id",
-        "chain_step",
-        postgresql_where=sa.text("chain_id IS NOT NULL"),
-        sqlite_where=sa.text("chain_id IS NOT NULL"),
-    ),
-    sa.Index(
-        "ix_caravel_jobs_batch",
-        "batch_id",
-        "state",
-        postgresql_where=sa.text("batch_id IS NOT NULL"),
-        sqlite_where=sa.text("batch_id IS NOT NULL"),
-    ),
+    _partial_index("ix_caravel_jobs_chain", "chain_id", "chain_step", where="chain_id IS NOT NULL"),
+    _partial_index("ix_caravel_jobs_batch", "batch_id", "state", where="batch_id IS NOT NULL"),
     # Finished jobs by queue and state: queue counts read at most a bounded stretch of it, never
     # the finished rows themselves (see queries.counts).
-    sa.Index(
-        "ix_caravel_jobs_finished",
-        "queue",
-        "state",
-        postgresql_where=sa.text("available_at IS NULL"),
-        sqlite_where=sa.text("available_at IS NULL"),
-    ),
+    _partial_index("ix_caravel_jobs_finished", "queue", "state", where="available_at IS NULL"),
 )
 
 
@@ -223,13 +210,7 @@ def claim_rank_of(due_at: int, priority: int) -> int:
     return due_at - priority * PRIORITY_AGING_MS
 
 
-sa.Index(
-    "ix_caravel_jobs_ranked",
-    jobs.c.queue,
-    claim_rank,
-    postgresql_where=sa.text("state = 'ready'"),
-    sqlite_where=sa.text("state = 'ready'"),
-)
+_partial_index("ix_caravel_jobs_ranked", jobs.c.queue, claim_rank, where="state = 'ready'")
 
 
 #: A job's partition key as per-key concurrency limits count it: its own, else its tenant.
@@ -237,14 +218,7 @@ partition = sa.func.coalesce(jobs.c.partition_key, jobs.c.tenant_id)
 
 #: Ready jobs by queue, partition key and claim order: a fair claim finds the keys with due work
 #: by skipping through it, and reads at most a batch of each key's jobs in claim order.
-sa.Index(
-    "ix_caravel_jobs_fair",
-    jobs.c.queue,
-    partition,
-    claim_rank,
-    postgresql_where=sa.text("state = 'ready'"),
-    sqlite_where=sa.text("state = 'ready'"),
-)
+_partial_index("ix_caravel_jobs_fair", jobs.c.queue, partition, claim_rank, where="state = 'ready'")
 
 
 def include_object(

@@ -6,30 +6,24 @@ are free handler slots, each job runs in its own task under its lease, and the a
 outcomes in batches. Both run a job the same way and record its outcome through the same
 acknowledger.
 
-Stopping: :meth:`QueueWorker.stop` (the command line calls it on SIGTERM or SIGINT) stops
-claiming, lets in-flight handlers finish and be acknowledged for ``shutdown_grace``, then cancels
-the rest without acknowledging them; their jobs run again once their leases expire. A second stop
-request cancels at once. A handler that raises ``KeyboardInterrupt`` is a stop request too (its
-own job is abandoned, like those cancelled at the stop); one that raises ``SystemExit`` only
-failed its attempt. A database failure while claiming, acknowledging or renewing stops the
-worker too, and ``run`` raises it.
+The service wires its pieces, each a module of its own: how a run stops (requests, the fault,
+draining, the jobs left to their leases) is :mod:`~caravel.worker.stopping`'s, how its loops are
+kept (which errors stop the worker) :mod:`~caravel.worker.supervisor`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
-from uuid import UUID, uuid4
+from datetime import timedelta
+from uuid import uuid4
 
 from caravel._closing import AsyncClosing
 from caravel._failpoints import failpoint
 from caravel.errors import ValidationError
 from caravel.flow.following import LimitedQueues
-from caravel.jobs import ClaimedJob, Lease
+from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
 from caravel.validation import check_queue_name
@@ -40,25 +34,17 @@ from caravel.worker.leases import Leases
 from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
 from caravel.worker.pruner import Pruner
-from caravel.worker.reporting import OutcomeReport, log_job, logger
+from caravel.worker.reporting import OutcomeReport
 from caravel.worker.runner import Abandoned, JobRunner, Outcome, ScopeFactory
 from caravel.worker.scheduler import Scheduler
+from caravel.worker.stopping import AbandonedJob, Shutdown, Stopping
 from caravel.worker.summary import JobSummary
+from caravel.worker.supervisor import Supervisor
 from caravel.worker.threads import HandlerThreads
 from caravel.worker.wakeups import WakeupListener
 from caravel.worker.watchdog import LeaseWatchdog
 
 __all__ = ["AbandonedJob", "QueueWorker", "Step", "Stopping"]
-
-
-@dataclass(frozen=True, slots=True)
-class Stopping:
-    """What a stop request waits for: ``jobs`` handlers running, given ``grace`` to finish;
-    ``cancelling`` when they are being cancelled now instead (a second request, no grace)."""
-
-    jobs: int
-    grace: timedelta
-    cancelling: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +57,6 @@ class Step:
     outcome: Outcome | None
     held: bool
     abandoned: Abandoned | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AbandonedJob:
-    """A job the last stop cancelled without an acknowledgement: it runs again, on any worker,
-    once its lease ends at ``lease_expires_at``."""
-
-    job_id: UUID
-    queue: str
-    lease_expires_at: datetime
 
 
 class QueueWorker(AsyncClosing):
@@ -120,7 +96,10 @@ class QueueWorker(AsyncClosing):
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)
         self._report = OutcomeReport(self._summary)
-        self._acker = Acknowledger(self.leases, on_written=self._written, on_error=self._failed)
+        self._shutdown = Shutdown(self.options.shutdown_grace)
+        self._acker = Acknowledger(
+            self.leases, on_written=self._written, on_error=self._shutdown.fail
+        )
         self._slots = Slots(self.options.concurrency, self._job)
         self._presence = Presence(
             queue.store,
@@ -138,17 +117,6 @@ class QueueWorker(AsyncClosing):
             poll_seconds=self.options.poll_interval.total_seconds(),
             limits=self._limits,
         )
-        self._stop_requested = asyncio.Event()
-        self._cancel_now = asyncio.Event()
-        self._fault: BaseException | None = None
-        self._run_ended = False
-        self._leases_at_stop: dict[UUID, Lease] = {}
-        #: Jobs the last :meth:`run` cancelled at its stop, with when they run again.
-        self.abandoned_at_stop: list[AbandonedJob] = []
-        #: Synchronous handlers running when the last stop began, and those still running when
-        #: :meth:`run` returned (abandoned: nothing waits for them, the process may exit).
-        self.threads_at_stop = 0
-        self.threads_abandoned = 0
 
     async def close(self) -> None:
         """Release the handler threads (abandoned synchronous handlers are not waited for)."""
@@ -171,6 +139,22 @@ class QueueWorker(AsyncClosing):
     def lost_acknowledgements(self) -> int:
         """Outcomes a newer lease fenced off since the worker was built."""
         return self._report.lost_acknowledgements
+
+    @property
+    def abandoned_at_stop(self) -> list[AbandonedJob]:
+        """Jobs the last :meth:`run` cancelled at its stop, with when they run again."""
+        return self._shutdown.abandoned
+
+    @property
+    def threads_at_stop(self) -> int:
+        """Synchronous handlers running when the last stop began."""
+        return self._shutdown.threads_at_stop
+
+    @property
+    def threads_abandoned(self) -> int:
+        """Synchronous handlers still running when :meth:`run` returned (abandoned: nothing
+        waits for them, the process may exit)."""
+        return self._shutdown.threads_abandoned
 
     # ----- one step ------------------------------------------------------------------------
 
@@ -212,12 +196,9 @@ class QueueWorker(AsyncClosing):
     def stop(self, *, immediate: bool = False) -> Stopping:
         """Ask :meth:`run` to stop, and say what it waits for. The first request drains
         gracefully; a second one (or ``immediate=True``) cancels in-flight handlers at once."""
-        grace = self.options.shutdown_grace
-        if self._stop_requested.is_set() or immediate or not grace:
-            self._cancel_now.set()
-        self._stop_requested.set()
-        cancelling = self._cancel_now.is_set()
-        return Stopping(self.in_flight, timedelta(0) if cancelling else grace, cancelling)
+        cancelling = self._shutdown.request(immediate=immediate)
+        grace = timedelta(0) if cancelling else self.options.shutdown_grace
+        return Stopping(self.in_flight, grace, cancelling)
 
     async def run(self, queues: str | Sequence[str]) -> None:
         """Process ``queues`` until :meth:`stop` is called or the database fails.
@@ -233,57 +214,52 @@ class QueueWorker(AsyncClosing):
             raise ValidationError("queues", "must name at least one queue")
         for name in names:
             check_queue_name(name, "queues")
-        if self._run_ended:
-            # A fresh start after an earlier run: forget its stop request and its fault. (A stop
-            # requested before the first run still counts.)
-            self._stop_requested = asyncio.Event()
-            self._cancel_now = asyncio.Event()
-            self._fault = None
-            self._run_ended = False
-        self.abandoned_at_stop = []
-        self.threads_at_stop = self.threads_abandoned = 0
+        self._shutdown.begin()
         await self.queue.check_schema()
-        await self._declare_limits()
+        await self._limits.declare(self.queue.registry.limits, self.queue.clock.now_ms())
         await self._presence.register(names)
         self._summary.reset()
         await self._paused.refresh(names)  # before the first claim
-        services = [self._service(f.run(), f"fetch-{f.queue}") for f in self._fetchers(names)]
-        services.append(self._service(self._paused.run(), "paused"))
-        services.append(self._side_service(self._presence.run(), "heartbeat"))
-        services.append(self._side_service(self._summary.run(), "summary"))
+        loops = Supervisor(self._shutdown.fail)
+        for fetcher in self._fetchers(names):
+            loops.start(fetcher.run(), f"fetch-{fetcher.queue}")
+        loops.start(self._paused.run(), "paused")
+        loops.start_side(self._presence.run(), "heartbeat")
+        loops.start_side(self._summary.run(), "summary")
         interval = self.options.queue_metrics_interval
         if interval is not None:
             gauges = QueueGaugeCollector(self.queue.store, self.queue.clock, interval)
-            services.append(self._side_service(gauges.run(), "gauges"))
-        services.extend(self._cancel_services())
+            loops.start_side(gauges.run(), "gauges")
+        self._start_cancel_watch(loops)
         retention = self.options.retention
         if retention is not None and retention.enabled:
             pruner = Pruner(
                 self.queue.store, self.queue.clock, retention, self.options.prune_interval
             )
-            services.append(self._side_service(pruner.run(), "prune"))
+            loops.start_side(pruner.run(), "prune")
         schedules = self.queue.registry.schedules
         if schedules and self.options.schedules:
             scheduler = Scheduler(self.queue, schedules)
-            services.append(self._side_service(scheduler.run(), "schedules"))
+            loops.start_side(scheduler.run(), "schedules")
         listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
         if listener is not None:
-            services.append(self._side_service(listener.run(), "listen"))
+            loops.start_side(listener.run(), "listen")
         for name in names:
             self.queue.wakeups.event(name)
         try:
-            await self._stop_requested.wait()
+            await self._shutdown.requested.wait()
         finally:
-            for task in services:
-                task.cancel()
-            await asyncio.gather(*services, return_exceptions=True)
-            await self._drain()
+            await loops.cancel()
+            await self._shutdown.drain(
+                self._slots.tasks, self._threads, self._watchdog, self._acker
+            )
             self._summary.run_once()  # what finished since the last summary, stopping included
-            if self._fault is None:  # else the database is likely unusable: it shows as lost
+            # After a fault the database is likely unusable: the worker shows as lost instead.
+            if self._shutdown.fault is None:
                 await self._presence.deregister()
-            self._run_ended = True
-        if self._fault is not None:
-            raise self._fault
+            self._shutdown.end()
+        if self._shutdown.fault is not None:
+            raise self._shutdown.fault
 
     def _written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
         """An outcome reached the database: reported, and for a limited queue its slot is
@@ -292,24 +268,16 @@ class QueueWorker(AsyncClosing):
         if claimed.queue in self._limits:
             self.queue.wakeups.notify({claimed.queue})
 
-    async def _declare_limits(self) -> None:
-        """Store the concurrency limits the registry declares (:meth:`JobRegistry.limit
-        <caravel.JobRegistry.limit>`), replacing what the database held for their queues."""
-        now = self.queue.clock.now_ms()
-        for limit in self.queue.registry.limits:
-            await self.queue.store.queue_limit_set(limit, now)
-
-    def _cancel_services(self) -> list[asyncio.Task[None]]:
+    def _start_cancel_watch(self, loops: Supervisor) -> None:
         """The loops that cancel handlers of jobs an operator cancelled: polling, and following
         the store's pushed notices where it has them."""
         watch = CancelWatch(
             self.queue.store, self._watchdog, self.queue.clock, self.options.poll_interval
         )
-        services = [self._side_service(watch.run(), "cancel-poll")]
+        loops.start_side(watch.run(), "cancel-poll")
         notices = watch.notices()
         if notices is not None:
-            services.append(self._side_service(watch.listen(notices), "cancel-listen"))
-        return services
+            loops.start_side(watch.listen(notices), "cancel-listen")
 
     def _fetchers(self, names: Sequence[str]) -> list[Fetcher]:
         return [
@@ -321,102 +289,18 @@ class QueueWorker(AsyncClosing):
                 options=self.options,
                 clock=self.queue.clock,
                 push=self.queue.store.supports_listen_notify,
-                stopping=self._stop_requested,
+                stopping=self._shutdown.requested,
                 paused=self._paused,
                 limits=self._limits,
             )
             for name in names
         ]
 
-    def _service(self, loop: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run one of the worker's loops; an error in it stops the worker."""
-
-        async def guarded() -> None:
-            try:
-                await loop
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._failed(exc)
-
-        return asyncio.create_task(guarded(), name=f"caravel-{name}")
-
-    def _side_service(self, loop: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run a loop the worker can do without (heartbeat, gauges, the wake-up listener): an
-        error it does not handle itself ends that loop, logged, and the worker carries on
-        (claims poll without wake-ups; the registry shows the worker as lost)."""
-
-        async def guarded() -> None:
-            try:
-                await loop
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.error(
-                    "worker %s loop stopped: %s",
-                    name,
-                    type(exc).__name__,
-                    extra={"error_type": type(exc).__name__},
-                )
-
-        return asyncio.create_task(guarded(), name=f"caravel-{name}")
-
-    def _interrupted(self, claimed: ClaimedJob, lease: Lease) -> None:
-        """A handler raised ``KeyboardInterrupt``: the worker stops as on SIGINT, the job
-        among those it abandoned."""
-        self.abandoned_at_stop.append(AbandonedJob(claimed.job_id, claimed.queue, lease.expires_at))
-        if not self._stop_requested.is_set():
-            logger.warning(
-                "worker stopping: a job handler raised KeyboardInterrupt",
-                extra={"job_id": str(claimed.job_id), "queue": claimed.queue},
-            )
-            self.stop()
-
-    def _failed(self, exc: BaseException) -> None:
-        if self._fault is None:
-            self._fault = exc
-            logger.error(
-                "worker stopping: %s",
-                type(exc).__name__,
-                extra={
-                    "error_type": type(exc).__name__,
-                    "operation": getattr(exc, "operation", None),
-                },
-            )
-        self._cancel_now.set()
-        self._stop_requested.set()
-
-    async def _drain(self) -> None:
-        running = self._slots.tasks
-        self.threads_at_stop = self._threads.busy
-        if running and not self._cancel_now.is_set():
-            grace = self.options.shutdown_grace.total_seconds()
-            pending: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
-            cancelled: asyncio.Future[Any] = asyncio.ensure_future(self._cancel_now.wait())
-            try:
-                await asyncio.wait(
-                    {pending, cancelled}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                cancelled.cancel()
-        # The leases as last renewed: when the jobs cancelled now become claimable again.
-        self._leases_at_stop = self._watchdog.current_leases()
-        for task in list(running):
-            task.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
-        # A cancelled synchronous handler's thread runs on until it returns; nothing waits.
-        self.threads_abandoned = self._threads.busy
-        if self._fault is None:
-            await self._acker.close()
-        else:
-            await self._acker.abort()
-
     async def _job(self, claimed: ClaimedJob) -> None:
         try:
             outcome = await self._execute(claimed)
             if outcome.abandoned is Abandoned.INTERRUPTED:
-                self._interrupted(claimed, outcome.lease)
+                self._shutdown.interrupted(claimed, outcome.lease)
             if outcome.abandoned is not None:
                 return
             if not self._acker.has_room():
@@ -424,12 +308,6 @@ class QueueWorker(AsyncClosing):
             # The slot frees now; the acknowledger writes the outcome with the next batch.
             self._acker.post(claimed, outcome)
         except asyncio.CancelledError:
-            lease = self._leases_at_stop.get(claimed.job_id, claimed.lease)
-            self.abandoned_at_stop.append(
-                AbandonedJob(claimed.job_id, claimed.queue, lease.expires_at)
-            )
-            log_job(
-                logging.WARNING, "job abandoned without acknowledgement", claimed, reason="shutdown"
-            )
+            self._shutdown.cancelled(claimed)
         except Exception as exc:
-            self._failed(exc)
+            self._shutdown.fail(exc)

@@ -5,19 +5,24 @@ letters, cancel and delete jobs.
 from the verified caller, and don't expose these methods directly to clients. Operators read the
 queue through :class:`~caravel.inspector.QueueInspector`; workers hold leases through
 :class:`~caravel.worker.Leases`.
+
+The facade holds the public methods and their documentation; what takes more than one call of
+the store lives with its concept: the insert paths and their wake-ups in
+:mod:`~caravel.queue.enqueueing`, cancelling and deleting by filter in :mod:`caravel.cancelling`,
+pruning in :mod:`caravel.prune`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
-from caravel.batches import BatchResult, BatchStatus, batch_status, prepare_batch
-from caravel.chains import ChainResult, ChainStatus, chain_status, prepare_chain
+from caravel.batches import BatchResult, BatchStatus, batch_status
+from caravel.chains import ChainResult, ChainStatus, chain_status
 from caravel.clock import Clock, SystemClock
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
@@ -33,12 +38,13 @@ from caravel.jobs import (
 from caravel.lookup import job_ref, parse_job_id
 from caravel.migrate import require_current_schema
 from caravel.options import QueueOptions
-from caravel.preparation import prepare_job, prepare_jobs
+from caravel.queue.enqueueing import PREPARE_CHUNK as PREPARE_CHUNK
+from caravel.queue.enqueueing import Enqueuer
 from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.signals import WakeupHub
 from caravel.store import open_store
-from caravel.store.protocol import InsertResult, LimitKind, NewJob, Store
+from caravel.store.protocol import LimitKind, NewJob, Store
 from caravel.store.prunes import PruneBatch
 from caravel.validation import check_identifier, check_queue_name, check_schedule_name
 
@@ -48,9 +54,6 @@ if TYPE_CHECKING:
     from caravel.cancelling import MatchedJobs
 
 __all__ = ["DatabaseQueue"]
-
-#: ``enqueue_many`` prepares larger batches in chunks of this many jobs (see there).
-PREPARE_CHUNK = 250
 
 
 class DatabaseQueue(AsyncClosing):
@@ -82,6 +85,7 @@ class DatabaseQueue(AsyncClosing):
         self.options = options if options is not None else QueueOptions()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.wakeups = WakeupHub()
+        self._enqueuer = Enqueuer(self.store, registry, self.options, self.clock, self.wakeups)
 
     async def close(self) -> None:
         """Release the database connections. Closing again does nothing."""
@@ -110,12 +114,7 @@ class DatabaseQueue(AsyncClosing):
         when that transaction commits: a rollback leaves no job. Workers are woken when it
         commits, not before.
         """
-        new_job = prepare_job(self.registry, self.options, job, dispatch, self.clock.now_ms())
-        if session is not None:
-            (result,) = await self._insert_joined(session, [new_job])
-            return result
-        (result,) = self._results(await self.store.job_insert_many([[new_job]], total=1))
-        return result
+        return await self._enqueuer.enqueue(job, dispatch, session=session)
 
     async def enqueue_many(
         self, items: Iterable[tuple[object, DispatchOptions]], *, session: object | None = None
@@ -128,50 +127,12 @@ class DatabaseQueue(AsyncClosing):
         :meth:`enqueue`: the jobs go into that session's transaction (a conflict raises, and
         the caller rolls its transaction back).
         """
-        now = self.clock.now_ms()
-        items = list(items)
-        registry, options = self.registry, self.options
-        if session is not None:
-            return await self._insert_joined(session, prepare_jobs(registry, options, items, now))
-
-        def chunks() -> Iterator[list[NewJob]]:
-            # A large batch is prepared chunk by chunk, so a dialect can insert one chunk while
-            # the next is validated and serialized. Still one transaction: a job that fails
-            # validation rolls back every chunk before it.
-            for start in range(0, len(items), PREPARE_CHUNK):
-                yield prepare_jobs(registry, options, items[start : start + PREPARE_CHUNK], now)
-
-        if len(items) <= PREPARE_CHUNK:
-            # Prepared before the store is asked: a bad job never reaches the database.
-            return await self.insert_prepared(prepare_jobs(registry, options, items, now))
-        return self._results(await self.store.job_insert_many(chunks(), total=len(items)))
+        return await self._enqueuer.enqueue_many(items, session=session)
 
     async def insert_prepared(self, new_jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert already validated and serialized jobs (enqueue and the outbox relay share
         this path) and wake workers in this process."""
-        return self._results(await self.store.job_insert_many([new_jobs], total=len(new_jobs)))
-
-    async def _insert_joined(
-        self, session: object, new_jobs: Sequence[NewJob]
-    ) -> list[EnqueueResult]:
-        inserted = await self.store.job_insert_joined(
-            session, new_jobs, on_commit=self.wakeups.notify
-        )
-        return self._results(inserted, wake=False)
-
-    def _results(self, inserted: InsertResult, *, wake: bool = True) -> list[EnqueueResult]:
-        """Wake this process's workers for the queues that got jobs (unless ``wake`` is false:
-        the caller's commit will); the caller's results."""
-        new_jobs, outcomes = inserted
-        if wake:
-            self.wakeups.notify(
-                {
-                    job.queue
-                    for job, o in zip(new_jobs, outcomes, strict=True)
-                    if o.inserted or o.replaced
-                }
-            )
-        return [EnqueueResult(o.job_id, not o.inserted, o.replaced) for o in outcomes]
+        return await self._enqueuer.insert_prepared(new_jobs)
 
     # ----- chains and batches --------------------------------------------------------------
 
@@ -181,11 +142,7 @@ class DatabaseQueue(AsyncClosing):
         steps are saved now, in one transaction; a dead-lettered or cancelled step stops the
         chain, and replaying it resumes. An idempotency key on the first step makes the whole
         chain idempotent (see :mod:`caravel.chains` for the rules)."""
-        linked = prepare_chain(self.registry, self.options, steps, self.clock.now_ms())
-        ids, created = await self.store.chain_insert(linked)
-        if created:
-            self.wakeups.notify({linked[0].job.queue})
-        return ChainResult(ids[0], ids, already_enqueued=not created)
+        return await self._enqueuer.enqueue_chain(steps)
 
     async def get_chain(
         self, chain_id: UUID | str, tenant_id: str = DEFAULT_TENANT
@@ -204,12 +161,7 @@ class DatabaseQueue(AsyncClosing):
         """Save a batch of jobs, and ``callback``, a job that runs once when every one of them
         has finished, handed their counts (:attr:`~caravel.JobContext.batch`). One
         transaction; follow it with :meth:`get_batch`."""
-        batch, members, held = prepare_batch(
-            self.registry, self.options, jobs, callback, self.clock.now_ms()
-        )
-        await self.store.batch_insert(batch, members, held)
-        self.wakeups.notify({member.job.queue for member in members})
-        return BatchResult(batch.id, [m.job.id for m in members], batch.callback_id)
+        return await self._enqueuer.enqueue_batch(jobs, callback=callback)
 
     async def get_batch(
         self, batch_id: UUID | str, tenant_id: str = DEFAULT_TENANT
@@ -400,21 +352,14 @@ class DatabaseQueue(AsyncClosing):
     ) -> MatchedJobs:
         from caravel import cancelling
 
-        now = self.clock.now_ms()
-        chosen = cancelling.selection(
+        return await cancelling.act_on_matching(
+            self.store,
             queue,
-            now,
+            self.clock.now_ms(),
             deleting=deleting,
             job_type=job_type,
             tenant_id=tenant_id,
             states=states,
             older_than=older_than,
+            dry_run=dry_run,
         )
-        counted = await self.store.job_count_selected(chosen, deleting=deleting)
-        if dry_run or not counted:
-            return cancelling.MatchedJobs(counted, 0)
-        if deleting:
-            changed = await cancelling.delete_all(self.store, chosen)
-        else:
-            changed = await cancelling.cancel_all(self.store, chosen, now)
-        return cancelling.MatchedJobs(counted, changed)
