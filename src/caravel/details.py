@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from caravel.directives import Discard, JobFailed
 from caravel.limits import MAX_DETAIL_LENGTH
 
-__all__ = ["ELLIPSIS", "Redactor", "clean_detail", "detail_of"]
+__all__ = ["ELLIPSIS", "Redactor", "clean_detail", "detail_of", "safe_detail_of"]
 
 logger = logging.getLogger("caravel.worker")
 
@@ -66,6 +66,14 @@ def clean_detail(text: str) -> str | None:
     return "".join(kept) or None
 
 
+def safe_detail_of(exc: BaseException) -> str | None:
+    """The cleaned detail ``exc`` carries because a handler marked it safe
+    (:class:`~caravel.JobFailed`, :class:`~caravel.Discard`), or ``None``."""
+    if isinstance(exc, JobFailed | Discard) and exc.safe_detail is not None:
+        return clean_detail(exc.safe_detail)
+    return None
+
+
 def detail_of(
     exc: BaseException, redactor: Redactor | None, *, log_fields: Mapping[str, object]
 ) -> str | None:
@@ -75,10 +83,9 @@ def detail_of(
     A redactor that raises, or returns neither a string nor ``None``, gives ``None``; a WARNING
     line says so with ``log_fields`` (the job's id, queue, type and attempt) and the type of
     what went wrong, never its text. Raises nothing."""
-    if isinstance(exc, JobFailed | Discard) and exc.safe_detail is not None:
-        return clean_detail(exc.safe_detail)
-    if redactor is None:
-        return None
+    marked = safe_detail_of(exc)
+    if marked is not None or redactor is None:
+        return marked
     try:
         made = redactor(exc)
     except Exception as error:  # the redactor's own failure; its message may quote exc's
