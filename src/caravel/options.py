@@ -43,7 +43,7 @@ def _duration(field: str, value: object, low: timedelta, high: timedelta, rule: 
 def _check_redactor(redactor: object) -> None:
     """A redactor must take the exception as its one argument; ``str`` and ``repr`` would keep
     the very message a redactor is there to leave out."""
-    rule = "must be None or a function taking the exception and returning a string or None"
+    rule = "must be a function taking the exception and returning a string or None"
     if not callable(redactor):
         raise OptionsError("redactor", rule)
     if redactor is str or redactor is repr:
