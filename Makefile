@@ -130,8 +130,10 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # The fault-injection soak (docs/reliability.md): a seeded schedule of SIGKILL and SIGSTOP over
-# several worker processes, then the checker; prints its figures as JSON per database. Ten minutes
-# per database by default; SOAK_ARGS="--duration 120 --seed 7 --backend sqlite" for less.
+# several worker processes, then the checker, for three scenarios (a mix of jobs, concurrency
+# limits, a rate); prints its figures as JSON per scenario and database. Ten minutes per scenario
+# and database by default, an hour in all; SOAK_ARGS="--duration 120 --seed 7 --backend sqlite
+# --scenario limits" for less.
 SOAK_ARGS ?= --duration 600 --seed 1 --backend both
 soak: $(STAMP)
 	$(BIN)/python -m tests.faults.soak $(SOAK_ARGS)

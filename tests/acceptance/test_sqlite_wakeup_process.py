@@ -61,6 +61,8 @@ def test_an_idle_worker_starts_a_job_enqueued_by_another_process_at_once(
             started = start_of(evidence, job_id)
             assert started is not None
             assert started - before < PROMPT
+            # Real time for the real worker to find the queue empty and go back to waiting (it
+            # shows no sign of it): the next job then lands in its wait, as the test means.
             time.sleep(0.2)
     finally:
         worker.signal(signal.SIGTERM)

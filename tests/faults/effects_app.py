@@ -278,7 +278,7 @@ def _finish(job: Effect, ctx: JobContext[object]) -> None:
 async def effect(job: Effect, ctx: JobContext[object]) -> None:
     _begin(job, ctx)
     if job.sleep > 0 and _applies(job.sleep_attempts, ctx.attempt):
-        await asyncio.sleep(job.sleep)
+        await asyncio.sleep(job.sleep)  # busy for real: the worker's leases run meanwhile
     if job.cpu > 0:
         _busy(job.cpu)  # holds the event loop: the lease watchdog cannot run meanwhile
     _finish(job, ctx)
@@ -288,7 +288,7 @@ async def effect(job: Effect, ctx: JobContext[object]) -> None:
 def sync_effect(job: SyncEffect, ctx: JobContext[object]) -> None:
     _begin(job, ctx)
     if job.sleep > 0 and _applies(job.sleep_attempts, ctx.attempt):
-        time.sleep(job.sleep)
+        time.sleep(job.sleep)  # busy for real, in one of the worker's threads
     if job.cpu > 0:
         _busy(job.cpu)  # a thread the worker cannot interrupt
     _finish(job, ctx)

@@ -44,7 +44,7 @@ async def _thread_main(
         await asyncio.to_thread(start.given.wait)
         for spec in rounds:
             start_at = start.at + spec["offset"]
-            await asyncio.sleep(max(0.0, start_at - time.time()))
+            await asyncio.sleep(max(0.0, start_at - time.time()))  # fire at the shared moment
             dispatch = DispatchOptions(
                 queue=spec["queue"], tenant_id=spec["tenant"], idempotency_key=spec["key"]
             )

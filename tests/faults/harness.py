@@ -51,6 +51,7 @@ from tests.faults.effects_app import (
     registry,
     sqlite_path,
 )
+from tests.support import processes
 
 __all__ = [
     "APP_MODULE",
@@ -97,14 +98,10 @@ ABANDONED = "job abandoned without acknowledgement"
 def wait_until(
     condition: Callable[[], bool], timeout: float = 30.0, what: str = "", interval: float = 0.05
 ) -> None:
-    """Poll ``condition`` in real time until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(interval)
+    """Poll ``condition`` in real time until it holds; fail after ``timeout`` seconds. The
+    suite's :func:`tests.support.processes.wait_until`, every 50 ms: the conditions here read
+    databases and logs."""
+    processes.wait_until(condition, timeout, what, interval)
 
 
 def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -349,7 +346,7 @@ class Client:
                         await self.enqueue_async(queue, batch)
                     # A steady pace: batches are due every ``pause`` seconds from the start.
                     due += pause
-                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))  # a real pace
 
         self._thread = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
         self._thread.start()

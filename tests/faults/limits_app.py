@@ -122,7 +122,7 @@ def run_slot(job: Slot, ctx: JobContext[Any]) -> None:
             "expires": expires if attempt == ctx.attempt else started,
         }
     )
-    time.sleep(job.sleep)
+    time.sleep(job.sleep)  # busy for real: the run holds its slot meanwhile
     _append({"e": "end", "job": str(ctx.job_id), "attempt": ctx.attempt, "at": _clock.now_ms()})
 
 
@@ -183,7 +183,7 @@ def run_rated_slot(job: Slot, ctx: JobContext[Any]) -> None:
             "claimed": claimed if attempt == ctx.attempt else None,
         }
     )
-    time.sleep(job.sleep)
+    time.sleep(job.sleep)  # busy for real: the run holds its slot meanwhile
 
 
 @dataclass

@@ -262,7 +262,7 @@ class PrivateCluster:
                     f"the private PostgreSQL cluster did not accept connections within "
                     f"{timeout}s; its log:\n{self.server_log()}"
                 )
-            time.sleep(0.1)
+            time.sleep(0.1)  # polling a real server until it accepts connections
         return time.monotonic() - started
 
     def restart(self, mode: str = "immediate") -> float:
@@ -370,5 +370,5 @@ def cleanup_stale() -> None:
                 for _ in range(100):
                     if not _pid_alive(postmaster):
                         break
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # a real process, given 5 s to exit
         shutil.rmtree(root, ignore_errors=True)

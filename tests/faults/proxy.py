@@ -341,7 +341,7 @@ class FaultProxy:
                     f"the proxy saw {self.seen[kind]} {kind} statement(s) in {timeout}s, "
                     f"expected {count}; seen so far: {dict(self.seen)}"
                 )
-            time.sleep(0.01)
+            time.sleep(0.01)  # polling what the proxy's thread has seen
 
     # ----- inside the loop -------------------------------------------------------------------
 

@@ -1,16 +1,21 @@
-"""The soak: a seeded random schedule of faults over several worker processes while a client keeps
-enqueueing, then the checker over everything.
+"""The soak: a seeded random schedule of faults over several worker processes while a client
+keeps enqueueing, then the checker over everything.
 
     python -m tests.faults.soak --duration 600 --seed 7 --backend postgresql   # or sqlite, both
+    python -m tests.faults.soak --duration 120 --scenario limits,rate          # flow control only
 
-For ``duration`` seconds a client enqueues a mix of jobs (10% of handler runs fail at random,
-some sleep past a lease renewal, some hold a worker thread with a CPU loop) while the schedule
+Three scenarios, each for ``duration`` seconds of faults on each backend, on databases of its
+own. ``effects``: a client enqueues a mix of jobs (10% of handler runs fail at random, some
+sleep past a lease renewal, some hold a worker thread with a CPU loop) while the schedule
 SIGKILLs workers (a supervisor restarts them) and SIGSTOPs others for up to 2.5 s before
 SIGCONT; on PostgreSQL the workers reach the server through a TCP proxy and the schedule also
 resets every open connection at once. Then the faults stop, every job is waited for, and
-:func:`tests.faults.harness.check` judges the run. Prints one JSON object per backend: the
-checker's figures plus what the schedule did. The same :func:`run_soak` is the short CI
-profile in ``test_soak.py``.
+:func:`tests.faults.harness.check` judges the run. ``limits`` and ``rate``: the fault suite's
+flow-control scenarios (:mod:`tests.faults.limits_scenarios`: a queue with concurrency limits,
+a queue with a rate), kept fed for the duration, with connection resets through the proxy on
+PostgreSQL, judged by the same checks over the handlers' own records. Prints one JSON object
+per scenario and backend: the checker's figures plus what the schedule did. The same
+:func:`run_soak` is the short CI profile in ``test_soak.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import contextlib
 import itertools
 import json
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -40,6 +46,7 @@ from tests.faults.harness import (
     job_rows,
     job_states,
 )
+from tests.faults.limits_scenarios import CHECKS, SCENARIOS, run_scenario
 from tests.faults.proxy import FaultProxy
 
 LEASE = 1.0
@@ -86,7 +93,7 @@ def run_soak(
     app_url: str,
     log_dir: Path,
     profile: Profile,
-    progress: Callable[[float, Counter[str]], None] | None = None,
+    progress: Callable[[float, Counter[str] | None], None] | None = None,
 ) -> tuple[dict[str, Any], Supervisor, Client]:
     """Run one soak against migrated, empty databases; return the report (the checker's
     figures and the schedule's), the supervisor and the client. Raises the checker's
@@ -104,12 +111,42 @@ def run_soak(
     return report, supervisor, client
 
 
+def run_flow_soak(
+    name: str,
+    queue_url: str,
+    app_url: str,
+    directory: Path,
+    profile: Profile,
+    progress: Callable[[float, Counter[str] | None], None] | None = None,
+) -> dict[str, Any]:
+    """Run the flow-control scenario ``name`` (``limits`` or ``rate``) of
+    :mod:`tests.faults.limits_scenarios` for ``profile.duration`` seconds against migrated,
+    empty databases, through a proxy that resets connections on PostgreSQL; return its checker's
+    figures. Raises the checker's AssertionError when a limit broke or a job was lost."""
+    rng = random.Random(f"{name}:{profile.seed}")
+    with contextlib.ExitStack() as stack:
+        proxy = None
+        if queue_url.startswith("postgresql"):
+            proxy = stack.enter_context(FaultProxy.to(queue_url))
+        run = run_scenario(
+            SCENARIOS[name],
+            queue_url,
+            app_url,
+            directory,
+            rng,
+            duration=profile.duration,
+            proxy=proxy,
+            progress=progress,
+        )
+    return {"seed": profile.seed, "duration_s": profile.duration, **CHECKS[name](run)}
+
+
 def _run(
     queue_url: str,
     app_url: str,
     log_dir: Path,
     profile: Profile,
-    progress: Callable[[float, Counter[str]], None] | None,
+    progress: Callable[[float, Counter[str] | None], None] | None,
     rng: random.Random,
     schedule: Schedule,
     client: Client,
@@ -177,7 +214,7 @@ def _run(
                     schedule.actions.append((round(now - started, 3), action, victim.pid))
             if progress is not None:
                 progress(now - started, None)
-            time.sleep(0.02)
+            time.sleep(0.02)  # the schedule's tick: real processes, faulted in real time
         for _, worker in resume.values():
             supervisor.signal(worker, signal.SIGCONT)
         client.stop()
@@ -196,7 +233,7 @@ def _run(
                 raise AssertionError(f"no job finished for {stall}s while draining: {states}")
             if progress is not None:
                 progress(time.monotonic() - started, states)
-            time.sleep(0.5)
+            time.sleep(0.5)  # polling the real database while real workers drain it
         elapsed = time.monotonic() - started
     figures = check(
         queue_url,
@@ -269,14 +306,41 @@ class Progress:
         print(f"[{elapsed:6.0f}s] {dict(sorted(states.items()))}", file=sys.stderr, flush=True)
 
 
+SOAK_SCENARIOS = ("effects", *SCENARIOS)
+
+
+def _scenarios(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(SOAK_SCENARIOS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"choose from {', '.join(SOAK_SCENARIOS)} (comma-separated), not {text!r}"
+        )
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.soak", description=__doc__)
-    parser.add_argument("--duration", type=float, default=600.0, help="seconds of faults")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.faults.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--duration", type=float, default=600.0, help="seconds of faults per scenario"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
-    parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--rate", type=float, default=40.0, help="jobs enqueued per second")
+    parser.add_argument(
+        "--scenario",
+        type=_scenarios,
+        default=list(SOAK_SCENARIOS),
+        help=f"comma-separated, of {', '.join(SOAK_SCENARIOS)} (default: all)",
+    )
+    parser.add_argument("--workers", type=int, default=3, help="effects scenario")
+    parser.add_argument("--concurrency", type=int, default=4, help="effects scenario")
+    parser.add_argument(
+        "--rate", type=float, default=40.0, help="jobs enqueued per second (effects scenario)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the logs directory")
     args = parser.parse_args(argv)
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
@@ -288,24 +352,37 @@ def main(argv: list[str] | None = None) -> int:
         rate=args.rate,
     )
     failed = False
-    for backend in backends:
-        directory = Path(tempfile.mkdtemp(prefix=f"caravel-soak-{backend}-"))
-        with databases(backend, directory) as (queue_url, app_url):
-            try:
+    for scenario in args.scenario:
+        for backend in backends:
+            ok = _soak_one(scenario, backend, profile, keep=args.keep)
+            failed = failed or not ok
+    return 1 if failed else 0
+
+
+def _soak_one(scenario: str, backend: str, profile: Profile, *, keep: bool) -> bool:
+    """Soak one scenario on one backend's fresh databases; print its JSON line; whether it
+    passed. The logs (and the flow scenarios' records) are kept when it failed."""
+    directory = Path(tempfile.mkdtemp(prefix=f"caravel-soak-{scenario}-{backend}-"))
+    ok = True
+    with databases(backend, directory) as (queue_url, app_url):
+        try:
+            if scenario == "effects":
                 report, _, _ = run_soak(
                     queue_url, app_url, directory / "logs", profile, Progress(queue_url)
                 )
-                report = {"backend": backend, "ok": True, **report}
-            except AssertionError as exc:
-                failed = True
-                report = {"backend": backend, "ok": False, "error": str(exc)}
-        report["logs"] = str(directory / "logs") if args.keep or failed else None
-        print(json.dumps(report), flush=True)
-        if not (args.keep or failed):
-            import shutil
-
-            shutil.rmtree(directory, ignore_errors=True)
-    return 1 if failed else 0
+            else:
+                report = run_flow_soak(
+                    scenario, queue_url, app_url, directory, profile, Progress(queue_url)
+                )
+            report = {"scenario": scenario, "backend": backend, "ok": True, **report}
+        except AssertionError as exc:
+            ok = False
+            report = {"scenario": scenario, "backend": backend, "ok": False, "error": str(exc)}
+    report["logs"] = str(directory) if keep or not ok else None
+    print(json.dumps(report), flush=True)
+    if not (keep or not ok):
+        shutil.rmtree(directory, ignore_errors=True)
+    return ok
 
 
 if __name__ == "__main__":

@@ -338,7 +338,7 @@ def test_worker_sessions_terminated_every_few_seconds_fail_no_job(
         killer.start()
         storm_ends = time.monotonic() + 45
         while time.monotonic() < storm_ends and unfinished():
-            time.sleep(0.5)
+            time.sleep(0.5)  # the storm lasts until the work is done, at most 45 s
         stop.set()
         killer.join()
         wait_until(lambda: all_terminal(pg_url, expected=len(ids)), timeout=120, what="the rest")
@@ -388,7 +388,7 @@ def test_a_read_only_database_fails_no_job(
             def newcomers_stopped() -> list[int]:
                 return [e.pid for e in sup.exits if e.pid not in entered]
 
-            time.sleep(1.0)
+            time.sleep(1.0)  # commits in flight when it turned read-only land meanwhile
             frozen = job_states(url)["completed"]
             wait_until(
                 lambda: len(newcomers_stopped()) >= 2,

@@ -116,7 +116,7 @@ class Pool:
         kills = 0
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            time.sleep(rng.uniform(1.0, 3.0))
+            time.sleep(rng.uniform(1.0, 3.0))  # the schedule: real processes, real time
             victim = rng.randrange(WORKERS)
             others = [w for slot, w in enumerate(self.workers) if slot != victim]
             if not any(self.started(w) for w in others):
@@ -132,7 +132,7 @@ class Pool:
         sent = now_ms()
         self.kill(slots)
         dead = now_ms()
-        time.sleep(seconds)
+        time.sleep(seconds)  # the outage: real schedulers miss real slots meanwhile
         restarts = now_ms()
         self.restart(slots)
         return Outage(sent, dead, restarts)

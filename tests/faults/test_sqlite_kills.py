@@ -52,7 +52,7 @@ def test_random_sigkills_mid_write_leave_sqlite_consistent(
         )
         kills = 0
         while kills < KILLS:
-            time.sleep(rng.uniform(0.2, 0.7))
+            time.sleep(rng.uniform(0.2, 0.7))  # the schedule: real processes, real time
             ready = [w for w in supervisor.alive() if "processing" in w.log()]
             if not ready:
                 continue

@@ -32,7 +32,7 @@ async def _while_counting(work: Awaitable[T]) -> tuple[T, int]:
         nonlocal ticks
         while not stop.is_set():
             ticks += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one turn of the loop: what the ticker counts
 
     ticker = asyncio.create_task(tick())
     await asyncio.sleep(0)  # the ticker starts before the work does

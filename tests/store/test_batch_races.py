@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from uuid import UUID
 
@@ -33,6 +32,7 @@ from tests.store.conformance.builders import (
     new_job,
     status,
 )
+from tests.support import until
 
 pytestmark = pytest.mark.postgres
 
@@ -94,10 +94,10 @@ async def _waiting_on_locks(conn: psycopg.AsyncConnection[object]) -> int:
 
 
 async def _until(conn: psycopg.AsyncConnection[object], waiting: int) -> None:
-    deadline = time.monotonic() + WAIT
-    while await _waiting_on_locks(conn) < waiting:
-        assert time.monotonic() < deadline, f"fewer than {waiting} transactions blocked"
-        await asyncio.sleep(0.01)
+    async def blocked() -> bool:
+        return await _waiting_on_locks(conn) >= waiting
+
+    await until(blocked, what=f"{waiting} transactions blocked", seconds=WAIT)
 
 
 async def _deadlocks(conn: psycopg.AsyncConnection[object]) -> int:

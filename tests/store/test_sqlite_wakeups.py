@@ -13,6 +13,7 @@ import pytest
 
 from caravel.store.sqlite import notifications
 from caravel.store.sqlite.notifications import Announcer, folder_for, listen
+from tests.support import until
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no Unix sockets")
 
@@ -42,11 +43,8 @@ async def started(
     before = sockets(folder)
     feed = listen(folder, queues, check_every=check_every, retry_after=0.01)
     first = asyncio.ensure_future(anext(feed))
-    for _ in range(500):
-        if sockets(folder) - before:
-            return feed, first
-        await asyncio.sleep(0.01)
-    pytest.fail("the listener never bound its socket")
+    await until(lambda: bool(sockets(folder) - before), what="the listener to bind its socket")
+    return feed, first
 
 
 async def stop(feed: AsyncIterator[str], pending: asyncio.Future[str]) -> None:
@@ -173,10 +171,7 @@ async def test_a_listener_binds_again_when_its_folder_is_deleted(folder: str) ->
         for name in os.listdir(folder):
             os.unlink(os.path.join(folder, name))
         os.rmdir(folder)
-        for _ in range(500):
-            if sockets(folder):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: bool(sockets(folder)), what="the listener to bind again")
         announcer.announce(["jobs"])
         assert await asyncio.wait_for(first, ARRIVAL) == "jobs"
     finally:

@@ -120,6 +120,7 @@ async def test_opening_a_connection_does_not_delay_the_lease(db_url: str) -> Non
         opening = (LOCK_WAIT_NOTED_MS + 100) / 1000
 
         def slow_to_open(*_: object) -> None:
+            # Real time: the store times its waits for SQLite's lock on the monotonic clock.
             time.sleep(opening)
 
         store._blocking.dispose()  # the claim opens a connection of its own

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -173,6 +173,32 @@ async def within(awaitable: Awaitable[T]) -> T:
     """``awaitable``, failing the test if it takes longer than :data:`WAIT`."""
     async with asyncio.timeout(WAIT):
         return await awaitable
+
+
+async def until(
+    condition: Callable[[], bool | Awaitable[bool]],
+    *,
+    what: str,
+    seconds: float = WAIT,
+    interval: float = 0.01,
+) -> None:
+    """Return once ``condition()`` (a plain or an async function) holds, asking again every
+    ``interval`` seconds; fail the test after ``seconds``, naming ``what`` it waited for. For a
+    state with no event to wait on: a row in a real database, a file or socket another process
+    makes, an attribute of the code under test. ``seconds`` bounds a hung test; it is never a
+    way to let time pass (that is the :class:`ManualClock`'s)."""
+    bound = asyncio.timeout(seconds)
+    try:
+        async with bound:
+            while True:
+                met = condition()
+                if met if isinstance(met, bool) else await met:
+                    return
+                await asyncio.sleep(interval)
+    except TimeoutError:
+        if not bound.expired():
+            raise
+    pytest.fail(f"timed out after {seconds}s waiting for {what}")
 
 
 async def status_of(

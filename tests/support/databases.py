@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from caravel import migrate
+from tests.support import until
 
 ADMIN_URL = os.environ.get("CARAVEL_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -130,3 +131,27 @@ def empty_queue_tables(url: str) -> None:
 
     tables = [table.name for table in reversed(metadata.sorted_tables)]
     execute_sql(url, *(f"DELETE FROM {name}" for name in tables))
+
+
+async def pg_listeners(url: str, channel: str) -> int:
+    """Sessions of ``url``'s PostgreSQL database that ran ``LISTEN channel`` and wait idle on
+    it: a listener whose notifications will arrive."""
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        found = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND state = 'idle' AND query = %s",
+            (f"LISTEN {channel}",),
+        )
+        row = await found.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def until_listening(url: str, channel: str, *, beyond: int = 0) -> None:
+    """Return once more than ``beyond`` sessions listen on ``channel`` (:func:`pg_listeners`),
+    asking the server again until then: it has no event to say so."""
+
+    async def listening() -> bool:
+        return await pg_listeners(url, channel) > beyond
+
+    await until(listening, what=f"a session to LISTEN {channel}")

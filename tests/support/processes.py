@@ -46,13 +46,19 @@ def read_ledger(directory: Path) -> list[Event]:
     return sorted(events, key=lambda event: event.at)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float = 30.0, what: str = "", interval: float = 0.02
+) -> None:
+    """Return once ``condition()`` holds, asking again every ``interval`` seconds of real time;
+    fail after ``timeout`` seconds. For real processes and servers, which the injected clock
+    does not drive (in one event loop, :func:`tests.support.until`)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         if condition():
             return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(interval)
 
 
 class WorkerProcess:

@@ -111,7 +111,7 @@ def _sleeper(clock: ManualClock, seconds: float) -> tuple[asyncio.Task[None], as
 
 async def _let_tasks_run() -> None:
     for _ in range(10):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # turns of the event loop, not time: the clock stands still
 
 
 async def test_manual_clock_starts_at_2030_by_default_and_stands_still() -> None:

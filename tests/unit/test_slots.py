@@ -65,7 +65,7 @@ def test_slots_in_use_never_exceed_the_concurrency(
             for _ in range(100):  # a few loop turns: the task wakes and its callback runs
                 if len(slots.tasks) < running:
                     return
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # one turn of the event loop, not time
             raise AssertionError("a finished job kept its slot")
 
         for action, who, amount in script:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.samples.backend.serving import REAL_PASSWORD, command, serving, sign_in_over_http
 from tests.samples.backend.test_limits import padded_event
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow  # the sample's commands as subprocesses, a real uvicorn
 
@@ -210,10 +210,11 @@ def test_operators_read_prometheus_metrics_and_traces_go_to_the_otlp_collector(
                 for sample in family.samples:
                     assert "member@example.com" not in str(sample.labels)
 
-        deadline = time.monotonic() + 30
-        while not any(s.name == "send counter" for _, s, _ in _spans(received)):
-            assert time.monotonic() < deadline, "no enqueue span reached the collector"
-            time.sleep(0.1)
+        wait_until(
+            lambda: any(s.name == "send counter" for _, s, _ in _spans(received)),
+            what="an enqueue span to reach the collector",
+            interval=0.1,
+        )
     sends = [(service, a) for service, s, a in _spans(received) if s.name == "send counter"]
     assert {service for service, _ in sends} == {"backend-under-test"}
     assert {a["messaging.message.id"] for _, a in sends} == {job_id}

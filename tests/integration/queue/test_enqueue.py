@@ -17,9 +17,11 @@ from caravel import (
     UnknownJobTypeError,
 )
 from caravel.clock import from_ms, to_ms_ceil
+from caravel.store.postgresql.notifications import CHANNEL
 from caravel.store.protocol import JobFilter
 from caravel.testing import ManualClock
-from tests.support import Add, Report, dispatch, make_registry, open_queue, status_of
+from tests.support import Add, Report, dispatch, make_registry, open_queue, status_of, until
+from tests.support.databases import pg_listeners, until_listening
 
 
 async def test_enqueue_returns_id_and_stores_ready_job(db_url: str) -> None:
@@ -128,25 +130,28 @@ async def test_enqueues_within_the_notify_cooldown_share_one_trailing_wakeup(pg_
                 assert name == "default"
                 heard.append(loop.time())
 
+        listening = await pg_listeners(pg_url, CHANNEL)
         listener = asyncio.create_task(listen())
         try:
-            await asyncio.sleep(0.5)  # the listener's connection is up
+            await until_listening(pg_url, CHANNEL, beyond=listening)
             started = loop.time()
             for n in range(3):
                 await queue.enqueue(Add(n), dispatch())
             last_returned = loop.time()
             assert last_returned - started < 1.5
-            await asyncio.sleep(0.2)
+            await until(lambda: len(heard) >= 1, what="the leading NOTIFY")
             assert len(heard) == 1  # the leading enqueue's own NOTIFY, at its commit
             # The leading NOTIFY, not the trailing one (which comes a cooldown after the last
             # commit); on a loaded machine it may be delivered after the enqueues returned.
             assert heard[0] - last_returned < 1.4
-            await asyncio.sleep(1.8)
+            await until(lambda: len(heard) >= 2, what="the trailing NOTIFY")
             assert len(heard) == 2  # and one trailing NOTIFY, not one per enqueue
             assert heard[1] - last_returned >= 1.4
             # A delayed job announces nothing: polling picks it up when it comes due.
             tomorrow = from_ms(queue.clock.now_ms()) + timedelta(days=1)
             await queue.enqueue(Add(9), dispatch(not_before=tomorrow))
+            # Nothing to wait for: a NOTIFY it sent would come at its commit, within this
+            # second of real time (the announcer times its cooldown on the event loop's clock).
             await asyncio.sleep(1.0)
             assert len(heard) == 2
         finally:

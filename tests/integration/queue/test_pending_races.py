@@ -22,7 +22,7 @@ from caravel.store.protocol import ClaimRequest, FailedAttempt, JobRef
 from caravel.store.schema import jobs
 from caravel.store.urls import sync_url
 from caravel.testing import ManualClock
-from tests.support import WAIT, Add, dispatch, engine_of, make_registry, open_queue
+from tests.support import WAIT, Add, dispatch, engine_of, make_registry, open_queue, until
 from tests.support.databases import SqliteTemplate
 
 KEY = "sync:account-7"
@@ -139,10 +139,14 @@ async def test_a_retry_racing_an_insert_under_its_key_gives_the_key_up(pg_url: s
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                 "AND datname = current_database()"
             )
-            async with asyncio.timeout(WAIT):
-                while not (await watcher.execute(waiting)).scalar_one():
-                    await watcher.rollback()
-                    await asyncio.sleep(0.01)  # polling the server, not waiting for time
+
+            async def blocked() -> bool:
+                try:
+                    return bool((await watcher.execute(waiting)).scalar_one())
+                finally:
+                    await watcher.rollback()  # a fresh snapshot of the server each time
+
+            await until(blocked, what="the retry to wait on the racing insert's lock")
             await racing.commit()
             assert await asyncio.wait_for(failing, WAIT) == {first.job_id}
         retried = await queue.store.job_get(JobRef(first.job_id, "default", "tenant-a"))

@@ -959,7 +959,7 @@ async def test_a_cancelled_large_batch_is_all_or_nothing_and_the_queue_stays_usa
     async with open_queue(db_url) as queue:
         items = [(Add(i), dispatch(f"k-{i}")) for i in range(size)]
         call = asyncio.create_task(queue.enqueue_many(items))
-        await asyncio.sleep(delay)
+        await asyncio.sleep(delay)  # real time: the cancel lands somewhere in real database I/O
         call.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await call

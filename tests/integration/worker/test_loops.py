@@ -40,6 +40,7 @@ from tests.support import (
     noop,
     open_queue,
     registry_for,
+    until,
     within,
 )
 
@@ -168,25 +169,19 @@ async def test_after_a_wake_up_the_announced_job_is_claimed_before_recovery_look
         )
         running = asyncio.ensure_future(fetcher.run())
         try:
-            for _ in range(50):  # the first look found nothing and scheduled the next one
-                if "default" in held.slots.recovery_due:
-                    break
-                await asyncio.sleep(0.01)
+            await until(
+                lambda: "default" in held.slots.recovery_due,
+                what="the first look to find nothing and schedule the next one",
+            )
             await clock.advance(LEASE)  # the lease expired; the fetcher waits out its minute
             held.slots.recovery_due.clear()  # as when a taken-over job has just finished
             fresh = await queue.enqueue(Add(2), dispatch())
             hub.notify(["default"])
-            for _ in range(200):
-                if held.started:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: bool(held.started), what="the announced job to start")
             assert [(j.job_id, j.attempt) for j in held.started] == [(fresh.job_id, 1)]
 
             held.release.set()  # the slot frees: the next step takes the expired lease over
-            for _ in range(200):
-                if len(held.started) == 2:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: len(held.started) == 2, what="the expired lease's takeover")
             assert [j.attempt for j in held.started] == [1, 2]
         finally:
             running.cancel()

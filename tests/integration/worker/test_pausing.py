@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -18,7 +18,7 @@ from caravel import DatabaseQueue, JobContext, JobState, QueueWorker, SyncQueue,
 from caravel.clock import SystemClock
 from caravel.errors import ValidationError
 from caravel.testing import ManualClock
-from tests.support import Add, dispatch, open_queue, registry_for, status_of, within
+from tests.support import Add, dispatch, open_queue, registry_for, status_of, until, within
 
 #: Longer than any test waits on the wall clock: only an advance of the manual clock (or a
 #: pushed notification) makes the worker read the paused set again.
@@ -51,13 +51,6 @@ class Gate:
         await within(self._event(self.done, amount).wait())
 
 
-async def until(condition: Callable[[], bool], seconds: float) -> None:
-    """Return once ``condition`` holds, failing past ``seconds`` (a bound, not a delay)."""
-    async with asyncio.timeout(seconds):
-        while not condition():  # noqa: ASYNC110 - a worker's attribute, no event to wait on
-            await asyncio.sleep(0.01)
-
-
 @asynccontextmanager
 async def running(worker: QueueWorker, queues: list[str]) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.ensure_future(worker.run(queues))
@@ -74,9 +67,11 @@ async def state(queue: DatabaseQueue, job_id: Any, name: str = "default") -> Job
 
 async def recorded(queue: DatabaseQueue, job_id: Any) -> None:
     """Return once the job's completion is written (the worker acknowledges in batches)."""
-    async with asyncio.timeout(10.0):
-        while await state(queue, job_id) is not JobState.COMPLETED:  # noqa: ASYNC110 - a row
-            await asyncio.sleep(0.01)
+
+    async def completed() -> bool:
+        return await state(queue, job_id) is JobState.COMPLETED
+
+    await until(completed, what="the job's completion to be written")
 
 
 async def test_run_once_claims_nothing_from_a_paused_queue_until_it_is_resumed(
@@ -163,7 +158,7 @@ async def test_a_pause_while_running_stops_claims_and_lets_the_running_job_finis
             await within(gate._event(gate.started, 1).wait())
             await operator.pause_queue("a")
             await clock.advance(MINUTE)
-            await within(until(lambda: "a" in worker.paused, 10.0))
+            await until(lambda: "a" in worker.paused, what="the worker to read the pause")
             later = await queue.enqueue(Add(2), dispatch(queue="a"))
             gate.release.set()
             await gate.finished(1)
@@ -185,7 +180,7 @@ async def test_a_pause_reaches_a_running_postgresql_worker_within_a_second(pg_ur
         first = await queue.enqueue(Add(1), dispatch())
         await within(gate._event(gate.started, 1).wait())
         assert await operator.pause_queue("default")
-        await until(lambda: "default" in worker.paused, 1.0)
+        await until(lambda: "default" in worker.paused, what="the pause", seconds=1.0)
         later = await queue.enqueue(Add(2), dispatch())
         gate.release.set()
         await gate.finished(1)
@@ -193,7 +188,7 @@ async def test_a_pause_reaches_a_running_postgresql_worker_within_a_second(pg_ur
         assert await state(queue, later.job_id) is JobState.READY
 
         assert await operator.resume_queue("default")
-        await until(lambda: "default" not in worker.paused, 1.0)
+        await until(lambda: "default" not in worker.paused, what="the resume", seconds=1.0)
         await gate.finished(2)
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -18,7 +19,16 @@ from caravel import DatabaseQueue, JobContext, QueueWorker, RateLimit, WorkerOpt
 from caravel.clock import to_ms_ceil
 from caravel.jobs import JobState
 from caravel.testing import ManualClock
-from tests.support import WAIT, Add, dispatch, open_queue, registry_for, status_of, within
+from tests.support import (
+    WAIT,
+    Add,
+    dispatch,
+    open_queue,
+    registry_for,
+    status_of,
+    until,
+    within,
+)
 
 SECOND = timedelta(seconds=1)
 PERIOD_MS = 1000
@@ -51,11 +61,7 @@ class Starts:
         self.at[ctx.job_id] = (self.clock.now_ms(), job.account)
 
     async def until(self, count: int) -> None:
-        async def wait() -> None:
-            while len(self.at) < count:  # noqa: ASYNC110 - the handlers' record, no event
-                await asyncio.sleep(0.01)
-
-        await within(wait())
+        await until(lambda: len(self.at) >= count, what=f"{count} jobs to start")
 
 
 async def _drive(clock: ManualClock, starts: Starts, count: int) -> None:
@@ -64,20 +70,22 @@ async def _drive(clock: ManualClock, starts: Starts, count: int) -> None:
     async with asyncio.timeout(WAIT * 3):
         while len(starts.at) < count:
             await clock.advance(TICK)
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # real time for the real I/O; the clock stands still
+
+
+async def _completed(queue: DatabaseQueue, job_id: UUID) -> bool:
+    return (await status_of(queue, job_id)).state is JobState.COMPLETED
 
 
 async def _claimed_at(queue: DatabaseQueue, ids: Sequence[UUID]) -> dict[UUID, int]:
     """Each job's claim time (its row's ``started_at``), once every job is completed."""
     claimed: dict[UUID, int] = {}
-    async with asyncio.timeout(WAIT):
-        for job_id in ids:
-            status = await status_of(queue, job_id)
-            while status.state is not JobState.COMPLETED:  # the worker acknowledges in batches
-                await asyncio.sleep(0.01)
-                status = await status_of(queue, job_id)
-            assert status.started_at is not None
-            claimed[job_id] = to_ms_ceil(status.started_at)
+    for job_id in ids:
+        # The worker acknowledges in batches.
+        await until(partial(_completed, queue, job_id), what="the job's completion to be written")
+        status = await status_of(queue, job_id)
+        assert status.started_at is not None
+        claimed[job_id] = to_ms_ceil(status.started_at)
     return claimed
 
 

@@ -27,7 +27,7 @@ from caravel import (
 )
 from caravel.schedules import slot_key
 from caravel.testing import ManualClock
-from tests.support import Add, dispatch, inspector_of, noop, open_queue
+from tests.support import Add, dispatch, inspector_of, noop, open_queue, until
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -89,9 +89,12 @@ async def jobs_of(queue: DatabaseQueue) -> int:
 
 
 async def until_jobs(queue: DatabaseQueue, count: int) -> None:
-    """Return once ``queue`` has ``count`` jobs (the caller bounds the wait)."""
-    while await jobs_of(queue) < count:  # noqa: ASYNC110 - rows in the database, no event
-        await asyncio.sleep(0.01)
+    """Return once ``queue`` has ``count`` jobs (the caller bounds the whole wait too)."""
+
+    async def enough() -> bool:
+        return await jobs_of(queue) >= count
+
+    await until(enough, what=f"{count} jobs")
 
 
 async def test_racing_schedulers_enqueue_one_job_per_slot(

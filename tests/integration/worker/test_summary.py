@@ -21,6 +21,7 @@ from tests.support import (
     inspector_of,
     open_queue,
     registry_for,
+    until,
     within,
 )
 
@@ -29,16 +30,6 @@ INTERVAL = timedelta(seconds=10)
 
 def summaries(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.getMessage().startswith("jobs finished in the last")]
-
-
-async def until(condition: Callable[[], Awaitable[bool] | bool], what: str) -> None:
-    """Let the worker's tasks run until ``condition()`` holds, for at most ten seconds."""
-    for _ in range(1000):
-        met = condition()
-        if met if isinstance(met, bool) else await met:
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def written(queue: DatabaseQueue, completed: int, waiting: int) -> Callable[[], Awaitable[bool]]:
@@ -85,10 +76,10 @@ async def test_the_worker_counts_what_finished_per_queue_at_each_interval_and_at
         async with QueueWorker(queue, options=options) as worker:
             task = asyncio.ensure_future(worker.run(["alpha", "beta"]))
             try:
-                await until(reported(3, 1), "every outcome to be written")
+                await until(reported(3, 1), what="every outcome to be written")
                 assert summaries(caplog) == []  # nothing before the interval has passed
                 await clock.advance(INTERVAL)
-                await until(lambda: len(summaries(caplog)) == 2, "the summary")
+                await until(lambda: len(summaries(caplog)) == 2, what="the summary")
                 alpha, beta = summaries(caplog)
                 assert alpha.getMessage() == (
                     "jobs finished in the last 10 s: 2 completed, 1 failed (will retry)"
@@ -100,10 +91,10 @@ async def test_the_worker_counts_what_finished_per_queue_at_each_interval_and_at
                 )
                 assert beta.getMessage() == "jobs finished in the last 10 s: 1 completed"
                 await clock.advance(INTERVAL)  # an idle interval says nothing
-                await until(lambda: len(clock.sleeps) > 0, "the worker to go on")
+                await until(lambda: len(clock.sleeps) > 0, what="the worker to go on")
                 await queue.enqueue(Add(4), dispatch(queue="beta"))
                 await clock.advance(timedelta(seconds=60))  # the poll that finds it
-                await until(reported(4, 1), "the last outcome to be written")
+                await until(reported(4, 1), what="the last outcome to be written")
             finally:
                 worker.stop()
                 await within(task)
@@ -133,7 +124,7 @@ async def test_no_summary_when_it_is_turned_off(
             task = asyncio.ensure_future(worker.run("default"))
             try:
                 await within(done.wait())
-                await until(written(queue, 1, 0), "the outcome to be written")
+                await until(written(queue, 1, 0), what="the outcome to be written")
                 await clock.advance(timedelta(minutes=5))
             finally:
                 worker.stop()

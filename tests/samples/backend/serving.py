@@ -98,7 +98,7 @@ def _wait_until_live(process: subprocess.Popen[str], port: int, output: Callable
         except httpx.TransportError:
             pass
         assert time.monotonic() < deadline, "the server did not start:\n" + output()
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real server until it is live
 
 
 def sign_in_over_http(port: int, email: str, password: str) -> dict[str, str]:

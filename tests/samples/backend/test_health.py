@@ -3,7 +3,6 @@ creating anything. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from caravel import migrate
 from tests.samples.backend.support import make_settings, running
+from tests.support import until
 from tests.support.databases import create_pg_database, drop_pg_database
 
 
@@ -157,10 +157,11 @@ async def test_readiness_gives_up_after_its_timeout(
             assert (ready.status_code, ready.text) == (503, "Unhealthy")
             assert elapsed < 3
             blocker.release()
-            for _ in range(100):  # the abandoned check unwinds once the lock is gone
-                if not health._abandoned:
-                    break
-                await asyncio.sleep(0.05)
+            await until(
+                lambda: not health._abandoned,
+                what="the abandoned check to unwind once the lock is gone",
+                interval=0.05,
+            )
     finally:
         blocker.release()
     async with running(settings) as run:

@@ -27,7 +27,7 @@ from tests.samples.backend.support import (
     running,
     with_overrides,
 )
-from tests.support import inspector_of
+from tests.support import inspector_of, until
 
 LEASE = timedelta(seconds=60)  # the settings' default lease
 PAST_LEASE = LEASE + timedelta(seconds=1)
@@ -168,14 +168,12 @@ async def test_96_concurrent_submissions_by_four_users_and_four_workers(
         workers = [run.worker(concurrency=2) for _ in range(4)]
         tasks = [asyncio.create_task(w.run(QUEUE)) for w in workers]
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+
+            async def finished() -> bool:
                 (counts,) = await inspector_of(run.services.queue).queue_counts(QUEUE)
-                if counts.completed == 96:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError(f"jobs not finished in time: {counts}")
+                return counts.completed == 96
+
+            await until(finished, what="all 96 jobs to finish", seconds=60, interval=0.05)
         finally:
             for worker in workers:
                 worker.stop()
@@ -200,10 +198,12 @@ async def test_the_in_process_worker_runs_when_enabled(settings: Settings) -> No
     async with running(with_overrides(settings, run_worker=True)) as run, run.browser() as alice:
         await alice.sign_in("alice@example.com")
         job_id = (await alice.submit("k-1", 3)).json()["jobId"]
-        deadline = time.monotonic() + 30
-        while (await alice.client.get(f"/counter/jobs/{job_id}")).json()["state"] != "completed":
-            assert time.monotonic() < deadline, "the in-process worker did not run the job"
-            await asyncio.sleep(0.05)
+
+        async def completed() -> bool:
+            state = (await alice.client.get(f"/counter/jobs/{job_id}")).json()["state"]
+            return bool(state == "completed")
+
+        await until(completed, what="the in-process worker to run the job", seconds=30)
         assert (await alice.summary())["total"] == 3
 
 
@@ -212,5 +212,5 @@ async def test_the_worker_is_off_unless_enabled(settings: Settings) -> None:
     async with running(settings) as run, run.browser() as alice:
         await alice.sign_in("alice@example.com")
         job_id = (await alice.submit("k-1", 3)).json()["jobId"]
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # real time for a worker that should not be there to show up
         assert (await alice.client.get(f"/counter/jobs/{job_id}")).json()["state"] == "ready"

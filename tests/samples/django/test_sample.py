@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django
 
@@ -90,12 +90,15 @@ def test_a_worker_process_runs_the_receipt(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            shown = last_json(["shell", "-c", SHOW % order["id"]], env, tmp_path)
-            if shown["receipt"]["status"] == "SUCCESSFUL" or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
+        wait_until(
+            lambda: (
+                last_json(["shell", "-c", SHOW % order["id"]], env, tmp_path)["receipt"]["status"]
+                == "SUCCESSFUL"
+            ),
+            timeout=60,
+            what="the order's receipt",
+            interval=0.3,
+        )
         # Once more: the view reads the order before the result, so the read that first saw
         # the result finished may have seen the order a moment before the task changed it.
         shown = last_json(["shell", "-c", SHOW % order["id"]], env, tmp_path)

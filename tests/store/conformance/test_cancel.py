@@ -11,6 +11,7 @@ import pytest
 
 from caravel.clock import from_ms
 from caravel.jobs import CancelOutcome, JobState
+from caravel.store.postgresql.cancels import CANCEL_CHANNEL
 from caravel.store.protocol import JobFilter, JobRef, Store
 from caravel.store.removal import CANCELLABLE, DELETABLE, JobSelection
 from tests.store.conformance.builders import (
@@ -25,6 +26,7 @@ from tests.store.conformance.builders import (
     ref,
     status,
 )
+from tests.support.databases import pg_listeners, until_listening
 
 
 @pytest.mark.parametrize("how", ["ready", "delayed", "retrying"])
@@ -247,7 +249,9 @@ async def test_delete_many_removes_only_finished_jobs_the_selection_matches(
     assert await store.job_get(made["elsewhere"][0]) is not None
 
 
-async def test_a_cancel_of_a_running_job_is_pushed_where_the_store_can(store: Store) -> None:
+async def test_a_cancel_of_a_running_job_is_pushed_where_the_store_can(
+    store: Store, db_url: str
+) -> None:
     notices = store.cancel_notices()
     if notices is None:
         pytest.skip("this store has no push: workers look with job_cancelled_among")
@@ -255,9 +259,11 @@ async def test_a_cancel_of_a_running_job_is_pushed_where_the_store_can(store: St
     await insert(store, [waiting, running])
     await claim_one(store, T0)  # the first due: waiting's id is older
     await claim_one(store, T0 + 5)
+    # The store that pushes cancels is PostgreSQL's: the server shows its LISTEN in place.
+    listening = await pg_listeners(db_url, CANCEL_CHANNEL)
     heard = asyncio.ensure_future(anext(notices))
     try:
-        await asyncio.sleep(0.3)  # the listener's LISTEN is in place (real time, a real server)
+        await until_listening(db_url, CANCEL_CHANNEL, beyond=listening)
         fresh = new_job(3, created_at=T0 + 10)
         await insert(store, [fresh])
         assert await store.job_cancel(ref(fresh), T0 + 20) is CancelOutcome.CANCELLED

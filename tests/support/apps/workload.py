@@ -41,7 +41,7 @@ class Nap:
 async def nap(job: Nap, ctx: JobContext[object]) -> None:
     _ledger("start", ctx)
     if ctx.attempt == 1 or not job.first_attempt_only:
-        await asyncio.sleep(job.seconds)
+        await asyncio.sleep(job.seconds)  # busy for real: a handler of a real worker
     _ledger("end", ctx)
 
 
@@ -101,7 +101,7 @@ def sync_gate(job: SyncGate, ctx: JobContext[object]) -> None:
         if job.heed_cancel and ctx.is_cancelled:
             _ledger("cancelled", ctx)
             return
-        time.sleep(0.02)
+        time.sleep(0.02)  # another process makes the file: poll for it
     _ledger("end", ctx)
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
 from starlette.types import ASGIApp
+
+from tests.support.processes import wait_until
 
 
 @contextmanager
@@ -27,11 +28,13 @@ def serving(app: ASGIApp, host: str = "127.0.0.1") -> Iterator[str]:
         target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True
     )
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.01)
+    wait_until(
+        lambda: server.started or not thread.is_alive(),
+        what="the test server to start",
+        interval=0.01,
+    )
+    if not server.started:
+        raise RuntimeError("the test server did not start")
     try:
         yield f"http://{host}:{port}"
     finally:
