@@ -253,6 +253,10 @@ class WorkerOptions:
             gives no detail and a WARNING log line naming the types involved; the worker goes
             on. Make it map exception types to fixed texts, or read fields you know are safe
             (an HTTP status code); never return ``str(exc)``, which may quote job data.
+        progress_interval: the longest a running job's report (``ctx.progress``,
+            ``ctx.set_meta``) waits to be written: each job's first report is written at once,
+            later ones at most once per interval, the latest values kept, and the last one
+            always before the job's outcome. 100 milliseconds to 1 hour, default 1 s.
     """
 
     concurrency: int = 1
@@ -269,6 +273,7 @@ class WorkerOptions:
     summary_interval: timedelta | None = timedelta(seconds=10)
     timeout_grace: timedelta = timedelta(seconds=30)
     redactor: Redactor | None = None
+    progress_interval: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if self.redactor is not None:
@@ -316,6 +321,13 @@ class WorkerOptions:
             timedelta(seconds=1),
             timedelta(hours=1),
             "must be from 1 second to 1 hour",
+        )
+        _duration(
+            "progress_interval",
+            self.progress_interval,
+            timedelta(milliseconds=100),
+            timedelta(hours=1),
+            "must be from 100 milliseconds to 1 hour",
         )
         _duration(
             "heartbeat_interval",

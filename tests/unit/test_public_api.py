@@ -35,6 +35,7 @@ PUBLIC_NAMES = [
     "JobCancelledError",
     "JobContext",
     "JobFailed",
+    "JobProgress",
     "JobRegistry",
     "JobState",
     "JobStatus",

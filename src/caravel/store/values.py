@@ -34,6 +34,7 @@ __all__ = [
     "LimitKind",
     "NewJob",
     "PausedQueue",
+    "ProgressUpdate",
     "QueueCounts",
     "QueueLimit",
     "QueueLimitUsage",
@@ -184,6 +185,18 @@ class FailedAttempt:
     it), already cleaned and bounded (:data:`~caravel.limits.MAX_DETAIL_LENGTH`); ``None``:
     nothing. Kept only in the attempt's record (the worker's failure log lines and the
     attempt's span carry it too; never a metric)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    """What a running handler reported, to store under ``lease`` at ``now``: ``progress`` and
+    ``meta`` as their JSON text (checked and bounded by :mod:`caravel.progress`), each ``None``
+    to leave it as stored. Storing progress sets its time (``progress_at``) to ``now``."""
+
+    lease: Lease
+    now: int
+    progress: str | None
+    meta: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

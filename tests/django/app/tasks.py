@@ -78,3 +78,24 @@ def discards() -> None:
 def provider_down() -> None:
     """Fails with a detail marked safe beside a message that is not."""
     raise JobFailed("order 7 of a@example.com: 503", safe_detail="provider\nanswered 503")
+
+
+@task
+def counts_rows(rows: int) -> int:
+    """Reports its progress and metadata through the Caravel context of its job."""
+    from caravel.contrib.django import current_job
+
+    job = current_job()
+    job.set_meta("rows", rows)
+    for done in range(0, rows + 1, 10):
+        job.progress(done, rows, "counting")
+    return rows
+
+
+@task
+async def async_counts_rows(rows: int) -> int:
+    from caravel.contrib.django import current_job
+
+    current_job().progress(rows, rows, "counted")
+    current_job().set_meta("async", True)
+    return rows
