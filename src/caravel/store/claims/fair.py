@@ -113,9 +113,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
             sa.select(table.c.id, rank.label("k"))
             .where(*ready_due(table, now), partition_of(table) == key)
             .where(table.c.available_at <= now)
-            # The key first (equal throughout): the order ix_caravel_jobs_fair holds, so a
-            # planner without statistics reads it there, not through the rank index.
-            .order_by(partition_of(table), rank)
+            .order_by(rank)
             .limit(share)
         )
 
