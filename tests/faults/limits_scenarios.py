@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import signal
 import threading
@@ -192,6 +193,8 @@ class Run:
     logs: str
     #: The hosts the workers ran on, with how many workers each.
     hosts: dict[str, int]
+    #: The process ids of every worker each host ran, restarts included.
+    pids: dict[str, list[int]]
     #: Job states at the end, of the scenario's queue.
     states: Counter[str]
     #: Attempts spent over every job: the claims made, witnessed by a handler or not.
@@ -410,6 +413,7 @@ def run_scenario(
         records=records,
         logs="\n".join(s.logs() for s in supervisors),
         hosts=hosts,
+        pids={name: [w.pid for w in s.workers_ever()] for name, s in fleet.supervisors.items()},
         states=job_states(db_url, scenario.queue),
         claims=sum(row.attempt for row in job_rows(db_url, scenario.queue).values()),
         restarts=sum(s.restarts for s in supervisors),
@@ -454,17 +458,31 @@ def _common(run: Run) -> tuple[dict[str, Any], list[str]]:
         problems.append(f"{run.faults.stops} stops, fewer than {run.min_stops}")
     if len(run.hosts) > 1:
         by_host = {
-            name: {kind: run.faults.by_host[name, kind] for kind in ("kills", "stops")}
+            name: {
+                "runs": _runs_of(run.records, run.pids[name]),
+                **{kind: run.faults.by_host[name, kind] for kind in ("kills", "stops")},
+            }
             for name in run.hosts
         }
-        figures["faults_by_host"] = by_host
+        figures["by_host"] = by_host
         problems += [
-            f"{count} {kind} on the {name}'s workers, fewer than {MIN_PER_HOST}"
+            f"{count} {kind} on the {name}'s workers, fewer than {least}"
             for name, counts in by_host.items()
             for kind, count in counts.items()
-            if count < MIN_PER_HOST
+            for least in [1 if kind == "runs" else MIN_PER_HOST]
+            if count < least
         ]
     return figures, problems
+
+
+def _runs_of(records: Path, pids: list[int]) -> int:
+    """The handler runs the processes ``pids`` started (each writes its own records file)."""
+    return sum(
+        json.loads(line)["e"] == "start"
+        for pid in pids
+        if (records / f"{pid}.jsonl").exists()
+        for line in (records / f"{pid}.jsonl").read_text().splitlines()
+    )
 
 
 def _concurrency(run: Run, figures: dict[str, Any], problems: list[str]) -> None:
