@@ -11,6 +11,7 @@
     python -m bench --only drain_batch   # the same backlog as plain jobs and as batches
     python -m bench --only fairness --backends postgresql   # a small tenant behind 100,000 jobs
     python -m bench --only fairness --fairness-backlog 10000   # the same, smaller
+    python -m bench --only drain limits     # the drain under each flow-control setting, and plans
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
 
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import ceilings, compare, counts, fairness, retention, runs, sync_cost
+from bench import ceilings, compare, counts, fairness, limits_cost, retention, runs, sync_cost
 from bench.databases import database, pg_setting
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,6 +55,7 @@ ALL = (
     "counts",
     "retention",
     "fairness",
+    "limits",
     "compare",
 )
 #: The parts of the comparison with the peers (``--compare``).
@@ -95,7 +97,8 @@ def _drain_modes(
     backend: str, args: argparse.Namespace, modes: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
     """The drain of each setting ``modes`` names (keyword arguments of :func:`runs.drain`), the
-    runs alternating between them, each on a fresh database."""
+    runs alternating between them, each on a fresh database: the medians, and each run's
+    jobs/s (``jobs_per_second_runs_<mode>``, in the order they ran)."""
     results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for _ in range(args.runs):
         for mode, kwargs in modes.items():
@@ -108,6 +111,7 @@ def _drain_modes(
         figures["runs"] = median["runs"]
         for key in ("jobs_per_second", "seconds", "completed"):
             figures[f"{key}_{mode}"] = median[key]
+        figures[f"jobs_per_second_runs_{mode}"] = [run["jobs_per_second"] for run in measured]
     return figures
 
 
@@ -150,6 +154,18 @@ def _fairness(backend: str, args: argparse.Namespace) -> dict[str, Any]:
                 args.fairness_rounds,
             )
         )
+
+
+def _limits(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The drain under each flow-control setting beside the plain one, in one run, and the
+    plans of one limited claim of a worker's batch (half its slots) over a large backlog."""
+    figures = _drain_modes(backend, args, limits_cost.SETTINGS)
+    rounds = {mode: figures[f"jobs_per_second_runs_{mode}"] for mode in limits_cost.SETTINGS}
+    figures.update(limits_cost.ratios(figures, rounds))
+    with database(backend) as url:
+        batch = max(1, (args.concurrency + 1) // 2)  # as the worker claims
+        figures["plans"] = asyncio.run(limits_cost.plans(url, args.limits_plan_backlog, batch))
+    return figures
 
 
 def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, Any]]]:
@@ -223,6 +239,12 @@ def main() -> None:
         default=None,
         help="fairness: stop after this many claims (default: enough to drain the backlog)",
     )
+    parser.add_argument(
+        "--limits-plan-backlog",
+        type=int,
+        default=100_000,
+        help="limits: ready jobs behind the claims whose plans are taken",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, one run")
     args = parser.parse_args()
     if args.quick:
@@ -230,6 +252,7 @@ def main() -> None:
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
         args.prune_drain_jobs = 20_000
         args.fairness_backlog = 10_000
+        args.limits_plan_backlog = 10_000
         args.compare_sizes = [5_000]
 
     report: dict[str, Any] = {
@@ -278,11 +301,19 @@ def main() -> None:
                 figures = _retention(backend, args)
             elif name == "fairness":
                 figures = _fairness(backend, args)
+            elif name == "limits":
+                figures = _limits(backend, args)
             else:
                 figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures
             shown = ", ".join(
-                f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()
+                f"{k}={v:,.1f}"
+                if isinstance(v, float) and abs(v) >= 10
+                else f"{k}={v:.3g}"
+                if isinstance(v, float)
+                else f"{k}={v}"
+                for k, v in figures.items()
+                if not isinstance(v, dict)  # the plans: in the JSON
             )
             print(f"{backend:10} {name:8} {shown}", flush=True)
     RESULTS.mkdir(exist_ok=True)

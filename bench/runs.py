@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import psycopg
 from bench.apps import QUEUE, Noop, Stamp, registry, worker_command
 from bench.databases import postgres_dsn
 from caravel import (
+    ConcurrencyLimit,
     DatabaseQueue,
     DispatchOptions,
     JobContext,
@@ -49,16 +51,27 @@ def _priority(i: int, levels: int) -> int:
     return -100 + 200 * ((i * 37) % levels) // (levels - 1)
 
 
+#: The dispatch of a backlog's ``i``-th job (see :func:`fill_backlog`).
+Spread = Callable[[int], DispatchOptions]
+
+
 async def fill_backlog(
-    queue: DatabaseQueue, n: int, batch: int = 1000, *, levels: int = 1, batches: bool = False
+    queue: DatabaseQueue,
+    n: int,
+    batch: int = 1000,
+    *,
+    levels: int = 1,
+    batches: bool = False,
+    spread: Spread | None = None,
 ) -> None:
     """``n`` jobs whose priorities take turns among ``levels`` (see :func:`_priority`): with
     more than one, a backlog whose claim order is not its insertion order. With ``batches``
     each ``batch`` jobs are one batch (:meth:`~caravel.DatabaseQueue.enqueue_batch`, no
-    callback), so every acknowledgement also counts its job in its batch's row."""
+    callback), so every acknowledgement also counts its job in its batch's row. ``spread``
+    gives the ``i``-th job its dispatch instead (its tenant or partition key, say)."""
     for start in range(0, n, batch):
         items = [
-            (Noop(i), dispatch(priority=_priority(i, levels)))
+            (Noop(i), spread(i) if spread else dispatch(priority=_priority(i, levels)))
             for i in range(start, min(n, start + batch))
         ]
         if batches:
@@ -123,11 +136,15 @@ async def drain(
     durable_acks: bool = False,
     priority_levels: int = 1,
     batches: bool = False,
+    spread: Spread | None = None,
+    limit: ConcurrencyLimit | None = None,
 ) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
     ``durable_acks``; with ``priority_levels`` above 1, the jobs' priorities take turns among that
-    many; with ``batches``, the jobs are members of batches of 1,000 (see :func:`fill_backlog`)."""
+    many; with ``batches``, the jobs are members of batches of 1,000; with ``spread``, each job
+    dispatched as it says (see :func:`fill_backlog`). ``limit`` is stored before the worker
+    starts, so every claim it makes is a limited one."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -136,7 +153,9 @@ async def drain(
         counter.hit()
 
     async with DatabaseQueue(url, counting) as queue:
-        await fill_backlog(queue, n, levels=priority_levels, batches=batches)
+        await fill_backlog(queue, n, levels=priority_levels, batches=batches, spread=spread)
+        if limit is not None:
+            await queue.set_queue_limit(limit)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
         worker = QueueWorker(queue, options=options)
         started = time.perf_counter()

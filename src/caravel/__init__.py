@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     )
     from caravel.options import QueueOptions, RetryPolicy, WorkerOptions
     from caravel.outbox import Outbox, OutboxEnvelope, OutboxRelay, StagedIntent, add_outbox
+    from caravel.progress import JobProgress
     from caravel.queue import DatabaseQueue
     from caravel.registry import JobRegistry
     from caravel.retention import Retention
@@ -111,6 +112,7 @@ _HOMES = {
     "WorkerInfo": "caravel.jobs",
     "QueueOptions": "caravel.options",
     "WorkerOptions": "caravel.options",
+    "JobProgress": "caravel.progress",
     "Outbox": "caravel.outbox",
     "OutboxEnvelope": "caravel.outbox",
     "OutboxRelay": "caravel.outbox",
@@ -168,6 +170,7 @@ __all__ = [
     "IdempotencyConflictError",
     "JobCancelledError",
     "JobContext",
+    "JobProgress",
     "JobRegistry",
     "JobState",
     "JobStatus",

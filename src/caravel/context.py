@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from caravel.errors import JobCancelledError
+from caravel.progress import ProgressReport
 
 __all__ = ["BatchOutcome", "CancellationSignal", "JobContext", "handed"]
 
@@ -92,6 +93,12 @@ class JobContext(Generic[ScopeT]):
     Async handlers are cancelled like any asyncio task. Synchronous handlers run in a thread and
     should check :attr:`is_cancelled` (or call :meth:`raise_if_cancelled`, or block on
     ``cancelled.wait(timeout)``) between steps.
+
+    :meth:`progress` and :meth:`set_meta` tell operators how the job is doing while it runs
+    (``get_status``, ``caravel jobs show``, the dashboard). They are plain calls from async and
+    synchronous handlers alike: they return at once, and the worker writes the latest values
+    under the job's lease at most once per :attr:`~caravel.WorkerOptions.progress_interval`,
+    and always before the job's outcome.
     """
 
     job_id: UUID
@@ -107,10 +114,41 @@ class JobContext(Generic[ScopeT]):
     JSON); ``None`` for other jobs, or when that step returned ``None``."""
     batch: BatchOutcome | None = None
     """For a batch's callback: the batch's counts when its last job finished."""
+    report: ProgressReport = field(default_factory=ProgressReport, repr=False, compare=False)
+    """Where :meth:`progress` and :meth:`set_meta` keep what they were told until the worker
+    writes it (the worker's side of those calls; a handler calls them instead)."""
 
     @property
     def is_cancelled(self) -> bool:
         return self.cancelled.is_set()
+
+    def progress(
+        self, done: int | float, total: int | float | None = None, note: str | None = None
+    ) -> None:
+        """Report how far the job got: ``done`` of ``total`` (``None``: no total known), with
+        an optional ``note`` such as ``"resizing images"``.
+
+        ``done`` is a finite number from 0, ``total`` a finite number above 0 and at least
+        ``done`` (both at most 2**53), ``note`` at most 200 characters without control
+        characters. Anything else raises :class:`~caravel.errors.ValidationError` naming the
+        field, and the report is not changed. Only the latest report counts: calling this in a
+        tight loop is cheap, the worker writes at most one per interval. The note is shown to
+        every operator: never put secrets or personal data in it."""
+        self.report.progress(done, total, note)
+
+    def set_meta(self, key: str, value: object) -> None:
+        """Set ``key`` of the job's metadata to ``value``, any JSON value (a dict, list, str,
+        finite number, bool or ``None``); the worker writes the whole object with the next
+        report. ``key`` follows the rules of tenant ids (nonblank, at most 128 characters, no
+        control characters).
+
+        The metadata of one attempt, as JSON, is at most 8 KiB
+        (:data:`~caravel.limits.MAX_META_BYTES`). A key that breaks its rules, a value JSON
+        cannot hold, or one that would make the metadata too large raises
+        :class:`~caravel.errors.ValidationError` naming ``key`` or ``value``, and changes
+        nothing. An attempt's metadata, once written, replaces what an earlier attempt of the
+        job stored. Like the note, it is shown to operators: ids and counts, not secrets."""
+        self.report.set_meta(key, value)
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelledError` if the job has been cancelled."""

@@ -4,7 +4,8 @@ status, and the lease a worker holds while it runs one."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
@@ -13,6 +14,7 @@ from caravel.clock import from_ms
 from caravel.errors import ValidationError
 from caravel.limits import MAX_DELAY_DAYS, MAX_PRIORITY, MIN_PRIORITY
 from caravel.pending import DEFAULT_MAX_DEBOUNCE, check_pending
+from caravel.progress import JobProgress
 from caravel.tags import check_tags
 from caravel.validation import (
     check_duration,
@@ -275,6 +277,13 @@ class JobStatus:
     """Its place in the chain, from 0."""
     batch_id: UUID | None = None
     """The batch this job is a member of, if any."""
+    progress: JobProgress | None = None
+    """What its handler last reported with :meth:`JobContext.progress
+    <caravel.JobContext.progress>` (``None`` when it never did), kept after the job finishes."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """The metadata its handler set with :meth:`JobContext.set_meta
+    <caravel.JobContext.set_meta>` (the last attempt's that set any), kept after the job
+    finishes; empty when none was set."""
 
     @property
     def held(self) -> bool:

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_PAYLOAD_LIMIT",
     "MAX_PRIORITY",
     "MAX_PROGRESS_BYTES",
+    "MAX_PROGRESS_NOTE_LENGTH",
     "MAX_QUEUE_LIST_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_RESULT_LIMIT",
@@ -76,6 +77,9 @@ MAX_OUTCOME_LENGTH = 16
 MAX_ATTEMPT_HISTORY = 100
 #: A running job's progress as stored (JSON: done, total, note).
 MAX_PROGRESS_BYTES = 1024
+#: The note of a progress report, in characters (it fits :data:`MAX_PROGRESS_BYTES` with the
+#: numbers, whatever its characters).
+MAX_PROGRESS_NOTE_LENGTH = 200
 #: A job's metadata as stored (a JSON object a handler set, key by key).
 MAX_META_BYTES = 8192
 #: The largest ``max_result_bytes`` a queue may be configured with (1 MiB).

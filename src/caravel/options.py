@@ -221,6 +221,10 @@ class WorkerOptions:
             registry's schedules (:class:`~caravel.Schedule`). On by default: every worker may
             run the scheduler, since each slot's idempotency key keeps one job per slot however
             many race. ``False`` leaves it to other processes.
+        progress_interval: the longest a running job's report (``ctx.progress``,
+            ``ctx.set_meta``) waits to be written: each job's first report is written at once,
+            later ones at most once per interval, the latest values kept, and the last one
+            always before the job's outcome. 100 milliseconds to 1 hour, default 1 s.
     """
 
     concurrency: int = 1
@@ -236,6 +240,7 @@ class WorkerOptions:
     schedules: bool = True
     summary_interval: timedelta | None = timedelta(seconds=10)
     timeout_grace: timedelta = timedelta(seconds=30)
+    progress_interval: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedules, bool):
@@ -281,6 +286,13 @@ class WorkerOptions:
             timedelta(seconds=1),
             timedelta(hours=1),
             "must be from 1 second to 1 hour",
+        )
+        _duration(
+            "progress_interval",
+            self.progress_interval,
+            timedelta(milliseconds=100),
+            timedelta(hours=1),
+            "must be from 100 milliseconds to 1 hour",
         )
         _duration(
             "heartbeat_interval",

@@ -37,6 +37,7 @@ __all__ = [
     "check_not_before",
     "check_queue_name",
     "check_schedule_name",
+    "check_text",
     "check_timeout",
     "check_wire_name",
 ]
@@ -100,6 +101,22 @@ def check_identifier(value: object, field: str) -> str:
         raise ValidationError(field, "must not be blank")
     if len(value) > MAX_KEY_LENGTH:
         raise ValidationError(field, f"must be at most {MAX_KEY_LENGTH} characters")
+    if _CONTROL.search(value) is not None:
+        raise ValidationError(field, "must not contain control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
+def check_text(value: object, field: str, limit: int) -> str:
+    """A short text shown to operators (a progress note): a string of at most ``limit``
+    characters, no control characters, valid Unicode; it may be empty."""
+    if not isinstance(value, str):
+        raise ValidationError(field, "must be a string")
+    if len(value) > limit:
+        raise ValidationError(field, f"must be at most {limit} characters")
     if _CONTROL.search(value) is not None:
         raise ValidationError(field, "must not contain control characters")
     try:

@@ -1,16 +1,19 @@
 """The benchmark's harness (bench/harness.py, bench/compare.py) on Caravel's own adapter: the
 figures docs/performance.md reports come from it, so its readings are checked here: every job
 of a drain is finished when it reports, CPU time lands where it was spent, and the start-up
-and wake-up readings come from a real worker process."""
+and wake-up readings come from a real worker process. The flow-control scenario
+(bench/limits_cost.py) runs at a tiny size on both databases, so that it keeps working."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
 
+import bench.__main__ as cli
 import pytest
-from bench import compare, harness
+from bench import compare, harness, limits_cost
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -61,3 +64,24 @@ def test_start_up_and_wake_up_are_read_from_a_real_worker_process() -> None:
     woken = compare.latency("caravel", jobs=20, gap=0.01, warm_up=2)
     assert woken["jobs"] == 20
     assert 0 < woken["p50_ms"] <= woken["p99_ms"] <= woken["p999_ms"] <= woken["max_ms"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_flow_control_scenario_drains_every_setting_and_plans_every_limited_claim(
+    backend: str,
+) -> None:
+    args = argparse.Namespace(runs=1, jobs=200, concurrency=20, limits_plan_backlog=300)
+    figures = cli._limits(backend, args)
+    for setting in limits_cost.SETTINGS:
+        assert figures[f"completed_{setting}"] == 200, setting
+        if setting != "plain":
+            assert figures[f"ratio_{setting}"] > 0
+    passes = ["without_statistics", "analysed"] if backend == "postgresql" else ["as_is"]
+    for taken in passes:
+        plans = figures["plans"][taken]
+        for limit in limits_cost.PLANNED:
+            assert plans[limit]["claimed"] > 0, (taken, limit)
+            statements = plans[limit]["statements"]
+            # The read of the limits row and the claim at least, each with its plan.
+            assert len(statements) >= 2, (taken, limit)
+            assert all(found["plan"] for found in statements), (taken, limit)

@@ -30,8 +30,9 @@ pytestmark = pytest.mark.slow  # the console script, in subprocesses
 REFERENCE = ROOT / "docs" / "reference" / "cli.md"
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
-#: Keys whose value is a document of the application's own (a job's payload): any JSON.
-OPAQUE = {"payload", "result"}
+#: Keys whose value is a document of the application's own (a job's payload, what its handler
+#: returned or set as metadata): any JSON.
+OPAQUE = {"payload", "result", "meta"}
 #: Objects whose keys are data (partition keys), not fields: any keys, each with an integer.
 MAPS = {"weights"}
 
@@ -640,6 +641,42 @@ async def _pending(url: str) -> str:
     async with open_queue(url, clock=ManualClock()) as queue:
         accepted = await queue.enqueue(Add(5), dispatch(queue="docs", pending_key="render:7"))
         return str(accepted.job_id)
+
+
+async def _reported(url: str) -> str:
+    """A job whose handler reported progress and metadata, then completed."""
+    from caravel.store.protocol import ProgressUpdate
+
+    async with open_queue(url, clock=ManualClock()) as queue:
+        accepted = await queue.enqueue(Add(5), dispatch(queue="docs"))
+        leases = Leases(queue)
+        claimed = await leases.claim("docs")
+        assert claimed is not None
+        report = ProgressUpdate(
+            claimed.lease,
+            queue.clock.now_ms(),
+            '{"done":4,"total":5,"note":"rendering"}',
+            '{"pages":[1,2],"source":"s3"}',
+        )
+        assert await queue.store.job_set_progress(report)
+        await leases.complete(claimed.lease)
+        return str(accepted.job_id)
+
+
+def test_jobs_show_and_list_print_progress_and_meta(
+    tmp_path: Path, sqlite_template: SqliteTemplate
+) -> None:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    job_id = asyncio.run(_reported(url))
+    where = ("--url", url, "-q", "docs", "-t", "tenant-a")
+    shown = one_document(run_cli("jobs", "show", job_id, *where), "caravel jobs show")
+    assert shown["state"] == "completed"
+    progress = shown["progress"]
+    assert (progress["done"], progress["total"], progress["note"]) == (4, 5, "rendering")
+    assert TIMESTAMP.match(progress["updated_at"])
+    assert shown["meta"] == {"pages": [1, 2], "source": "s3"}
+    listed = one_document(run_cli("jobs", "list", "--url", url, "--json"), "caravel jobs list")
+    assert [(job["progress"], job["meta"]) for job in listed["jobs"]] == [(progress, shown["meta"])]
 
 
 def test_jobs_show_and_list_print_the_pending_key(

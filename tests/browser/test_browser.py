@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from html import escape
 from typing import Any, TypeVar
 from urllib.parse import urlencode
+from uuid import UUID
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from caravel import DatabaseQueue, JobState, QueueInspector, QueueWorker
+from caravel import (
+    DatabaseQueue,
+    DispatchOptions,
+    JobContext,
+    JobRegistry,
+    JobState,
+    QueueInspector,
+    QueueWorker,
+    WorkerOptions,
+)
 from caravel.testing import ManualClock
 from caravel.web import Dashboard
 from tests.support.dashboard.browser import chromium
@@ -516,3 +527,101 @@ def test_the_queue_table_fits_with_long_names_and_big_counts(
             row = page.locator(f'tr[data-queue="{queue}"]')
             for state, count in by_state.items():
                 expect(row.locator(f'[data-col="{state}"]')).to_have_text(str(count))
+
+
+@dataclass(frozen=True)
+class Export:
+    parts: int
+
+
+class SteppedExport:
+    """A real worker in a thread of its own, on a manual clock, running one export job whose
+    handler reports a part each time the test says so (and the worker's clock then moves past
+    its progress interval, so that the report is written)."""
+
+    INTERVAL = timedelta(seconds=1)
+
+    def __init__(self, url: str, parts: int) -> None:
+        self.url = url
+        self.parts = parts
+        self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.steps: asyncio.Queue[None] | None = None
+        self.clock = ManualClock(END)
+        self.job = JobRef(UUID(int=0), "exports", "acme", "tests.export.v1")
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self.ran: Future[bool] = self._pool.submit(asyncio.run, self._work())
+        if not self.ready.wait(30):
+            raise RuntimeError("the worker did not start")
+
+    async def _work(self) -> bool:
+        registry = JobRegistry()
+        steps: asyncio.Queue[None] = asyncio.Queue()
+
+        async def export(job: Export, ctx: JobContext[None]) -> None:
+            ctx.set_meta("parts", job.parts)
+            for done in range(job.parts + 1):
+                ctx.progress(done, job.parts, f"part {done} of {job.parts}")
+                await steps.get()
+
+        registry.register("tests.export.v1", Export, export)
+        options = WorkerOptions(progress_interval=self.INTERVAL)
+        async with DatabaseQueue(self.url, registry, clock=self.clock) as queue:
+            accepted = await queue.enqueue(
+                Export(self.parts), DispatchOptions(queue="exports", tenant_id="acme")
+            )
+            self.job = JobRef(accepted.job_id, "exports", "acme", "tests.export.v1")
+            self.loop, self.steps = asyncio.get_running_loop(), steps
+            self.ready.set()
+            async with QueueWorker(queue, options=options) as worker:
+                return await worker.run_once("exports")
+
+    def step(self) -> None:
+        """Let the handler report its next part, then move the worker's clock an interval."""
+
+        async def go() -> None:
+            assert self.steps is not None
+            self.steps.put_nowait(None)
+            await asyncio.sleep(0)  # the handler takes the step and reports
+            await self.clock.advance(self.INTERVAL)
+
+        assert self.loop is not None
+        asyncio.run_coroutine_threadsafe(go(), self.loop).result(30)
+
+    def finish(self) -> bool:
+        """Let the handler run to its end (its last report is written with its outcome,
+        whatever the clock); whether the worker ran it."""
+        if self.loop is not None and self.steps is not None:
+            for _ in range(self.parts + 1):
+                self.loop.call_soon_threadsafe(self.steps.put_nowait, None)
+        try:
+            return self.ran.result(30)
+        finally:
+            self._pool.shutdown()
+
+
+def test_a_running_jobs_progress_bar_moves(live: Live, browser: BrowserContext) -> None:
+    export = SteppedExport(live.url, parts=4)
+    try:
+        page = as_user(browser, live, "reader")
+        page.goto(live.base + job_path(export.job))
+        expect(page.locator("#job-state")).to_have_text("running")
+        bar = page.locator("#job-progress")
+        expect(bar).to_have_attribute("max", "4")
+        expect(bar).to_have_attribute("value", "0")
+        expect(page.locator("#job-progress-text")).to_have_text("0 of 4 (0%)")
+        expect(page.locator("#job-progress-note")).to_have_text("part 0 of 4")
+        expect(page.locator('#job-meta tr[data-key="parts"] td')).to_have_text("4")
+        # The open page updates itself (every second here): the bar follows each report.
+        for done in (1, 2):
+            export.step()
+            expect(bar).to_have_attribute("value", str(done), timeout=15_000)
+            expect(page.locator("#job-progress-text")).to_have_text(f"{done} of 4 ({done * 25}%)")
+            expect(page.locator("#job-progress-note")).to_have_text(f"part {done} of 4")
+        bar_width = bar.evaluate("e => e.getBoundingClientRect().width")
+        assert bar_width > 100
+    finally:
+        assert export.finish() is True
+    expect(page.locator("#job-state")).to_have_text("completed", timeout=15_000)
+    expect(page.locator("#job-progress-text")).to_have_text("4 of 4 (100%)")
+    expect(page.get_by_text("Last reported:")).to_be_visible()

@@ -212,6 +212,27 @@ async def test_async_enqueue_and_async_results(alias: str, tasks: Any) -> None:
     assert result.return_value == 42
 
 
+def test_progress_and_meta_a_task_reports_read_back_with_its_result(alias: str, tasks: Any) -> None:
+    from caravel import JobProgress
+    from caravel.contrib.django import current_job
+    from caravel.contrib.django.compat import TaskResultStatus
+
+    result = tasks.counts_rows.using(backend=alias).enqueue(40)
+    other = tasks.async_counts_rows.using(backend=alias).enqueue(5)
+    assert (result.progress, result.meta) == (None, {})
+    work(alias)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert isinstance(result.progress, JobProgress)
+    assert (result.progress.done, result.progress.total) == (40, 40)
+    assert result.progress.note == "counting"
+    assert result.meta == {"rows": 40}
+    found = tasks.async_counts_rows.using(backend=alias).get_result(other.id)
+    assert (found.progress.done, found.progress.note, found.meta) == (5, "counted", {"async": True})
+    with pytest.raises(RuntimeError, match="current_job"):
+        current_job()
+
+
 def test_a_result_read_back_refreshes_from_its_own_backend(alias: str, tasks: Any) -> None:
     from caravel.contrib.django.compat import TaskResultStatus
 

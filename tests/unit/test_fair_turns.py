@@ -9,7 +9,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caravel.flow.fairness import comes_after, fair_order, next_cursor
+from caravel.flow.fairness import comes_after, fair_order, next_cursor, share
 
 keys = st.text(alphabet="abcdefgh", min_size=1, max_size=3)
 
@@ -50,3 +50,11 @@ def test_claims_of_one_serve_every_key_in_turn(
     for start in range(0, len(served) - len(waiting) + 1):
         window = Counter(served[start : start + len(waiting)])
         assert set(window) == waiting
+
+
+def test_a_claim_reads_a_small_multiple_of_its_even_share_of_each_key() -> None:
+    assert share(500, 1_000, {}) == 2  # one job each rounded up, doubled
+    assert share(500, 100, {}) == 10
+    assert share(500, 1, {}) == 1_000  # a lone key: the whole batch, and room
+    assert share(10, 3, {"a": 3}) == 24  # the heaviest weight takes its rounds
+    assert share(10, 0, {}) == 20

@@ -252,3 +252,15 @@ def test_acknowledgements_are_asynchronous_unless_a_worker_asks_for_durable_ones
     with pytest.raises(OptionsError) as caught:
         WorkerOptions(durable_acks="yes")  # type: ignore[arg-type]
     assert caught.value.field == "durable_acks"
+
+
+def test_the_progress_interval_is_from_100_milliseconds_to_1_hour() -> None:
+    from caravel import WorkerOptions
+
+    assert WorkerOptions().progress_interval == SECOND
+    for edge in (100 * MS, HOUR):
+        assert WorkerOptions(progress_interval=edge).progress_interval == edge
+    for wrong in (100 * MS - TICK, HOUR + TICK, timedelta(0), 1.0):
+        with pytest.raises(OptionsError) as caught:
+            WorkerOptions(progress_interval=wrong)  # type: ignore[arg-type]
+        assert caught.value.field == "progress_interval"

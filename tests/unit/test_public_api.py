@@ -34,6 +34,7 @@ PUBLIC_NAMES = [
     "IdempotencyConflictError",
     "JobCancelledError",
     "JobContext",
+    "JobProgress",
     "JobRegistry",
     "JobState",
     "JobStatus",

@@ -6,7 +6,7 @@ and every slot comes back once its jobs end."""
 from __future__ import annotations
 
 import asyncio
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -47,10 +47,10 @@ def test_slots_in_use_never_exceed_the_concurrency(
     concurrency: int, script: list[tuple[str, int, float]]
 ) -> None:
     async def scenario() -> None:
-        releases: dict[int, asyncio.Event] = {}
+        releases: dict[UUID, asyncio.Event] = {}
 
         async def run(job: ClaimedJob) -> None:
-            event = releases.setdefault(id(job), asyncio.Event())
+            event = releases.setdefault(job.job_id, asyncio.Event())
             await event.wait()
 
         slots = Slots(concurrency, run)
@@ -61,7 +61,7 @@ def test_slots_in_use_never_exceed_the_concurrency(
 
         async def finish(job: ClaimedJob) -> None:
             running = len(slots.tasks)
-            releases.setdefault(id(job), asyncio.Event()).set()
+            releases.setdefault(job.job_id, asyncio.Event()).set()
             for _ in range(100):  # a few loop turns: the task wakes and its callback runs
                 if len(slots.tasks) < running:
                     return

@@ -144,7 +144,9 @@ def counts_document(
 def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
     """A job's status (never its payload) or a worker's registry row, field by field: the
     dataclasses' snake_case names are the document's keys. A job's ``result`` is left out:
-    listings never read it, and ``jobs show`` adds it only when asked."""
+    listings never read it, and ``jobs show`` adds it only when asked. A job's ``progress`` is
+    an object (``done``, ``total``, ``note``, ``updated_at``) or null, its ``meta`` the object
+    its handler set (``{}`` when none)."""
     fields = {
         name: getattr(record, name)
         for name in type(record).__dataclass_fields__
@@ -155,6 +157,17 @@ def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
         # the far future, 9999-12-31), and the state in the words of the table, judged now.
         fields["held"] = record.held
         fields["shown_state"] = record.shown_state(datetime.now(UTC))
+        progress = record.progress
+        fields["progress"] = (
+            None
+            if progress is None
+            else {
+                "done": progress.done,
+                "total": progress.total,
+                "note": progress.note,
+                "updated_at": progress.updated_at,
+            }
+        )
     return fields
 
 

@@ -25,10 +25,12 @@ from caravel.validation import check_identifier, check_int
 __all__ = [
     "MAX_KEY_WEIGHT",
     "MAX_WEIGHTS",
+    "SHARE_SLACK",
     "check_weights",
     "comes_after",
     "fair_order",
     "next_cursor",
+    "share",
 ]
 
 #: The largest weight a partition key may have.
@@ -36,6 +38,10 @@ MAX_KEY_WEIGHT = 1000
 
 #: How many partition keys of one queue may have a weight.
 MAX_WEIGHTS = 1000
+
+#: How many times its even share of the batch a fair claim reads of each key (:func:`share`):
+#: room for keys with fewer jobs than their share, and for keys listed with none due yet.
+SHARE_SLACK = 2
 
 
 def check_weights(weights: object, fair: object) -> Mapping[str, int]:
@@ -97,3 +103,13 @@ def next_cursor(cursor: str | None, served: Iterable[str]) -> str | None:
         return cursor
     wrapped = [key for key in keys if not comes_after(key, cursor)]
     return max(wrapped) if wrapped else max(keys)
+
+
+def share(limit: int, keys: int, weights: Mapping[str, int]) -> int:
+    """How many of each key's first due jobs a fair claim of ``limit`` over ``keys`` keys with
+    work reads: the batch's even share, rounded up, times the heaviest weight, times
+    :data:`SHARE_SLACK`. A claim thus reads a small multiple of its batch whatever the backlog.
+    Where most keys have fewer jobs than that, the claim can take fewer than ``limit`` while
+    one key has more; the worker claims again at once (a limited claim that took something is
+    followed by another), so the work still flows."""
+    return -(-limit // max(keys, 1)) * max(weights.values(), default=1) * SHARE_SLACK

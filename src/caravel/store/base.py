@@ -31,6 +31,7 @@ from caravel.store.protocol import (
     FailedAttempt,
     JobFilter,
     JobRef,
+    ProgressUpdate,
     QueueCounts,
     SnoozedAttempt,
     ThroughputBucket,
@@ -233,6 +234,24 @@ class SqlStore(
             attempt=lease.attempt,
             max_attempts=lease.max_attempts,
         )
+
+    async def job_set_progress(self, update: ProgressUpdate) -> bool:
+        has_progress, has_meta = update.progress is not None, update.meta is not None
+        if not (has_progress or has_meta):
+            return False
+        stmt = self._statement(
+            f"progress_{has_progress}_{has_meta}",
+            lambda: queries.set_progress(self._held_clause(), progress=has_progress, meta=has_meta),
+        )
+        params = {
+            **self._held_params([update.lease]),
+            "b_now": update.now,
+            "b_progress": update.progress,
+            "b_meta": update.meta,
+        }
+        async with self._write("job_set_progress", single=True) as conn:
+            found = (await conn.execute(stmt, params)).scalar_one_or_none()
+        return found is not None
 
     # ----- status and replay ---------------------------------------------------------------
 

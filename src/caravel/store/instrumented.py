@@ -31,6 +31,7 @@ from caravel.store.protocol import (
     LimitKind,
     NewJob,
     PausedQueue,
+    ProgressUpdate,
     QueueCounts,
     QueueLimit,
     QueueLimitUsage,
@@ -156,6 +157,10 @@ class InstrumentedStore:
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         with self._span("job_renew_lease"):
             return await self.inner.job_renew_lease(lease, now, expires_at)
+
+    async def job_set_progress(self, update: ProgressUpdate) -> bool:
+        with self._span("job_set_progress"):
+            return await self.inner.job_set_progress(update)
 
     async def job_get(self, ref: JobRef) -> JobStatus | None:
         with self._span("job_get"):

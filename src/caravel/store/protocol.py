@@ -39,6 +39,7 @@ from caravel.store.values import (
     LimitKind,
     NewJob,
     PausedQueue,
+    ProgressUpdate,
     QueueCounts,
     QueueLimit,
     QueueLimitUsage,
@@ -68,6 +69,7 @@ __all__ = [
     "LimitKind",
     "NewJob",
     "PausedQueue",
+    "ProgressUpdate",
     "QueueCounts",
     "QueueLimit",
     "QueueLimitUsage",
@@ -220,6 +222,12 @@ class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
 
     async def job_renew_lease(self, lease: Lease, now: int, expires_at: int) -> Lease | None:
         """Extend an unexpired, current lease to ``expires_at``; ``None`` when rejected."""
+        ...
+
+    async def job_set_progress(self, update: ProgressUpdate) -> bool:
+        """Store what a running handler reported (its progress, its metadata or both) while
+        ``update.lease`` is the job's current lease, as its acknowledgement would be; false,
+        changing nothing, once another claim took the job over or it finished."""
         ...
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:

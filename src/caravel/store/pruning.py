@@ -78,6 +78,9 @@ def _tombstone(state: str) -> sa.Update:
             last_failure=None,
             error_class=None,
             cancel_requested_at=None,
+            progress=None,
+            progress_at=None,
+            meta=None,
         )
     )
 

@@ -38,6 +38,7 @@ __all__ = [
     "replay",
     "same_content",
     "schema_revision",
+    "set_progress",
     "status",
     "throughput",
 ]
@@ -146,6 +147,19 @@ def renew(held: sa.ColumnElement[bool], now: int, expires_at: int) -> sa.Update:
         .values(lease_expires_at=expires_at, available_at=expires_at, updated_at=now)
         .returning(jobs.c.lease_expires_at)
     )
+
+
+def set_progress(held: sa.ColumnElement[bool], *, progress: bool, meta: bool) -> sa.Update:
+    """Store a running handler's report on the row ``held`` matches: its progress (bound as
+    ``b_progress``, stamped ``b_now``) and its metadata (``b_meta``), each only when asked;
+    returns its id. The job's ``updated_at`` stays: a report is not a change of state."""
+    values: dict[str, Any] = {}
+    if progress:
+        values["progress"] = sa.bindparam("b_progress", type_=sa.Text())
+        values["progress_at"] = sa.bindparam("b_now", type_=sa.BigInteger())
+    if meta:
+        values["meta"] = sa.bindparam("b_meta", type_=sa.Text())
+    return sa.update(jobs).where(held).values(values).returning(jobs.c.id)
 
 
 # ----- status, replay and listings -----------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 from caravel.clock import from_ms
 from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
 from caravel.limits import HELD_DUE_AT
+from caravel.progress import meta_from, progress_from
 from caravel.store.links import BatchRecord, LinkedJob
 from caravel.store.protocol import (
     ClaimBatch,
@@ -64,6 +65,9 @@ STATUS_COLUMNS = (
     jobs.c.chain_id,
     jobs.c.chain_step,
     jobs.c.batch_id,
+    jobs.c.progress,
+    jobs.c.progress_at,
+    jobs.c.meta,
 )
 
 #: What a claim returns, in the order :func:`claimed_from_rows` reads it.
@@ -119,6 +123,8 @@ def status_from_row(row: Any, result: str | None = None) -> JobStatus:
         chain_id=row.chain_id,
         chain_step=row.chain_step,
         batch_id=row.batch_id,
+        progress=progress_from(row.progress, row.progress_at),
+        meta=meta_from(row.meta),
     )
 
 

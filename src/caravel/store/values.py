@@ -34,6 +34,7 @@ __all__ = [
     "LimitKind",
     "NewJob",
     "PausedQueue",
+    "ProgressUpdate",
     "QueueCounts",
     "QueueLimit",
     "QueueLimitUsage",
@@ -183,6 +184,18 @@ class FailedAttempt:
     """What the handler marked safe for operators about this failure (or a redactor made of
     it), already cleaned and bounded (:data:`~caravel.limits.MAX_DETAIL_LENGTH`); ``None``:
     nothing. Kept only in the attempt's record, never in a log or metric."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    """What a running handler reported, to store under ``lease`` at ``now``: ``progress`` and
+    ``meta`` as their JSON text (checked and bounded by :mod:`caravel.progress`), each ``None``
+    to leave it as stored. Storing progress sets its time (``progress_at``) to ``now``."""
+
+    lease: Lease
+    now: int
+    progress: str | None
+    meta: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ Everything here formats values the pages already read; nothing touches the datab
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from starlette.responses import HTMLResponse
 
 from caravel.clock import Clock, from_ms
 from caravel.jobs import FailureCategory, JobState, JobStatus
+from caravel.progress import JobProgress
 from caravel.store.protocol import QueueLimit
 from caravel.web.assets import StaticAsset
 from caravel.web.auth import principal_of
@@ -144,6 +146,29 @@ def pretty_payload(text: str) -> str:
         return text
 
 
+def amount(value: int | float) -> str:
+    """A progress count for reading: ``1,200``, ``2.5`` (a float to at most 2 decimals)."""
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+def progress_text(progress: JobProgress) -> str:
+    """A job's progress in words: ``30 of 120 (25%)``, or ``30 done`` without a total."""
+    fraction = progress.fraction
+    if progress.total is None or fraction is None:
+        return f"{amount(progress.done)} done"
+    return f"{amount(progress.done)} of {amount(progress.total)} ({math.floor(fraction * 100)}%)"
+
+
+def meta_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A job's metadata as rows to show: each key with its value as compact JSON."""
+    return [
+        (key, json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
+        for key, value in meta.items()
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class TimelineEvent:
     label: str
@@ -214,6 +239,9 @@ def _environment() -> Environment:
         failure_meanings=FAILURE_MEANINGS,
         per_page_choices=PER_PAGE_CHOICES,
         short_id=short_id,
+        amount=amount,
+        progress_text=progress_text,
+        meta_rows=meta_rows,
     )
     return templates
 

@@ -184,8 +184,11 @@ class Fetcher:
             woken = False
             if claimed:
                 idle = self._min_poll
-            if not asked or claimed == asked:
-                continue  # a full batch: there may be more right behind it
+            if not asked or claimed == asked or (claimed and self._fair):
+                # A full batch: there may be more right behind it. A fair claim reads only a
+                # share of each key's jobs (caravel.flow.fairness.share), so one that took
+                # anything may have left due jobs of a key with more than its share.
+                continue
             woken = await self._wakeups.wait(
                 self.queue, self._longest if self._push else idle, self._clock.sleep
             )
@@ -195,6 +198,11 @@ class Fetcher:
     @property
     def _limited(self) -> bool:
         return self._limits is not None and self.queue in self._limits
+
+    @property
+    def _fair(self) -> bool:
+        limit = None if self._limits is None else self._limits.get(self.queue)
+        return limit is not None and limit.fair
 
     def _wanted(self, slots: int) -> int:
         """At most ``slots``, and no more than the queue's overall limit."""

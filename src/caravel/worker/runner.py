@@ -17,6 +17,11 @@ fails as ``TimedOut`` whatever its handler does after being asked to stop (retur
 snoozes): the watchdog (:mod:`caravel.worker.watchdog`) asks at the timeout, and the attempt is
 recorded once the handler stops, or, for a handler that ignores the request, once its lease ends.
 
+What the handler reports while it runs (``ctx.progress``, ``ctx.set_meta``) is written by the
+progress writer (:mod:`caravel.worker.progress`); whatever of it is still pending when the
+handler stops is written before the outcome is handed on, so it is never fenced off by the
+job's own outcome.
+
 Whatever else a handler raises is a failed attempt, ``SystemExit`` included (the category
 ``HandlerExited``): a handler never ends the worker's process. ``KeyboardInterrupt`` alone is
 not the handler's outcome but a request to stop, as Ctrl+C is to the worker: the attempt is
@@ -44,7 +49,9 @@ from caravel.directives import Discard, Snooze
 from caravel.jobs import ClaimedJob, FailureCategory, Lease
 from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
 from caravel.options import RetryPolicy
+from caravel.progress import ProgressReport
 from caravel.registry import JobRegistration, JobRegistry
+from caravel.worker.progress import ProgressWriter
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog, Watched
 
 __all__ = [
@@ -123,7 +130,7 @@ def encode_result(value: object, limit: int) -> str | FailureCategory:
 class JobRunner:
     """Runs claimed jobs; shared by ``run_once`` and the continuous worker. Each job runs in its
     caller's task, its handler found in ``registry``; ``watchdog`` keeps every running job's
-    lease."""
+    lease and ``progress`` writes what handlers report."""
 
     def __init__(
         self,
@@ -131,11 +138,13 @@ class JobRunner:
         clock: Clock,
         watchdog: LeaseWatchdog,
         *,
+        progress: ProgressWriter,
         scope: ScopeFactory | None,
         threads: Executor,
         tracebacks: bool = False,
         max_result_bytes: int = 64 * 1024,
     ) -> None:
+        self._progress = progress
         self._tracebacks = tracebacks
         self._max_result_bytes = max_result_bytes
         self._registry = registry
@@ -151,20 +160,30 @@ class JobRunner:
         The run is one consumer span that continues the trace of the enqueue that created the
         job; a failure is described on it by exception type and category only."""
         started = time.perf_counter()
-        with telemetry.job_span(
-            queue=claimed.queue,
-            job_type=claimed.job_type,
-            job_id=claimed.job_id,
-            attempt=claimed.attempt,
-            due_at_ms=claimed.due_at_ms,
-            trace_context=claimed.trace_context,
-            now_ms=self._clock.now_ms(),
-        ) as span:
-            outcome = await self._run(claimed, span)
+        tracked = self._progress.track(claimed)
+        try:
+            with telemetry.job_span(
+                queue=claimed.queue,
+                job_type=claimed.job_type,
+                job_id=claimed.job_id,
+                attempt=claimed.attempt,
+                due_at_ms=claimed.due_at_ms,
+                trace_context=claimed.trace_context,
+                now_ms=self._clock.now_ms(),
+            ) as span:
+                outcome = await self._run(claimed, span, tracked.report)
+        except BaseException:
+            self._progress.drop(tracked)
+            raise
         outcome.seconds = time.perf_counter() - started
+        # The handler's last report, stored before its outcome (which would fence it off); an
+        # attempt abandoned without an outcome writes none.
+        await self._progress.finish(tracked, write=outcome.abandoned is None)
         return outcome
 
-    async def _run(self, claimed: ClaimedJob, span: telemetry.Span) -> Outcome:
+    async def _run(
+        self, claimed: ClaimedJob, span: telemetry.Span, report: ProgressReport
+    ) -> Outcome:
         lease = claimed.lease
         entry = self._registry.get(claimed.job_type)
         if entry is None:
@@ -183,6 +202,7 @@ class JobRunner:
             attempt=lease.attempt,
             max_attempts=lease.max_attempts,
             scope=None,
+            report=report,
         )
         if claimed.upstream is not None:
             context.previous_result, context.batch = handed(claimed.upstream)

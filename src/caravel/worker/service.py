@@ -33,6 +33,7 @@ from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.leases import Leases
 from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
+from caravel.worker.progress import ProgressWriter
 from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport
 from caravel.worker.runner import Abandoned, JobRunner, Outcome, ScopeFactory
@@ -84,10 +85,12 @@ class QueueWorker(AsyncClosing):
         self._threads = HandlerThreads(self.options.concurrency)
         self.leases = Leases(queue, durable_acks=self.options.durable_acks)
         self._watchdog = LeaseWatchdog(self.leases, timeout_grace=self.options.timeout_grace)
+        self._progress = ProgressWriter(queue.store, queue.clock, self.options.progress_interval)
         self._runner = JobRunner(
             queue.registry,
             queue.clock,
             self._watchdog,
+            progress=self._progress,
             scope=scope,
             threads=self._threads,
             tracebacks=self.options.log_tracebacks,
@@ -121,6 +124,7 @@ class QueueWorker(AsyncClosing):
         """Release the handler threads (abandoned synchronous handlers are not waited for)."""
         await self._acker.close()
         await self._watchdog.close()
+        await self._progress.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     @property

@@ -72,3 +72,24 @@ async def async_not_json() -> object:
 def discards() -> None:
     """Tells the worker to stop trying: a dead letter at once, FAILED."""
     raise Discard("Gone")
+
+
+@task
+def counts_rows(rows: int) -> int:
+    """Reports its progress and metadata through the Caravel context of its job."""
+    from caravel.contrib.django import current_job
+
+    job = current_job()
+    job.set_meta("rows", rows)
+    for done in range(0, rows + 1, 10):
+        job.progress(done, rows, "counting")
+    return rows
+
+
+@task
+async def async_counts_rows(rows: int) -> int:
+    from caravel.contrib.django import current_job
+
+    current_job().progress(rows, rows, "counted")
+    current_job().set_meta("async", True)
+    return rows

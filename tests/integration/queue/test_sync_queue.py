@@ -16,6 +16,9 @@ import pytest
 from caravel import (
     DatabaseQueue,
     IdempotencyConflictError,
+    JobContext,
+    JobProgress,
+    JobRegistry,
     JobState,
     QueueOptions,
     QueueWorker,
@@ -106,6 +109,31 @@ def test_replay_of_a_dead_letter(db_url: str, clock: ManualClock) -> None:
     assert (replayed.state, replayed.attempt) == (JobState.READY, 0)
     queue.call(worker.close)
     queue.close()
+
+
+def test_a_synchronous_handlers_progress_and_meta_read_back(
+    db_url: str, clock: ManualClock
+) -> None:
+    def report(job: Add, ctx: JobContext[object]) -> dict[str, int]:
+        ctx.progress(job.amount, 10, "counted")
+        ctx.set_meta("amount", job.amount)
+        return {"amount": job.amount}
+
+    registry = JobRegistry()
+    registry.register("tests.add.v1", Add, report)
+    with SyncQueue(db_url, registry, clock=clock) as queue:
+        job = queue.enqueue(Add(7), dispatch())
+        before = queue.get_status(job.job_id, "default", "tenant-a")
+        assert before is not None
+        assert (before.progress, before.meta) == (None, {})
+        worker = QueueWorker(queue.queue)
+        assert queue.call(worker.run_once, "default") is True
+        queue.call(worker.close)
+        status = queue.get_status(job.job_id, "default", "tenant-a")
+    assert status is not None
+    assert status.state is JobState.COMPLETED
+    assert status.progress == JobProgress(7, 10, "counted", clock.now())
+    assert status.meta == {"amount": 7}
 
 
 def test_threads_share_one_queue(sync_queue: SyncQueue) -> None:

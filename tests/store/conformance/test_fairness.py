@@ -265,6 +265,21 @@ async def test_an_expired_lease_no_longer_counts_into_its_keys_round(store: Stor
     assert taken.job_id == b[1].id
 
 
+async def test_a_claim_reads_a_share_of_each_key_and_the_next_claim_goes_on(
+    store: Store,
+) -> None:
+    """A fair claim reads at most twice its even share of the batch from each key: with one big
+    key and nine keys of one job, a claim of 20 reads 4 of the big key's (20 over 10 keys, twice)
+    and takes 13; the next claim takes the big key's next ones."""
+    big = _backlog("a", 50, start=0)
+    small = [new_job(100 + n, tenant=f"k{n}", created_at=T0 + 100 + n) for n in range(9)]
+    await insert(store, [*big, *small])
+    await store.queue_limit_set(_fair(), T0)
+    first = await _claimed(store, T0 + 1_000, 20)
+    assert _claimed_ids(first) == _ids([*big[:4], *small])
+    assert _claimed_ids(await _claimed(store, T0 + 1_001, 20)) == _ids(big[4:24])
+
+
 async def test_one_job_at_a_time_goes_round_every_key(store: Store) -> None:
     """A worker of one slot never has a job running when it claims: the cursor, not the
     running counts, makes the keys take turns, however old one key's backlog is."""

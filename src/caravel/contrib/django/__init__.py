@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from caravel.contrib.django.backend import CaravelBackend
     from caravel.contrib.django.dispatch import CaravelTask, options
     from caravel.contrib.django.queues import close_queues
+    from caravel.contrib.django.running import current_job
 
 
-__all__ = ["CaravelBackend", "CaravelTask", "close_queues", "options", "result"]
+__all__ = ["CaravelBackend", "CaravelTask", "close_queues", "current_job", "options", "result"]
 
 # Lazy, so that Django can import this package (an installed app) before settings are ready.
 _HOMES = {
@@ -30,6 +31,7 @@ _HOMES = {
     "CaravelTask": "caravel.contrib.django.dispatch",
     "options": "caravel.contrib.django.dispatch",
     "close_queues": "caravel.contrib.django.queues",
+    "current_job": "caravel.contrib.django.running",
 }
 
 __getattr__ = lazy_attributes(__name__, globals(), _HOMES)

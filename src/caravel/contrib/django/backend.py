@@ -28,7 +28,6 @@ from caravel.contrib.django.catalog import TaskCatalog, catalog_for
 from caravel.contrib.django.compat import (
     BaseTaskBackend,
     InvalidTask,
-    TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
     normalize_json,
@@ -37,7 +36,13 @@ from caravel.contrib.django.compat import (
 from caravel.contrib.django.config import BackendConfig
 from caravel.contrib.django.dispatch import dispatch_options
 from caravel.contrib.django.queues import queue_for
-from caravel.contrib.django.results import enqueued_at, parse_result_id, result_id, stored_result
+from caravel.contrib.django.results import (
+    CaravelTaskResult,
+    enqueued_at,
+    parse_result_id,
+    result_id,
+    stored_result,
+)
 from caravel.errors import ValidationError
 from caravel.jobs import DEFAULT_TENANT
 from caravel.preparation import prepare_job
@@ -95,7 +100,7 @@ class CaravelBackend(BaseTaskBackend):
         if repeated:  # an idempotent repeat: the original job, as it is now
             result = self._stored(queue, dispatch.queue, job_id, dispatch.tenant_id)
         if result is None:
-            result = TaskResult(
+            result = CaravelTaskResult(
                 task=task,
                 id=result_id(dispatch.queue, job_id),
                 status=TaskResultStatus.READY,

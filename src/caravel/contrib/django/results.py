@@ -9,10 +9,16 @@ context's ``attempt`` count right). Caravel stores when the latest attempt start
 ``started_at`` and ``last_attempted_at`` are both that time (the same on a first attempt, as
 Django's are). Errors carry the exception's class path and an empty
 traceback: exception messages and tracebacks never reach the queue's rows.
+
+A result read back is a :class:`CaravelTaskResult`: Django's ``TaskResult`` with what the
+task reported while it ran (:func:`caravel.contrib.django.current_job`), ``progress`` and
+``meta``, which ``refresh()`` reads again with the rest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -20,10 +26,12 @@ from uuid import UUID
 from caravel.clock import from_ms
 from caravel.contrib.django.compat import TaskError, TaskResult, TaskResultStatus
 from caravel.jobs import FailureCategory, JobState, JobStatus
+from caravel.progress import JobProgress
 from caravel.validation import check_queue_name
 
 __all__ = [
     "UNRECORDED_WORKER",
+    "CaravelTaskResult",
     "exception_path",
     "finish",
     "parse_result_id",
@@ -49,6 +57,34 @@ _CATEGORY_CLASS: dict[str, str] = {
     FailureCategory.INVALID_PAYLOAD: "caravel.errors.ValidationError",
     FailureCategory.LEASE_EXPIRED: "caravel.errors.LeaseLostError",
 }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaravelTaskResult(TaskResult):
+    """Django's ``TaskResult`` of a Caravel job, with what its task reported while it ran:
+    ``progress`` (a :class:`~caravel.JobProgress`, ``None`` when it never reported) and
+    ``meta`` (the keys it set), both kept after it finishes. ``refresh()`` reads them again
+    with the rest of the result."""
+
+    progress: JobProgress | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def refresh(self) -> None:
+        self._take(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        self._take(await self.task.get_backend().aget_result(self.id))
+
+    def _take(self, fresh: Any) -> None:
+        """What Django's ``refresh`` reads again (every field but the task's identity and
+        arguments), ``progress`` and ``meta`` included, from one read of the result."""
+        for found in fields(fresh):
+            if found.name not in _IDENTITY:
+                object.__setattr__(self, found.name, getattr(fresh, found.name))
+
+
+#: The fields of a result that a refresh keeps as they are.
+_IDENTITY = frozenset({"task", "id", "args", "kwargs", "backend"})
 
 
 def result_id(queue: str, job_id: UUID) -> str:
@@ -80,7 +116,7 @@ def exception_path(exc: BaseException) -> str:
 
 
 def _result(task: Any, alias: str, job_id: UUID, queue: str, call: Any, **fields: Any) -> Any:
-    return TaskResult(
+    return CaravelTaskResult(
         task=task,
         id=result_id(queue, job_id),
         args=list(call.args),
@@ -147,6 +183,8 @@ def stored_result(task: Any, alias: str, status: JobStatus, call: Any) -> Any | 
         last_attempted_at=status.started_at,
         errors=errors,
         worker_ids=[UNRECORDED_WORKER] * status.attempt,
+        progress=status.progress,
+        meta=status.meta,
     )
     if status.state is JobState.COMPLETED:
         object.__setattr__(result, "_return_value", status.result)

@@ -15,12 +15,17 @@ again), a cancellation (a lost lease, a shutdown) and ``KeyboardInterrupt`` (the
 as on Ctrl+C). A synchronous task runs in a worker thread between ``close_old_connections()``
 calls, as a Django request does, so no broken or expired database connection lingers in a
 thread from one job to the next.
+
+While the function runs, :func:`current_job` is the Caravel context of its job, through which
+it reports progress and metadata (``current_job().progress(...)``, ``.set_meta(...)``), read
+back as the result's ``progress`` and ``meta``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextvars import ContextVar
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -34,7 +39,22 @@ from caravel.contrib.django.compat import (
 from caravel.contrib.django.results import exception_path, finish, running_result
 from caravel.directives import Snooze
 
-__all__ = ["handler_for"]
+__all__ = ["current_job", "handler_for"]
+
+#: The job whose task runs in this thread or asyncio task.
+_RUNNING: ContextVar[JobContext[Any] | None] = ContextVar("caravel_django_job", default=None)
+
+
+def current_job() -> JobContext[Any]:
+    """The Caravel context of the job whose task is running here (in the task's function, on a
+    Caravel worker): its :meth:`~caravel.JobContext.progress` and
+    :meth:`~caravel.JobContext.set_meta` report how the task is doing, read back as its
+    result's ``progress`` and ``meta``. Raises ``RuntimeError`` anywhere else."""
+    found = _RUNNING.get()
+    if found is None:
+        raise RuntimeError("current_job() is for a task's function while a Caravel worker runs it")
+    return found
+
 
 #: What ends an attempt without finishing the task: it passes through, with no signal.
 _UNFINISHED = (Snooze, KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)
@@ -108,12 +128,15 @@ def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
             result, args = _start(_on_backend(task, alias), alias, job, ctx)
             raw: Any = None
             failure: BaseException | None = None
+            running = _RUNNING.set(ctx)
             try:
                 raw = await func(*args, **job.kwargs)
             except _UNFINISHED:
                 raise
             except BaseException as exc:  # as Django's backends, SystemExit included
                 failure = exc
+            finally:
+                _RUNNING.reset(running)
             return _finished(result, raw, failure)
 
         return run_async
@@ -126,12 +149,15 @@ def handler_for(task: Any, alias: str) -> Callable[[Any, JobContext[Any]], Any]:
             result, args = _start(_on_backend(task, alias), alias, job, ctx)
             raw: Any = None
             failure: BaseException | None = None
+            running = _RUNNING.set(ctx)
             try:
                 raw = func(*args, **job.kwargs)
             except _UNFINISHED:
                 raise
             except BaseException as exc:  # as Django's backends, SystemExit included
                 failure = exc
+            finally:
+                _RUNNING.reset(running)
             return _finished(result, raw, failure)
         finally:
             close_old_connections()

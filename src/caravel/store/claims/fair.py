@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from caravel.flow.fairness import SHARE_SLACK
 from caravel.limits import PRIORITY_AGING_MS
 from caravel.store.claims.sources import (
     KEY_SCAN,
@@ -70,6 +71,25 @@ def due_keys(now: Any) -> Any:
     return keys.union_all(step)
 
 
+def _share(keys: Any, limit: Any) -> Any:
+    """How many of each key's first jobs a fair claim of ``limit`` reads
+    (:func:`caravel.flow.fairness.share`): a small multiple of its batch in all, never every
+    key's backlog."""
+    found: Any = (
+        sa.select(sa.func.count()).select_from(keys).where(keys.c.key.is_not(None))
+    ).scalar_subquery()
+    counted = sa.case((found > 0, found), else_=sa.literal_column("1"))
+    heaviest = (
+        sa.select(sa.func.coalesce(sa.func.max(queue_weights.c.weight), 1))
+        .where(queue_weights.c.queue == sa.bindparam("b_queue"))
+        .scalar_subquery()
+    )
+    # Integer division on both databases: the share rounds up, then doubles
+    # (caravel.flow.fairness.SHARE_SLACK).
+    slack: Any = sa.literal_column(str(SHARE_SLACK))
+    return (limit + counted - 1) // counted * heaviest * slack
+
+
 def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: bool) -> sa.Update:
     """The claim of ``source`` in a fair queue, bound as :func:`claim` is plus ``b_cursor``
     (and ``b_per_key`` with ``per_key``): expired leases first as :func:`claim_per_key` takes
@@ -85,6 +105,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
     limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
     keys = due_keys(now)
     listed = sa.select(keys.c.key).where(keys.c.key.is_not(None)).subquery("fair_keys")
+    share = _share(keys, limit)
 
     def first(table: Any, key: Any) -> sa.Select[Any]:
         rank = rank_of(table)
@@ -93,7 +114,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
             .where(*ready_due(table, now), partition_of(table) == key)
             .where(table.c.available_at <= now)
             .order_by(rank)
-            .limit(limit)
+            .limit(share)
         )
 
     ready = key_jobs(listed, first).subquery("ready_jobs")

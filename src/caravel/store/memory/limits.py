@@ -14,7 +14,7 @@ from typing import Any
 
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
-from caravel.flow.fairness import comes_after, fair_order, next_cursor
+from caravel.flow.fairness import comes_after, fair_order, next_cursor, share
 from caravel.flow.rate import RateLimit
 from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
 from caravel.jobs import JobState
@@ -163,9 +163,11 @@ def _fair_pick(
         by_key: dict[str, list[JobRow]] = {}
         for row in due(state):
             by_key.setdefault(partition_of(row), []).append(row)
-        for key in sorted(by_key)[:KEY_SCAN]:
+        listed = sorted(by_key)[:KEY_SCAN]
+        each = share(limit, len(listed), stored.weights)
+        for key in listed:
             weight = stored.weights.get(key, 1)
-            firsts = heapq.nsmallest(limit, by_key[key], key=order)
+            firsts = heapq.nsmallest(each, by_key[key], key=order)
             for n, row in enumerate(firsts):
                 candidates.append((part, (counts[key] + n) // weight, order(row), key, row))
     cursor = tables.fair_cursors.get(stored.queue)

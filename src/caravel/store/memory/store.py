@@ -35,6 +35,7 @@ from caravel.store.protocol import (
     InsertResult,
     JobRef,
     NewJob,
+    ProgressUpdate,
     SnoozedAttempt,
     WorkerRecord,
 )
@@ -236,6 +237,20 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
             tables.track(row)
         return replace(lease, expires_at_ms=expires_at)
 
+    async def job_set_progress(self, update: ProgressUpdate) -> bool:
+        if update.progress is None and update.meta is None:
+            return False
+        with self._locked("job_set_progress") as tables:
+            row = _held(tables, update.lease)
+            if row is None:
+                return False
+            if update.progress is not None:
+                row.progress = update.progress
+                row.progress_at = update.now
+            if update.meta is not None:
+                row.meta = update.meta
+        return True
+
     # ----- replay --------------------------------------------------------------------------
 
     async def job_replay(self, ref: JobRef, now: int) -> bool:
@@ -401,3 +416,4 @@ def _compact(row: JobRow, now: int) -> None:
     row.result = row.tags = row.trace_context = row.last_failure = row.error_class = None
     row.upstream = None
     row.cancel_requested_at = None
+    row.progress = row.progress_at = row.meta = None

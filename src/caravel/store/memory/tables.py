@@ -64,6 +64,9 @@ class JobRow:
     batch_id: UUID | None = None
     upstream: str | None = None
     timeout_ms: int | None = None
+    progress: str | None = None
+    progress_at: int | None = None
+    meta: str | None = None
     #: The state the tables last saw (see :meth:`Tables.track`): not a column, the trigger's
     #: ``OLD.state``.
     seen_state: str = "ready"
