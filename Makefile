@@ -130,10 +130,10 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # The fault-injection soak (docs/reliability.md): a seeded schedule of SIGKILL and SIGSTOP over
-# several worker processes, then the checker, for three scenarios (a mix of jobs, concurrency
-# limits, a rate); prints its figures as JSON per scenario and database. Ten minutes per scenario
-# and database by default, an hour in all; SOAK_ARGS="--duration 120 --seed 7 --backend sqlite
-# --scenario limits" for less.
+# several worker processes, then the checker, for four scenarios (a mix of jobs, concurrency
+# limits, a rate, both limits and the rate on two network hosts); prints its figures as JSON per
+# scenario and database. Ten minutes per scenario and database by default, over an hour in all;
+# SOAK_ARGS="--duration 120 --seed 7 --backend sqlite --scenario limits" for less.
 SOAK_ARGS ?= --duration 600 --seed 1 --backend both
 soak: $(STAMP)
 	$(BIN)/python -m tests.faults.soak $(SOAK_ARGS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 
@@ -80,6 +81,20 @@ def backend(request: pytest.FixtureRequest) -> str:
 def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty queue database of the parametrized backend."""
     if backend == "sqlite":
+        template: SqliteTemplate = request.getfixturevalue("sqlite_template")
+        return template.copy_to(tmp_path / "queue.db")
+    url: str = request.getfixturevalue("pg_session_url")
+    truncate_pg(url, tuple(metadata.tables))
+    return url
+
+
+@pytest.fixture(params=(*BACKENDS, "memory"))
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty queue of every kind: ``db_url``'s databases and ``memory://``, a named
+    one of its own (so a dashboard or an inspector can open the same queue by its URL)."""
+    if request.param == "memory":
+        return f"memory://test-{uuid4().hex}"
+    if request.param == "sqlite":
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         return template.copy_to(tmp_path / "queue.db")
     url: str = request.getfixturevalue("pg_session_url")

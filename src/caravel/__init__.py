@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from caravel.chains import ChainResult, ChainStatus
     from caravel.clock import Clock, SystemClock
     from caravel.context import BatchOutcome, CancellationSignal, JobContext
-    from caravel.directives import Discard, Snooze
+    from caravel.directives import Discard, JobFailed, Snooze
     from caravel.errors import (
         CaravelError,
         DatabaseNotFoundError,
@@ -80,6 +80,7 @@ _HOMES = {
     "SystemClock": "caravel.clock",
     "JobContext": "caravel.context",
     "Discard": "caravel.directives",
+    "JobFailed": "caravel.directives",
     "Snooze": "caravel.directives",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
@@ -176,6 +177,7 @@ __all__ = [
     "IdempotencyConflictError",
     "JobCancelledError",
     "JobContext",
+    "JobFailed",
     "JobProgress",
     "JobRegistry",
     "JobState",

@@ -6,9 +6,11 @@ range; there is no later, partial failure.
 
 from __future__ import annotations
 
+import inspect
 import random
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from caravel.errors import OptionsError
 from caravel.limits import (
@@ -21,6 +23,9 @@ from caravel.limits import (
 from caravel.retention import Retention
 from caravel.retry import exponential_backoff
 from caravel.validation import check_duration, check_int
+
+if TYPE_CHECKING:
+    from caravel.details import Redactor
 
 __all__ = ["QueueOptions", "RetryPolicy", "WorkerOptions"]
 
@@ -39,6 +44,24 @@ def _int(field: str, value: object, low: int, high: int) -> int:
 
 def _duration(field: str, value: object, low: timedelta, high: timedelta, rule: str) -> None:
     check_duration(field, value, low, high, rule, error=OptionsError)
+
+
+def _check_redactor(redactor: object) -> None:
+    """A redactor must take the exception as its one argument; ``str`` and ``repr`` would keep
+    the very message a redactor is there to leave out."""
+    rule = "must be a function taking the exception and returning a string or None"
+    if not callable(redactor):
+        raise OptionsError("redactor", rule)
+    if redactor is str or redactor is repr:
+        raise OptionsError("redactor", "must not be str or repr: they keep the exception's message")
+    try:
+        signature = inspect.signature(redactor)
+    except (TypeError, ValueError):  # some builtins have none to read: called as given
+        return
+    try:
+        signature.bind(Exception())
+    except TypeError:
+        raise OptionsError("redactor", rule) from None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -227,6 +250,15 @@ class WorkerOptions:
             registry's schedules (:class:`~caravel.Schedule`). On by default: every worker may
             run the scheduler, since each slot's idempotency key keeps one job per slot however
             many race. ``False`` leaves it to other processes.
+        redactor: a function of yours that turns the exception a failed attempt ended with into
+            a text that is safe to keep for operators, or into ``None`` (nothing); the default
+            ``None`` keeps no text. Called in the worker's event loop, so keep it quick and free
+            of I/O. What it returns is kept as the attempt's detail, as a
+            :class:`~caravel.JobFailed`'s ``safe_detail`` is (which, when given, wins: the
+            redactor is not asked). One that raises, or returns neither a string nor ``None``,
+            gives no detail and a WARNING log line naming the types involved; the worker goes
+            on. Make it map exception types to fixed texts, or read fields you know are safe
+            (an HTTP status code); never return ``str(exc)``, which may quote job data.
         progress_interval: the longest a running job's report (``ctx.progress``,
             ``ctx.set_meta``) waits to be written: each job's first report is written at once,
             later ones at most once per interval, the latest values kept, and the last one
@@ -252,11 +284,14 @@ class WorkerOptions:
     schedules: bool = True
     summary_interval: timedelta | None = timedelta(seconds=10)
     timeout_grace: timedelta = timedelta(seconds=30)
+    redactor: Redactor | None = None
     progress_interval: timedelta = timedelta(seconds=1)
     attempt_history: int = DEFAULT_ATTEMPT_HISTORY
 
     def __post_init__(self) -> None:
         _int("attempt_history", self.attempt_history, 1, MAX_ATTEMPT_HISTORY)
+        if self.redactor is not None:
+            _check_redactor(self.redactor)
         if not isinstance(self.schedules, bool):
             raise OptionsError("schedules", "must be True or False")
         if self.retention is not None and not isinstance(self.retention, Retention):

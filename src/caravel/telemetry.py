@@ -253,11 +253,13 @@ def _consumer_span(
         yield span
 
 
-def mark_failure(span: Span, error_type: str, category: str) -> None:
-    """Describe a failed attempt on its span: the exception's type and our category, never its
-    message."""
+def mark_failure(span: Span, error_type: str, category: str, detail: str | None = None) -> None:
+    """Describe a failed attempt on its span: the exception's type, our category and the safe
+    detail a handler or redactor gave (``caravel.failure.detail``), never its message."""
     if span.is_recording():
         span.set_attributes({"error.type": error_type, "caravel.failure.category": category})
+        if detail is not None:
+            span.set_attribute("caravel.failure.detail", detail)
         span.set_status(Status(StatusCode.ERROR))
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_outbox_relay_process import Databases, run_relay
-from tests.acceptance.test_worker_process import QUEUE, completed, enqueue
-from tests.support.apps.workload import Nap
+from tests.acceptance.test_worker_process import QUEUE, completed, enqueue, statuses
+from tests.support.apps.workload import Nap, Refuse
 from tests.support.processes import WorkerProcess, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
@@ -78,6 +78,58 @@ def test_worker_flag_errors_name_the_flag(
     url = f"sqlite:///{tmp_path / 'absent.db'}"  # refused before any database is opened
     code, lines = worker(url, *flags)
     assert (code, lines) == (2, [f"caravel worker: {said}"])
+
+
+@pytest.mark.parametrize(
+    ("redactor", "said"),
+    [
+        ("redact", "--redactor must look like package.module:function"),
+        (
+            "tests.support.apps.workload:nothing",
+            "--redactor module 'tests.support.apps.workload' has no attribute 'nothing'",
+        ),
+        (
+            "tests.support.apps.workload:registry",
+            "--redactor must be a function taking the exception and returning a string or None",
+        ),
+    ],
+)
+def test_a_redactor_that_is_not_a_function_is_refused_by_its_flag(
+    tmp_path: Path, redactor: str, said: str
+) -> None:
+    code, lines = worker(f"sqlite:///{tmp_path / 'absent.db'}", "--redactor", redactor)
+    assert (code, lines) == (2, [f"caravel worker: {said}"])
+
+
+def test_a_worker_s_redactor_and_a_handler_s_safe_detail_are_logged_never_the_message(
+    db_url: str, tmp_path: Path
+) -> None:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    secret = "zq-secret-refusal-31c7"
+    ids = enqueue(db_url, Refuse(secret), Refuse(secret, marked=True))
+    process = WorkerProcess(
+        db_url,
+        evidence,
+        [QUEUE],
+        "--redactor",
+        "tests.support.apps.workload:redact",
+        "--poll-interval",
+        "0.05",
+    )
+    try:
+        wait_until(
+            lambda: all(s.attempt >= 1 and s.last_failure for s in statuses(db_url, ids)),
+            what="both jobs to fail once",
+        )
+        process.signal(signal.SIGTERM)
+        code, err = process.wait()
+    finally:
+        process.kill()
+    assert code == 0, err
+    assert 'detail="the provider did not answer in time"' in err
+    assert 'detail="provider answered 503"' in err
+    assert secret not in err
 
 
 def test_worker_max_attempts_is_refused_with_where_the_budget_is_set(tmp_path: Path) -> None:

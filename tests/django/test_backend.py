@@ -335,6 +335,33 @@ def test_signals_are_sent_and_task_finished_for_every_finish(
         assert result.errors[0].exception_class.__name__ == error.rsplit(".", 1)[1]
 
 
+def test_a_failed_result_carries_the_class_and_the_detail_marked_safe(
+    alias: str, tasks: Any
+) -> None:
+    """Django's ``TaskError`` has a class path and a traceback: the traceback is the line a
+    traceback ends with, the safe detail in place of the message; nothing else of it."""
+    from caravel.contrib.django import options
+    from caravel.contrib.django.compat import task_finished
+
+    finished: list[list[tuple[str, str]]] = []
+
+    def record(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        finished.append([(e.exception_class_path, e.traceback) for e in task_result.errors])
+
+    task_finished.connect(record, weak=False)
+    try:
+        options(tasks.provider_down.using(backend=alias), max_attempts=1).enqueue()
+        tasks.broken.using(backend=alias).enqueue()
+        work(alias)
+    finally:
+        task_finished.disconnect(record)
+    assert sorted(finished) == [
+        [("builtins.KeyError", "")],
+        [("caravel.directives.JobFailed", "caravel.directives.JobFailed: provider answered 503")],
+    ]
+    assert "a@example.com" not in repr(finished)
+
+
 @pytest.mark.parametrize("name", ["exits", "async_exits"])
 def test_a_task_that_exits_fails_and_the_worker_runs_the_next_task(
     alias: str, tasks: Any, name: str

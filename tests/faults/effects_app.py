@@ -48,6 +48,8 @@ __all__ = [
     "SyncEffect",
     "connect_app",
     "create_app_schema",
+    "record_effect",
+    "record_start",
     "registry",
 ]
 
@@ -255,8 +257,24 @@ def _busy(seconds: float) -> None:
         sum(range(2000))
 
 
-def _begin(job: Effect, ctx: JobContext[object]) -> None:
+def record_start(ctx: JobContext[Any]) -> None:
+    """The ledger's ``start`` of this attempt."""
     _run([_ledger_row("start", ctx)])
+
+
+def record_effect(ctx: JobContext[Any], value: str) -> None:
+    """The job's one effect, unless it has one already (then it is left alone: a re-run after a
+    takeover has no second effect), and the ledger's ``end``, in one transaction."""
+    effect = (
+        "INSERT INTO effects (job_id, tenant, value) VALUES (?, ?, ?) "
+        "ON CONFLICT (job_id) DO NOTHING",
+        (str(ctx.job_id), ctx.tenant_id, value),
+    )
+    _run([effect, _ledger_row("end", ctx)])
+
+
+def _begin(job: Effect, ctx: JobContext[object]) -> None:
+    record_start(ctx)
     if job.poison and _applies(job.poison_attempts, ctx.attempt):
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -265,13 +283,7 @@ def _finish(job: Effect, ctx: JobContext[object]) -> None:
     if _fails(job, ctx):
         _run([_ledger_row("fail", ctx)])
         raise HandlerFailure("seeded failure")
-    value = json.dumps({"value": job.value, "attempt": ctx.attempt, "pid": os.getpid()})
-    effect = (
-        "INSERT INTO effects (job_id, tenant, value) VALUES (?, ?, ?) "
-        "ON CONFLICT (job_id) DO NOTHING",
-        (str(ctx.job_id), ctx.tenant_id, value),
-    )
-    _run([effect, _ledger_row("end", ctx)])
+    record_effect(ctx, json.dumps({"value": job.value, "attempt": ctx.attempt, "pid": os.getpid()}))
 
 
 @registry.handles("faults.effect.v1", Effect)
@@ -302,7 +314,7 @@ async def blob(job: Blob, ctx: JobContext[object]) -> None:
 
 @registry.handles("faults.batch-done.v1", BatchDone)
 async def batch_done(job: BatchDone, ctx: JobContext[object]) -> None:
-    _run([_ledger_row("start", ctx)])
+    record_start(ctx)
     outcome = ctx.batch
     handed = None
     if outcome is not None:
@@ -313,10 +325,4 @@ async def batch_done(job: BatchDone, ctx: JobContext[object]) -> None:
             "failed": outcome.failed,
             "cancelled": outcome.cancelled,
         }
-    value = json.dumps({"attempt": ctx.attempt, "pid": os.getpid(), "batch": handed})
-    effect = (
-        "INSERT INTO effects (job_id, tenant, value) VALUES (?, ?, ?) "
-        "ON CONFLICT (job_id) DO NOTHING",
-        (str(ctx.job_id), ctx.tenant_id, value),
-    )
-    _run([effect, _ledger_row("end", ctx)])
+    record_effect(ctx, json.dumps({"attempt": ctx.attempt, "pid": os.getpid(), "batch": handed}))

@@ -381,7 +381,9 @@ def enqueue_effects(
 
 class Worker:
     """One ``caravel worker`` process for the effects app (or the registry ``app`` names, such
-    as :mod:`tests.faults.schedule_app`'s); stderr goes to ``log_path``."""
+    as :mod:`tests.faults.schedule_app`'s); stderr goes to ``log_path``. ``prefix`` is a
+    command that runs it, such as :meth:`tests.faults.netns.NetworkHost.command`'s (``ip netns
+    exec <name>``, which execs it: the process id is still the worker's own)."""
 
     def __init__(
         self,
@@ -396,8 +398,9 @@ class Worker:
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         app: str = APP_MODULE,
+        prefix: Sequence[str] = (),
     ) -> None:
-        args = [CARAVEL, "worker", "--url", queue_url, "--app", app]
+        args = [*prefix, CARAVEL, "worker", "--url", queue_url, "--app", app]
         for name in queues:
             args += ["--queue", name]
         args += [

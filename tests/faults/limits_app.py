@@ -1,7 +1,8 @@
 """The worker apps of the limit fault tests: ``tests.faults.limits_app:registry`` for the
-concurrency limits, ``tests.faults.limits_app:rated_registry`` for the rate. Each has one job
-type partitioned by its ``key`` field, and the queue's limits declared on the registry (each
-worker stores them when it starts).
+concurrency limits, ``tests.faults.limits_app:rated_registry`` for the rate, and
+``tests.faults.limits_app:combined_registry`` for both on one queue. Each has one job type
+partitioned by its ``key`` field, and the queue's limits declared on the registry (each worker
+stores them when it starts).
 
 Each handler run appends two records to a file of its process's own under the folder
 ``CARAVEL_LIMITS_RECORDS`` names (one JSON line each, written with one ``os.write`` to an
@@ -14,6 +15,14 @@ Under the rate, each run's ``start`` record holds its claim's time instead, read
 row (``started_at``, written by the claim with the time the claim logged its start under): the
 rate counts claims, not handler runs. :func:`check_rate_records` slides a window of the period
 over every such start.
+
+Under both, a run's ``start`` record holds both, and the handler does its job's one effect in
+the fault suite's application database (:func:`tests.faults.effects_app.record_effect`: the
+ledger's ``start`` and ``end``, and the effect written only if the job has none), so that
+:func:`tests.faults.harness.check` can tell that no job was lost or ran twice with effect.
+
+The handlers read their rows over a connection of their own to the queue database
+``CARAVEL_LIMITS_QUEUE_URL`` names (inside a network namespace, through a proxy on its link).
 """
 
 from __future__ import annotations
@@ -34,9 +43,10 @@ import psycopg
 
 from caravel import ConcurrencyLimit, JobContext, JobRegistry, RateLimit
 from caravel.clock import SystemClock
-from tests.faults.effects_app import is_sqlite, pg_dsn, sqlite_path
+from tests.faults.effects_app import is_sqlite, pg_dsn, record_effect, record_start, sqlite_path
 
 __all__ = [
+    "COMBINED_QUEUE",
     "CONCURRENCY",
     "PER_KEY",
     "QUEUE",
@@ -47,6 +57,7 @@ __all__ = [
     "Slot",
     "check_rate_records",
     "check_records",
+    "combined_registry",
     "rated_registry",
     "registry",
 ]
@@ -65,6 +76,13 @@ registry = JobRegistry()
 registry.limit(ConcurrencyLimit(queue=QUEUE, concurrency=CONCURRENCY, per_key=PER_KEY))
 rated_registry = JobRegistry()
 rated_registry.limit(RateLimit(queue=RATED_QUEUE, rate=RATE, period=RATE_PERIOD))
+
+COMBINED_QUEUE = "limited-rated"
+combined_registry = JobRegistry()
+combined_registry.limit(
+    ConcurrencyLimit(queue=COMBINED_QUEUE, concurrency=CONCURRENCY, per_key=PER_KEY)
+)
+combined_registry.limit(RateLimit(queue=COMBINED_QUEUE, rate=RATE, period=RATE_PERIOD))
 
 _clock = SystemClock()
 _local = threading.local()
@@ -89,8 +107,8 @@ def _append(record: dict[str, Any]) -> None:
     os.write(fd, (json.dumps(record) + "\n").encode())
 
 
-def _row(job_id: UUID, column: str) -> tuple[int | None, int | None]:
-    """The job's ``column`` and attempt as its row holds them now."""
+def _row(job_id: UUID, *columns: str) -> tuple[Any, ...]:
+    """The job's ``columns`` and then its attempt, as its row holds them now."""
     url = os.environ[QUEUE_URL_ENV]
     conn = getattr(_local, "conn", None)
     if conn is None:
@@ -99,12 +117,12 @@ def _row(job_id: UUID, column: str) -> tuple[int | None, int | None]:
         else:
             conn = psycopg.connect(pg_dsn(url), autocommit=True)
         _local.conn = conn
-    sql = f"SELECT {column}, attempt FROM caravel_jobs WHERE id = ?"
+    sql = f"SELECT {', '.join(columns)}, attempt FROM caravel_jobs WHERE id = ?"
     if isinstance(conn, sqlite3.Connection):
         row = conn.execute(sql, (job_id.hex,)).fetchone()
     else:
         row = conn.execute(sql.replace("?", "%s"), (job_id,)).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
+    return (None,) * (len(columns) + 1) if row is None else tuple(row)
 
 
 @registry.handles("tests.limits.slot.v1", Slot, partition_by="key")
@@ -203,7 +221,7 @@ def check_rate_records(folder: Path, period_ms: int) -> RateFigures:
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
-            if record["claimed"] is not None:
+            if record.get("claimed") is not None:  # an ``end`` record has none
                 claims[record["job"], record["attempt"]] = int(record["claimed"])
     times = sorted(claims.values())
     most = first = 0
@@ -215,3 +233,25 @@ def check_rate_records(folder: Path, period_ms: int) -> RateFigures:
             last += 1
         most = max(most, last - first + 1)
     return RateFigures(len(times), most)
+
+
+@combined_registry.handles("tests.limits.slot.v1", Slot, partition_by="key")
+def run_combined_slot(job: Slot, ctx: JobContext[Any]) -> None:
+    started = _clock.now_ms()
+    expires, claimed, attempt = _row(ctx.job_id, "lease_expires_at", "started_at")
+    current = attempt == ctx.attempt  # else another claim took the job over already
+    _append(
+        {
+            "e": "start",
+            "job": str(ctx.job_id),
+            "attempt": ctx.attempt,
+            "key": job.key,
+            "at": started,
+            "expires": expires if current else started,
+            "claimed": claimed if current else None,
+        }
+    )
+    record_start(ctx)
+    time.sleep(job.sleep)  # busy for real: the run holds its slot meanwhile
+    record_effect(ctx, json.dumps({"n": job.n, "attempt": ctx.attempt, "pid": os.getpid()}))
+    _append({"e": "end", "job": str(ctx.job_id), "attempt": ctx.attempt, "at": _clock.now_ms()})

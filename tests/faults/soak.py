@@ -2,18 +2,20 @@
 keeps enqueueing, then the checker over everything.
 
     python -m tests.faults.soak --duration 600 --seed 7 --backend postgresql   # or sqlite, both
-    python -m tests.faults.soak --duration 120 --scenario limits,rate          # flow control only
+    python -m tests.faults.soak --duration 120 --scenario limits,rate,combined # flow control only
 
-Three scenarios, each for ``duration`` seconds of faults on each backend, on databases of its
+Four scenarios, each for ``duration`` seconds of faults on each backend, on databases of its
 own. ``effects``: a client enqueues a mix of jobs (10% of handler runs fail at random, some
 sleep past a lease renewal, some hold a worker thread with a CPU loop) while the schedule
 SIGKILLs workers (a supervisor restarts them) and SIGSTOPs others for up to 2.5 s before
 SIGCONT; on PostgreSQL the workers reach the server through a TCP proxy and the schedule also
 resets every open connection at once. Then the faults stop, every job is waited for, and
-:func:`tests.faults.harness.check` judges the run. ``limits`` and ``rate``: the fault suite's
-flow-control scenarios (:mod:`tests.faults.limits_scenarios`: a queue with concurrency limits,
-a queue with a rate), kept fed for the duration, with connection resets through the proxy on
-PostgreSQL, judged by the same checks over the handlers' own records. Prints one JSON object
+:func:`tests.faults.harness.check` judges the run. ``limits``, ``rate`` and ``combined``: the
+fault suite's flow-control scenarios (:mod:`tests.faults.limits_scenarios`: a queue with
+concurrency limits, a queue with a rate, a queue with both whose four workers run on two
+network hosts on PostgreSQL, which needs network namespaces), kept fed for the duration, with
+connection resets through the proxies on PostgreSQL, judged by the same checks over the
+handlers' own records. Prints one JSON object
 per scenario and backend: the checker's figures plus what the schedule did. The same
 :func:`run_soak` is the short CI profile in ``test_soak.py``.
 """
@@ -46,7 +48,7 @@ from tests.faults.harness import (
     job_rows,
     job_states,
 )
-from tests.faults.limits_scenarios import CHECKS, SCENARIOS, run_scenario
+from tests.faults.limits_scenarios import CHECKS, SCENARIOS, run_scenario, second_host
 from tests.faults.proxy import FaultProxy
 
 LEASE = 1.0
@@ -119,23 +121,28 @@ def run_flow_soak(
     profile: Profile,
     progress: Callable[[float, Counter[str] | None], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the flow-control scenario ``name`` (``limits`` or ``rate``) of
+    """Run the flow-control scenario ``name`` (``limits``, ``rate`` or ``combined``) of
     :mod:`tests.faults.limits_scenarios` for ``profile.duration`` seconds against migrated,
-    empty databases, through a proxy that resets connections on PostgreSQL; return its checker's
-    figures. Raises the checker's AssertionError when a limit broke or a job was lost."""
+    empty databases, through a proxy that resets connections on PostgreSQL (and for
+    ``combined``, half the workers on a second network host); return its checker's figures.
+    Raises the checker's AssertionError when a limit broke or a job was lost, RuntimeError when
+    the second host cannot be made."""
     rng = random.Random(f"{name}:{profile.seed}")
+    scenario = SCENARIOS[name]
     with contextlib.ExitStack() as stack:
         proxy = None
         if queue_url.startswith("postgresql"):
             proxy = stack.enter_context(FaultProxy.to(queue_url))
+        host = stack.enter_context(second_host(scenario, queue_url))
         run = run_scenario(
-            SCENARIOS[name],
+            scenario,
             queue_url,
             app_url,
             directory,
             rng,
             duration=profile.duration,
             proxy=proxy,
+            host=host,
             progress=progress,
         )
     return {"seed": profile.seed, "duration_s": profile.duration, **CHECKS[name](run)}
@@ -375,7 +382,7 @@ def _soak_one(scenario: str, backend: str, profile: Profile, *, keep: bool) -> b
                     scenario, queue_url, app_url, directory, profile, Progress(queue_url)
                 )
             report = {"scenario": scenario, "backend": backend, "ok": True, **report}
-        except AssertionError as exc:
+        except (AssertionError, RuntimeError) as exc:  # a check failed, or no second host
             ok = False
             report = {"scenario": scenario, "backend": backend, "ok": False, "error": str(exc)}
     report["logs"] = str(directory) if keep or not ok else None

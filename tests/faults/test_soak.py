@@ -1,6 +1,6 @@
 """The soak's short profile of its ``effects`` scenario (the long one is ``make soak``; its
-``limits`` and ``rate`` scenarios run in the suite as ``test_limits_faults.py``): a seeded
-schedule of SIGKILL, SIGSTOP/SIGCONT and (PostgreSQL) connection resets over three worker
+``limits``, ``rate`` and ``combined`` scenarios run in the suite as ``test_limits_faults.py``): a
+seeded schedule of SIGKILL, SIGSTOP/SIGCONT and (PostgreSQL) connection resets over three worker
 processes while a client enqueues over a thousand jobs, 10% of handler runs failing at random;
 the checker must pass and the figures must show the faults really happened."""
 

@@ -36,6 +36,7 @@ PUBLIC_NAMES = [
     "IdempotencyConflictError",
     "JobCancelledError",
     "JobContext",
+    "JobFailed",
     "JobProgress",
     "JobRegistry",
     "JobState",

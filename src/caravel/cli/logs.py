@@ -3,6 +3,7 @@ attaches (job id, queue, job type, attempt, category...) as ``key=value`` pairs.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from caravel.cli.flags import FlagError
@@ -28,6 +29,7 @@ FIELDS = (
     "reason",
     "error_type",
     "operation",
+    "detail",
 )
 
 
@@ -35,11 +37,20 @@ class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         pairs = [
-            f"{name}={getattr(record, name)}"
+            f"{name}={_value(getattr(record, name))}"
             for name in FIELDS
             if getattr(record, name, None) is not None
         ]
         return f"{line} {' '.join(pairs)}" if pairs else line
+
+
+def _value(value: object) -> str:
+    """A field's value as one word: in double quotes, JSON-escaped, when it has spaces or
+    quotes (a failure's detail) or is empty, so every pair still reads as ``key=value``."""
+    text = str(value)
+    if not text or '"' in text or any(char.isspace() for char in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
 
 
 def parse_level(level: str | None, verbose: bool) -> int:

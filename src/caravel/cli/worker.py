@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from caravel.cli.apps import load_registry
+from caravel.cli.apps import load_attribute, load_registry
 from caravel.cli.connect import process_url
 from caravel.cli.failure import exit_code
 from caravel.cli.flags import FlagError, flag_message, seconds
@@ -43,6 +43,7 @@ FLAGS = {
     "max_lease_lifetime": "--max-lease-lifetime",
     **AGE_FLAGS,
     "prune_interval": "--prune-interval",
+    "redactor": "--redactor",
 }
 
 
@@ -119,6 +120,15 @@ def worker(
             help="Development: log a failed handler's traceback (it may quote job data).",
         ),
     ] = False,
+    redactor: Annotated[
+        str | None,
+        typer.Option(
+            "--redactor",
+            metavar="MODULE:FUNCTION",
+            help="Your function turning a failed attempt's exception into a text safe to keep "
+            "for operators, or None (WorkerOptions.redactor), e.g. myapp.jobs:redact.",
+        ),
+    ] = None,
     durable_acks: Annotated[
         bool,
         typer.Option(
@@ -220,6 +230,7 @@ def worker(
                 None if summary_interval == 0 else seconds("--summary-interval", summary_interval)
             ),
             log_tracebacks=traceback,
+            redactor=None if redactor is None else load_attribute(redactor, "redactor", "function"),
             durable_acks=durable_acks,
             retention=retention,
             schedules=not no_schedules,

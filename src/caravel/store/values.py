@@ -209,7 +209,8 @@ class FailedAttempt:
     detail: str | None = None
     """What the handler marked safe for operators about this failure (or a redactor made of
     it), already cleaned and bounded (:data:`~caravel.limits.MAX_DETAIL_LENGTH`); ``None``:
-    nothing. Kept only in the attempt's record, never in a log or metric."""
+    nothing. Kept only in the attempt's record (the worker's failure log lines and the
+    attempt's span carry it too; never a metric)."""
     outcome: AttemptOutcome = AttemptOutcome.FAILED
     """What the attempt's record says it ended with: ``failed``, ``timed_out`` or
     ``discarded``."""

@@ -22,8 +22,9 @@ class JobRun:
     ``"snoozed"`` (the handler raised :class:`~caravel.Snooze`), ``"dead_letter"`` (failed on
     its last attempt, or discarded), ``"abandoned"`` (cancelled without an
     acknowledgement: its lease ran out) or ``"lease_lost"`` (a newer lease fenced the outcome
-    off). ``failure`` is the stored failure category and ``error_type`` the handler's exception
-    class name; the exception's message is never kept, as in the database.
+    off). ``failure`` is the stored failure category, ``error_type`` the handler's exception
+    class name and ``detail`` the failure's safe detail as the attempt's record keeps it (see
+    :class:`~caravel.JobFailed`); the exception's message is never kept, as in the database.
     """
 
     job_id: UUID
@@ -34,6 +35,7 @@ class JobRun:
     outcome: RunOutcome
     failure: str | None = None
     error_type: str | None = None
+    detail: str | None = None
 
 
 def job_run(step: Step) -> JobRun:
@@ -63,4 +65,5 @@ def job_run(step: Step) -> JobRun:
         outcome=result,
         failure=failure,
         error_type=error,
+        detail=None if outcome is None else outcome.detail,
     )

@@ -17,6 +17,7 @@ from typing import Protocol
 from uuid import UUID
 
 from caravel.clock import Clock, duration_ms, from_ms
+from caravel.details import clean_detail
 from caravel.errors import LeaseLostError, ValidationError
 from caravel.jobs import AttemptOutcome, ClaimedJob, FailureCategory, Lease
 from caravel.limits import DEFAULT_ATTEMPT_HISTORY, MAX_ATTEMPT_HISTORY, MAX_HOST_LENGTH
@@ -54,7 +55,9 @@ class Acknowledgement:
     """One attempt's end to record under ``lease``: success (``category`` is ``None``) with an
     optional ``result`` (JSON text), a snooze (``snooze_ms``), or a failure ``category``, which
     with ``final`` dead-letters at once; ``error_class`` names the exception behind a failure
-    and ``retry`` is the job type's policy for its backoff (``None``: the queue's).
+    and ``retry`` is the job type's policy for its backoff (``None``: the queue's). ``detail``
+    is a failure's safe detail (see :mod:`caravel.details`), kept in its attempt's record once
+    cleaned: only ever a text someone chose to expose, never an exception's message.
     ``discarded``: the handler discarded the job (a final failure its attempt record calls
     ``discarded``)."""
 
@@ -65,6 +68,7 @@ class Acknowledgement:
     final: bool = False
     error_class: str | None = None
     retry: RetryPolicy | None = None
+    detail: str | None = None
     discarded: bool = False
 
 
@@ -86,6 +90,8 @@ class Acknowledged(Protocol):
     def error_class(self) -> str | None: ...
     @property
     def retry(self) -> RetryPolicy | None: ...
+    @property
+    def detail(self) -> str | None: ...
     @property
     def discarded(self) -> bool: ...
 
@@ -194,15 +200,19 @@ class Leases:
         if lease.job_id not in await self.record_many([(lease, None)]):
             raise LeaseLostError(lease.job_id)
 
-    async def fail(self, lease: Lease, category: str) -> FailureOutcome:
+    async def fail(
+        self, lease: Lease, category: str, *, detail: str | None = None
+    ) -> FailureOutcome:
         """Record a failed attempt under a short category (never an exception message): a
-        retry after the backoff for this attempt, or a dead letter after the last.
+        retry after the backoff for this attempt, or a dead letter after the last. ``detail``
+        is a text you chose to expose to operators (see :class:`~caravel.JobFailed`), kept in
+        the attempt's record once cleaned.
 
         Raises :class:`~caravel.errors.LeaseLostError`, changing nothing, when the lease is no
         longer current.
         """
         now = self.clock.now_ms()
-        failure = self.failure_for(lease, category, now)
+        failure = self.failure_for(lease, category, now, detail=detail)
         done = await self._store.job_fail_many(
             [failure], now, durable=self.durable_acks, recorder=self.recorder
         )
@@ -249,27 +259,38 @@ class Leases:
     def _failure(self, ack: Acknowledged, category: str, now: int) -> FailedAttempt:
         outcome = _outcome(category, discarded=ack.discarded)
         if ack.final:
-            return FailedAttempt(ack.lease, category, None, ack.error_class, outcome=outcome)
-        failure = self.failure_for(ack.lease, category, now, retry=ack.retry)
+            return FailedAttempt(
+                ack.lease, category, None, ack.error_class, _cleaned(ack.detail), outcome
+            )
+        failure = self.failure_for(ack.lease, category, now, retry=ack.retry, detail=ack.detail)
         return FailedAttempt(
-            ack.lease, category, failure.retry_at, ack.error_class, outcome=outcome
+            ack.lease, category, failure.retry_at, ack.error_class, failure.detail, outcome
         )
 
     def failure_for(
-        self, lease: Lease, category: str, now: int, *, retry: RetryPolicy | None = None
+        self,
+        lease: Lease,
+        category: str,
+        now: int,
+        *,
+        retry: RetryPolicy | None = None,
+        detail: str | None = None,
     ) -> FailedAttempt:
         """The failed attempt to record: a retry after the backoff for this attempt (by the job
         type's ``retry`` policy where it has one), or a dead letter when the attempt was the
-        last."""
+        last. ``detail`` is kept cleaned (:func:`~caravel.details.clean_detail`)."""
+        detail = _cleaned(detail)
         outcome = _outcome(category)
         if lease.attempt >= lease.max_attempts:
-            return FailedAttempt(lease, category, retry_at=None, outcome=outcome)
+            return FailedAttempt(lease, category, retry_at=None, detail=detail, outcome=outcome)
         options = self.options
         if retry is None:
             delay = options.retry_backoff(lease.attempt)
         else:
             delay = retry.backoff(lease.attempt, options.retry_delay, options.max_retry_delay)
-        return FailedAttempt(lease, category, retry_at=now + duration_ms(delay), outcome=outcome)
+        return FailedAttempt(
+            lease, category, retry_at=now + duration_ms(delay), detail=detail, outcome=outcome
+        )
 
     # ----- renewal and deadlines -------------------------------------------------------------
 
@@ -293,3 +314,12 @@ class Leases:
     def deadline_ms(self, lease: Lease) -> int:
         """The latest moment the holder of ``lease`` may keep working on it."""
         return min(lease.expires_at_ms, self.lifetime_end_ms(lease))
+
+
+def _cleaned(detail: object) -> str | None:
+    """A detail to record, cleaned (:func:`~caravel.details.clean_detail`); ``None`` stays."""
+    if detail is None:
+        return None
+    if not isinstance(detail, str):
+        raise ValidationError("detail", "must be a string or None")
+    return clean_detail(detail)

@@ -1,5 +1,6 @@
 """What the worker says about each attempt once it ended: the outcome metrics and one structured
-log line, never a payload or a handler's exception text."""
+log line, never a payload or a handler's exception text (a failure's safe detail, which a handler
+or the redactor chose to expose, is a field of its line)."""
 
 from __future__ import annotations
 
@@ -82,7 +83,14 @@ class OutcomeReport:
             log_job(logging.WARNING, "job acknowledgement rejected: lease lost", claimed)
         elif category is not None:
             self._count(claimed, "dead_lettered" if last else "failed")
-            log_job(logging.INFO, "job failed", claimed, category=category, dead_lettered=last)
+            log_job(
+                logging.INFO,
+                "job failed",
+                claimed,
+                category=category,
+                dead_lettered=last,
+                detail=outcome.detail,
+            )
         elif snoozed:
             self._count(claimed, "snoozed")
             log_job(logging.DEBUG, "job snoozed", claimed, snooze_ms=outcome.snooze_ms)

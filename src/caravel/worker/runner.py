@@ -45,6 +45,7 @@ from caravel import telemetry
 from caravel.clock import Clock, duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import JobContext, handed
+from caravel.details import Redactor, detail_of
 from caravel.directives import Discard, Snooze
 from caravel.jobs import ClaimedJob, FailureCategory, Lease
 from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
@@ -79,10 +80,11 @@ class Outcome:
     to run again that long from now without spending an attempt. A failure with ``final``
     dead-letters the job whatever attempts it has left (a discard, a result that cannot be
     stored, one snooze too many; ``discarded`` says it was a discard); ``error_class`` names
-    the exception behind it and ``retry`` is the job type's policy for the backoff. ``error``
-    is the handler's exception when it raised, kept in memory only (for ``caravel.testing``,
-    which reports its class and can re-raise it); it is never stored or logged with its
-    message.
+    the exception behind it and ``retry`` is the job type's policy for the backoff. ``detail``
+    is the failure's safe detail, cleaned (:mod:`caravel.details`): the one text about it that
+    is kept. ``error`` is the handler's exception when it raised, kept in memory only (for
+    ``caravel.testing``, which reports its class and can re-raise it); it is never stored or
+    logged with its message.
 
     Not frozen, only so that it is cheap to build (one per job, on the drain's hot path): the
     runner sets ``seconds`` once and nothing changes it after that.
@@ -98,6 +100,7 @@ class Outcome:
     final: bool = False
     error_class: str | None = None
     retry: RetryPolicy | None = None
+    detail: str | None = None
     discarded: bool = False
 
     @property
@@ -145,9 +148,11 @@ class JobRunner:
         threads: Executor,
         tracebacks: bool = False,
         max_result_bytes: int = 64 * 1024,
+        redactor: Redactor | None = None,
     ) -> None:
         self._progress = progress
         self._tracebacks = tracebacks
+        self._redactor = redactor
         self._max_result_bytes = max_result_bytes
         self._registry = registry
         self._clock = clock
@@ -160,7 +165,7 @@ class JobRunner:
         (a renewal the database could not answer) and for cancellation of the caller.
 
         The run is one consumer span that continues the trace of the enqueue that created the
-        job; a failure is described on it by exception type and category only."""
+        job; a failure is described on it by exception type, category and safe detail only."""
         started = time.perf_counter()
         tracked = self._progress.track(claimed)
         try:
@@ -238,13 +243,15 @@ class JobRunner:
             return self._snoozed(claimed, watched.lease, snooze, span, entry.retry)
         except Discard as discard:
             if watched.timed_out:
-                return self._timed_out(claimed, watched, span, entry.retry)
-            telemetry.mark_failure(span, type(discard).__name__, discard.category)
+                return self._timed_out(claimed, watched, span, entry.retry, discard)
+            detail = self._detail(claimed, watched.lease, discard)
+            telemetry.mark_failure(span, type(discard).__name__, discard.category, detail)
             return Outcome(
                 watched.lease,
                 failure=discard.category,
                 final=True,
                 error_class=error_class_of(discard),
+                detail=detail,
                 discarded=True,
             )
         except KeyboardInterrupt:
@@ -256,7 +263,7 @@ class JobRunner:
             raise  # this coroutine is being closed: nothing the handler decided
         except BaseException as exc:  # the handler failed or exited, or its scope failed
             if watched.timed_out:  # as it stopped, or after: the timeout came first
-                return self._timed_out(claimed, watched, span, entry.retry)
+                return self._timed_out(claimed, watched, span, entry.retry, exc)
             return self._failed(claimed, watched.lease, exc, span, entry.retry)
         finally:
             self._watch.release(watched)
@@ -287,25 +294,30 @@ class JobRunner:
             if isinstance(exc, SystemExit)
             else FailureCategory.HANDLER_FAILED
         )
+        detail = self._detail(claimed, lease, exc)
         logger.warning(
             "job handler failed",
             exc_info=exc if self._tracebacks else None,
             extra={
-                "job_id": str(claimed.job_id),
-                "queue": claimed.queue,
-                "job_type": claimed.job_type,
-                "attempt": lease.attempt,
+                **_job_fields(claimed, lease),
                 "error_type": type(exc).__name__,
+                "detail": detail,
             },
         )
-        telemetry.mark_failure(span, type(exc).__name__, category)
+        telemetry.mark_failure(span, type(exc).__name__, category, detail)
         return Outcome(
             lease,
             failure=category,
             error=exc,
             error_class=error_class_of(exc),
             retry=retry,
+            detail=detail,
         )
+
+    def _detail(self, claimed: ClaimedJob, lease: Lease, exc: BaseException) -> str | None:
+        """The safe detail to keep of the attempt that ended with ``exc`` (see
+        :mod:`caravel.details`)."""
+        return detail_of(exc, self._redactor, log_fields=_job_fields(claimed, lease))
 
     def _timed_out(
         self,
@@ -313,23 +325,25 @@ class JobRunner:
         watched: Watched,
         span: telemetry.Span,
         retry: RetryPolicy | None,
+        exc: BaseException | None = None,
     ) -> Outcome:
         """An attempt that reached its execution timeout: a failure, retried by the job type's
-        policy."""
+        policy. ``exc`` is what the handler raised as it stopped, if anything: its class is not
+        kept (the timeout is the cause), its safe detail is."""
         category = FailureCategory.TIMED_OUT
+        lease = watched.lease
+        detail = None if exc is None else self._detail(claimed, lease, exc)
         logger.warning(
             "job timed out",
             extra={
-                "job_id": str(claimed.job_id),
-                "queue": claimed.queue,
-                "job_type": claimed.job_type,
-                "attempt": watched.lease.attempt,
+                **_job_fields(claimed, lease),
                 "timeout_ms": watched.timeout_ms,
                 "stuck": watched.stuck,
+                "detail": detail,
             },
         )
-        telemetry.mark_failure(span, "TimedOut", category)
-        return Outcome(watched.lease, failure=category, retry=retry)
+        telemetry.mark_failure(span, "TimedOut", category, detail)
+        return Outcome(lease, failure=category, retry=retry, detail=detail)
 
     def _snoozed(
         self,
@@ -355,6 +369,16 @@ class JobRunner:
         # Copy the context variables (the current span among them) into the handler's thread.
         call = contextvars.copy_context().run
         return await loop.run_in_executor(self._threads, call, entry.handler, job, context)
+
+
+def _job_fields(claimed: ClaimedJob, lease: Lease) -> dict[str, object]:
+    """The fields of a log line about an attempt: its job's id, queue and type, its number."""
+    return {
+        "job_id": str(claimed.job_id),
+        "queue": claimed.queue,
+        "job_type": claimed.job_type,
+        "attempt": lease.attempt,
+    }
 
 
 def _timeout_ms(claimed: ClaimedJob, entry: JobRegistration) -> int | None:

@@ -100,6 +100,7 @@ class QueueWorker(AsyncClosing):
             threads=self._threads,
             tracebacks=self.options.log_tracebacks,
             max_result_bytes=queue.options.max_result_bytes,
+            redactor=self.options.redactor,
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)
         self._report = OutcomeReport(self._summary)

@@ -6,7 +6,7 @@ import sys
 from importlib import import_module
 from typing import Any
 
-from caravel import Discard
+from caravel import Discard, JobFailed
 from caravel.contrib.django.compat import SOURCE, TaskContext
 
 # django.tasks.task or django_tasks.task, whichever this Django has.
@@ -72,6 +72,12 @@ async def async_not_json() -> object:
 def discards() -> None:
     """Tells the worker to stop trying: a dead letter at once, FAILED."""
     raise Discard("Gone")
+
+
+@task
+def provider_down() -> None:
+    """Fails with a detail marked safe beside a message that is not."""
+    raise JobFailed("order 7 of a@example.com: 503", safe_detail="provider\nanswered 503")
 
 
 @task

@@ -1,9 +1,10 @@
 """OpenTelemetry traces and metrics on every database, with the real SDK.
 
 The SDK's providers can be installed only once per process, so one tracer provider (an in-memory
-exporter behind a gate that is open only while a test of this module runs) and one meter provider
-(an in-memory reader, cumulative) are installed for the whole session. Counters and histograms
-are asserted as the change since the test started; gauges as their current reading.
+exporter behind a gate that is open only while a test of this folder runs) and one meter provider
+(an in-memory reader, cumulative) are installed for the whole session (``conftest.py``). Counters
+and histograms are asserted as the change since the test started; gauges as their current
+reading. That no secret becomes telemetry is ``test_secrets.py``.
 
 Worker processes are real subprocesses (``tests/apps/traced_worker.py`` with its own SDK, and
 ``tests/apps/untraced_cycles.py`` with none). Time is moved by a :class:`ManualClock`.
@@ -13,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,13 +29,7 @@ from uuid import UUID
 import pytest
 import sqlalchemy as sa
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, MetricsData
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry import trace
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -85,170 +78,14 @@ from tests.support import (
 )
 from tests.support.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
 from tests.support.processes import ROOT
+from tests.support.telemetry import Telemetry
 
 T = TypeVar("T")
 
 #: A safety net against a hung test, never a way to let time pass.
 SUBPROCESS_TIMEOUT = 120.0
-CANARY = "canary-7d3b9e51"
 
 app_tracer = trace.get_tracer("tests.telemetry")
-
-
-# ----- the SDK, once per session ------------------------------------------------------------
-
-
-class GatedProcessor(SimpleSpanProcessor):
-    """Exports finished spans only while a test of this module runs, so the spans of other test
-    modules (the providers stay installed for the rest of the session) do not pile up."""
-
-    def __init__(self, exporter: InMemorySpanExporter) -> None:
-        super().__init__(exporter)
-        self.open = False
-        self.waiters: dict[str, asyncio.Event] = {}
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self.open:
-            super().on_end(span)
-            waiter = self.waiters.pop(span.name, None)
-            if waiter is not None:
-                waiter.set()
-
-
-@dataclass
-class Sdk:
-    exporter: InMemorySpanExporter
-    processor: GatedProcessor
-    reader: InMemoryMetricReader
-    resource: Resource
-
-
-@pytest.fixture(scope="session")
-def otel_sdk() -> Sdk:
-    resource = Resource.create({"service.name": "caravel-telemetry-tests"})
-    exporter = InMemorySpanExporter()
-    processor = GatedProcessor(exporter)
-    tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(processor)
-    trace.set_tracer_provider(tracer_provider)
-    reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-    metrics.set_meter_provider(meter_provider)
-    if trace.get_tracer_provider() is not tracer_provider:
-        pytest.fail("another tracer provider was installed in this process first", pytrace=False)
-    if metrics.get_meter_provider() is not meter_provider:
-        pytest.fail("another meter provider was installed in this process first", pytrace=False)
-    return Sdk(exporter, processor, reader, resource)
-
-
-Attrs = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Point:
-    value: float  # a sum's or gauge's value; a histogram's count
-    total: float = 0.0  # a histogram's sum
-
-
-def read_points(data: MetricsData | None) -> dict[tuple[str, frozenset[tuple[str, Any]]], Point]:
-    points: dict[tuple[str, frozenset[tuple[str, Any]]], Point] = {}
-    if data is None:
-        return points
-    for resource_metrics in data.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                histogram = isinstance(metric.data, Histogram)
-                for p in metric.data.data_points:
-                    key = (metric.name, frozenset((p.attributes or {}).items()))
-                    if histogram:
-                        points[key] = Point(p.count, p.sum)  # type: ignore[union-attr]
-                    else:
-                        points[key] = Point(p.value)  # type: ignore[union-attr]
-    return points
-
-
-@dataclass
-class Telemetry:
-    """What the SDK saw during one test."""
-
-    sdk: Sdk
-    baseline: dict[tuple[str, frozenset[tuple[str, Any]]], Point] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.baseline = read_points(self.sdk.reader.get_metrics_data())
-
-    # spans
-
-    def spans(self, name: str | None = None) -> list[ReadableSpan]:
-        finished = list(self.sdk.exporter.get_finished_spans())
-        return [s for s in finished if name is None or s.name == name]
-
-    def one(self, name: str) -> ReadableSpan:
-        found = self.spans(name)
-        assert len(found) == 1, (name, [s.name for s in self.spans()])
-        return found[0]
-
-    def clear_spans(self) -> None:
-        self.sdk.exporter.clear()
-
-    def next_span(self, name: str) -> asyncio.Event:
-        """An event set when the next span called ``name`` ends (in this event loop's thread)."""
-        event = self.sdk.processor.waiters[name] = asyncio.Event()
-        return event
-
-    # metrics
-
-    def metrics_data(self) -> MetricsData | None:
-        return self.sdk.reader.get_metrics_data()
-
-    def _matching(
-        self,
-        points: Mapping[tuple[str, frozenset[tuple[str, Any]]], Point],
-        name: str,
-        where: Attrs,
-    ) -> dict[frozenset[tuple[str, Any]], Point]:
-        return {
-            attrs: point
-            for (metric, attrs), point in points.items()
-            if metric == name and all((k, v) in attrs for k, v in where.items())
-        }
-
-    def delta(self, name: str, where: Attrs | None = None) -> float:
-        """The increase of a counter (or of a histogram's count) since the test started, over
-        every series whose attributes include ``where``."""
-        now = self._matching(read_points(self.metrics_data()), name, where or {})
-        before = self._matching(self.baseline, name, where or {})
-        return sum(p.value - before.get(a, Point(0)).value for a, p in now.items())
-
-    def delta_sum(self, name: str, where: Attrs | None = None) -> float:
-        """The increase of a histogram's sum since the test started."""
-        now = self._matching(read_points(self.metrics_data()), name, where or {})
-        before = self._matching(self.baseline, name, where or {})
-        return sum(p.total - before.get(a, Point(0)).total for a, p in now.items())
-
-    def gauge(
-        self, name: str, where: Attrs | None = None
-    ) -> dict[frozenset[tuple[str, Any]], float]:
-        """The current observations of a gauge, by attribute set."""
-        now = self._matching(read_points(self.metrics_data()), name, where or {})
-        return {attrs: point.value for attrs, point in now.items()}
-
-    def gauge_value(self, name: str, where: Attrs) -> float:
-        found = self.gauge(name, where)
-        assert len(found) == 1, (name, where, found)
-        return next(iter(found.values()))
-
-
-@pytest.fixture(autouse=True)
-def otel(otel_sdk: Sdk) -> Iterator[Telemetry]:
-    otel_sdk.exporter.clear()
-    otel_sdk.processor.open = True
-    try:
-        yield Telemetry(otel_sdk)
-    finally:
-        otel_sdk.processor.open = False
-        otel_sdk.processor.waiters.clear()
-        otel_sdk.exporter.clear()
 
 
 # ----- helpers ------------------------------------------------------------------------------
@@ -1203,105 +1040,6 @@ async def test_an_undeliverable_intent_is_counted_and_stays_pending(
     assert (
         otel.gauge_value("caravel.outbox.pending", {"caravel.outbox.table": "caravel_outbox"}) == 1
     )
-
-
-# ----- secrets never become telemetry -------------------------------------------------------
-
-
-class CanaryError(Exception):
-    """The handler's failure; its message holds the secret."""
-
-
-def span_texts(span: ReadableSpan) -> Iterator[tuple[str, str]]:
-    """Every piece of text a span exports, labelled by where it sits."""
-    yield "name", span.name
-    for key, value in (span.attributes or {}).items():
-        yield f"attribute key {key}", key
-        yield f"attribute {key}", str(value)
-    for event in span.events:
-        yield "event name", event.name
-        for key, value in (event.attributes or {}).items():
-            yield f"event attribute {key}", key + "=" + str(value)
-    for link in span.links:
-        for key, value in (link.attributes or {}).items():
-            yield f"link attribute {key}", key + "=" + str(value)
-    yield "status description", str(span.status.description)
-    for key, value in span.resource.attributes.items():
-        yield f"resource {key}", key + "=" + str(value)
-    yield "scope", str(span.instrumentation_scope)
-
-
-def metric_texts(data: MetricsData | None) -> Iterator[tuple[str, str]]:
-    assert data is not None
-    for resource_metrics in data.resource_metrics:
-        for key, value in resource_metrics.resource.attributes.items():
-            yield f"resource {key}", key + "=" + str(value)
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                yield "metric name", metric.name
-                for point in metric.data.data_points:
-                    for key, value in (point.attributes or {}).items():
-                        yield f"{metric.name} attribute {key}", key + "=" + str(value)
-
-
-#: Database drivers log their own SQL and parameters at DEBUG; those are not Caravel's output.
-DRIVER_LOGGERS = ("aiosqlite", "sqlalchemy", "psycopg")
-
-
-@pytest.mark.parametrize("max_attempts", [3, 1], ids=["retry", "dead-letter"])
-async def test_secrets_never_reach_spans_metrics_or_logs(
-    db_url: str, max_attempts: int, otel: Telemetry, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG)
-
-    async def handle(job: Add, ctx: JobContext[Any]) -> None:
-        raise CanaryError(f"could not process {job.note} for {ctx.tenant_id}")
-
-    async with (
-        open_queue(db_url, registry_for(handle), max_attempts=max_attempts) as queue,
-        QueueWorker(queue) as worker,
-    ):
-        with app_tracer.start_as_current_span("request"):
-            job = await queue.enqueue(Add(1, note=CANARY), dispatch(f"key-{CANARY}", tenant=CANARY))
-        assert await worker.run_once("default") is True
-        status = await queue.get_status(job.job_id, "default", CANARY)
-        assert status is not None
-        assert status.last_failure == "HandlerFailed"
-        assert status.state is (JobState.READY if max_attempts > 1 else JobState.DEAD_LETTER)
-        assert await queue.get_payload(job.job_id, "default", CANARY) is not None
-        assert await inspector_of(queue).list_jobs(tenant_id=CANARY)
-
-    process = otel.one("process default")
-    attributes = dict(process.attributes or {})
-    assert attributes["error.type"] == "CanaryError"
-    assert attributes["caravel.failure.category"] == "HandlerFailed"
-    assert process.status.status_code is StatusCode.ERROR
-    assert process.status.description is None
-    assert process.events == ()
-
-    spans = otel.spans()
-    assert {"request", "send default", "process default", "caravel.store.job_fail"} <= {
-        s.name for s in spans
-    }
-    for span in spans:
-        for where, text in span_texts(span):
-            assert CANARY not in text, f"span {span.name!r}: {where}"
-    assert (
-        otel.delta(
-            "caravel.jobs.failed",
-            {"messaging.destination.name": "default", "caravel.failure.category": "HandlerFailed"},
-        )
-        == 1
-    )
-    for where, text in metric_texts(otel.metrics_data()):
-        assert CANARY not in text, f"metric {where}"
-
-    records = [r for r in caplog.records if not r.name.startswith(DRIVER_LOGGERS)]
-    assert any(r.name.startswith("caravel") for r in records), "no Caravel log line to check"
-    for record in records:
-        assert CANARY not in record.getMessage(), record.name
-        for key, value in vars(record).items():
-            assert CANARY not in str(value), f"log field {key} of {record.name!r}"
 
 
 async def test_the_failure_of_an_unknown_job_type_is_described_by_category(

@@ -23,6 +23,7 @@ import pytest
 from caravel import (
     FailureCategory,
     JobContext,
+    JobFailed,
     JobRegistry,
     JobState,
     QueueWorker,
@@ -232,6 +233,44 @@ async def test_a_handler_that_finishes_before_its_timeout_completes(db_url: str)
         # Nothing fires later for a job that finished.
         await clock.advance(timedelta(minutes=5))
         assert (await status_of(queue, accepted.job_id)).state is JobState.COMPLETED
+
+
+async def test_a_handler_stopped_at_its_timeout_may_leave_a_safe_detail(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the handler raises as it stops is not its failure (the timeout is), but the safe
+    detail it gives is the timed-out attempt's."""
+    caplog.set_level(logging.INFO, logger="caravel.worker")
+    clock = SteppingClock()
+    started = asyncio.Event()
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise JobFailed(f"stopped at {job.note}", safe_detail="stopped at page 3") from None
+
+    async with (
+        open_queue(db_url, registry_with(handle, timeout=TIMEOUT), clock=clock) as queue,
+        QueueWorker(queue) as worker,
+    ):
+        accepted = await queue.enqueue(Add(1, note="secret-page"), dispatch())
+        task = await started_step(worker, clock, started.wait)
+        await clock.advance(TIMEOUT)
+        step = await within(task)
+        assert step is not None
+        assert step.outcome is not None
+        assert (step.outcome.failure, step.outcome.detail) == (
+            FailureCategory.TIMED_OUT,
+            "stopped at page 3",
+        )
+        assert step.outcome.error_class is None  # the timeout is the cause, not the handler
+        got = await status_of(queue, accepted.job_id)
+        assert (got.last_failure, got.error_class) == ("TimedOut", None)
+    (line,) = [r for r in caplog.records if r.getMessage() == "job timed out"]
+    assert line.detail == "stopped at page 3"  # type: ignore[attr-defined]
+    assert "secret-page" not in caplog.text
 
 
 async def test_a_timeout_longer_than_the_lease_is_not_a_lease_expiry(

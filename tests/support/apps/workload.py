@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from caravel import JobContext, JobRegistry
+from caravel import JobContext, JobFailed, JobRegistry
 
 registry = JobRegistry()
 
@@ -141,3 +141,26 @@ class Interrupt:
 def interrupt(job: Interrupt, ctx: JobContext[object]) -> None:
     _ledger("start", ctx)
     raise KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Fails with ``secret`` in its exception's message: a ``TimeoutError`` (which
+    :func:`redact` describes), or a :class:`~caravel.JobFailed` that marks a detail safe."""
+
+    secret: str
+    marked: bool = False
+
+
+@registry.handles("tests.refuse.v1", Refuse)
+async def refuse(job: Refuse, ctx: JobContext[object]) -> None:
+    _ledger("start", ctx)
+    if job.marked:
+        message = f"provider answered 503 for {job.secret}"
+        raise JobFailed(message, safe_detail="provider answered 503")
+    raise TimeoutError(f"no answer about {job.secret}")
+
+
+def redact(exc: BaseException) -> str | None:
+    """A redactor (``caravel worker --redactor tests.support.apps.workload:redact``)."""
+    return "the provider did not answer in time" if isinstance(exc, TimeoutError) else None

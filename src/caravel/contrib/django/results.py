@@ -7,8 +7,10 @@ for a retry), ``running`` is RUNNING, ``completed`` is SUCCESSFUL, and ``dead_le
 ``worker_ids`` holds one placeholder per attempt (``TaskResult.attempts`` and the task
 context's ``attempt`` count right). Caravel stores when the latest attempt started, so
 ``started_at`` and ``last_attempted_at`` are both that time (the same on a first attempt, as
-Django's are). Errors carry the exception's class path and an empty
-traceback: exception messages and tracebacks never reach the queue's rows.
+Django's are). Errors carry the exception's class path and, as their ``traceback``, one line
+``module.Class: detail`` when the task marked a detail safe (a traceback's last line, its frames
+left out and the safe detail in place of the message; see :class:`~caravel.JobFailed`), else an
+empty one: exception messages and tracebacks never reach the queue's rows.
 
 A result read back is a :class:`CaravelTaskResult`: Django's ``TaskResult`` with what the
 task reported while it ran (:func:`caravel.contrib.django.current_job`), ``progress`` and
@@ -32,6 +34,7 @@ from caravel.validation import check_queue_name
 __all__ = [
     "UNRECORDED_WORKER",
     "CaravelTaskResult",
+    "error_line",
     "exception_path",
     "finish",
     "parse_result_id",
@@ -115,6 +118,12 @@ def exception_path(exc: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def error_line(path: str, detail: str | None) -> str:
+    """A ``TaskError``'s ``traceback``: ``path: detail`` (as a traceback ends) when a detail
+    was marked safe, else empty."""
+    return "" if detail is None else f"{path}: {detail}"
+
+
 def _result(task: Any, alias: str, job_id: UUID, queue: str, call: Any, **fields: Any) -> Any:
     return CaravelTaskResult(
         task=task,
@@ -146,16 +155,25 @@ def running_result(
     )
 
 
-def finish(result: Any, now: datetime, *, value: Any = None, error: str | None = None) -> None:
+def finish(
+    result: Any,
+    now: datetime,
+    *,
+    value: Any = None,
+    error: str | None = None,
+    detail: str | None = None,
+) -> None:
     """Mark ``result`` finished: successful with ``value``, or failed with ``error``'s class
-    path. (``TaskResult`` is frozen; Django's own backends update it the same way.)"""
+    path and the failure's safe ``detail``, if any. (``TaskResult`` is frozen; Django's own
+    backends update it the same way.)"""
     object.__setattr__(result, "finished_at", now)
     if error is None:
         object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(result, "_return_value", value)
     else:
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
-        result.errors.append(TaskError(exception_class_path=error, traceback=""))
+        line = error_line(error, detail)
+        result.errors.append(TaskError(exception_class_path=error, traceback=line))
 
 
 def stored_result(task: Any, alias: str, status: JobStatus, call: Any) -> Any | None:

@@ -37,6 +37,7 @@ from caravel.contrib.django.compat import (
     task_started,
 )
 from caravel.contrib.django.results import exception_path, finish, running_result
+from caravel.details import safe_detail_of
 from caravel.directives import Snooze
 
 __all__ = ["current_job", "handler_for"]
@@ -84,8 +85,11 @@ def _start(task: Any, alias: str, job: Any, ctx: JobContext[Any]) -> tuple[Any, 
 def _failed(result: Any, exc: BaseException) -> BaseException:
     """Send the FAILED result, and give back ``exc`` to raise. Called after the ``except``
     block, not in it: Django's own receiver logs ``sys.exc_info()`` when there is one, and a
-    traceback quotes the exception's message, which never reaches our logs."""
-    finish(result, _now(), error=exception_path(exc))
+    traceback quotes the exception's message, which never reaches our logs. The result's
+    error carries the detail the task marked safe (``JobFailed``, ``Discard``), as the worker
+    keeps it; a worker's redactor is not asked here."""
+    detail = safe_detail_of(exc)
+    finish(result, _now(), error=exception_path(exc), detail=detail)
     task_finished.send(sender=_sender(), task_result=result)
     return exc
 
