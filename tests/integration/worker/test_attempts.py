@@ -19,6 +19,7 @@ from caravel import (
     AttemptRecord,
     Discard,
     JobContext,
+    JobFailed,
     Leases,
     OptionsError,
     QueueWorker,
@@ -124,6 +125,25 @@ async def test_a_discard_is_recorded_as_discarded(db_url: str) -> None:
             "caravel.directives.Discard",
             None,
         )
+
+
+async def test_a_detail_marked_safe_is_kept_in_the_record_and_nothing_else(db_url: str) -> None:
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        raise JobFailed("card 4111-1111 declined", safe_detail="provider answered 503\n")
+
+    async with (
+        open_queue(db_url, registry_for(handle), max_attempts=1) as queue,
+        QueueWorker(queue) as worker,
+    ):
+        job_id = (await queue.enqueue(Add(1), dispatch())).job_id
+        assert await worker.run_once("default")
+        [record] = await queue.get_attempts(job_id, "default", "tenant-a") or []
+        assert (record.outcome, record.detail, record.error_class) == (
+            AttemptOutcome.FAILED,
+            "provider answered 503",  # cleaned: the newline is gone
+            "caravel.directives.JobFailed",
+        )
+        assert "4111" not in repr(record)
 
 
 async def test_the_worker_keeps_the_records_of_its_last_attempts(db_url: str) -> None:
