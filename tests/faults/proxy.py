@@ -65,6 +65,9 @@ def statement_kind(sql: str) -> str | None:
     text = " ".join(sql.split()).lower()
     if "caravel_jobs" not in text and text.split(" ", 1)[0] not in ("commit", "begin"):
         return None
+    if text.startswith("with done as (update caravel_jobs"):
+        # An outcome that writes its attempt record wraps its UPDATE in a data-modifying WITH.
+        text = text.removeprefix("with done as (")
     if text.startswith("commit"):
         return "commit"
     if text.startswith("begin"):
