@@ -1,11 +1,15 @@
 """Named crash points for fault-injection tests.
 
-``CARAVEL_FAILPOINT`` (read once, at import) lists names separated by ``|`` or ``,``; when the code
-reaches a listed point, the process kills itself with SIGKILL, exactly as a power cut or the OOM
-killer would. With the variable unset, :func:`failpoint` is a set lookup on an empty set.
+``CARAVEL_FAILPOINT`` (read once, at import) lists entries separated by ``|`` or ``,``. An entry
+``name`` kills the process with SIGKILL when the code reaches that point, exactly as a power cut
+or the OOM killer would. An entry ``name=stop`` stops it with SIGSTOP there instead, the first
+time only, as a debugger, a frozen VM or a paused container would: once the test sends SIGCONT
+the process carries on from that point. With the variable unset, :func:`failpoint` is a set
+lookup on an empty set.
 
-Points: ``after_claim``, ``after_handler_before_ack``, ``after_ack``, ``relay_after_enqueue``.
-For tests only; never set it in production.
+Points: ``after_claim``, ``after_handler_before_ack``, ``after_ack``, ``relay_after_enqueue``,
+``limited_claim_before_commit`` (a limited claim that took jobs, inside its transaction, with the
+queue's limits row still locked). For tests only; never set it in production.
 """
 
 from __future__ import annotations
@@ -16,12 +20,27 @@ import signal
 
 __all__ = ["ACTIVE", "failpoint"]
 
-ACTIVE: frozenset[str] = frozenset(
-    name for name in re.split(r"[|,\s]+", os.environ.get("CARAVEL_FAILPOINT", "")) if name
-)
+_ENTRIES = [
+    entry.partition("=")
+    for entry in re.split(r"[|,\s]+", os.environ.get("CARAVEL_FAILPOINT", ""))
+    if entry
+]
+
+#: Every point named, whatever it does there.
+ACTIVE: frozenset[str] = frozenset(name for name, _, _ in _ENTRIES)
+
+#: The points that stop the process instead, each as long as it has not fired yet.
+_STOPS: set[str] = {name for name, _, action in _ENTRIES if action == "stop"}
+_STOPPED: set[str] = set()
 
 
 def failpoint(name: str) -> None:
-    """Kill this process with SIGKILL if ``name`` is enabled."""
-    if name in ACTIVE:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Kill this process with SIGKILL if ``name`` is enabled; stop it with SIGSTOP instead
+    (the first time) if it is enabled as ``name=stop``."""
+    if name not in ACTIVE or name in _STOPPED:
+        return
+    if name in _STOPS:
+        _STOPPED.add(name)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from caravel._failpoints import failpoint
 from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
@@ -214,4 +215,7 @@ class LimitsStore(SqlTransactions[ConnectionT]):
     def _claim_limited(self, request: ClaimRequest, params: dict[str, Any]) -> Plan[list[Any]]:
         """The limited claim (:func:`~caravel.store.limited.claim.limited_claim`) as a plan,
         for the dialect to run in one write transaction; ``params`` are the plain claim's."""
-        return limited_claim(self, request, params)
+        claimed = yield from limited_claim(self, request, params)
+        if claimed:  # the fault tests pause a worker here, the limits row locked
+            failpoint("limited_claim_before_commit")
+        return claimed

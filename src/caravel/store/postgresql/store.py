@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from caravel.errors import StoreError
 from caravel.jobs import AttemptOutcome, Lease
 from caravel.store import queries
 from caravel.store.attempts import trimming
@@ -24,6 +25,12 @@ from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.key_jobs import lateral_key_jobs
+from caravel.store.postgresql.limit_hold import (
+    LIMIT_HOLD_TIMEOUT,
+    bounded_lock,
+    log_rolled_back,
+    stalled,
+)
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest, Recorder
@@ -105,10 +112,17 @@ class PostgresStore(InsertingStore):
     # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
     _fair_key_jobs = staticmethod(lateral_key_jobs)
 
+    #: Seconds a limited claim's transaction may wait for its next statement while it holds
+    #: the queue's limits row before the server ends it (see
+    #: :mod:`~caravel.store.postgresql.limit_hold`). Read when the lock's statement is first
+    #: built.
+    limit_hold_timeout = LIMIT_HOLD_TIMEOUT
+
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]:
         # The queue's limited claims take turns on its limits row: each counts the running
-        # jobs only once the claim before it committed.
-        return read.with_for_update()
+        # jobs only once the claim before it committed. A claimer that stalls holding it is
+        # cut off after limit_hold_timeout.
+        return bounded_lock(read, self.limit_hold_timeout)
 
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)
@@ -160,7 +174,14 @@ class PostgresStore(InsertingStore):
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         if request.limited:  # a transaction of several statements: the shared one
-            return await super().job_claim_many(request)
+            try:
+                return await super().job_claim_many(request)
+            except StoreError as exc:
+                if not stalled(exc):
+                    raise
+                # The server rolled the claim back: it took nothing.
+                log_rolled_back(request.queue, self.limit_hold_timeout)
+                return ClaimBatch(claimed=[], dead_lettered=0)
         source, limit = request.source, request.limit
         values = self._claim_params(request, request.now)
         del values["b_limit"]  # written into the statement's text instead
