@@ -56,7 +56,7 @@ SLACK = 1.5
 #: as soon as the jobs are there.
 KEYS = 20
 RUN_SECONDS = 0.5
-ROLLED_BACK = "rolled it back"
+ROLLED_BACK = "limited claim rolled back"
 
 
 def _state(pid: int) -> str:

@@ -20,16 +20,18 @@ from caravel.store.attempts import trimming
 from caravel.store.base import NOBODY, claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.pending_sql import PENDING_INDEX
-from caravel.store.plans import Plan, Step
+from caravel.store.plans import Plan, Step, run_plan
 from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.key_jobs import lateral_key_jobs
 from caravel.store.postgresql.limit_hold import (
     LIMIT_HOLD_TIMEOUT,
-    bounded_lock,
+    XACT_STATUS,
+    ClaimProgress,
+    hold_bound,
     log_rolled_back,
-    stalled,
+    session_lost,
 )
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
@@ -112,17 +114,14 @@ class PostgresStore(InsertingStore):
     # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
     _fair_key_jobs = staticmethod(lateral_key_jobs)
 
-    #: Seconds a limited claim's transaction may wait for its next statement while it holds
-    #: the queue's limits row before the server ends it (see
-    #: :mod:`~caravel.store.postgresql.limit_hold`). Read when the lock's statement is first
-    #: built.
+    #: Seconds a limited claim's transaction may wait for its next statement (holding the
+    #: queue's limits row) before the server ends it (:mod:`~.limit_hold`).
     limit_hold_timeout = LIMIT_HOLD_TIMEOUT
 
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]:
         # The queue's limited claims take turns on its limits row: each counts the running
-        # jobs only once the claim before it committed. A claimer that stalls holding it is
-        # cut off after limit_hold_timeout.
-        return bounded_lock(read, self.limit_hold_timeout)
+        # jobs only once the claim before it committed.
+        return read.with_for_update()
 
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)
@@ -173,15 +172,8 @@ class PostgresStore(InsertingStore):
         return getattr(orig, "sqlstate", None) in _SCHEMA_MISSING
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
-        if request.limited:  # a transaction of several statements: the shared one
-            try:
-                return await super().job_claim_many(request)
-            except StoreError as exc:
-                if not stalled(exc):
-                    raise
-                # The server rolled the claim back: it took nothing.
-                log_rolled_back(request.queue, self.limit_hold_timeout)
-                return ClaimBatch(claimed=[], dead_lettered=0)
+        if request.limited:  # a transaction of several statements: the shared plan
+            return claimed_from_rows(await self._limited_rows(request))
         source, limit = request.source, request.limit
         values = self._claim_params(request, request.now)
         del values["b_limit"]  # written into the statement's text instead
@@ -204,6 +196,45 @@ class PostgresStore(InsertingStore):
         # A claim that dead-letters expired leases updates their batches' counts (migration
         # 0009's trigger), so it can deadlock with a finisher as acknowledgements can.
         return claimed_from_rows(await self._deadlock_retried(run))
+
+    async def _limited_rows(self, request: ClaimRequest) -> list[Any]:
+        """The rows of a limited claim, run after :func:`~.limit_hold.hold_bound`; none when
+        its session ended before it committed (logged once)."""
+        params = self._claim_params(request, request.now)
+        bound = self._statement("limit_hold", hold_bound)
+        hold = {"b_hold": f"{round(self.limit_hold_timeout * 1000)}ms"}
+        progress = ClaimProgress()
+
+        async def run() -> list[Any]:
+            progress.xact = progress.rows = None
+            async with self._write("job_claim") as conn:
+                progress.xact = (await conn.execute(bound, hold)).one()[1]
+                rows = await run_plan(conn.execute, self._claim_plan(request, params))
+                progress.rows = rows
+            return rows
+
+        try:
+            return await self._deadlock_retried(run)
+        except StoreError as exc:
+            if not session_lost(exc):
+                raise
+            # Lost before its COMMIT was sent: rolled back. Lost during it: ask the server.
+            if progress.rows and await self._committed(progress.xact, exc):
+                return progress.rows
+            log_rolled_back(request.queue, self.limit_hold_timeout, exc)
+            return []
+
+    async def _committed(self, xact: str | None, lost: StoreError) -> bool:
+        """Whether the transaction ``xact`` committed; ``lost`` is raised again when the
+        server cannot say (the transaction still ending, or the server out of reach)."""
+        try:
+            async with self._read("job_claim") as conn:
+                status = (await conn.execute(XACT_STATUS, {"xact": xact})).scalar_one()
+        except StoreError:
+            raise lost from lost.__cause__
+        if status not in ("committed", "aborted"):
+            raise lost
+        return bool(status == "committed")
 
     def _complete_statement(self) -> sa.Update:
         # Sent as one autocommit statement, so the commit's durability is set inside it: the
