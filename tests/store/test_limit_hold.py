@@ -167,5 +167,9 @@ async def test_a_claim_whose_transaction_status_is_unknown_raises_its_error(pg_u
             with pytest.raises(StoreError) as raised:
                 await store._committed(xact[0], lost)
             assert raised.value is lost
+        # No id read (the queue had no limits row): nothing to ask, the error stands.
+        with pytest.raises(StoreError) as raised:
+            await store._committed(None, lost)
+        assert raised.value is lost
     finally:
         await store.close()

@@ -29,9 +29,10 @@ from caravel.store.postgresql.limit_hold import (
     LIMIT_HOLD_TIMEOUT,
     XACT_STATUS,
     ClaimProgress,
-    hold_bound,
+    bounded_lock,
     log_rolled_back,
     session_lost,
+    tapped,
 )
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
@@ -120,8 +121,9 @@ class PostgresStore(InsertingStore):
 
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]:
         # The queue's limited claims take turns on its limits row: each counts the running
-        # jobs only once the claim before it committed.
-        return read.with_for_update()
+        # jobs only once the claim before it committed. A claimer that stalls holding it is
+        # cut off after limit_hold_timeout (read when the statement is first built).
+        return bounded_lock(read, self.limit_hold_timeout)
 
     def _queue_changed(self) -> Sequence[Any]:
         return (QUEUE_CHANGED,)
@@ -198,20 +200,16 @@ class PostgresStore(InsertingStore):
         return claimed_from_rows(await self._deadlock_retried(run))
 
     async def _limited_rows(self, request: ClaimRequest) -> list[Any]:
-        """The rows of a limited claim, run after :func:`~.limit_hold.hold_bound`; none when
-        its session ended before it committed (logged once)."""
+        """The rows of a limited claim; none when its session ended before it committed
+        (logged once, see :mod:`~.limit_hold`)."""
         params = self._claim_params(request, request.now)
-        bound = self._statement("limit_hold", hold_bound)
-        hold = {"b_hold": f"{round(self.limit_hold_timeout * 1000)}ms"}
         progress = ClaimProgress()
 
         async def run() -> list[Any]:
             progress.xact = progress.rows = None
             async with self._write("job_claim") as conn:
-                progress.xact = (await conn.execute(bound, hold)).one()[1]
-                rows = await run_plan(conn.execute, self._claim_plan(request, params))
-                progress.rows = rows
-            return rows
+                plan = tapped(self._claim_plan(request, params), progress)
+                return await run_plan(conn.execute, plan)
 
         try:
             return await self._deadlock_retried(run)
@@ -226,7 +224,10 @@ class PostgresStore(InsertingStore):
 
     async def _committed(self, xact: str | None, lost: StoreError) -> bool:
         """Whether the transaction ``xact`` committed; ``lost`` is raised again when the
-        server cannot say (the transaction still ending, or the server out of reach)."""
+        server cannot say (no id was read, the transaction is still ending, or the server is
+        out of reach)."""
+        if xact is None:
+            raise lost
         try:
             async with self._read("job_claim") as conn:
                 status = (await conn.execute(XACT_STATUS, {"xact": xact})).scalar_one()
