@@ -286,7 +286,8 @@ class WorkerOptions:
             10 s). Hooks run one at a time in a task of their own (a synchronous one in a thread
             of its own), never on the path that records outcomes; one that raises or takes
             longer is logged at WARNING by its exception's class (``worker hook failed``) and
-            the worker goes on. At most 1,000 calls wait their turn; more are dropped, logged.
+            the worker goes on. At most 1,000 calls wait their turn; more are dropped, logged. A
+            stopping worker waits one ``hook_timeout`` in all for the calls still queued.
     """
 
     concurrency: int = 1

@@ -8,7 +8,8 @@ synchronous one runs in a thread of its own, apart from the handlers' threads (a
 call cannot be interrupted: one that never returns keeps that thread, so the later synchronous
 calls time out in turn, while async hooks go on). A hook that raises or times out is logged by
 its exception's class only, never its message, and counted; the queue of calls waiting is
-bounded, and a call past the bound is dropped the same way.
+bounded, and a call past the bound is dropped the same way, as are the calls a stopping worker
+has no time left for (it waits one ``hook_timeout`` in all).
 """
 
 from __future__ import annotations
@@ -98,14 +99,26 @@ class Hooks:
         await self._idle.wait()
 
     async def close(self) -> None:
-        """Make the calls still queued (each bounded as ever), then stop."""
-        if self._task is not None and not self._task.done():
-            await self._idle.wait()
-        task, self._task = self._task, None
-        if task is not None:
+        """Make the calls still queued, waiting one ``hook_timeout`` in all: a stopping worker
+        is held up by its hooks no longer than by one call. What is left then is dropped."""
+        task = self._task
+        if task is not None and not task.done():
+            clock = self._clock
+            timer = asyncio.ensure_future(clock.sleep_until(clock.now_ms() + self._timeout_ms))
+            idle = asyncio.ensure_future(self._idle.wait())
+            try:
+                await asyncio.wait({idle, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+                idle.cancel()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._task = None
+        while self._pending:
+            name, _, event = self._pending.popleft()
+            self._failed(name, event, "dropped", None)
+        self._idle.set()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.shutdown(wait=False, cancel_futures=True)
@@ -130,7 +143,9 @@ class Hooks:
         try:
             await asyncio.wait({call, timer}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            call.cancel()  # the worker is closing
+            call.cancel()  # the worker is closing: this call is cut short
+            call.add_done_callback(_forget)
+            self._failed(name, event, "dropped", None)
             raise
         finally:
             timer.cancel()

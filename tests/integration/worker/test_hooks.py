@@ -45,6 +45,7 @@ from tests.support import (
     dispatch,
     open_queue,
     status_of,
+    until,
     until_watching,
     within,
 )
@@ -502,3 +503,42 @@ def test_the_hook_timeout_is_bounded(value: object) -> None:
     with pytest.raises(OptionsError) as raised:
         WorkerOptions(hook_timeout=value)  # type: ignore[arg-type]
     assert raised.value.field == "hook_timeout"
+
+
+async def test_a_closing_worker_waits_one_hook_timeout_in_all_and_drops_the_rest(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="caravel.worker")
+    clock = SteppingClock()
+    calls: list[DeadLetterEvent] = []
+    running = asyncio.Event()
+
+    async def hangs(event: DeadLetterEvent) -> None:
+        calls.append(event)
+        running.set()
+        await asyncio.Event().wait()
+
+    async def handle(job: Add, ctx: JobContext[Any]) -> None:
+        raise Discard()
+
+    options = WorkerOptions(on_dead_letter=hangs, hook_timeout=HOOK_TIMEOUT)
+    async with open_queue(db_url, registry_with(handle), clock=clock) as queue:
+        worker = QueueWorker(queue, options=options)
+        for n in range(3):
+            await queue.enqueue(Add(n), dispatch())
+            assert await within(worker.run_once("default"))
+        await within(running.wait())  # the first call hangs; two wait behind it
+        closing = asyncio.ensure_future(worker.close())
+        # Once the close waits on the clock too (the first call's bound and its own), one
+        # hook_timeout ends both: the close returns and nothing is left running.
+        await until(
+            lambda: sum(w > clock.now_ms() for w in clock._waking) >= 2,
+            what="the close to wait for the hooks",
+        )
+        await clock.advance(HOOK_TIMEOUT)
+        await within(closing)
+    reasons = [r.reason for r in hook_records(caplog)]  # type: ignore[attr-defined]
+    assert len(reasons) == 3  # every call accounted for
+    assert reasons[-1] == "dropped"  # the last never started
+    assert set(reasons) <= {"timed_out", "dropped"}
+    assert len(calls) <= 2
