@@ -20,7 +20,6 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from caravel.clock import Clock
@@ -28,6 +27,7 @@ from caravel.hooks import DeadLetterEvent, StuckEvent
 from caravel.jobs import ClaimedJob
 from caravel.telemetry import record_hook_failure
 from caravel.worker.runner import Outcome
+from caravel.worker.threads import HandlerThreads
 
 __all__ = ["MAX_PENDING_HOOKS", "Hooks", "dead_letter_event"]
 
@@ -79,7 +79,7 @@ class Hooks:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: HandlerThreads | None = None
         #: Calls that raised, timed out or were dropped since the worker was built.
         self.failures = 0
 
@@ -165,7 +165,9 @@ class Hooks:
         if _is_async(hook):
             return hook(event)
         if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="caravel-hook")
+            # A daemon thread, as the handlers': a hook that never returns must not keep the
+            # process from exiting.
+            self._thread = HandlerThreads(1, name="caravel-hook")
         return asyncio.get_running_loop().run_in_executor(self._thread, hook, event)
 
     def _failed(self, name: str, event: Event, reason: str, error: BaseException | None) -> None:
