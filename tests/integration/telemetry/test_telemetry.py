@@ -472,6 +472,7 @@ async def test_a_worker_process_continues_the_trace_of_the_enqueue(
         "messaging.message.id": str(job.job_id),
         "caravel.job.type": "tests.add.v1",
         "caravel.job.attempt": 1,
+        "caravel.attempt.outcome": "completed",
     }
     assert process["status"] == {"code": "UNSET", "description": None}
     assert process["resource"]["service.name"] == "traced-worker"
