@@ -682,7 +682,7 @@ def test_jobs_show_prints_the_status_without_the_payload(db_url: str, mix: Seede
     )
     assert CANARY not in done.stdout
     shown = json.loads(done.stdout)
-    assert set(shown) == STATUS_FIELDS | {"payload"}
+    assert set(shown) == STATUS_FIELDS | {"payload", "attempts"}
     assert shown["payload"] is None  # present, null without --payload
     assert shown["job_id"] == job_id
     assert shown["queue"] == EMAILS
@@ -741,6 +741,7 @@ def test_jobs_show_payload_includes_the_payload(db_url: str, mix: Seeded) -> Non
         run_cli(
             "jobs",
             "show",
+            "--json",
             mix["ready1"],
             "--url",
             db_url,
@@ -753,7 +754,7 @@ def test_jobs_show_payload_includes_the_payload(db_url: str, mix: Seeded) -> Non
     )
     assert CANARY in done.stdout
     shown = json.loads(done.stdout)
-    assert set(shown) == STATUS_FIELDS | {"payload"}
+    assert set(shown) == STATUS_FIELDS | {"payload", "attempts"}
     assert shown["payload"] == {"report_id": CANARY, "pages": [7]}
     assert shown["job_id"] == mix["ready1"]
 
