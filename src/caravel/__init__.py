@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         ValidationError,
     )
     from caravel.flow import ConcurrencyLimit, RateLimit
+    from caravel.hooks import DeadLetterEvent, StuckEvent
     from caravel.inspector import QueueInspector, QueueLimitRecord, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
@@ -99,6 +100,8 @@ _HOMES = {
     "ValidationError": "caravel.errors",
     "ConcurrencyLimit": "caravel.flow",
     "RateLimit": "caravel.flow",
+    "DeadLetterEvent": "caravel.hooks",
+    "StuckEvent": "caravel.hooks",
     "QueueInspector": "caravel.inspector",
     "QueueLimitRecord": "caravel.inspector",
     "QueuePause": "caravel.inspector",
@@ -168,6 +171,7 @@ __all__ = [
     "ConcurrencyLimit",
     "DatabaseNotFoundError",
     "DatabaseQueue",
+    "DeadLetterEvent",
     "Discard",
     "DispatchOptions",
     "DowngradeRefusedError",
@@ -211,6 +215,7 @@ __all__ = [
     "Snooze",
     "StagedIntent",
     "StoreError",
+    "StuckEvent",
     "SyncQueue",
     "SyncQueueError",
     "SystemClock",

@@ -26,6 +26,7 @@ from caravel.validation import check_duration, check_int
 
 if TYPE_CHECKING:
     from caravel.details import Redactor
+    from caravel.hooks import DeadLetterHook, StuckHook
 
 __all__ = ["QueueOptions", "RetryPolicy", "WorkerOptions"]
 
@@ -46,22 +47,27 @@ def _duration(field: str, value: object, low: timedelta, high: timedelta, rule: 
     check_duration(field, value, low, high, rule, error=OptionsError)
 
 
-def _check_redactor(redactor: object) -> None:
-    """A redactor must take the exception as its one argument; ``str`` and ``repr`` would keep
-    the very message a redactor is there to leave out."""
-    rule = "must be a function taking the exception and returning a string or None"
-    if not callable(redactor):
-        raise OptionsError("redactor", rule)
-    if redactor is str or redactor is repr:
-        raise OptionsError("redactor", "must not be str or repr: they keep the exception's message")
+def _check_function(field: str, value: object, rule: str) -> None:
+    """``value`` must be callable with one positional argument (what it is given)."""
+    if not callable(value):
+        raise OptionsError(field, rule)
     try:
-        signature = inspect.signature(redactor)
+        signature = inspect.signature(value)
     except (TypeError, ValueError):  # some builtins have none to read: called as given
         return
     try:
-        signature.bind(Exception())
+        signature.bind(object())
     except TypeError:
-        raise OptionsError("redactor", rule) from None
+        raise OptionsError(field, rule) from None
+
+
+def _check_redactor(redactor: object) -> None:
+    """A redactor must take the exception as its one argument; ``str`` and ``repr`` would keep
+    the very message a redactor is there to leave out."""
+    if redactor is str or redactor is repr:
+        raise OptionsError("redactor", "must not be str or repr: they keep the exception's message")
+    rule = "must be a function taking the exception and returning a string or None"
+    _check_function("redactor", redactor, rule)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -269,6 +275,19 @@ class WorkerOptions:
             records a new one, and counted in :attr:`JobStatus.attempts_dropped
             <caravel.JobStatus.attempts_dropped>` (see
             :meth:`~caravel.DatabaseQueue.get_attempts`).
+        on_dead_letter: a function or async function of yours, called with a
+            :class:`~caravel.hooks.DeadLetterEvent` after this worker committed a job's dead
+            letter (its last attempt failed or timed out, or it was discarded); never for a
+            write a newer lease refused, nor for a job dead-lettered by a claim because its last
+            lease expired (its attempt record says ``lease_expired``). ``None`` (default): none.
+        on_stuck: likewise, called with a :class:`~caravel.hooks.StuckEvent` when a handler is
+            reported stuck (see ``timeout_grace``). ``None`` (default): none.
+        hook_timeout: how long one hook call may take (100 milliseconds to 5 minutes, default
+            10 s). Hooks run one at a time in a task of their own (a synchronous one in a thread
+            of its own), never on the path that records outcomes; one that raises or takes
+            longer is logged at WARNING by its exception's class (``worker hook failed``) and
+            the worker goes on. At most 1,000 calls wait their turn; more are dropped, logged. A
+            stopping worker waits one ``hook_timeout`` in all for the calls still queued.
     """
 
     concurrency: int = 1
@@ -287,11 +306,25 @@ class WorkerOptions:
     redactor: Redactor | None = None
     progress_interval: timedelta = timedelta(seconds=1)
     attempt_history: int = DEFAULT_ATTEMPT_HISTORY
+    on_dead_letter: DeadLetterHook | None = None
+    on_stuck: StuckHook | None = None
+    hook_timeout: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
         _int("attempt_history", self.attempt_history, 1, MAX_ATTEMPT_HISTORY)
         if self.redactor is not None:
             _check_redactor(self.redactor)
+        for hook in ("on_dead_letter", "on_stuck"):
+            function = getattr(self, hook)
+            if function is not None:
+                _check_function(hook, function, "must be None or a function taking one event")
+        _duration(
+            "hook_timeout",
+            self.hook_timeout,
+            timedelta(milliseconds=100),
+            timedelta(minutes=5),
+            "must be from 100 milliseconds to 5 minutes",
+        )
         if not isinstance(self.schedules, bool):
             raise OptionsError("schedules", "must be True or False")
         if self.retention is not None and not isinstance(self.retention, Retention):

@@ -33,11 +33,13 @@ __all__ = [
     "carrier_for_current_context",
     "enqueue_span",
     "job_span",
+    "mark_attempt",
     "mark_failure",
     "record_claimed",
     "record_dead_lettered",
     "record_dispatched",
     "record_enqueued",
+    "record_hook_failure",
     "record_lease_lost",
     "record_outcome",
     "record_renewal",
@@ -97,6 +99,11 @@ stuck_jobs = meter.create_counter(
     "caravel.jobs.stuck",
     unit="{job}",
     description="Handlers still running past their timeout plus the grace",
+)
+hook_failures = meter.create_counter(
+    "caravel.hooks.failed",
+    unit="{call}",
+    description="Alert hook calls that raised, timed out or were dropped",
 )
 outbox_staged = meter.create_counter(
     "caravel.outbox.staged",
@@ -263,6 +270,17 @@ def mark_failure(span: Span, error_type: str, category: str, detail: str | None 
         span.set_status(Status(StatusCode.ERROR))
 
 
+def mark_attempt(span: Span, outcome: str | None, error_class: str | None) -> None:
+    """Describe how the attempt ended on its span, as its record will: the outcome
+    (``completed``, ``failed``...; ``None`` for an attempt abandoned without one) and the class
+    of the exception behind a failure (``module.QualName``), never its message."""
+    if span.is_recording():
+        if outcome is not None:
+            span.set_attribute("caravel.attempt.outcome", outcome)
+        if error_class is not None:
+            span.set_attribute("caravel.failure.error_class", error_class)
+
+
 # ----- outcomes ------------------------------------------------------------------------------
 
 
@@ -332,6 +350,11 @@ def record_lease_lost(queue: str, reason: str) -> None:
 def record_stuck(queue: str, job_type: str) -> None:
     """A handler ignored its timeout's cancellation for longer than the grace."""
     stuck_jobs.add(1, {"messaging.destination.name": queue, "caravel.job.type": job_type})
+
+
+def record_hook_failure(hook: str, reason: str) -> None:
+    """An alert hook's call that raised, timed out or was dropped (``reason``)."""
+    hook_failures.add(1, {"caravel.hook": hook, "caravel.reason": reason})
 
 
 def record_staged(queue: str, job_type: str) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["Candidate", "Caps", "fit", "stale_before", "window_clock"]
+__all__ = ["Candidate", "Caps", "fit", "stale_before", "started_weights", "window_clock"]
 
 IdT = TypeVar("IdT", bound=Hashable)
 
@@ -100,3 +100,17 @@ def stale_before(latest: int | None, period_ms: int) -> int | None:
     """Starts at or before this time are outside the window of every claim from now on (each
     counts to at least ``latest``); ``None``: nothing is logged, nothing to delete."""
     return None if latest is None else latest - period_ms
+
+
+def started_weights(starts: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """The weights one claim starts, summed per partition key, from its ``(key, weight)`` starts
+    in claim order (the keys stay in the order they first start).
+
+    A claim logs all its starts at one time, and a window only ever sums the weights per key,
+    so one logged row per key counts exactly as one row per start would: a claim of 500 jobs
+    writes one row instead of 500, and every later claim within the window sums that many fewer
+    rows."""
+    summed: dict[str, int] = {}
+    for key, weight in starts:
+        summed[key] = summed.get(key, 0) + weight
+    return summed

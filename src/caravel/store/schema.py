@@ -305,10 +305,10 @@ queue_limits = sa.Table(
 
 QUEUE_STARTS_TABLE = "caravel_queue_starts"
 
-#: One row per start (claim) of a job of a rate-limited queue: when (the claim's ``now``), under
-#: which partition key (:data:`partition`) and for what weight. A limited claim sums the weights
-#: of its queue's rows later than ``now - rate_period_ms`` and prunes the older ones; a queue
-#: without a rate writes none.
+#: One row per claim and partition key (:data:`partition`) of a rate-limited queue's starts: when
+#: (the claim's ``now``), under which key, and the weight the claim started under it. A limited
+#: claim sums the weights of its queue's rows later than ``now - rate_period_ms`` and prunes the
+#: older ones; a queue without a rate writes none.
 queue_starts = sa.Table(
     QUEUE_STARTS_TABLE,
     metadata,

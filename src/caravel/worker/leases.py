@@ -33,7 +33,13 @@ from caravel.store.protocol import (
 )
 from caravel.validation import check_int, check_queue_name
 
-__all__ = ["Acknowledged", "Acknowledgement", "FailureOutcome", "Leases"]
+__all__ = [
+    "Acknowledged",
+    "Acknowledgement",
+    "FailureOutcome",
+    "Leases",
+    "failed_attempt_outcome",
+]
 
 _SOURCES = ("any", "ready", "expired")
 
@@ -96,7 +102,7 @@ class Acknowledged(Protocol):
     def discarded(self) -> bool: ...
 
 
-def _outcome(category: str, *, discarded: bool = False) -> AttemptOutcome:
+def failed_attempt_outcome(category: str, *, discarded: bool = False) -> AttemptOutcome:
     """What a failed attempt's record says it ended with."""
     if discarded:
         return AttemptOutcome.DISCARDED
@@ -257,7 +263,7 @@ class Leases:
         return held
 
     def _failure(self, ack: Acknowledged, category: str, now: int) -> FailedAttempt:
-        outcome = _outcome(category, discarded=ack.discarded)
+        outcome = failed_attempt_outcome(category, discarded=ack.discarded)
         if ack.final:
             return FailedAttempt(
                 ack.lease, category, None, ack.error_class, _cleaned(ack.detail), outcome
@@ -280,7 +286,7 @@ class Leases:
         type's ``retry`` policy where it has one), or a dead letter when the attempt was the
         last. ``detail`` is kept cleaned (:func:`~caravel.details.clean_detail`)."""
         detail = _cleaned(detail)
-        outcome = _outcome(category)
+        outcome = failed_attempt_outcome(category)
         if lease.attempt >= lease.max_attempts:
             return FailedAttempt(lease, category, retry_at=None, detail=detail, outcome=outcome)
         options = self.options

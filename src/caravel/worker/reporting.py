@@ -66,14 +66,14 @@ class OutcomeReport:
     def written(self, claimed: ClaimedJob, outcome: Outcome, held: bool) -> None:
         """An outcome reached the database (``held``) or was fenced off by a newer lease."""
         category = outcome.category
-        last = outcome.final or claimed.attempt >= claimed.lease.max_attempts
+        last = outcome.dead_letter
         snoozed = outcome.snooze_ms is not None
         telemetry.record_outcome(
             claimed.queue,
             claimed.job_type,
             seconds=outcome.seconds,
             category=category,
-            dead=category is not None and last,
+            dead=last,
             abandoned=None if held else "ack_rejected",
             snoozed=snoozed,
         )

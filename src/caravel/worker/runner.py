@@ -47,11 +47,12 @@ from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import JobContext, handed
 from caravel.details import Redactor, detail_of
 from caravel.directives import Discard, Snooze
-from caravel.jobs import ClaimedJob, FailureCategory, Lease
+from caravel.jobs import AttemptOutcome, ClaimedJob, FailureCategory, Lease
 from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
 from caravel.options import RetryPolicy
 from caravel.progress import ProgressReport
 from caravel.registry import JobRegistration, JobRegistry
+from caravel.worker.leases import failed_attempt_outcome
 from caravel.worker.progress import ProgressWriter
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog, Watched
 
@@ -112,6 +113,24 @@ class Outcome:
         """The failure category as stored, or ``None``."""
         return None if self.failure is None else str(self.failure)
 
+    @property
+    def dead_letter(self) -> bool:
+        """Whether recording this outcome dead-letters the job: a failure that is final, or
+        of its last attempt."""
+        lease = self.lease
+        return self.failure is not None and (self.final or lease.attempt >= lease.max_attempts)
+
+    @property
+    def recorded_as(self) -> AttemptOutcome | None:
+        """How the attempt's record says it ended; ``None`` for an attempt abandoned without
+        an outcome (its record is written by whoever takes the job over), except an operator's
+        cancel, which the cancel records."""
+        if self.abandoned is not None:
+            return AttemptOutcome.CANCELLED if self.abandoned is Abandoned.CANCELLED else None
+        if self.failure is not None:
+            return failed_attempt_outcome(self.failure, discarded=self.discarded)
+        return AttemptOutcome.SNOOZED if self.snooze_ms is not None else AttemptOutcome.COMPLETED
+
 
 def error_class_of(exc: BaseException) -> str:
     """``module.QualName`` of ``exc``'s class, cut to what the column holds."""
@@ -165,7 +184,8 @@ class JobRunner:
         (a renewal the database could not answer) and for cancellation of the caller.
 
         The run is one consumer span that continues the trace of the enqueue that created the
-        job; a failure is described on it by exception type, category and safe detail only."""
+        job; it ends with the attempt's outcome as its record keeps it, a failure described by
+        exception type and class, category and safe detail only."""
         started = time.perf_counter()
         tracked = self._progress.track(claimed)
         try:
@@ -179,6 +199,10 @@ class JobRunner:
                 now_ms=self._clock.now_ms(),
             ) as span:
                 outcome = await self._run(claimed, span, tracked.report)
+                if span.is_recording():
+                    recorded = outcome.recorded_as
+                    kind = None if recorded is None else recorded.value
+                    telemetry.mark_attempt(span, kind, outcome.error_class)
         except BaseException:
             self._progress.drop(tracked)
             raise

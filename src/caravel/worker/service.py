@@ -21,8 +21,10 @@ from uuid import uuid4
 
 from caravel._closing import AsyncClosing
 from caravel._failpoints import failpoint
+from caravel.clock import duration_ms
 from caravel.errors import ValidationError
 from caravel.flow.following import LimitedQueues
+from caravel.hooks import StuckEvent
 from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.queue import DatabaseQueue
@@ -30,6 +32,7 @@ from caravel.validation import check_queue_name
 from caravel.worker.acknowledger import Acknowledger
 from caravel.worker.cancels import CancelWatch
 from caravel.worker.fetcher import Fetcher, Slots
+from caravel.worker.hooks import Hooks, dead_letter_event
 from caravel.worker.leases import Leases
 from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
@@ -89,7 +92,12 @@ class QueueWorker(AsyncClosing):
             worker_id=self.worker_id,
             attempt_history=self.options.attempt_history,
         )
-        self._watchdog = LeaseWatchdog(self.leases, timeout_grace=self.options.timeout_grace)
+        self._hooks = Hooks(queue.clock, duration_ms(self.options.hook_timeout))
+        self._watchdog = LeaseWatchdog(
+            self.leases,
+            timeout_grace=self.options.timeout_grace,
+            on_stuck=None if self.options.on_stuck is None else self._stuck,
+        )
         self._progress = ProgressWriter(queue.store, queue.clock, self.options.progress_interval)
         self._runner = JobRunner(
             queue.registry,
@@ -131,6 +139,7 @@ class QueueWorker(AsyncClosing):
         await self._acker.close()
         await self._watchdog.close()
         await self._progress.close()
+        await self._hooks.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     @property
@@ -263,6 +272,7 @@ class QueueWorker(AsyncClosing):
                 self._slots.tasks, self._threads, self._watchdog, self._acker
             )
             self._summary.run_once()  # what finished since the last summary, stopping included
+            await self._hooks.close()  # the calls the last outcomes queued, each bounded
             # After a fault the database is likely unusable: the worker shows as lost instead.
             if self._shutdown.fault is None:
                 await self._presence.deregister()
@@ -276,6 +286,16 @@ class QueueWorker(AsyncClosing):
         self._report.written(claimed, outcome, held)
         if claimed.queue in self._limits:
             self.queue.wakeups.notify({claimed.queue})
+        hook = self.options.on_dead_letter
+        # Only a write that held: a refused one changed nothing, the job is not this worker's.
+        if hook is not None and held and outcome.dead_letter:
+            self._hooks.emit("on_dead_letter", hook, dead_letter_event(claimed, outcome))
+
+    def _stuck(self, event: StuckEvent) -> None:
+        """The watchdog reported a handler stuck: the application's hook is queued."""
+        hook = self.options.on_stuck
+        if hook is not None:
+            self._hooks.emit("on_stuck", hook, event)
 
     def _start_cancel_watch(self, loops: Supervisor) -> None:
         """The loops that cancel handlers of jobs an operator cancelled: polling, and following

@@ -12,8 +12,9 @@ entry instead of a timer of its own. At that moment the loop:
 * or, at the job's execution timeout, asks its handler to stop (its cancellation signal is set,
   an async handler's task is cancelled; a synchronous handler's thread cannot be interrupted),
   marking the attempt timed out. Renewal goes on while the handler stops. A handler still
-  running ``timeout_grace`` later is reported stuck (a WARNING and ``caravel.jobs.stuck``) and
-  its lease is renewed no more; when the lease ends, the job's task is cancelled and the attempt
+  running ``timeout_grace`` later is reported stuck (a WARNING, ``caravel.jobs.stuck`` and the
+  ``on_stuck`` callback, which only queues the application's hook) and its lease is renewed no
+  more; when the lease ends, the job's task is cancelled and the attempt
   recorded as timed out, its handler's thread (if any) left to return on its own.
 
 An operator's cancel of a running job (:mod:`caravel.worker.cancels` hears of it) ends the job's
@@ -35,12 +36,14 @@ import enum
 import heapq
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from uuid import UUID
 
 from caravel.clock import duration_ms
 from caravel.context import JobContext
+from caravel.hooks import StuckEvent
 from caravel.jobs import Lease
 from caravel.telemetry import record_renewal, record_stuck
 from caravel.worker.leases import Leases
@@ -98,8 +101,15 @@ class LeaseWatchdog:
     """The watchdog; :meth:`watch` registers the current task's lease, :meth:`release` ends it.
     The loop (:meth:`run`) starts with the first watched lease."""
 
-    def __init__(self, leases: Leases, *, timeout_grace: timedelta = DEFAULT_TIMEOUT_GRACE) -> None:
+    def __init__(
+        self,
+        leases: Leases,
+        *,
+        timeout_grace: timedelta = DEFAULT_TIMEOUT_GRACE,
+        on_stuck: Callable[[StuckEvent], None] | None = None,
+    ) -> None:
         self._leases = leases
+        self._on_stuck = on_stuck
         self._clock = leases.clock
         renewal = leases.options.lease_renewal_interval
         self._renew_every = None if renewal is None else duration_ms(renewal)
@@ -316,6 +326,18 @@ class LeaseWatchdog:
                 "grace_ms": self._grace_ms,
             },
         )
+        if self._on_stuck is not None:
+            self._on_stuck(
+                StuckEvent(
+                    job_id=context.job_id,
+                    queue=context.queue,
+                    job_type=context.job_type,
+                    tenant_id=context.tenant_id,
+                    attempt=context.attempt,
+                    timeout=timedelta(milliseconds=entry.timeout_ms or 0),
+                    overdue=timedelta(milliseconds=now - timeout_at),
+                )
+            )
 
     async def _renew(self, entry: Watched, now: int) -> None:
         try:

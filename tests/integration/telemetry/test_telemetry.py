@@ -196,6 +196,7 @@ async def test_enqueue_and_run_once_continue_the_request_trace(
         "messaging.message.id": str(job.job_id),
         "caravel.job.type": "tests.add.v1",
         "caravel.job.attempt": 1,
+        "caravel.attempt.outcome": "completed",
     }
     assert [(link.context.trace_id, link.context.span_id) for link in process.links] == [
         (send.context.trace_id, send.context.span_id)
@@ -471,6 +472,7 @@ async def test_a_worker_process_continues_the_trace_of_the_enqueue(
         "messaging.message.id": str(job.job_id),
         "caravel.job.type": "tests.add.v1",
         "caravel.job.attempt": 1,
+        "caravel.attempt.outcome": "completed",
     }
     assert process["status"] == {"code": "UNSET", "description": None}
     assert process["resource"]["service.name"] == "traced-worker"

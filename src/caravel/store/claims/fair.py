@@ -14,10 +14,11 @@ from caravel.store.claims.sources import (
     KEY_SCAN,
     RANK_HORIZON_MS,
     READY,
+    RUNNING_PART,
     claim_update,
     due_ids,
     no_lock,
-    running_per_key,
+    running_part,
 )
 from caravel.store.schema import claim_rank, jobs, queue_weights
 from caravel.store.values import ClaimSource
@@ -129,7 +130,9 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
         )
         if source == "expired":
             parts = parts[:1]
-    due = (sa.union_all(*parts) if len(parts) > 1 else parts[0]).subquery("due_jobs")
+    # The running jobs go in as rows of their own (see running_part), first in their key.
+    due = sa.union_all(running_part(now), *parts).subquery("due_jobs")
+    is_running = due.c.part == sa.literal_column(str(RUNNING_PART))
     ranked = sa.select(
         due.c.id,
         due.c.key,
@@ -138,26 +141,28 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
         sa.func.row_number()
         .over(partition_by=(due.c.part, due.c.key), order_by=(due.c.k, due.c.id))
         .label("n"),
+        # After the key's running jobs: what the key would have running with this job.
         sa.func.row_number()
         .over(partition_by=due.c.key, order_by=(due.c.part, due.c.k, due.c.id))
         .label("in_key"),
+        sa.func.sum(sa.case((is_running, sa.literal_column("1")), else_=sa.literal_column("0")))
+        .over(partition_by=due.c.key)
+        .label("running"),
     ).subquery("ranked")
-    weight = sa.func.coalesce(queue_weights.c.weight, 1)
-    joined = ranked.outerjoin(
-        queue_weights,
-        sa.and_(
+    # One primary-key probe per candidate, whatever the planner thinks the table holds.
+    stored_weight = (
+        sa.select(queue_weights.c.weight)
+        .where(
             queue_weights.c.queue == sa.bindparam("b_queue"), queue_weights.c.key == ranked.c.key
-        ),
+        )
+        .scalar_subquery()
     )
-    # Each key's jobs running with a lease unexpired, read from ix_caravel_jobs_leases: as
-    # many rows as the queue has jobs running, never its backlog.
-    running = running_per_key(now)
-    joined = joined.outerjoin(running, running.c.key == ranked.c.key)
-    running_of_key = sa.func.coalesce(running.c.running, 0)
-    where: list[sa.ColumnElement[bool]] = []
+    weight = sa.func.coalesce(stored_weight, 1)
+    running_of_key = ranked.c.running
+    where: list[sa.ColumnElement[bool]] = [ranked.c.part > sa.literal_column(str(RUNNING_PART))]
     if per_key:
         cap = sa.bindparam("b_per_key", type_=sa.Integer())
-        where.append(ranked.c.in_key + running_of_key <= cap)
+        where.append(ranked.c.in_key <= cap)
     # A key's running jobs count into its rounds (integer division): a key of weight w with r
     # jobs running has its ready jobs r+1..w in round 0, then w at a time. Expired leases,
     # taken first, go in the order their leases expired.
@@ -177,7 +182,6 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
     key_turn = sa.case((expired_part, sa.literal("")), else_=ranked.c.key)
     chosen = (
         sa.select(ranked.c.id)
-        .select_from(joined)
         .where(*where)
         .order_by(ranked.c.part, turn, wrapped, key_turn, ranked.c.k)
         .limit(limit)

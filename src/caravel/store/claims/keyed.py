@@ -6,7 +6,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from caravel.store.claims.sources import KEY_SCAN, claim_update, due_ids, no_lock, running_per_key
+from caravel.store.claims.sources import (
+    KEY_SCAN,
+    RUNNING_PART,
+    claim_update,
+    due_ids,
+    no_lock,
+    running_part,
+)
 from caravel.store.values import ClaimSource
 
 __all__ = ["claim_per_key"]
@@ -24,7 +31,7 @@ def claim_per_key(source: ClaimSource, target: Any) -> sa.Update:
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     scan: Any = sa.literal_column(str(KEY_SCAN))
     sources: tuple[ClaimSource, ...] = ("expired", "ready") if source == "any" else (source,)
-    parts = []
+    parts = [running_part(now)]
     for part, name in enumerate(sources):
         picked = due_ids(name, now, scan, no_lock, keyed=True, partitioned=True)
         inner = picked.subquery(f"{name}_jobs")
@@ -33,23 +40,22 @@ def claim_per_key(source: ClaimSource, target: Any) -> sa.Update:
                 inner.c.id, inner.c.key, sa.literal_column(str(part)).label("part"), inner.c.k
             )
         )
-    due = (sa.union_all(*parts) if len(parts) > 1 else parts[0]).subquery("due_jobs")
+    due = sa.union_all(*parts).subquery("due_jobs")
+    # Numbered within its key after the key's running jobs (their part sorts first): a job's
+    # number is what its key would have running once it and those before it were claimed.
     ranked = sa.select(
         due.c.id,
-        due.c.key,
         due.c.part,
         due.c.k,
         sa.func.row_number()
         .over(partition_by=due.c.key, order_by=(due.c.part, due.c.k))
         .label("n"),
     ).subquery("ranked")
-    running = running_per_key(now)
     per_key = sa.bindparam("b_per_key", type_=sa.Integer())
     limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
     chosen = (
         sa.select(ranked.c.id)
-        .select_from(ranked.outerjoin(running, running.c.key == ranked.c.key))
-        .where(ranked.c.n + sa.func.coalesce(running.c.running, 0) <= per_key)
+        .where(ranked.c.part > sa.literal_column(str(RUNNING_PART)), ranked.c.n <= per_key)
         .order_by(ranked.c.part, ranked.c.k)
         .limit(limit)
     )

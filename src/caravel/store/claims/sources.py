@@ -1,6 +1,6 @@
 """The pieces every claim statement is built of: the due jobs of one source in its order
-(:func:`due_ids`), each key's running jobs (:func:`running_per_key`), and the ``UPDATE`` that
-claims the chosen rows (:func:`claim_update`)."""
+(:func:`due_ids`), the running jobs that count against each key (:func:`running_part`), and
+the ``UPDATE`` that claims the chosen rows (:func:`claim_update`)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from caravel.store.values import ClaimSource
 __all__ = [
     "KEY_SCAN",
     "RANK_HORIZON_MS",
+    "RUNNING_PART",
     "Lock",
     "claim_update",
     "due_ids",
     "no_lock",
-    "running_per_key",
+    "running_part",
 ]
 
 RUNNING = JobState.RUNNING.value
@@ -33,6 +34,10 @@ DEAD = JobState.DEAD_LETTER.value
 #: How far past now the rank of a due job can lie (a due job of the lowest priority): the claim
 #: stops reading the index there, so a queue of far-future delayed jobs is not read to its end.
 RANK_HORIZON_MS = MAX_PRIORITY * PRIORITY_AGING_MS
+
+#: The ``part`` of the running jobs among a claim's candidates (:func:`running_part`): before
+#: every source's, so a key's running jobs come first when its rows are numbered.
+RUNNING_PART = -1
 
 #: How many due jobs of each source a claim under a per-key limit reads at most: the horizon
 #: within which a key at its limit cannot hold back the keys behind it.
@@ -83,20 +88,25 @@ def due_ids(
     return lock(sa.select(*columns).where(*due, *where).order_by(order).limit(limit))
 
 
-def running_per_key(now: Any) -> sa.CTE:
-    """Each key's jobs of ``b_queue`` running with a lease unexpired at ``now``, as
-    ``running_keys(key, running)``: a ``MATERIALIZED`` common table expression, counted once
-    per claim (as a subquery, a planner without statistics regrouped it once per candidate)."""
-    return (
-        sa.select(partition.label("key"), sa.func.count().label("running"))
-        .where(
-            jobs.c.queue == sa.bindparam("b_queue"),
-            jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
-            jobs.c.available_at > now,
-        )
-        .group_by(partition)
-        .cte("running_keys")
-        .prefix_with("MATERIALIZED")
+def running_part(now: Any) -> sa.Select[Any]:
+    """``b_queue``'s jobs running with a lease unexpired at ``now`` as rows of a claim's
+    candidates (``id``, ``key``, ``part`` :data:`RUNNING_PART`, ``k`` ``NULL``), read from
+    ``ix_caravel_jobs_leases``: as many rows as the queue has jobs running, never its backlog.
+
+    A claim unions them with its candidates and counts each key's running jobs with a window
+    over the key, the same sort that numbers the key's candidates. Joined to the candidates by
+    key instead, a planner without statistics (a table that filled up before autovacuum
+    analysed it) took both sides for one row and compared every candidate with every running
+    key: a million comparisons for a claim of 1,000 with 1,000 keys running."""
+    return sa.select(
+        jobs.c.id,
+        partition.label("key"),
+        sa.literal_column(str(RUNNING_PART)).label("part"),
+        sa.cast(sa.null(), sa.BigInteger()).label("k"),
+    ).where(
+        jobs.c.queue == sa.bindparam("b_queue"),
+        jobs.c.state == sa.literal_column(f"'{RUNNING}'"),
+        jobs.c.available_at > now,
     )
 
 

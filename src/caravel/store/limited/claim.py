@@ -11,7 +11,14 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from caravel.flow.fairness import fair_order, next_cursor
-from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
+from caravel.flow.window import (
+    Candidate,
+    Caps,
+    fit,
+    stale_before,
+    started_weights,
+    window_clock,
+)
 from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.claims.takeover import expired_before, taking_over
@@ -170,17 +177,14 @@ def _rated_claim(
     )
     claimed = yield from _taking_over(store, request, claim)
     by_id = {job.id: job for job in chosen}
-    starts = [
-        {
-            "b_queue": queue,
-            "b_key": by_id[row.id].key,
-            "b_now": now,
-            "b_weight": by_id[row.id].weight,
-        }
-        for row in claimed
-        if row.state == RUNNING
-    ]
-    if starts:
+    logged = started_weights(
+        (by_id[row.id].key, by_id[row.id].weight) for row in claimed if row.state == RUNNING
+    )
+    if logged:
+        starts = [
+            {"b_queue": queue, "b_key": key, "b_now": now, "b_weight": weight}
+            for key, weight in logged.items()
+        ]
         yield Step(store._statement("starts_log", log_starts), starts)
     if stored.fair:
         yield from _move_cursor(store, queue, stored.fair_cursor, claimed)

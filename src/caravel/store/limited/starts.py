@@ -62,7 +62,9 @@ def rate_used() -> sa.Select[Any]:
 
 
 def log_starts() -> sa.Insert:
-    """Log one start (``b_queue``, ``b_key``, ``b_now``, ``b_weight``); run once per start."""
+    """Log the starts of one claim under one key (``b_queue``, ``b_key``, ``b_now``, and
+    ``b_weight``, their summed weights: :func:`~caravel.flow.window.started_weights`); run once
+    per key the claim started."""
     return sa.insert(queue_starts).values(
         queue=sa.bindparam("b_queue"),
         key=sa.bindparam("b_key"),

@@ -16,7 +16,7 @@ from caravel.errors import ValidationError
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.fairness import comes_after, fair_order, next_cursor, share
 from caravel.flow.rate import RateLimit
-from caravel.flow.window import Candidate, Caps, fit, stale_before, window_clock
+from caravel.flow.window import Candidate, Caps, fit, stale_before, started_weights, window_clock
 from caravel.jobs import JobState
 from caravel.store.claims import KEY_SCAN
 from caravel.store.limited import check_rate_fits, checked_limit, stored_fields
@@ -137,7 +137,8 @@ def log_starts(tables: Tables, queue: str, now: int, claimed: Sequence[JobRow]) 
     if stored is None or stored.rate_period_ms is None:
         return
     log = tables.starts.setdefault(queue, [])
-    log.extend((now, partition_of(row), row.weight or 1) for row in claimed if row.state == RUNNING)
+    started = ((partition_of(row), row.weight or 1) for row in claimed if row.state == RUNNING)
+    log.extend((now, key, weight) for key, weight in started_weights(started).items())
 
 
 def _fair_pick(
