@@ -3,8 +3,11 @@
 Seeds a SQLite queue with the tests' believable last hour
 (``tests/support/dashboard/seed.py``), serves the dashboard on a loopback port with uvicorn, and
 photographs each main page with Debian's Chromium through Playwright, 1280 px wide, plus the
-overview on a 390 px phone screen. Writes ``docs/images/dashboard-*.png``. The clock is fixed,
-so the pictures change only when the pages do.
+overview on a 390 px phone screen. Then a real worker adds an attempt history
+(``tests/support/dashboard/history.py``: a payment that failed once then completed, one that
+is a dead letter) and the dead-letter list and the first payment's page are photographed.
+Writes ``docs/images/dashboard-*.png``. The clock is fixed, so the pictures change only when
+the pages do.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.dashboard import history  # noqa: E402
 from tests.support.dashboard.browser import chromium, chromium_missing  # noqa: E402
 from tests.support.dashboard.seed import END, seed  # noqa: E402
 from tests.support.dashboard.server import serving  # noqa: E402
@@ -50,13 +55,25 @@ def main() -> int:
             "dashboard-overview.png": "/",
             "dashboard-jobs.png": "/jobs?queue=emails&per_page=20",
             "dashboard-job.png": job,
-            "dashboard-dead-letters.png": "/dead-letters",
             "dashboard-workers.png": "/workers",
         }
         with serving(app) as base:
             with chromium(1280, 800) as browser:
                 page = browser.new_page()
                 for name, path in pages.items():
+                    page.goto(base + path)
+                    page.screenshot(path=str(IMAGES / name), full_page=True)
+                    print(f"wrote docs/images/{name}")
+            # The newest dead letter, after the seeded ones, before the seed's last minute.
+            made = asyncio.run(history.run(url, start=END - timedelta(seconds=210)))
+            where = f"queue={history.QUEUE}&tenant={history.TENANT}"
+            later = {
+                "dashboard-dead-letters.png": "/dead-letters",
+                "dashboard-attempts.png": f"/jobs/{made.recovered}?{where}",
+            }
+            with chromium(1280, 800) as browser:
+                page = browser.new_page()
+                for name, path in later.items():
                     page.goto(base + path)
                     page.screenshot(path=str(IMAGES / name), full_page=True)
                     print(f"wrote docs/images/{name}")

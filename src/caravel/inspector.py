@@ -219,6 +219,67 @@ class QueueInspector(AsyncClosing):
         leave, so narrow by queue or state on a large table). ``batch_id`` keeps one batch's
         members (its callback is not a member: see :attr:`BatchStatus.callback_id
         <caravel.BatchStatus.callback_id>`)."""
+        where = self._job_filter(
+            queue=queue,
+            tenant_id=tenant_id,
+            state=state,
+            job_type=job_type,
+            limit=limit,
+            offset=offset,
+            oldest_first=oldest_first,
+            shown_state=shown_state,
+            tag=tag,
+            batch_id=batch_id,
+        )
+        return await self.store.job_list(where)
+
+    async def list_jobs_with_last_attempt(
+        self,
+        *,
+        queue: str | None = None,
+        tenant_id: str | None = None,
+        state: JobState | None = None,
+        job_type: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        oldest_first: bool = False,
+        shown_state: str | None = None,
+        tag: str | None = None,
+        batch_id: UUID | str | None = None,
+    ) -> list[tuple[JobStatus, AttemptRecord | None]]:
+        """The jobs :meth:`list_jobs` lists with the same arguments, each with its latest
+        attempt record (see :meth:`get_attempts`; ``None`` for a job that keeps none), read in
+        one statement: what the dashboard's dead-letter page shows of each job's last failure."""
+        where = self._job_filter(
+            queue=queue,
+            tenant_id=tenant_id,
+            state=state,
+            job_type=job_type,
+            limit=limit,
+            offset=offset,
+            oldest_first=oldest_first,
+            shown_state=shown_state,
+            tag=tag,
+            batch_id=batch_id,
+        )
+        return await self.store.job_list_with_last_attempt(where)
+
+    def _job_filter(
+        self,
+        *,
+        queue: str | None,
+        tenant_id: str | None,
+        state: JobState | None,
+        job_type: str | None,
+        limit: int,
+        offset: int,
+        oldest_first: bool,
+        shown_state: str | None,
+        tag: str | None,
+        batch_id: UUID | str | None,
+    ) -> JobFilter:
+        """The filter of a listing's arguments, each checked; raises
+        :class:`~caravel.errors.ValidationError` naming the first bad one."""
         if queue is not None:
             check_queue_name(queue)
         if tenant_id is not None:
@@ -234,20 +295,18 @@ class QueueInspector(AsyncClosing):
             raise ValidationError("shown_state", "must be " + ", ".join(SHOWN_STATES))
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         check_int("offset", offset, 0, MAX_LIST_OFFSET)
-        return await self.store.job_list(
-            JobFilter(
-                queue=queue,
-                tenant_id=tenant_id,
-                state=state,
-                job_type=job_type,
-                limit=limit,
-                offset=offset,
-                oldest_first=bool(oldest_first),
-                shown=shown_state,
-                now=self.clock.now_ms(),
-                tag=tag,
-                batch_id=batch,
-            )
+        return JobFilter(
+            queue=queue,
+            tenant_id=tenant_id,
+            state=state,
+            job_type=job_type,
+            limit=limit,
+            offset=offset,
+            oldest_first=bool(oldest_first),
+            shown=shown_state,
+            now=self.clock.now_ms(),
+            tag=tag,
+            batch_id=batch,
         )
 
     async def list_batches(self, limit: int = 50, offset: int = 0) -> list[BatchStatus]:

@@ -116,7 +116,7 @@ async def _job_state(url: str, job_id: str) -> JobState | None:
 
 def test_jobs_show_finds_a_job_by_its_id_alone(db_url: str) -> None:
     ids = asyncio.run(_seed_jobs(db_url))
-    done = run_cli("jobs", "show", ids["ready"], "--url", db_url, "--payload")
+    done = run_cli("jobs", "show", "--json", ids["ready"], "--url", db_url, "--payload")
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
     assert (shown["job_id"], shown["queue"], shown["tenant_id"]) == (
@@ -126,10 +126,10 @@ def test_jobs_show_finds_a_job_by_its_id_alone(db_url: str) -> None:
     )
     assert shown["payload"] == {"amount": 1, "note": ""}
     # A flag given must match; one left out matches the job's own.
-    only_queue = run_cli("jobs", "show", ids["ready"], "--url", db_url, "-q", "emails")
+    only_queue = run_cli("jobs", "show", "--json", ids["ready"], "--url", db_url, "-q", "emails")
     assert only_queue.returncode == 0, only_queue.stderr
     assert json.loads(only_queue.stdout)["tenant_id"] == "tenant-b"
-    only_tenant = run_cli("jobs", "show", ids["ready"], "--url", db_url, "-t", "tenant-b")
+    only_tenant = run_cli("jobs", "show", "--json", ids["ready"], "--url", db_url, "-t", "tenant-b")
     assert json.loads(only_tenant.stdout)["queue"] == "emails"
     for wrong in (("-q", "reports"), ("-t", "tenant-c"), ("-q", "emails", "-t", "Tenant-B")):
         missed = run_cli("jobs", "show", ids["ready"], "--url", db_url, *wrong)

@@ -103,7 +103,7 @@ def test_chains_show_says_which_steps_are_held(db_url: str, made: Made) -> None:
 def test_jobs_show_names_the_chain_and_the_batch(db_url: str, made: Made) -> None:
     second = made.chain.job_ids[1]
     where = ("--url", db_url, "-q", "steps", "-t", "tenant-a")
-    step = json.loads(run_cli("jobs", "show", str(second), *where).stdout)
+    step = json.loads(run_cli("jobs", "show", "--json", str(second), *where).stdout)
     assert (step["chain_id"], step["chain_step"], step["held"]) == (
         str(made.chain.chain_id),
         1,
@@ -111,7 +111,9 @@ def test_jobs_show_names_the_chain_and_the_batch(db_url: str, made: Made) -> Non
     )
     assert step["payload"] is None
     member = made.older.job_ids[0]
-    shown = run_cli("jobs", "show", str(member), "--url", db_url, "-q", "members", "-t", "tenant-a")
+    shown = run_cli(
+        "jobs", "show", "--json", str(member), "--url", db_url, "-q", "members", "-t", "tenant-a"
+    )
     found = json.loads(shown.stdout)
     assert (found["batch_id"], found["held"], found["chain_id"]) == (
         str(made.older.batch_id),

@@ -675,10 +675,14 @@ def test_jobs_list_rejects_an_out_of_range_limit(db_url: str, limit: str) -> Non
 
 def test_jobs_show_prints_the_status_without_the_payload(db_url: str, mix: Seeded) -> None:
     job_id = mix["ready1"]
-    done = ok(run_cli("jobs", "show", job_id, "--url", db_url, "--queue", EMAILS, "-t", TENANT_A))
+    done = ok(
+        run_cli(
+            "jobs", "show", "--json", job_id, "--url", db_url, "--queue", EMAILS, "-t", TENANT_A
+        )
+    )
     assert CANARY not in done.stdout
     shown = json.loads(done.stdout)
-    assert set(shown) == STATUS_FIELDS | {"payload"}
+    assert set(shown) == STATUS_FIELDS | {"payload", "attempts"}
     assert shown["payload"] is None  # present, null without --payload
     assert shown["job_id"] == job_id
     assert shown["queue"] == EMAILS
@@ -693,12 +697,14 @@ def test_jobs_show_prints_the_status_without_the_payload(db_url: str, mix: Seede
     assert shown["created_at"].endswith("Z")
     assert shown["priority"] == 0
     where = ("--url", db_url, "-q", REPORTS, "-t", TENANT_C)
-    ready = json.loads(ok(run_cli("jobs", "show", mix["reports_ready"], *where)).stdout)
+    ready = json.loads(ok(run_cli("jobs", "show", "--json", mix["reports_ready"], *where)).stdout)
     assert ready["priority"] == -42
 
     dead = json.loads(
         ok(
-            run_cli("jobs", "show", mix["dead"], "--url", db_url, "-q", EMAILS, "-t", TENANT_A)
+            run_cli(
+                "jobs", "show", "--json", mix["dead"], "--url", db_url, "-q", EMAILS, "-t", TENANT_A
+            )
         ).stdout
     )
     assert dead["state"] == "dead_letter"
@@ -710,7 +716,18 @@ def test_jobs_show_prints_the_status_without_the_payload(db_url: str, mix: Seede
 
     running = json.loads(
         ok(
-            run_cli("jobs", "show", mix["running"], "--url", db_url, "-q", EMAILS, "-t", TENANT_B)
+            run_cli(
+                "jobs",
+                "show",
+                "--json",
+                mix["running"],
+                "--url",
+                db_url,
+                "-q",
+                EMAILS,
+                "-t",
+                TENANT_B,
+            )
         ).stdout
     )
     assert running["state"] == "running"
@@ -724,6 +741,7 @@ def test_jobs_show_payload_includes_the_payload(db_url: str, mix: Seeded) -> Non
         run_cli(
             "jobs",
             "show",
+            "--json",
             mix["ready1"],
             "--url",
             db_url,
@@ -736,7 +754,7 @@ def test_jobs_show_payload_includes_the_payload(db_url: str, mix: Seeded) -> Non
     )
     assert CANARY in done.stdout
     shown = json.loads(done.stdout)
-    assert set(shown) == STATUS_FIELDS | {"payload"}
+    assert set(shown) == STATUS_FIELDS | {"payload", "attempts"}
     assert shown["payload"] == {"report_id": CANARY, "pages": [7]}
     assert shown["job_id"] == mix["ready1"]
 
@@ -757,7 +775,17 @@ def test_jobs_show_needs_the_exact_queue_and_tenant(
     for extra in ((), ("--payload",)):
         done = failed(
             run_cli(
-                "jobs", "show", mix["ready1"], "--url", db_url, "-q", queue, "-t", tenant, *extra
+                "jobs",
+                "show",
+                "--json",
+                mix["ready1"],
+                "--url",
+                db_url,
+                "-q",
+                queue,
+                "-t",
+                tenant,
+                *extra,
             )
         )
         assert done.stdout == ""

@@ -64,7 +64,9 @@ def test_prune_asks_then_prunes_only_old_jobs_and_keeps_their_keys(
             assert (again.job_id, again.already_enqueued) == (keyed, True)
 
     asyncio.run(check())
-    shown = run_cli("jobs", "show", str(keyed), "--url", url, "-q", "default", "-t", "tenant-a")
+    shown = run_cli(
+        "jobs", "show", "--json", str(keyed), "--url", url, "-q", "default", "-t", "tenant-a"
+    )
     assert json.loads(shown.stdout)["state"] == "pruned"
 
 

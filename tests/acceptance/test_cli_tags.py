@@ -74,7 +74,16 @@ def test_jobs_list_filters_by_an_exact_tag_and_shows_tags(db_url: str) -> None:
     shown = json.loads(
         ok(
             run_cli(
-                "jobs", "show", ids["billing"], "--url", db_url, "-q", "emails", "-t", "tenant-a"
+                "jobs",
+                "show",
+                "--json",
+                ids["billing"],
+                "--url",
+                db_url,
+                "-q",
+                "emails",
+                "-t",
+                "tenant-a",
             )
         ).stdout
     )

@@ -4,16 +4,15 @@ only in ``jobs show --payload`` and ``jobs show --result``."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Annotated, Any
 from uuid import UUID
 
 import typer
 
-from caravel.cli import removal
+from caravel.cli import removal, showjob
 from caravel.cli.connect import open_inspector, open_writer
-from caravel.cli.failure import JobNotFoundError, NothingReplayedError, fail
+from caravel.cli.failure import NothingReplayedError, fail
 from caravel.cli.jsonout import emit, record_fields
 from caravel.cli.options import DatabaseUrl, Json
 from caravel.cli.prune import prune_jobs
@@ -26,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+app.command("show")(showjob.show)
 app.command("cancel")(removal.cancel)
 app.command("delete")(removal.delete)
 app.command("prune")(prune_jobs)
@@ -142,60 +142,6 @@ def list_jobs(
         from caravel.cli.render import console, statuses_table
 
         console().print(statuses_table(found))
-
-
-@app.command()
-def show(
-    job_id: Annotated[str, typer.Argument(help="The job id.")],
-    url: DatabaseUrl,
-    queue: QueueOpt = None,
-    tenant: TenantOpt = None,
-    payload: Annotated[
-        bool, typer.Option("--payload", help="Include the stored payload (null otherwise).")
-    ] = False,
-    result: Annotated[
-        bool,
-        typer.Option("--result", help="Include the handler's stored result (null otherwise)."),
-    ] = False,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Errors as JSON on stderr too (the job is always printed as JSON)."
-        ),
-    ] = False,
-) -> None:
-    """Show one job as JSON.
-
-    The id finds it; --queue and --tenant, when given, must be its own exactly. Exit 1 when
-    there is no such job.
-    """
-
-    async def go() -> dict[str, object]:
-        ident = _job_id(job_id)
-        async with open_inspector(url) as reader:
-            found = await reader.find_job(ident, queue=queue, tenant_id=tenant)
-            if found is None:
-                raise JobNotFoundError(
-                    "no such job in this queue and tenant"
-                    if _narrowed(queue, tenant)
-                    else "no such job: no job has this id"
-                )
-            where = (ident, found.queue, found.tenant_id)
-            text = await reader.get_payload(*where) if payload else None
-            stored = await reader.get_result(*where) if result else None
-        # The stored payload and result are JSON text; each is shown as the JSON value it is.
-        # chain_id, chain_step and batch_id say what the job is linked to.
-        return {
-            **record_fields(found),
-            "payload": None if text is None else json.loads(text),
-            "result": None if stored is None else json.loads(stored),
-        }
-
-    try:
-        shown = asyncio.run(go())
-    except (CaravelError, JobNotFoundError) as exc:
-        raise fail("jobs show", exc, as_json=as_json, url=url) from None
-    emit(shown)
 
 
 @app.command()

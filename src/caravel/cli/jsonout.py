@@ -23,10 +23,11 @@ from caravel.clock import from_ms
 from caravel.jobs import JobStatus
 
 if TYPE_CHECKING:
-    from caravel.jobs import WorkerInfo
+    from caravel.jobs import AttemptRecord, WorkerInfo
     from caravel.store.protocol import QueueCounts, QueueLimitUsage
 
 __all__ = [
+    "attempt_fields",
     "counts_document",
     "document",
     "emit",
@@ -169,6 +170,29 @@ def record_fields(record: JobStatus | WorkerInfo) -> dict[str, Any]:
             }
         )
     return fields
+
+
+def attempt_fields(record: AttemptRecord) -> dict[str, Any]:
+    """One attempt record of ``jobs show``'s ``attempts``, under names that stay: its number,
+    how it ended (``outcome``, an :class:`~caravel.AttemptOutcome` value), the failure
+    ``category`` and ``error_class``, the ``detail`` its handler marked safe, the worker that
+    ran it (``worker_id``, ``host``, ``pid``), ``claimed_at``, ``finished_at``,
+    ``duration_seconds``, ``retry_at`` and the claim's ``lease_token``; null where unknown."""
+    return {
+        "attempt": record.attempt,
+        "outcome": record.outcome,
+        "category": record.category,
+        "error_class": record.error_class,
+        "detail": record.detail,
+        "worker_id": record.worker_id,
+        "host": record.host,
+        "pid": record.pid,
+        "claimed_at": record.claimed_at,
+        "finished_at": record.finished_at,
+        "duration_seconds": record.duration,
+        "retry_at": record.retry_at,
+        "lease_token": record.lease_token,
+    }
 
 
 #: Fields a record's document leaves out (the application's data, read on request only).

@@ -10,14 +10,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from caravel.jobs import JobStatus, WorkerInfo
+from caravel.jobs import AttemptRecord, JobStatus, WorkerInfo
 from caravel.store.protocol import SHOWN_STATES, KeyUsage, QueueCounts, QueueLimitUsage
 
 __all__ = [
+    "attempts_table",
     "console",
     "counts_table",
     "fairness",
@@ -139,6 +141,70 @@ def statuses_table(statuses: Sequence[JobStatus]) -> Table:
     return table
 
 
+def _blank(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _seconds(record: AttemptRecord) -> str:
+    duration = record.duration
+    return "" if duration is None else f"{duration.total_seconds():.3f} s"
+
+
+def attempts_table(records: Sequence[AttemptRecord]) -> Table:
+    """A job's attempt records, oldest first: how each ended and why (the failure category,
+    the exception's class and the detail its handler marked safe), which worker ran it, when,
+    for how long, and when the job was due again after it. Blank where unknown."""
+    # Light rules and folded cells: a long class path or worker id wraps, never cut short.
+    table = Table(
+        title="Attempts",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        title_justify="left",
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    right = {"#", "pid", "duration"}
+    for name in (
+        "#",
+        "outcome",
+        "category",
+        "error class",
+        "detail",
+        "worker",
+        "host",
+        "pid",
+        "claimed (UTC)",
+        "finished (UTC)",
+        "duration",
+        "retry at (UTC)",
+    ):
+        # A worker id is kept whole (it is pasted into `caravel workers`); text columns fold.
+        table.add_column(
+            name,
+            justify="right" if name in right else "left",
+            overflow="fold",
+            min_width=36 if name == "worker" else None,
+        )
+    for r in records:
+        cells = (
+            str(r.attempt),
+            r.outcome.value,
+            _blank(r.category),
+            _blank(r.error_class),
+            _blank(r.detail),
+            _blank(r.worker_id),
+            _blank(r.host),
+            _blank(r.pid),
+            "" if r.claimed_at is None else utc(r.claimed_at),
+            "" if r.finished_at is None else utc(r.finished_at),
+            _seconds(r),
+            "" if r.retry_at is None else utc(r.retry_at),
+        )
+        # Text cells: a host or a detail like "[bold]x" is shown as typed, never as markup.
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
+
+
 def workers_table(found: Sequence[WorkerInfo]) -> Table:
     table = Table(title="Workers")
     for name in ("state", "host", "pid", "queues", "concurrency", "in flight"):
@@ -157,7 +223,8 @@ def workers_table(found: Sequence[WorkerInfo]) -> Table:
     return table
 
 
-def console(*, stderr: bool = False) -> Console:
-    """A console that is wide enough for job ids when output goes to a file or a pipe."""
+def console(*, stderr: bool = False, width: int = 200) -> Console:
+    """A console that is ``width`` wide (enough for job ids) when output goes to a file or a
+    pipe, and as wide as the terminal on one."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 200, soft_wrap=stderr)
+    return Console(stderr=stderr, width=None if stream.isatty() else width, soft_wrap=stderr)

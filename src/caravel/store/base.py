@@ -20,6 +20,7 @@ from caravel.errors import SchemaNotReadyError
 from caravel.jobs import AttemptOutcome, AttemptRecord, JobState, JobStatus, Lease
 from caravel.store import attempts, claims, outcomes, queries
 from caravel.store.claims.takeover import expired_before, taking_over
+from caravel.store.last_attempts import listed_from_row, listing_with_last_attempt
 from caravel.store.limited import LimitsStore
 from caravel.store.links_sql import SqlLinks
 from caravel.store.pausing import PausingStore
@@ -437,6 +438,13 @@ class SqlStore(
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         async with self._read("job_list") as conn:
             return [status_from_row(row) for row in await conn.execute(queries.job_list(where))]
+
+    async def job_list_with_last_attempt(
+        self, where: JobFilter
+    ) -> list[tuple[JobStatus, AttemptRecord | None]]:
+        stmt = listing_with_last_attempt(where)
+        async with self._read("job_list_with_last_attempt") as conn:
+            return [listed_from_row(row) for row in await conn.execute(stmt)]
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         one = queue is not None

@@ -234,6 +234,12 @@ class InstrumentedStore:
         with self._span("job_list"):
             return await self.inner.job_list(where)
 
+    async def job_list_with_last_attempt(
+        self, where: JobFilter
+    ) -> list[tuple[JobStatus, AttemptRecord | None]]:
+        with self._span("job_list_with_last_attempt"):
+            return await self.inner.job_list_with_last_attempt(where)
+
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         with self._span("queue_counts"):
             return await self.inner.queue_counts(queue, now)

@@ -117,6 +117,13 @@ class ReadStore(LinkReads, Protocol):
         """Recent jobs, newest first, without payloads."""
         ...
 
+    async def job_list_with_last_attempt(
+        self, where: JobFilter
+    ) -> list[tuple[JobStatus, AttemptRecord | None]]:
+        """What :meth:`job_list` returns, each job with its latest attempt record (its newest
+        claim's; ``None`` when it keeps none), read together in one statement."""
+        ...
+
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         """Per-queue counts at ``now``."""
         ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypedDict
 from uuid import UUID
 
 from starlette.requests import Request
@@ -19,10 +20,11 @@ from starlette.types import Receive, Scope, Send
 from caravel.clock import from_ms
 from caravel.errors import ValidationError
 from caravel.inspector import QueueInspector
-from caravel.jobs import JobState, JobStatus
+from caravel.jobs import AttemptRecord, JobState, JobStatus
 from caravel.store.protocol import SHOWN_STATES, QueueCounts, ThroughputBucket
 from caravel.validation import check_identifier, check_queue_name
 from caravel.web.assets import StaticAsset
+from caravel.web.attempts_view import attempt_rows
 from caravel.web.auth import principal_of
 from caravel.web.charts import Series, bar_chart, sparkline
 from caravel.web.filters import clamp_int, parse_filters, parse_paging, removal_query
@@ -59,6 +61,21 @@ SCHEDULE_NOTICES = {
 }
 
 
+class _ListingQuery(TypedDict):
+    """What a listing page asks :meth:`QueueInspector.list_jobs` for."""
+
+    queue: str | None
+    tenant_id: str | None
+    state: JobState | None
+    shown_state: str | None
+    job_type: str | None
+    tag: str | None
+    batch_id: UUID | None
+    limit: int
+    offset: int
+    oldest_first: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Listing:
     """What one job listing page is: where it lives, its template and title, and the one state
@@ -69,11 +86,18 @@ class Listing:
     nav: str
     page_title: str
     only: JobState | None = None
+    #: Whether each job comes with its latest attempt record (read in the same statement).
+    last_attempt: bool = False
 
 
 JOBS = Listing("/jobs", "jobs.html", "jobs", "Jobs")
 DEAD_LETTERS = Listing(
-    "/dead-letters", "dead_letters.html", "dead", "Dead letters", only=JobState.DEAD_LETTER
+    "/dead-letters",
+    "dead_letters.html",
+    "dead",
+    "Dead letters",
+    only=JobState.DEAD_LETTER,
+    last_attempt=True,
 )
 
 
@@ -179,18 +203,25 @@ class Pages:
                 request.query_params, with_state=kind.only is None, with_batch=kind is JOBS
             )
             paging = parse_paging(request.query_params)
-            found = await self.reader.list_jobs(
-                queue=filters.queue,
-                tenant_id=filters.tenant,
-                state=kind.only,
-                shown_state=filters.state,
-                job_type=filters.job_type,
-                tag=filters.tag,
-                batch_id=filters.batch,
-                limit=paging.per_page + 1,
-                offset=paging.offset,
-                oldest_first=paging.oldest_first,
-            )
+            where: _ListingQuery = {
+                "queue": filters.queue,
+                "tenant_id": filters.tenant,
+                "state": kind.only,
+                "shown_state": filters.state,
+                "job_type": filters.job_type,
+                "tag": filters.tag,
+                "batch_id": filters.batch,
+                "limit": paging.per_page + 1,
+                "offset": paging.offset,
+                "oldest_first": paging.oldest_first,
+            }
+            last: dict[UUID, AttemptRecord | None] = {}
+            if kind.last_attempt:
+                listed = await self.reader.list_jobs_with_last_attempt(**where)
+                found = [job for job, _ in listed]
+                last = {job.job_id: record for job, record in listed}
+            else:
+                found = await self.reader.list_jobs(**where)
             return self.view.render(
                 request,
                 kind.template,
@@ -200,6 +231,7 @@ class Pages:
                 filters=filters,
                 paging=paging,
                 jobs=found[: paging.per_page],
+                last_attempts=last,
                 more=len(found) > paging.per_page,
                 problems=problems,
                 states=SHOWN_STATES,
@@ -243,6 +275,8 @@ class Pages:
 
     async def job(self, request: Request) -> Response:
         job = await self.find_job(request, request.query_params)
+        # Matched exactly as the job was: its id, queue and tenant.
+        records = await self.reader.get_attempts(job.job_id, job.queue, job.tenant_id)
         principal = principal_of(request)
         payload = result = None
         if principal is not None and principal.can_see_payloads:
@@ -266,6 +300,7 @@ class Pages:
             job=job,
             links=await job_links(self.reader, job),
             timeline=timeline(job),
+            attempts=attempt_rows(job, records or []),
             lease=lease_note(job, from_ms(self.reader.clock.now_ms())),
             payload=payload,
             result=result,

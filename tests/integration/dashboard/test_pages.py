@@ -212,7 +212,8 @@ async def test_job_page_shows_state_timeline_attempts_and_failure(
     for label in ("Created", "Due", "Last claimed", "Finished"):
         assert f"<strong>{label}</strong>" in page or label == "Finished"
     assert "attempt 2 runs no earlier than this (retry backoff)" in page
-    assert "not a history of every attempt" in page
+    # The attempt that failed, from its record (tests/integration/dashboard/test_attempts.py).
+    assert '<li class="attempt" data-attempt="1" data-outcome="failed">' in page
     running = seeded.running
     assert running is not None
     query = urlencode({"queue": running.queue, "tenant": running.tenant_id})

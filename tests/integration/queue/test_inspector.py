@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from caravel import Leases, ValidationError
+from caravel import JobState, Leases, ValidationError
 from caravel.store.protocol import ThroughputBucket, ThroughputQuery
 from caravel.testing import ManualClock
 from tests.support import Add, dispatch, inspector_of, open_queue
@@ -38,6 +38,42 @@ async def test_list_jobs_pages_and_orders_by_creation(db_url: str) -> None:
         for offset in (-1, 10**6 + 1, True, 1.5):
             with pytest.raises(ValidationError):
                 await inspector_of(queue).list_jobs(offset=offset)  # type: ignore[arg-type]
+
+
+async def test_the_listing_with_last_attempts_checks_and_filters_as_list_jobs(
+    db_url: str,
+) -> None:
+    clock = ManualClock(T0)
+    async with open_queue(db_url, clock=clock, max_attempts=1) as queue:
+        failed = (await queue.enqueue(Add(1), dispatch())).job_id
+        claimed = await Leases(queue).claim("default")
+        assert claimed is not None
+        await Leases(queue).fail(claimed.lease, "HandlerFailed", detail="upstream said no")
+        await clock.advance(timedelta(seconds=1))
+        waiting = (await queue.enqueue(Add(2), dispatch(queue="other"))).job_id
+        reader = inspector_of(queue)
+
+        listed = await reader.list_jobs_with_last_attempt(limit=10)
+        assert [(job.job_id, last is None) for job, last in listed] == [
+            (waiting, True),
+            (failed, False),
+        ]
+        [(job, last)] = await reader.list_jobs_with_last_attempt(
+            state=JobState.DEAD_LETTER, tenant_id="tenant-a"
+        )
+        assert job.job_id == failed
+        assert last is not None
+        assert last.detail == "upstream said no"
+        for bad, field in (
+            ({"limit": 0}, "limit"),
+            ({"offset": -1}, "offset"),
+            ({"queue": "no spaces"}, "queue"),
+            ({"tenant_id": ""}, "tenant_id"),
+            ({"shown_state": "sleeping"}, "shown_state"),
+        ):
+            with pytest.raises(ValidationError) as raised:
+                await reader.list_jobs_with_last_attempt(**bad)  # type: ignore[arg-type]
+            assert raised.value.field == field
 
 
 async def test_throughput_counts_completed_and_dead_lettered_per_bucket(db_url: str) -> None:

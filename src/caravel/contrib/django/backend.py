@@ -176,7 +176,9 @@ class CaravelBackend(BaseTaskBackend):
             return None  # not a task of ours (or pruned meanwhile): nothing to show it as
         call = entry.payload_type.model_validate_json(payload)
         task = self._as_stored(entry.task, status.queue, status.priority)
-        return stored_result(task, self.alias, status, call)
+        # The errors come from the attempt records: the job's own, matched as its status was.
+        attempts = queue.get_attempts(job_id, queue_name, tenant) or []
+        return stored_result(task, self.alias, status, call, attempts)
 
     def _as_stored(self, task: Any, queue_name: str, priority: int) -> Any:
         """``task`` as this job was enqueued: on this backend (so ``refresh()`` reads here),

@@ -3,14 +3,16 @@
 The result id is ``<queue>:<job id>``: the queue is part of every lookup of ours, so the id
 carries it. Caravel states map onto Django's four: ``ready`` is READY (waiting, delayed or due
 for a retry), ``running`` is RUNNING, ``completed`` is SUCCESSFUL, and ``dead_letter`` and
-``cancelled`` are FAILED. Caravel does not record which worker ran an attempt, so
-``worker_ids`` holds one placeholder per attempt (``TaskResult.attempts`` and the task
-context's ``attempt`` count right). Caravel stores when the latest attempt started, so
+``cancelled`` are FAILED. ``worker_ids`` holds one placeholder per attempt, so
+``TaskResult.attempts`` and the task context's ``attempt`` count right (the workers are in the
+attempt history, not read here). Caravel stores when the latest attempt started, so
 ``started_at`` and ``last_attempted_at`` are both that time (the same on a first attempt, as
 Django's are). Errors carry the exception's class path and, as their ``traceback``, one line
 ``module.Class: detail`` when the task marked a detail safe (a traceback's last line, its frames
 left out and the safe detail in place of the message; see :class:`~caravel.JobFailed`), else an
-empty one: exception messages and tracebacks never reach the queue's rows.
+empty one: exception messages and tracebacks never reach the queue's rows. A stored result has
+one error per failed attempt the job's history keeps (:meth:`~caravel.DatabaseQueue.get_attempts`),
+oldest first, each from that attempt's record.
 
 A result read back is a :class:`CaravelTaskResult`: Django's ``TaskResult`` with what the
 task reported while it ran (:func:`caravel.contrib.django.current_job`), ``progress`` and
@@ -19,7 +21,7 @@ task reported while it ran (:func:`caravel.contrib.django.current_job`), ``progr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -27,7 +29,7 @@ from uuid import UUID
 
 from caravel.clock import from_ms
 from caravel.contrib.django.compat import TaskError, TaskResult, TaskResultStatus
-from caravel.jobs import FailureCategory, JobState, JobStatus
+from caravel.jobs import AttemptOutcome, AttemptRecord, FailureCategory, JobState, JobStatus
 from caravel.progress import JobProgress
 from caravel.validation import check_queue_name
 
@@ -40,6 +42,7 @@ __all__ = [
     "parse_result_id",
     "result_id",
     "running_result",
+    "stored_errors",
     "stored_result",
 ]
 
@@ -59,7 +62,19 @@ _CATEGORY_CLASS: dict[str, str] = {
     FailureCategory.UNKNOWN_JOB_TYPE: "caravel.errors.UnknownJobTypeError",
     FailureCategory.INVALID_PAYLOAD: "caravel.errors.ValidationError",
     FailureCategory.LEASE_EXPIRED: "caravel.errors.LeaseLostError",
+    FailureCategory.TIMED_OUT: "builtins.TimeoutError",
 }
+
+#: How an attempt ends when it is one of a result's errors. (A snooze is no failure, and a
+#: cancel is an operator's act, not something the task raised.)
+_FAILED = frozenset(
+    {
+        AttemptOutcome.FAILED,
+        AttemptOutcome.TIMED_OUT,
+        AttemptOutcome.DISCARDED,
+        AttemptOutcome.LEASE_EXPIRED,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,17 +191,46 @@ def finish(
         result.errors.append(TaskError(exception_class_path=error, traceback=line))
 
 
-def stored_result(task: Any, alias: str, status: JobStatus, call: Any) -> Any | None:
-    """The result of a stored job, or ``None`` for a pruned one (its state is gone)."""
+def _error_path(error_class: str | None, category: str | None) -> str | None:
+    """The class path of a failure: the exception the task raised, else the one that stands
+    for its category; ``None`` when nothing failed."""
+    path = error_class or _CATEGORY_CLASS.get(category or "")
+    if path is None and category is not None:
+        return "caravel.errors.CaravelError"
+    return path
+
+
+def stored_errors(status: JobStatus, attempts: Sequence[AttemptRecord]) -> list[Any]:
+    """A stored job's ``TaskError`` list: one per failed attempt the history keeps, oldest
+    first, its traceback the safe detail the attempt's record holds (:func:`error_line`).
+
+    A job whose history keeps no failed attempt while its status names a failure (the
+    records were dropped to bound its history, or written before there was a history) has
+    that last failure alone, with an empty traceback."""
+    errors = []
+    for record in attempts:
+        if record.outcome in _FAILED:
+            found = _error_path(record.error_class, record.category)
+            path = found or "caravel.errors.CaravelError"
+            errors.append(
+                TaskError(exception_class_path=path, traceback=error_line(path, record.detail))
+            )
+    if not errors:
+        last = _error_path(status.error_class, status.last_failure)
+        if last is not None:
+            errors.append(TaskError(exception_class_path=last, traceback=""))
+    return errors
+
+
+def stored_result(
+    task: Any, alias: str, status: JobStatus, call: Any, attempts: Sequence[AttemptRecord] = ()
+) -> Any | None:
+    """The result of a stored job (its errors from ``attempts``, its attempt history), or
+    ``None`` for a pruned one (its state is gone)."""
     name = _STATUS.get(status.state)
     if name is None:
         return None
-    errors = []
-    error = status.error_class or _CATEGORY_CLASS.get(status.last_failure or "")
-    if error is None and status.last_failure is not None:
-        error = "caravel.errors.CaravelError"
-    if error is not None:
-        errors.append(TaskError(exception_class_path=error, traceback=""))
+    errors = stored_errors(status, attempts)
     finished = status.state is not JobState.READY and status.state is not JobState.RUNNING
     result = _result(
         task,

@@ -129,6 +129,21 @@ class MemoryReader:
             page = found[where.offset : where.offset + where.limit]
             return [status_from_row(row) for row in page]
 
+    async def job_list_with_last_attempt(
+        self, where: JobFilter
+    ) -> list[tuple[JobStatus, AttemptRecord | None]]:
+        with self._locked("job_list_with_last_attempt") as tables:
+            found = [row for row in tables.jobs.values() if _matches(row, where)]
+            found.sort(key=_creation, reverse=not where.oldest_first)
+            page = found[where.offset : where.offset + where.limit]
+            listed: list[tuple[JobStatus, AttemptRecord | None]] = []
+            for row in page:
+                history = tables.attempts.get(row.id, ())
+                latest = max(history, key=lambda r: r.lease_token, default=None)
+                last = None if latest is None else attempt_from_row(latest)
+                listed.append((status_from_row(row), last))
+            return listed
+
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         with self._locked("queue_counts") as tables:
             shown: dict[str, Counter[str]] = {}
