@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from caravel._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from caravel.attempts import AttemptOutcome, AttemptRecord
     from caravel.batches import BatchResult, BatchStatus
     from caravel.cancelling import MatchedJobs
     from caravel.chains import ChainResult, ChainStatus
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
     from caravel.inspector import QueueInspector, QueueLimitRecord, QueuePause, ScheduleRecord
     from caravel.jobs import (
         DEFAULT_TENANT,
-        AttemptOutcome,
-        AttemptRecord,
         CancelOutcome,
         ClaimedJob,
         DispatchOptions,
@@ -107,8 +106,8 @@ _HOMES = {
     "QueuePause": "caravel.inspector",
     "ScheduleRecord": "caravel.inspector",
     "DEFAULT_TENANT": "caravel.jobs",
-    "AttemptOutcome": "caravel.jobs",
-    "AttemptRecord": "caravel.jobs",
+    "AttemptOutcome": "caravel.attempts",
+    "AttemptRecord": "caravel.attempts",
     "CancelOutcome": "caravel.jobs",
     "ClaimedJob": "caravel.jobs",
     "DispatchOptions": "caravel.jobs",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
-from caravel.jobs import AttemptOutcome
+from caravel.attempts import AttemptOutcome
 
 __all__ = ["DeadLetterEvent", "DeadLetterHook", "StuckEvent", "StuckHook"]
 

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
+from caravel.attempts import AttemptRecord
 from caravel.batches import BatchStatus, batch_status
 from caravel.chains import ChainStatus, chain_status
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
 from caravel.errors import ValidationError
-from caravel.jobs import DEFAULT_TENANT, AttemptRecord, JobState, JobStatus, WorkerInfo
+from caravel.jobs import DEFAULT_TENANT, JobState, JobStatus, WorkerInfo
 from caravel.lookup import job_ref, parse_job_id
 from caravel.migrate import require_current_schema
 from caravel.store import open_reader

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from uuid import UUID
 
 from caravel._loop_thread import LoopThread
+from caravel.attempts import AttemptRecord
 from caravel.batches import batch_jobs
 from caravel.chains import chain_steps
 from caravel.clock import Clock
 from caravel.jobs import (
     DEFAULT_TENANT,
-    AttemptRecord,
     CancelOutcome,
     DispatchOptions,
     EnqueueResult,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
-from caravel.jobs import AttemptOutcome, AttemptRecord, JobState, JobStatus
+from caravel.attempts import AttemptOutcome, AttemptRecord
+from caravel.jobs import JobState, JobStatus
 from caravel.web.attempts_view import attempt_rows, took
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -23,7 +23,8 @@ from caravel.clock import from_ms
 from caravel.jobs import JobStatus
 
 if TYPE_CHECKING:
-    from caravel.jobs import AttemptRecord, WorkerInfo
+    from caravel.attempts import AttemptRecord
+    from caravel.jobs import WorkerInfo
     from caravel.store.protocol import QueueCounts, QueueLimitUsage
 
 __all__ = [

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from caravel.jobs import AttemptRecord, JobStatus, WorkerInfo
+from caravel.attempts import AttemptRecord
+from caravel.jobs import JobStatus, WorkerInfo
 from caravel.store.protocol import SHOWN_STATES, KeyUsage, QueueCounts, QueueLimitUsage
 
 __all__ = [

@@ -16,12 +16,12 @@ from typing import Annotated, Any
 
 import typer
 
+from caravel.attempts import AttemptRecord
 from caravel.cli.connect import open_inspector
 from caravel.cli.failure import JobNotFoundError, fail
 from caravel.cli.jsonout import attempt_fields, emit, plain, record_fields
 from caravel.cli.options import DatabaseUrl
 from caravel.errors import CaravelError
-from caravel.jobs import AttemptRecord
 
 __all__ = ["show"]
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from caravel._closing import AsyncClosing
+from caravel.attempts import AttemptRecord
 from caravel.batches import BatchResult, BatchStatus, batch_status
 from caravel.chains import ChainResult, ChainStatus, chain_status
 from caravel.clock import Clock, SystemClock
@@ -29,7 +30,6 @@ from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
 from caravel.jobs import (
     DEFAULT_TENANT,
-    AttemptRecord,
     CancelOutcome,
     DispatchOptions,
     EnqueueResult,

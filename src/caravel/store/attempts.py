@@ -25,7 +25,8 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from caravel.jobs import AttemptOutcome, Lease
+from caravel.attempts import AttemptOutcome
+from caravel.jobs import Lease
 from caravel.limits import MAX_ATTEMPT_HISTORY
 from caravel.store.schema import attempts, jobs, workers
 from caravel.store.values import Recorder

@@ -15,9 +15,10 @@ from contextlib import AbstractContextManager
 from uuid import UUID
 
 from caravel import telemetry
+from caravel.attempts import AttemptRecord
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
-from caravel.jobs import AttemptRecord, CancelOutcome, FailureCategory, JobState, JobStatus, Lease
+from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
 from caravel.store.protocol import (
     ClaimBatch,

@@ -15,7 +15,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from caravel.jobs import AttemptRecord, JobStatus
+from caravel.attempts import AttemptRecord
+from caravel.jobs import JobStatus
 from caravel.store import queries
 from caravel.store.protocol import JobFilter
 from caravel.store.rows import attempt_from_row, status_from_row

@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Protocol
 from uuid import UUID
 
+from caravel.attempts import AttemptRecord
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
-from caravel.jobs import AttemptRecord, JobStatus, Lease
+from caravel.jobs import JobStatus, Lease
 from caravel.store.links import LinkReads, LinkWrites
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore

@@ -8,8 +8,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from caravel.attempts import AttemptOutcome, AttemptRecord
 from caravel.clock import from_ms
-from caravel.jobs import AttemptOutcome, AttemptRecord, ClaimedJob, JobState, JobStatus, Lease
+from caravel.jobs import ClaimedJob, JobState, JobStatus, Lease
 from caravel.limits import HELD_DUE_AT
 from caravel.progress import meta_from, progress_from
 from caravel.store.links import BatchRecord, LinkedJob

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, get_args, overload
 from uuid import UUID
 
-from caravel.jobs import AttemptOutcome, ClaimedJob, JobState, Lease, ShownState
+from caravel.attempts import AttemptOutcome
+from caravel.jobs import ClaimedJob, JobState, Lease, ShownState
 from caravel.limits import DEFAULT_ATTEMPT_HISTORY, HELD_DUE_AT
 
 __all__ = [

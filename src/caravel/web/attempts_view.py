@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from caravel.jobs import AttemptOutcome, AttemptRecord, JobState, JobStatus
+from caravel.attempts import AttemptOutcome, AttemptRecord
+from caravel.jobs import JobState, JobStatus
 from caravel.web.presentation import span
 
 __all__ = ["RUNNING", "AttemptRow", "attempt_rows", "took"]

@@ -17,10 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from caravel.attempts import AttemptRecord
 from caravel.clock import from_ms
 from caravel.errors import ValidationError
 from caravel.inspector import QueueInspector
-from caravel.jobs import AttemptRecord, JobState, JobStatus
+from caravel.jobs import JobState, JobStatus
 from caravel.store.protocol import SHOWN_STATES, QueueCounts, ThroughputBucket
 from caravel.validation import check_identifier, check_queue_name
 from caravel.web.assets import StaticAsset

@@ -16,10 +16,11 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
+from caravel.attempts import AttemptOutcome
 from caravel.clock import Clock, duration_ms, from_ms
 from caravel.details import clean_detail
 from caravel.errors import LeaseLostError, ValidationError
-from caravel.jobs import AttemptOutcome, ClaimedJob, FailureCategory, Lease
+from caravel.jobs import ClaimedJob, FailureCategory, Lease
 from caravel.limits import DEFAULT_ATTEMPT_HISTORY, MAX_ATTEMPT_HISTORY, MAX_HOST_LENGTH
 from caravel.options import QueueOptions, RetryPolicy
 from caravel.queue import DatabaseQueue

@@ -42,12 +42,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caravel import telemetry
+from caravel.attempts import AttemptOutcome
 from caravel.clock import Clock, duration_ms
 from caravel.codec import PayloadDecodeError, decode_payload
 from caravel.context import JobContext, handed
 from caravel.details import Redactor, detail_of
 from caravel.directives import Discard, Snooze
-from caravel.jobs import AttemptOutcome, ClaimedJob, FailureCategory, Lease
+from caravel.jobs import ClaimedJob, FailureCategory, Lease
 from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
 from caravel.options import RetryPolicy
 from caravel.progress import ProgressReport

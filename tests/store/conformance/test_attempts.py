@@ -16,9 +16,10 @@ from uuid import UUID
 import pytest
 
 from caravel._ids import uuid7
+from caravel.attempts import AttemptOutcome, AttemptRecord
 from caravel.clock import from_ms
 from caravel.flow import ConcurrencyLimit, RateLimit
-from caravel.jobs import AttemptOutcome, AttemptRecord, CancelOutcome, JobState, Lease
+from caravel.jobs import CancelOutcome, JobState, Lease
 from caravel.store.protocol import (
     FailedAttempt,
     JobRef,

@@ -6,7 +6,8 @@ read-only store offers it too.
 
 from __future__ import annotations
 
-from caravel.jobs import AttemptOutcome, JobState
+from caravel.attempts import AttemptOutcome
+from caravel.jobs import JobState
 from caravel.store.protocol import (
     FailedAttempt,
     JobFilter,

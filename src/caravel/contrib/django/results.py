@@ -27,9 +27,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from caravel.attempts import AttemptOutcome, AttemptRecord
 from caravel.clock import from_ms
 from caravel.contrib.django.compat import TaskError, TaskResult, TaskResultStatus
-from caravel.jobs import AttemptOutcome, AttemptRecord, FailureCategory, JobState, JobStatus
+from caravel.jobs import FailureCategory, JobState, JobStatus
 from caravel.progress import JobProgress
 from caravel.validation import check_queue_name
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from caravel.jobs import AttemptOutcome, FailureCategory, JobState
+from caravel.attempts import AttemptOutcome
+from caravel.jobs import FailureCategory, JobState
 from caravel.store.claims.sources import due_ids, no_lock
 from caravel.store.plans import Plan, Step, record_plan
 from caravel.store.schema import jobs, workers

@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from uuid import UUID
 
+from caravel.attempts import AttemptRecord
 from caravel.errors import StoreError
-from caravel.jobs import AttemptRecord, JobState, JobStatus
+from caravel.jobs import JobState, JobStatus
 from caravel.migrations import HEAD
 from caravel.store.limited import checked_usage, key_startable, waiting
 from caravel.store.memory.tables import JobRow, Tables, partition_of

@@ -8,7 +8,8 @@ import heapq
 from collections.abc import AsyncIterator, Iterator, Sequence
 from uuid import UUID
 
-from caravel.jobs import AttemptOutcome, CancelOutcome, JobState
+from caravel.attempts import AttemptOutcome
+from caravel.jobs import CancelOutcome, JobState
 from caravel.store.attempts import CANCEL_KEEP
 from caravel.store.memory.reads import MemoryReader
 from caravel.store.memory.tables import JobRow, Tables

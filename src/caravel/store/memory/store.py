@@ -14,8 +14,9 @@ from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
+from caravel.attempts import AttemptOutcome
 from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
-from caravel.jobs import AttemptOutcome, FailureCategory, JobState, Lease
+from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.retention import content_hash
 from caravel.store import attempts
 from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts

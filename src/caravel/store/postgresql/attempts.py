@@ -15,7 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from caravel.jobs import AttemptOutcome, FailureCategory, JobState
+from caravel.attempts import AttemptOutcome
+from caravel.jobs import FailureCategory, JobState
 from caravel.store import claims
 from caravel.store.attempts import KEEP, RECORD_COLUMNS, counted, record_of
 from caravel.store.claims.sources import Lock

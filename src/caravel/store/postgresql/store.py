@@ -13,8 +13,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from caravel.attempts import AttemptOutcome
 from caravel.errors import StoreError
-from caravel.jobs import AttemptOutcome, Lease
+from caravel.jobs import Lease
 from caravel.store import queries
 from caravel.store.attempts import trimming
 from caravel.store.base import NOBODY, claimed_from_rows

@@ -17,8 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from caravel.attempts import AttemptOutcome
 from caravel.errors import DatabaseNotFoundError, StoreError
-from caravel.jobs import AttemptOutcome, Lease
+from caravel.jobs import Lease
 from caravel.store import attempts
 from caravel.store.base import NOBODY, SqlStore, claimed_from_rows
 from caravel.store.outcomes import split_results
