@@ -122,17 +122,19 @@ async def test_a_stalled_limited_claim_is_ended_and_takes_nothing(
 async def test_a_claim_that_does_not_stall_leaves_its_session_without_the_timeout(
     pg_url: str,
 ) -> None:
-    store = postgresql.PostgresStore(postgresql.create_engine(pg_url, pool_size=1))
+    store = postgresql.PostgresStore(postgresql.create_engine(pg_url))
     try:
         await store.queue_limit_set(ConcurrencyLimit(queue=QUEUE, concurrency=5), T0)
         await insert(store, [new_job(0)])
         batch = await claim(store, T0 + 1, limited=True)
         assert len(batch.claimed) == 1
-        # The setting was the claim's transaction's only: the pool's one session is back to
-        # the server's default, so nothing else it runs can be ended for sitting idle.
-        async with store.engine.connect() as conn:
-            shown = await conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout")
-            assert shown.scalar() == "0"
+        # The setting was the claim's transaction's only: the session it ran on (the store
+        # keeps it for its next claim) is back to the server's default, so nothing else it
+        # runs can be ended for sitting idle.
+        assert len(store._hot.idle[True]) == 1  # the claim's, which the next block takes
+        async with store._autocommit("test", index_only=True) as driver:
+            cursor = await driver.execute("SHOW idle_in_transaction_session_timeout")
+            assert await cursor.fetchone() == ("0",)
     finally:
         await store.close()
 

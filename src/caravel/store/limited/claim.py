@@ -176,6 +176,10 @@ def _rated_claim(
         {**params, "b_ids": [job.id for job in chosen]},
     )
     claimed = yield from _taking_over(store, request, claim)
+    # In the order they were chosen (the database returns them in its scan's order), so jobs
+    # of equal rank keep it.
+    position = {job.id: at for at, job in enumerate(chosen)}
+    claimed = sorted(claimed, key=lambda row: position.get(row.id, len(position)))
     by_id = {job.id: job for job in chosen}
     logged = started_weights(
         (by_id[row.id].key, by_id[row.id].weight) for row in claimed if row.state == RUNNING

@@ -80,10 +80,13 @@ def bounded_lock(read: sa.Select[Any], timeout: float) -> sa.Select[Any]:
 @dataclass
 class ClaimProgress:
     """How far one try of a limited claim got: its transaction's id once its lock statement
-    found the limits row, and its rows once every statement ran (only the commit was left)."""
+    found the limits row, its rows once every statement ran (only the commit was left), and
+    whether it failed with its session gone."""
 
     xact: str | None = None
     rows: list[Any] | None = None
+    #: Whether the error that ended the try left its connection broken (the session gone).
+    broken: bool = False
 
 
 def tapped(plan: Plan[list[Any]], progress: ClaimProgress) -> Plan[list[Any]]:
@@ -109,7 +112,8 @@ def session_lost(exc: StoreError) -> bool:
 
 def log_rolled_back(queue: str, timeout: float, exc: StoreError) -> None:
     """Say, in one line, that a limited claim of ``queue`` lost its session uncommitted."""
-    orig = getattr(exc.__cause__, "orig", None)
+    cause = exc.__cause__
+    orig = getattr(cause, "orig", cause)
     timed_out = getattr(orig, "sqlstate", None) == _IDLE_IN_TRANSACTION_TIMEOUT
     logger.warning(
         "limited claim rolled back: its database session ended before it committed (the server"

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -21,9 +22,14 @@ from caravel.store.attempts import trimming
 from caravel.store.base import NOBODY, claimed_from_rows
 from caravel.store.outcomes import split_results
 from caravel.store.pending_sql import PENDING_INDEX
-from caravel.store.plans import Plan, Step, run_plan
+from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
+from caravel.store.postgresql.driver_plans import (
+    DriverStatement,
+    compile_statement,
+    run_plan_on_driver,
+)
 from caravel.store.postgresql.inserts import InsertingStore
 from caravel.store.postgresql.key_jobs import lateral_key_jobs
 from caravel.store.postgresql.limit_hold import (
@@ -208,20 +214,43 @@ class PostgresStore(InsertingStore):
 
         async def run() -> list[Any]:
             progress.xact = progress.rows = None
-            async with self._write("job_claim") as conn:
-                plan = tapped(self._claim_plan(request, params), progress)
-                return await run_plan(conn.execute, plan)
+            progress.broken = False
+            # Straight on psycopg, on a hot connection, in a transaction of its own (see
+            # driver_plans): its statements and their rows skip SQLAlchemy's per-execution work.
+            async with self._autocommit("job_claim", index_only=True) as driver:
+                try:
+                    async with driver.transaction():
+                        plan = tapped(self._claim_plan(request, params), progress)
+                        return await run_plan_on_driver(driver, plan, self._driver_statement)
+                except psycopg.Error:
+                    progress.broken = driver.broken
+                    raise
 
         try:
             return await self._deadlock_retried(run)
         except StoreError as exc:
-            if not session_lost(exc):
+            if not (progress.broken or session_lost(exc)):
                 raise
             # Lost before its COMMIT was sent: rolled back. Lost during it: ask the server.
             if progress.rows and await self._committed(progress.xact, exc):
                 return progress.rows
             log_rolled_back(request.queue, self.limit_hold_timeout, exc)
             return []
+
+    def _driver_statement(self, statement: Any) -> DriverStatement:
+        """``statement`` (one the store keeps, see ``_statement``) compiled for
+        :func:`run_plan_on_driver`, once."""
+        cache: dict[int, tuple[Any, DriverStatement]] = self.__dict__.setdefault(
+            "_driver_statements", {}
+        )
+        found = cache.get(id(statement))
+        if found is None:
+            # The statement is kept beside its text, so its id is never reused meanwhile.
+            found = cache[id(statement)] = (
+                statement,
+                compile_statement(statement, self.engine.dialect),
+            )
+        return found[1]
 
     async def _committed(self, xact: str | None, lost: StoreError) -> bool:
         """Whether the transaction ``xact`` committed; ``lost`` is raised again when the
