@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from caravel.chains import ChainResult, ChainStatus
     from caravel.flow.concurrency import ConcurrencyLimit
     from caravel.flow.rate import RateLimit
-    from caravel.store.values import LimitKind
+    from caravel.store.limit_values import LimitKind
 
 __all__ = ["SyncQueue"]
 

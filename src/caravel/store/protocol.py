@@ -20,6 +20,7 @@ from caravel.attempts import AttemptRecord
 from caravel.flow.concurrency import ConcurrencyLimit
 from caravel.flow.rate import RateLimit
 from caravel.jobs import JobStatus, Lease
+from caravel.store.limit_values import KeyUsage, LimitKind, QueueLimit, QueueLimitUsage
 from caravel.store.links import LinkReads, LinkWrites
 from caravel.store.prunes import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore
@@ -36,14 +37,10 @@ from caravel.store.values import (
     InsertResult,
     JobFilter,
     JobRef,
-    KeyUsage,
-    LimitKind,
     NewJob,
     PausedQueue,
     ProgressUpdate,
     QueueCounts,
-    QueueLimit,
-    QueueLimitUsage,
     Recorder,
     ScheduleState,
     ShownState,

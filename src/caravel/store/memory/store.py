@@ -11,29 +11,27 @@ from __future__ import annotations
 import heapq
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 from uuid import UUID
 
 from caravel.attempts import AttemptOutcome
-from caravel.errors import IdempotencyConflictError, StoreError, ValidationError
+from caravel.errors import StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
-from caravel.retention import content_hash
 from caravel.store import attempts
+from caravel.store.memory.inserts import insert_all
 from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts
 from caravel.store.memory.links import MemoryLinks
-from caravel.store.memory.pending import give_up_taken_key, settle_pending
+from caravel.store.memory.pending import give_up_taken_key
+from caravel.store.memory.pruning import prune
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.schedules import MemorySchedules
-from caravel.store.memory.tables import JobRow, Key, Tables, WorkerRow
+from caravel.store.memory.tables import JobRow, Tables, WorkerRow
 from caravel.store.protocol import (
-    AllInserted,
     ClaimBatch,
     ClaimRequest,
     ClaimSource,
     Committed,
     FailedAttempt,
     Heartbeat,
-    InsertOutcome,
     InsertResult,
     JobRef,
     NewJob,
@@ -43,7 +41,6 @@ from caravel.store.protocol import (
     WorkerRecord,
 )
 from caravel.store.prunes import PruneBatch, PruneRequest
-from caravel.store.queries import same_content
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
 from caravel.store.schema import claim_rank_of
 
@@ -97,38 +94,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
         # Every chunk is drawn before anything changes: an error while drawing leaves no trace.
         new_jobs = [job for chunk in chunks for job in chunk]
         with self._locked("job_insert") as tables:
-            staged: dict[UUID, JobRow] = {}
-            staged_keys: dict[Key, UUID] = {}
-            changes: dict[UUID, dict[str, Any]] = {}
-            outcomes: list[InsertOutcome] = []
-            for job in new_jobs:
-                if job.pending_key is not None:
-                    settled = settle_pending(tables, staged, changes, job)
-                    if settled is not None:
-                        outcomes.append(settled)
-                        continue
-                    held = None
-                else:
-                    held = _holder(tables, staged, staged_keys, job)
-                if held is not None:
-                    if not same_content(held, job):
-                        raise IdempotencyConflictError(held.id)  # nothing staged is kept
-                    outcomes.append(InsertOutcome(held.id, inserted=False))
-                    continue
-                row = staged[job.id] = JobRow.new(job)
-                if row.key is not None:
-                    staged_keys[row.key] = row.id
-                outcomes.append(InsertOutcome(row.id, inserted=True))
-            for row in staged.values():
-                tables.add(row)
-            for job_id, values in changes.items():
-                changed = tables.jobs[job_id]
-                for name, value in values.items():
-                    setattr(changed, name, value)
-                tables.track(changed)
-        if len(staged) == len(new_jobs):
-            return InsertResult(new_jobs, AllInserted(new_jobs))
-        return InsertResult(new_jobs, outcomes)
+            return insert_all(tables, new_jobs)
 
     # ----- claim and acknowledge -----------------------------------------------------------
 
@@ -320,23 +286,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
 
     async def job_prune(self, request: PruneRequest) -> PruneBatch:
         with self._locked("job_prune") as tables:
-            picked = _prunable(tables, request)
-            if request.dry_run:
-                expired = sum(1 for row, _ in picked if row.state == PRUNED)
-                keyed = sum(1 for row, _ in picked if row.state != PRUNED and row.key is not None)
-                return PruneBatch(len(picked) - expired - keyed, keyed, expired)
-            deleted = tombstoned = expired = 0
-            for row, _ in picked[: request.limit]:
-                if row.state == PRUNED or row.key is None:
-                    expired += row.state == PRUNED
-                    deleted += row.state != PRUNED
-                    tables.remove(row)
-                    continue
-                _compact(row, request.now)
-                tables.attempts.pop(row.id, None)  # pruned with the job
-                tables.track(row)  # as every change of state (the release triggers' view)
-                tombstoned += 1
-        return PruneBatch(deleted, tombstoned, expired)
+            return prune(tables, request)
 
     # ----- pausing queues (queue_pause, queue_resume in caravel.store.pausing) --------------
 
@@ -396,19 +346,6 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
         raise _no_session()
 
 
-def _holder(
-    tables: Tables, staged: dict[UUID, JobRow], staged_keys: dict[Key, UUID], job: NewJob
-) -> JobRow | None:
-    """The row that keeps ``job`` out, stored or inserted earlier in the same call: the one
-    holding its idempotency key first, else the one holding its id (as the SQL stores look)."""
-    if job.idempotency_key is not None:
-        key = (job.queue, job.tenant_id, job.idempotency_key)
-        holder = staged_keys.get(key) or tables.keys.get(key)
-        if holder is not None:
-            return staged.get(holder) or tables.jobs[holder]
-    return staged.get(job.id) or tables.jobs.get(job.id)
-
-
 def _held(tables: Tables, lease: Lease) -> JobRow | None:
     """The running job ``lease`` still holds (same id, same token), if any."""
     row = tables.jobs.get(lease.job_id)
@@ -434,36 +371,3 @@ def _claim(row: JobRow, now: int, expires: int, worker_id: UUID | None) -> None:
     row.started_at = now
     row.finished_at = None
     row.worker_id = worker_id
-
-
-def _prunable(tables: Tables, request: PruneRequest) -> list[tuple[JobRow, int]]:
-    """The finished rows a prune at ``request.now`` removes, in the SQL batch's order: queue by
-    queue, each end state's old rows, then the queue's expired tombstones."""
-    cutoffs = {state.value: cutoff for state, cutoff in request.cutoffs()}
-    if request.tombstones_before is not None:
-        cutoffs[PRUNED] = request.tombstones_before
-    order = {state: n for n, state in enumerate(cutoffs)}
-    found = []
-    for row in tables.jobs.values():
-        cutoff = cutoffs.get(row.state)
-        if cutoff is None or row.available_at is not None or tables.kept_for_chain(row):
-            continue
-        if request.queue is not None and row.queue != request.queue:
-            continue
-        when = row.pruned_at if row.state == PRUNED else row.finished_at
-        if when is not None and when < cutoff:
-            found.append((row, order[row.state]))
-    found.sort(key=lambda pair: (pair[0].queue, pair[1], pair[0].rowid))
-    return found
-
-
-def _compact(row: JobRow, now: int) -> None:
-    """A keyed finished job made a tombstone, as ``pruning._tombstone`` updates its row."""
-    row.content_hash = content_hash(row.job_type, row.payload)
-    row.state = PRUNED
-    row.payload = ""
-    row.pruned_at = row.updated_at = now
-    row.result = row.tags = row.trace_context = row.last_failure = row.error_class = None
-    row.upstream = None
-    row.cancel_requested_at = None
-    row.progress = row.progress_at = row.meta = None

@@ -1,0 +1,68 @@
+"""A prune of the in-memory store: which finished rows a batch removes, in the SQL batch's
+order (:mod:`caravel.store.pruning`), and what it does to each: deleted, or, for a job that held
+an idempotency key, made a tombstone that keeps the key."""
+
+from __future__ import annotations
+
+from caravel.jobs import JobState
+from caravel.retention import content_hash
+from caravel.store.memory.tables import JobRow, Tables
+from caravel.store.prunes import PruneBatch, PruneRequest
+
+__all__ = ["prune"]
+
+PRUNED = JobState.PRUNED.value
+
+
+def prune(tables: Tables, request: PruneRequest) -> PruneBatch:
+    """One prune batch of ``request`` over ``tables`` (the caller holds their lock)."""
+    picked = _prunable(tables, request)
+    if request.dry_run:
+        expired = sum(1 for row, _ in picked if row.state == PRUNED)
+        keyed = sum(1 for row, _ in picked if row.state != PRUNED and row.key is not None)
+        return PruneBatch(len(picked) - expired - keyed, keyed, expired)
+    deleted = tombstoned = expired = 0
+    for row, _ in picked[: request.limit]:
+        if row.state == PRUNED or row.key is None:
+            expired += row.state == PRUNED
+            deleted += row.state != PRUNED
+            tables.remove(row)
+            continue
+        _compact(row, request.now)
+        tables.attempts.pop(row.id, None)  # pruned with the job
+        tables.track(row)  # as every change of state (the release triggers' view)
+        tombstoned += 1
+    return PruneBatch(deleted, tombstoned, expired)
+
+
+def _prunable(tables: Tables, request: PruneRequest) -> list[tuple[JobRow, int]]:
+    """The finished rows a prune at ``request.now`` removes, in the SQL batch's order: queue by
+    queue, each end state's old rows, then the queue's expired tombstones."""
+    cutoffs = {state.value: cutoff for state, cutoff in request.cutoffs()}
+    if request.tombstones_before is not None:
+        cutoffs[PRUNED] = request.tombstones_before
+    order = {state: n for n, state in enumerate(cutoffs)}
+    found = []
+    for row in tables.jobs.values():
+        cutoff = cutoffs.get(row.state)
+        if cutoff is None or row.available_at is not None or tables.kept_for_chain(row):
+            continue
+        if request.queue is not None and row.queue != request.queue:
+            continue
+        when = row.pruned_at if row.state == PRUNED else row.finished_at
+        if when is not None and when < cutoff:
+            found.append((row, order[row.state]))
+    found.sort(key=lambda pair: (pair[0].queue, pair[1], pair[0].rowid))
+    return found
+
+
+def _compact(row: JobRow, now: int) -> None:
+    """A keyed finished job made a tombstone, as ``pruning._tombstone`` updates its row."""
+    row.content_hash = content_hash(row.job_type, row.payload)
+    row.state = PRUNED
+    row.payload = ""
+    row.pruned_at = row.updated_at = now
+    row.result = row.tags = row.trace_context = row.last_failure = row.error_class = None
+    row.upstream = None
+    row.cancel_requested_at = None
+    row.progress = row.progress_at = row.meta = None
