@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-__all__ = ["Clock", "SystemClock", "duration_ms", "from_ms", "to_ms_ceil"]
+__all__ = ["Clock", "SystemClock", "duration_ms", "from_ms", "to_ms_ceil", "woken_or_at"]
 
 
 class Clock(Protocol):
@@ -58,6 +58,23 @@ class SystemClock:
 
 async def _sleep_until_monotonic(deadline: float) -> None:
     await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+
+
+async def woken_or_at(clock: Clock, wake: asyncio.Event, until_ms: int | None) -> None:
+    """Wait until ``wake`` is set or ``clock`` reads ``until_ms`` (``None``: only ``wake``),
+    whichever comes first: the sleep of a service loop that keeps moments on the clock (the
+    lease watchdog, the progress writer) and is woken when an earlier one is added. The moment
+    itself is waited for, so the clock may move before the timer's task first runs."""
+    woken = asyncio.ensure_future(wake.wait())
+    if until_ms is None:
+        await woken
+        return
+    timer = asyncio.ensure_future(clock.sleep_until(until_ms))
+    try:
+        await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+        timer.cancel()
 
 
 def to_ms_ceil(moment: datetime) -> int:

@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from caravel.clock import Clock, duration_ms
+from caravel.clock import Clock, duration_ms, woken_or_at
 from caravel.jobs import ClaimedJob
 from caravel.progress import ProgressReport
 from caravel.store.protocol import ProgressUpdate, Store
@@ -143,16 +143,7 @@ class ProgressWriter:
 
     async def _sleep(self, until_ms: int | None) -> None:
         assert self._wake is not None
-        woken = asyncio.ensure_future(self._wake.wait())
-        if until_ms is None:
-            await woken
-            return
-        timer = asyncio.ensure_future(self._clock.sleep_until(until_ms))
-        try:
-            await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
-            timer.cancel()
+        await woken_or_at(self._clock, self._wake, until_ms)
 
     async def _write(self, entry: Tracked, *, final: bool) -> None:
         progress, meta = entry.report.take()

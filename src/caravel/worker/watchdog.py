@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from uuid import UUID
 
-from caravel.clock import duration_ms
+from caravel.clock import duration_ms, woken_or_at
 from caravel.context import JobContext
 from caravel.hooks import StuckEvent
 from caravel.jobs import Lease
@@ -246,18 +246,7 @@ class LeaseWatchdog:
 
     async def _sleep(self, until_ms: int | None) -> None:
         assert self._wake is not None
-        woken = asyncio.ensure_future(self._wake.wait())
-        if until_ms is None:
-            await woken
-            return
-        # The moment itself, not a span from a time read earlier: the clock may move before
-        # the timer's task first runs, and the wait must still end at the moment.
-        timer = asyncio.ensure_future(self._clock.sleep_until(until_ms))
-        try:
-            await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
-            timer.cancel()
+        await woken_or_at(self._clock, self._wake, until_ms)
 
     async def _await_renewal(self, renewal: asyncio.Task[None], now: int) -> None:
         """Give a renewal the time until the next event on the watch (a deadline, another
