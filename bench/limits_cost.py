@@ -40,6 +40,7 @@ from bench.apps import QUEUE, registry
 from bench.databases import postgres_dsn
 from bench.runs import fill_backlog
 from caravel import ConcurrencyLimit, DatabaseQueue, DispatchOptions, RateLimit, StoreError
+from caravel.store.postgresql import store as pg_store
 from caravel.store.protocol import ClaimRequest
 from caravel.store.urls import backend_of
 
@@ -154,10 +155,48 @@ def explained(backend: str) -> Iterator[list[dict[str, Any]]]:
         found.append({"sql": _cut(" ".join(statement.split())), "plan": plan})
 
     event.listen(Engine, "before_cursor_execute", before)
+    # PostgreSQL's limited claim runs straight on psycopg (caravel.store.postgresql.driver_plans):
+    # its statements are explained by the cursors it makes, on its connection.
+    running = pg_store.run_plan_on_driver
+
+    async def explaining_run(driver: Any, plan: Any, statement_of: Any) -> Any:
+        kept = driver.cursor_factory
+        driver.cursor_factory = _explaining_cursor(found)
+        try:
+            return await running(driver, plan, statement_of)
+        finally:
+            driver.cursor_factory = kept
+
+    pg_store.run_plan_on_driver = explaining_run
     try:
         yield found
     finally:
         event.remove(Engine, "before_cursor_execute", before)
+        pg_store.run_plan_on_driver = running
+
+
+def _explaining_cursor(found: list[dict[str, Any]]) -> type[psycopg.AsyncCursor[Any]]:
+    """A psycopg cursor that, before each query about the jobs it runs, adds its plan to
+    ``found``, taken as :func:`explained` takes it on PostgreSQL."""
+
+    class ExplainingCursor(psycopg.AsyncCursor[Any]):
+        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            text = str(query)
+            if "caravel_" in text and text.lstrip().upper().startswith(_QUERIES):
+                async with self.connection.cursor() as side:
+                    await side.execute("SAVEPOINT bench_explain")
+                    try:
+                        await side.execute(f"SET LOCAL statement_timeout = {EXPLAIN_TIMEOUT_MS}")
+                        await side.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params)
+                    except psycopg.errors.QueryCanceled:
+                        await side.execute("ROLLBACK TO SAVEPOINT bench_explain")
+                        await side.execute("EXPLAIN " + text, params)
+                    plan = [_cut(str(row[0])) for row in await side.fetchall()]
+                    await side.execute("ROLLBACK TO SAVEPOINT bench_explain")
+                found.append({"sql": _cut(" ".join(text.split())), "plan": plan})
+            return await super().execute(query, params, **kwargs)
+
+    return ExplainingCursor
 
 
 def _analyse(url: str) -> None:
