@@ -14,7 +14,7 @@ from caravel.cli import removal, showjob
 from caravel.cli.connect import open_inspector, open_writer
 from caravel.cli.failure import NothingReplayedError, fail
 from caravel.cli.jsonout import emit, record_fields
-from caravel.cli.options import DatabaseUrl, Json
+from caravel.cli.options import DatabaseUrl, Json, QueueOpt, TenantOpt
 from caravel.cli.prune import prune_jobs
 from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import JobState, JobStatus
@@ -30,21 +30,6 @@ app.command("cancel")(removal.cancel)
 app.command("delete")(removal.delete)
 app.command("prune")(prune_jobs)
 
-QueueOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--queue", "-q", metavar="NAME", help="The job's queue (default: whichever it is in)."
-    ),
-]
-TenantOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tenant",
-        "-t",
-        metavar="TENANT",
-        help="The job's exact tenant id (default: whichever it has).",
-    ),
-]
 QueueFilter = Annotated[
     str | None, typer.Option("--queue", "-q", metavar="NAME", help="Only this queue.")
 ]

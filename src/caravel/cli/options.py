@@ -26,3 +26,20 @@ Json = Annotated[
         help="Print one JSON object on stdout; errors as JSON on stderr.",
     ),
 ]
+
+#: One job's queue and tenant, for the commands that find a job by its id.
+QueueOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--queue", "-q", metavar="NAME", help="The job's queue (default: whichever it is in)."
+    ),
+]
+TenantOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tenant",
+        "-t",
+        metavar="TENANT",
+        help="The job's exact tenant id (default: whichever it has).",
+    ),
+]

@@ -20,26 +20,11 @@ from caravel.attempts import AttemptRecord
 from caravel.cli.connect import open_inspector
 from caravel.cli.failure import JobNotFoundError, fail
 from caravel.cli.jsonout import attempt_fields, emit, plain, record_fields
-from caravel.cli.options import DatabaseUrl
+from caravel.cli.options import DatabaseUrl, QueueOpt, TenantOpt
 from caravel.errors import CaravelError
 
 __all__ = ["show"]
 
-QueueOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--queue", "-q", metavar="NAME", help="The job's queue (default: whichever it is in)."
-    ),
-]
-TenantOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tenant",
-        "-t",
-        metavar="TENANT",
-        help="The job's exact tenant id (default: whichever it has).",
-    ),
-]
 
 #: What the text says of a job with no attempt record: one is written when an attempt ends.
 NO_ATTEMPTS = "no attempts yet: a record is written when an attempt ends"
