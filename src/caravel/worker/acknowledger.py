@@ -20,7 +20,7 @@ from uuid import UUID
 from caravel._failpoints import failpoint
 from caravel.jobs import ClaimedJob
 from caravel.worker.leases import Leases
-from caravel.worker.runner import Outcome
+from caravel.worker.outcome import Outcome
 
 __all__ = ["Acknowledger"]
 

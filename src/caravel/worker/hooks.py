@@ -26,7 +26,7 @@ from caravel.clock import Clock
 from caravel.hooks import DeadLetterEvent, StuckEvent
 from caravel.jobs import ClaimedJob
 from caravel.telemetry import record_hook_failure
-from caravel.worker.runner import Outcome
+from caravel.worker.outcome import Outcome
 from caravel.worker.threads import HandlerThreads
 
 __all__ = ["MAX_PENDING_HOOKS", "Hooks", "dead_letter_event"]

@@ -8,7 +8,8 @@ import logging
 
 from caravel import telemetry
 from caravel.jobs import ClaimedJob
-from caravel.worker.runner import Abandoned, Outcome
+from caravel.worker.outcome import Outcome
+from caravel.worker.runner import Abandoned
 from caravel.worker.summary import JobSummary
 
 __all__ = ["OutcomeReport", "log_job", "logger"]

@@ -34,12 +34,13 @@ from caravel.worker.cancels import CancelWatch
 from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.hooks import Hooks, dead_letter_event
 from caravel.worker.leases import Leases
+from caravel.worker.outcome import Outcome
 from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
 from caravel.worker.progress import ProgressWriter
 from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport
-from caravel.worker.runner import Abandoned, JobRunner, Outcome, ScopeFactory
+from caravel.worker.runner import Abandoned, JobRunner, ScopeFactory
 from caravel.worker.scheduler import Scheduler
 from caravel.worker.stopping import AbandonedJob, Shutdown, Stopping
 from caravel.worker.summary import JobSummary

@@ -24,7 +24,7 @@ from caravel import (
 from caravel.limits import MAX_DETAIL_LENGTH
 from caravel.testing import drain
 from caravel.worker.leases import Acknowledgement
-from caravel.worker.runner import Outcome
+from caravel.worker.outcome import Outcome
 from tests.support import Add, dispatch, open_queue, registry_for, status_of
 
 SECRET = "secret-c0ffee-9a1b"

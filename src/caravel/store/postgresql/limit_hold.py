@@ -13,8 +13,8 @@ rolled-back claim picked was leased: its jobs are ready again, unchanged, so no 
 run twice, and no limit is exceeded.
 
 A claimer that comes back finds its session gone: the driver reports the server's reason
-(SQLSTATE ``25P03``) or, as often, just a connection closed under it. Either way
-(:func:`session_lost`), a claim that had not yet asked to commit was rolled back. One that had
+(SQLSTATE ``25P03``) or, as often, just a connection closed under it. Either way (the
+connection is left broken), a claim that had not yet asked to commit was rolled back. One that had
 (the session went during its COMMIT) is looked up by its transaction id, which the lock
 statement reads (:func:`tapped` notes it): ``pg_xact_status`` (:data:`XACT_STATUS`) says
 whether it committed, so its jobs are either returned as claimed or known to be ready again.
@@ -40,7 +40,6 @@ __all__ = [
     "ClaimProgress",
     "bounded_lock",
     "log_rolled_back",
-    "session_lost",
     "tapped",
 ]
 
@@ -102,12 +101,6 @@ def tapped(plan: Plan[list[Any]], progress: ClaimProgress) -> Plan[list[Any]]:
         claimed: list[Any] = done.value
     progress.rows = claimed
     return claimed
-
-
-def session_lost(exc: StoreError) -> bool:
-    """Whether ``exc`` ended the claim's session: the server ended it (as it does past the
-    timeout) or the connection went, so the pool discarded it."""
-    return bool(getattr(exc.__cause__, "connection_invalidated", False))
 
 
 def log_rolled_back(queue: str, timeout: float, exc: StoreError) -> None:

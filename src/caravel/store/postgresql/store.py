@@ -38,7 +38,6 @@ from caravel.store.postgresql.limit_hold import (
     ClaimProgress,
     bounded_lock,
     log_rolled_back,
-    session_lost,
     tapped,
 )
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
@@ -229,7 +228,7 @@ class PostgresStore(InsertingStore):
         try:
             return await self._deadlock_retried(run)
         except StoreError as exc:
-            if not (progress.broken or session_lost(exc)):
+            if not progress.broken:
                 raise
             # Lost before its COMMIT was sent: rolled back. Lost during it: ask the server.
             if progress.rows and await self._committed(progress.xact, exc):
