@@ -270,3 +270,41 @@ async def test_claims_at_once_from_two_stores_stay_within_the_rate(
         *(_claimed(s, T0 + 1, limit=3) for s in (store, second_store) * 5)
     )
     assert sum(len(batch) for batch in batches) == 7
+
+
+async def test_heavier_than_the_rate_jobs_at_the_head_do_not_fill_a_small_claim(
+    store: Store,
+) -> None:
+    # A claim of one with two never-startable jobs ahead still takes the job behind them.
+    await store.queue_limit_set(_rate(3), T0)
+    await insert(store, [new_job(0, weight=4), new_job(1, weight=5), new_job(2)])
+    claimed = await _claimed(store, T0 + 1, limit=1)
+    assert [job.payload for job in claimed] == ['{"n":2}']
+
+
+async def test_a_claim_judges_leases_by_its_own_clock_behind_a_later_logged_start(
+    store: Store,
+) -> None:
+    # One host's clock runs ahead: its claim logs a start at T0 + 1,100. A claim from a host
+    # whose clock reads T0 + 900 counts to that start for the rate, but job 0's lease (to
+    # T0 + 1,001) is live by its own clock: job 0 is neither taken over nor its key's slot
+    # given to job 2.
+    await store.queue_limit_set(_rate(100), T0)
+    await store.queue_limit_set(ConcurrencyLimit(queue=QUEUE, per_key=1), T0)
+    await insert(
+        store,
+        [
+            new_job(0, partition_key="a"),
+            new_job(1, partition_key="b"),
+            new_job(2, partition_key="a"),
+        ],
+    )
+    [first] = (await claim(store, T0 + 1, 1, lease_ms=1000, limited=True)).claimed
+    assert first.payload == '{"n":0}'
+    [ahead] = (await claim(store, T0 + 1100, 1, source="ready", limited=True)).claimed
+    assert ahead.payload == '{"n":1}'
+    behind = (await claim(store, T0 + 900, 10, lease_ms=1000, limited=True)).claimed
+    assert behind == []
+    # By the later clock the lease is over: the key's next claim takes job 0 over.
+    later = (await claim(store, T0 + 1101, 10, lease_ms=1000, limited=True)).claimed
+    assert [job.payload for job in later] == ['{"n":0}']

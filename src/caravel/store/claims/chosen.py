@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from caravel.store.claims.sources import KEY_SCAN, RUNNING, claim_update, due_ids, no_lock
+from caravel.store.claims.sources import RUNNING, claim_update, due_ids, no_lock
 from caravel.store.schema import jobs, partition
 from caravel.store.values import ClaimSource
 
@@ -32,26 +32,31 @@ def running_by_key() -> sa.Select[Any]:
 
 
 def due_weighed(source: ClaimSource) -> sa.Select[Any]:
-    """The first :data:`KEY_SCAN` due jobs of each of ``source``'s sources in claim order, bound
-    as :func:`claim` is, each with its partition key, weight and source (columns ``id``,
-    ``key``, ``weight``, ``part``: the source's position among ``source``'s): what a claim
-    under a rate limit chooses from (:func:`caravel.flow.window.fit`). It runs where the
-    queue's limited claims take turns, so it locks nothing."""
+    """The first ``b_scan`` due jobs no heavier than ``b_fits`` of each of ``source``'s
+    sources in claim order, bound as :func:`claim` is, each with its partition key, weight and
+    source (columns ``id``, ``key``, ``weight``, ``part``: the source's position among
+    ``source``'s): what a claim under a rate limit chooses from
+    (:func:`caravel.flow.window.fit`). It runs where the queue's limited claims take turns, so
+    it locks nothing."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
-    scan: Any = sa.literal_column(str(KEY_SCAN))
+    scan = sa.bindparam("b_scan", type_=sa.Integer(), literal_execute=True)
+    fits = sa.bindparam("b_fits", type_=sa.BigInteger())
     sources: tuple[ClaimSource, ...] = ("expired", "ready") if source == "any" else (source,)
     parts = []
     for part, name in enumerate(sources):
-        picked = due_ids(name, now, scan, no_lock, keyed=True, partitioned=True)
+        picked = due_ids(name, now, scan, no_lock, keyed=True, partitioned=True, fits=fits)
         inner = picked.subquery(f"{name}_jobs")
-        parts.append(sa.select(inner.c.id, sa.literal_column(str(part)).label("part"), inner.c.k))
+        parts.append(
+            sa.select(
+                inner.c.id,
+                inner.c.key,
+                inner.c.weight,
+                sa.literal_column(str(part)).label("part"),
+                inner.c.k,
+            )
+        )
     due = (sa.union_all(*parts) if len(parts) > 1 else parts[0]).subquery("due_jobs")
-    weight: Any = sa.func.coalesce(jobs.c.weight, 1)
-    return (
-        sa.select(jobs.c.id, partition.label("key"), weight.label("weight"), due.c.part)
-        .select_from(due.join(jobs, jobs.c.id == due.c.id))
-        .order_by(due.c.part, due.c.k)
-    )
+    return sa.select(due.c.id, due.c.key, due.c.weight, due.c.part).order_by(due.c.part, due.c.k)
 
 
 def claim_ids(source: ClaimSource) -> sa.Update:

@@ -61,11 +61,13 @@ def due_ids(
     keyed: bool = False,
     partitioned: bool = False,
     unlimited: bool = False,
+    fits: Any = None,
 ) -> sa.Select[Any]:
     """The ids of up to ``limit`` jobs of one source, in its order (with that order's key as
     ``k`` when ``keyed``, and the partition key as ``key`` when ``partitioned``), locked the
-    dialect's way; with ``unlimited``, none while ``b_queue`` has a limits row. The state is
-    literal SQL, so the planner can match the partial indexes."""
+    dialect's way; with ``unlimited``, none while ``b_queue`` has a limits row; given ``fits``
+    (the heaviest weight a rate lets start), only the jobs no heavier, each with its ``weight``.
+    The state is literal SQL, so the planner can match the partial indexes."""
     due: tuple[sa.ColumnElement[bool], ...] = (
         jobs.c.queue == sa.bindparam("b_queue"),
         jobs.c.available_at <= now,
@@ -85,6 +87,12 @@ def due_ids(
     columns: tuple[Any, ...] = (jobs.c.id, order.label("k")) if keyed else (jobs.c.id,)
     if partitioned:
         columns = (*columns, partition.label("key"))
+    if fits is not None:
+        # A job heavier than the rate can never start: passed over here, so it cannot fill
+        # a claim's candidates and hold back the jobs behind it.
+        weight: Any = sa.func.coalesce(jobs.c.weight, 1)
+        columns = (*columns, weight.label("weight"))
+        where = (*where, weight <= fits)
     return lock(sa.select(*columns).where(*due, *where).order_by(order).limit(limit))
 
 

@@ -127,9 +127,11 @@ def _rated_claim(
     queue, period = params["b_queue"], int(stored.rate_period_ms)
     latest = yield Step(store._statement("latest_start", latest_start), {"b_queue": queue})
     latest_at = None if latest[0][0] is None else int(latest[0][0])
-    now = window_clock(params["b_now"], latest_at)
-    # The lease runs from the time the claim is logged at, as ever.
-    params = {**params, "b_now": now, "b_expires": params["b_expires"] + now - params["b_now"]}
+    # Leases are judged by the claim's own clock (another host's logged starts may run ahead
+    # of it); the window counts to, and the claim's starts and lease run from, the window clock.
+    own = params["b_now"]
+    now = window_clock(own, latest_at)
+    params = {**params, "b_now": now, "b_expires": params["b_expires"] + now - own}
     since = now - period
     stale = stale_before(latest_at, period)
     if stale is not None:
@@ -141,12 +143,18 @@ def _rated_claim(
     )
     running = yield Step(
         store._statement("running_by_key", claims.running_by_key),
-        {"b_queue": queue, "b_now": now},
+        {"b_queue": queue, "b_now": own},
     )
     source = request.source
+    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
     due = yield Step(
         store._statement(f"due_weighed_{source}", lambda: claims.due_weighed(source)),
-        {"b_queue": queue, "b_now": now},
+        {
+            "b_queue": queue,
+            "b_now": own,
+            "b_scan": _scan(caps, stored.fair, request.limit),
+            "b_fits": min(cap for cap in (caps.rate, caps.rate_per_key) if cap is not None),
+        },
     )
     if stored.fair:
         weighing = store._statement("queue_weights_read", read_weights)
@@ -161,7 +169,6 @@ def _rated_claim(
                 stored.fair_cursor,
             )
         ]
-    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
     chosen = fit(
         (Candidate(row.id, row.key, int(row.weight)) for row in due),
         request.limit,
@@ -193,3 +200,13 @@ def _rated_claim(
     if stored.fair:
         yield from _move_cursor(store, queue, stored.fair_cursor, claimed)
     return claimed
+
+
+def _scan(caps: Caps, fair: bool, limit: int) -> int:
+    """How many due jobs of each source a rated claim reads. With only queue-wide caps, the
+    claim takes its candidates in order until one stops it (the heavier-than-the-rate ones are
+    never read), so its batch's worth is enough; a per-key cap or fairness passes over keys,
+    so it reads up to :data:`~caravel.store.claims.KEY_SCAN`."""
+    if caps.per_key is None and caps.rate_per_key is None and not fair:
+        return min(limit, claims.KEY_SCAN)
+    return claims.KEY_SCAN

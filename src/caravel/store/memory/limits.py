@@ -50,13 +50,17 @@ def limited_pick(
     limit: int,
     sources: Sequence[tuple[str, _Order]],
     due: Callable[[str], list[JobRow]],
+    *,
+    window: int,
 ) -> list[JobRow]:
     """The rows a limited claim of ``queue`` takes at ``now``: at most ``limit`` and what the
     stored limits leave (``claims.claim_per_key`` and ``limited._claim_limited`` in Python).
-    ``due(state)`` lists the queue's due rows in ``state``."""
+    ``due(state)`` lists the queue's due rows in ``state``; a rate's window ends at ``window``
+    (:func:`claim_clock`)."""
     stored = tables.limits.get(queue)
     if stored is not None and stored.rate_period_ms is not None:
-        return _rated_pick(tables, stored, now - stored.rate_period_ms, limit, sources, due)
+        since = window - stored.rate_period_ms
+        return _rated_pick(tables, stored, now, since, limit, sources, due)
     running = _running(tables, queue, now) if stored is not None else []
     if stored is not None and stored.concurrency is not None:
         limit = min(limit, stored.concurrency - len(running))
@@ -84,6 +88,7 @@ def limited_pick(
 def _rated_pick(
     tables: Tables,
     stored: QueueLimit,
+    now: int,
     since: int,
     limit: int,
     sources: Sequence[tuple[str, _Order]],
@@ -99,7 +104,6 @@ def _rated_pick(
     for at, key, weight in log:
         if at > since:
             started[key] += weight
-    now = since + (stored.rate_period_ms or 0)
     running = Counter(partition_of(row) for row in _running(tables, stored.queue, now))
     found = [
         (state == RUNNING, row)

@@ -101,8 +101,9 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         now, limit, queue = request.now, request.limit, request.queue
         with self._locked("job_claim") as tables:
-            if request.limited:
-                now = claim_clock(tables, queue, now)
+            # Leases are judged by the claim's own clock; a rated claim's starts and leases run
+            # from its window clock (``limited.claim``).
+            at = claim_clock(tables, queue, now) if request.limited else now
 
             def due(state: str) -> list[JobRow]:
                 return [
@@ -114,7 +115,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
 
             sources = _SOURCES[request.source]
             if request.limited:
-                picked = limited_pick(tables, queue, now, limit, sources, due)
+                picked = limited_pick(tables, queue, now, limit, sources, due, window=at)
             else:
                 picked = []
                 # "any" as in SQL: up to the batch of each source, expired leases first; none
@@ -131,11 +132,11 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                         request.attempt_history,
                         FailureCategory.LEASE_EXPIRED.value,
                     )
-                _claim(row, now, now + request.lease_ms, request.worker_id)
+                _claim(row, at, at + request.lease_ms, request.worker_id)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
             if request.limited:
-                log_starts(tables, queue, now, picked[:limit])
+                log_starts(tables, queue, at, picked[:limit])
         return claimed_from_rows(returned)
 
     async def job_complete_many(
