@@ -22,6 +22,7 @@ from bench.harness import (
     ATTEMPTS,
     LIBRARIES,
     MAX_OTHER_CORES,
+    ROOT,
     Adapter,
     Library,
     Meter,
@@ -30,6 +31,7 @@ from bench.harness import (
     once,
     unfinished,
 )
+from bench.startup import byte_compile
 
 #: Each library's worker settings tried by the sweep: processes and its own knobs.
 GRIDS: dict[str, list[dict[str, Any]]] = {
@@ -230,6 +232,8 @@ def startup(lib_name: str, runs: int = 5) -> dict[str, Any]:
     """From just before a worker process is started to its first handler's start, one job
     already waiting; ``runs`` times, each on a new database."""
     lib = LIBRARIES[lib_name]
+    if lib_name == "caravel":
+        byte_compile(ROOT / "bench", ROOT / "src")  # as the peers' installed packages are
     seconds = []
     for _ in range(runs):
         with fresh_database(lib) as (dsn, _name):
