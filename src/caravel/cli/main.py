@@ -1,42 +1,64 @@
-"""``caravel``: the operator command line."""
+"""``caravel``: the operator command line.
+
+Each top-level command's module is imported only when the tree that holds it is built: the
+whole tree for ``caravel --help`` and most runs, the one command alone when the command line
+names it first (``caravel worker ...``), so a worker does not import, or build the Click
+commands of, every operator command before it starts.
+"""
 
 from __future__ import annotations
 
+import gc
+import importlib
 import inspect
 import sys
 from typing import Annotated, Any
 
 import typer
 
-from caravel.cli import db, jobs, links, outbox, queues, schedules
-from caravel.cli.dashboard import dashboard
 from caravel.cli.options import CONTEXT
-from caravel.cli.status import status
-from caravel.cli.worker import worker
-from caravel.cli.workers import workers
 
 #: What each Python type is called where a command names no metavar of its own.
 _METAVARS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "list[str]": "TEXT"}
 
-app = typer.Typer(
-    name="caravel",
-    help="Operate a Caravel job queue: migrations, workers, status, dead letters and pauses.",
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings=CONTEXT,
-    rich_markup_mode=None,
+#: The top-level command groups and commands, in the order the help lists them: name, module,
+#: attribute, and whether it is a group (a Typer app) or a command (a function).
+_TOP = (
+    ("db", "caravel.cli.db", "app", True),
+    ("outbox", "caravel.cli.outbox", "app", True),
+    ("jobs", "caravel.cli.jobs", "app", True),
+    ("queues", "caravel.cli.queues", "app", True),
+    ("schedules", "caravel.cli.schedules", "app", True),
+    ("batches", "caravel.cli.links", "batches", True),
+    ("chains", "caravel.cli.links", "chains", True),
+    ("status", "caravel.cli.status", "status", False),
+    ("workers", "caravel.cli.workers", "workers", False),
+    ("worker", "caravel.cli.worker", "worker", False),
+    ("dashboard", "caravel.cli.dashboard", "dashboard", False),
 )
-app.add_typer(db.app, name="db")
-app.add_typer(outbox.app, name="outbox")
-app.add_typer(jobs.app, name="jobs")
-app.add_typer(queues.app, name="queues")
-app.add_typer(schedules.app, name="schedules")
-app.add_typer(links.batches, name="batches")
-app.add_typer(links.chains, name="chains")
-app.command()(status)
-app.command()(workers)
-app.command()(worker)
-app.command()(dashboard)
+
+
+def _tree(only: str | None = None) -> typer.Typer:
+    """The Typer app: every top-level command, or the one named ``only`` (with the root's
+    options all the same, so it parses and shows its help exactly as in the whole tree)."""
+    tree = typer.Typer(
+        name="caravel",
+        help="Operate a Caravel job queue: migrations, workers, status, dead letters and pauses.",
+        no_args_is_help=True,
+        add_completion=False,
+        context_settings=CONTEXT,
+        rich_markup_mode=None,
+    )
+    for name, module, attribute, group in _TOP:
+        if only is not None and name != only:
+            continue
+        found = getattr(importlib.import_module(module), attribute)
+        if group:
+            tree.add_typer(found, name=name)
+        else:
+            tree.command()(found)
+    tree.callback()(_root)
+    return tree
 
 
 def _print_version(value: bool) -> None:
@@ -48,7 +70,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     show_version: Annotated[
         bool,
@@ -63,11 +84,13 @@ def _root(
     """Operate a Caravel job queue: migrations, workers, status, dead letters and pauses."""
 
 
-def command() -> Any:  # Typer's Click command (its own copy of Click in newer releases)
-    """The command tree as it runs: Click's plain help (it rewraps each paragraph to the
-    terminal's width) and a metavar for every option that takes a value. Typer would show the
-    Python annotation (``<list[str]>``, ``<bool>``) where a command gave none."""
-    root = typer.main.get_command(app)
+def command(only: str | None = None) -> Any:
+    """The command tree as it runs (every command, or only the top-level one named ``only``):
+    Click's plain help (it rewraps each paragraph to the terminal's width) and a metavar for
+    every option that takes a value. Typer would show the Python annotation (``<list[str]>``,
+    ``<bool>``) where a command gave none. (Typer's Click command: its own copy of Click in newer
+    releases.)"""
+    root = typer.main.get_command(_whole() if only is None else _tree(only))
     pending = [root]
     while pending:
         current = pending.pop()
@@ -96,16 +119,50 @@ def _name_only(argument: Any) -> None:
     argument.display_type_rich = lambda ctx: None
 
 
+_built: list[typer.Typer] = []
+
+
+def _whole() -> typer.Typer:
+    """The Typer app of every command, built once."""
+    if not _built:
+        _built.append(_tree())
+    return _built[0]
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the Typer app of every command."""
+    if name == "app":
+        return _whole()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main() -> None:
     """Console-script entry point. Under ``--json`` a usage error Click finds (an unknown flag,
     a missing option, a value of the wrong type) is the JSON error document too, exit 2."""
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    only = first if any(first == name for name, *_ in _TOP) else None
+    if only != "worker":
+        _run(only)
+        return
+    # A worker's start-up allocates what lives as long as the process (the libraries, the
+    # application's modules): the collector's passes over it found next to nothing (a few
+    # hundred objects) and cost a tenth of the start-up. The worker sets it all aside with
+    # gc.freeze() and turns the collector back on before it starts processing.
+    gc.disable()
+    try:
+        _run(only)
+    finally:
+        gc.enable()
+
+
+def _run(only: str | None) -> None:
     if "--json" not in sys.argv[1:]:
-        command().main(prog_name="caravel")
+        command(only).main(prog_name="caravel")
         return
     from caravel.cli.jsonout import error_document
 
     try:
-        code = command().main(prog_name="caravel", standalone_mode=False)
+        code = command(only).main(prog_name="caravel", standalone_mode=False)
     except Exception as exc:
         # Click's usage errors (whichever copy of Click Typer uses) can format themselves.
         if type(exc).__name__ == "Abort":
