@@ -23,7 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
+from opentelemetry import metrics, trace
 from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, StatusCode
 
 from caravel.limits import MAX_TRACE_CONTEXT_LENGTH
@@ -150,6 +150,8 @@ def carrier_for_current_context() -> str | None:
     nothing is being traced. Stored with the job so its execution continues the trace."""
     if not trace.get_current_span().get_span_context().is_valid:
         return None
+    from opentelemetry import propagate  # loads the configured propagators: only when tracing
+
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     text = json.dumps(carrier, separators=(",", ":"), sort_keys=True)
@@ -165,6 +167,8 @@ def _context_from(carrier: str | None) -> otel_context.Context | None:
         return None
     if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
         return None
+    from opentelemetry import propagate  # loads the configured propagators: only when tracing
+
     return propagate.extract(values)
 
 

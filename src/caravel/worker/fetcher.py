@@ -13,9 +13,10 @@ worker crashed or stalled) are taken over one at a time, at most one per process
 for every ``poll_interval`` and again as soon as the previous one finishes. A job that kills its
 worker would otherwise be claimed again in a batch with the jobs that died beside it, and take
 them down with it on every retry until all of their attempts were spent. The look for an expired
-lease comes before the claim of waiting jobs, except right after a wake-up: then the announced
-job is claimed first and the look follows (at the latest in the fetcher's next step), so that
-the round trip is not added to that job's wake-up.
+lease comes before the claim of waiting jobs, except right after a wake-up and in the fetcher's
+first step: then the waiting jobs are claimed first and the look follows (at the latest in the
+fetcher's next step), so that its round trip is not added to that job's wake-up, nor to the
+time a starting worker takes to its first job.
 
 Limits: for a queue with a concurrency limit (as the worker last read it) every claim is a
 limited one (:class:`~caravel.store.values.ClaimRequest`), asking for no more than the queue's
@@ -170,7 +171,7 @@ class Fetcher:
         the queue is drained for now. Database errors propagate."""
         idle = self._min_poll
         event = self._wakeups.event(self.queue)
-        woken = False
+        woken = True  # a starting worker claims what is waiting first, as after a wake-up
         while not self._stopping.is_set():
             if self._slots.free < self._refill:
                 await self._slots.freed()

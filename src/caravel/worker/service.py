@@ -41,7 +41,6 @@ from caravel.worker.progress import ProgressWriter
 from caravel.worker.pruner import Pruner
 from caravel.worker.reporting import OutcomeReport
 from caravel.worker.runner import Abandoned, JobRunner, ScopeFactory
-from caravel.worker.scheduler import Scheduler
 from caravel.worker.stopping import AbandonedJob, Shutdown, Stopping
 from caravel.worker.summary import JobSummary
 from caravel.worker.supervisor import Supervisor
@@ -258,6 +257,9 @@ class QueueWorker(AsyncClosing):
             loops.start_side(pruner.run(), "prune")
         schedules = self.queue.registry.schedules
         if schedules and self.options.schedules:
+            # Only a registry with schedules needs the scheduler and the cron parser it brings.
+            from caravel.worker.scheduler import Scheduler
+
             scheduler = Scheduler(self.queue, schedules)
             loops.start_side(scheduler.run(), "schedules")
         listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
