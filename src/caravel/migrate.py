@@ -32,7 +32,7 @@ from caravel.errors import (
 from caravel.migrations import HEAD
 from caravel.migrations.losses import Loss
 from caravel.store.errors import driver_reason
-from caravel.store.schema import FINISHED_COUNTS_TABLE, VERSION_TABLE, include_object, metadata
+from caravel.store.schema import FINISHED_COUNTS_TABLE, TABLE_NAMES, VERSION_TABLE, include_object
 from caravel.store.urls import sync_url
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ __all__ = [
 
 
 #: Every table Caravel's own history creates and changes.
-_OURS = frozenset({*metadata.tables, VERSION_TABLE, FINISHED_COUNTS_TABLE})
+_OURS = frozenset({*TABLE_NAMES, VERSION_TABLE, FINISHED_COUNTS_TABLE})
 
 
 def exclude_caravel_tables(
@@ -309,6 +309,8 @@ def check(url: str | sa.URL) -> SchemaReport:
     """
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
+
+    from caravel.store.schema import metadata
 
     newest = head()
     engine = _inspection_engine(url)

@@ -109,7 +109,8 @@ def test_a_worker_running_its_first_job_has_loaded_no_alembic_mako_rich_or_other
 ) -> None:
     """What ``caravel worker`` has imported by the time its first handler runs: the migration
     tooling, the tables' Rich, the other commands' modules, and what only schedules and tracing
-    need stay out of a worker's start-up.
+    need stay out of a worker's start-up, and so does PostgreSQL's dialect on SQLite (the schema
+    builds its partial indexes, whose options load every dialect, only for migrations).
     Start-up ran with the collector off; by the first job everything loaded is frozen and the
     collector is on again."""
     (tmp_path / "probe_app.py").write_text(PROBE_APP)
@@ -137,6 +138,7 @@ def test_a_worker_running_its_first_job_has_loaded_no_alembic_mako_rich_or_other
     heavy = {m for m in found if m.split(".")[0] in {"alembic", "mako", "rich", "croniter"}}
     assert heavy == set()  # the cron parser too: this registry has no schedules
     assert "opentelemetry.propagate" not in found  # nothing is traced: no propagator loaded
+    assert "sqlalchemy.dialects.postgresql" not in found  # a SQLite queue's worker
     assert "caravel.worker" in found  # the probe ran inside the worker
     commands = {m for m in found if m.startswith("caravel.cli.")}
     assert not commands & {"caravel.cli.jobs", "caravel.cli.queues", "caravel.cli.dashboard"}

@@ -16,6 +16,7 @@ counts bound what they read of that history.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +50,7 @@ __all__ = [
     "QUEUE_STARTS_TABLE",
     "QUEUE_WEIGHTS_TABLE",
     "SCHEDULES_TABLE",
+    "TABLE_NAMES",
     "VERSION_TABLE",
     "WORKERS_TABLE",
     "attempts",
@@ -70,26 +72,28 @@ __all__ = [
 JOBS_TABLE = "caravel_jobs"
 VERSION_TABLE = "caravel_alembic_version"
 
-metadata = sa.MetaData()
+#: Every table's MetaData; read as :data:`metadata` (below) once it also holds the partial
+#: indexes.
+_tables = sa.MetaData()
+
+#: The partial indexes, as declared: name, expressions, predicate, unique.
+_partial: list[tuple[str, tuple[sa.ColumnElement[Any], ...], str, bool]] = []
+_completing = threading.Lock()
 
 
 def _partial_index(
-    name: str, *expressions: str | sa.ColumnElement[Any], where: str, unique: bool = False
-) -> sa.Index:
-    """An index over the rows matching ``where``: the same predicate on every dialect, written
-    once so the two cannot drift apart."""
-    return sa.Index(
-        name,
-        *expressions,
-        unique=unique,
-        postgresql_where=sa.text(where),
-        sqlite_where=sa.text(where),
-    )
+    name: str, *expressions: sa.ColumnElement[Any], where: str, unique: bool = False
+) -> None:
+    """Declare an index over the rows matching ``where``: the same predicate on every dialect,
+    written once so the two cannot drift apart. It is built with :data:`metadata`: SQLAlchemy
+    checks a predicate's dialect options by loading both dialects (PostgreSQL's with every
+    driver's module), which the queue's statements never need."""
+    _partial.append((name, expressions, where, unique))
 
 
 jobs = sa.Table(
     JOBS_TABLE,
-    metadata,
+    _tables,
     sa.Column("id", sa.Uuid(), nullable=False),
     sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
     sa.Column("job_type", sa.String(MAX_WIRE_NAME_LENGTH), nullable=False),
@@ -166,37 +170,42 @@ jobs = sa.Table(
     sa.CheckConstraint(
         f"max_attempts >= 1 AND max_attempts <= {MAX_ATTEMPTS}", name="ck_caravel_jobs_max_attempts"
     ),
-    # Idempotency: one job per key in a queue and tenant. Only keyed jobs have an entry, so a
-    # keyless job costs this index nothing on insert, claim or acknowledgement.
-    _partial_index(
-        "uq_caravel_jobs_idempotency",
-        "queue",
-        "tenant_id",
-        "idempotency_key",
-        unique=True,
-        where="idempotency_key IS NOT NULL",
-    ),
-    _partial_index(
-        "ix_caravel_jobs_claim", "queue", "available_at", where="available_at IS NOT NULL"
-    ),
-    # Running jobs by lease expiry: where workers look for a crashed worker's jobs.
-    _partial_index("ix_caravel_jobs_leases", "queue", "available_at", where="state = 'running'"),
-    # The one pending job per queue, tenant and pending key; only ready rows with a key have an
-    # entry, so it costs other jobs nothing.
-    _partial_index(
-        "uq_caravel_jobs_pending",
-        "queue",
-        "tenant_id",
-        "pending_key",
-        unique=True,
-        where="pending_key IS NOT NULL AND state = 'ready'",
-    ),
-    _partial_index("ix_caravel_jobs_chain", "chain_id", "chain_step", where="chain_id IS NOT NULL"),
-    _partial_index("ix_caravel_jobs_batch", "batch_id", "state", where="batch_id IS NOT NULL"),
-    # Finished jobs by queue and state: queue counts read at most a bounded stretch of it, never
-    # the finished rows themselves (see queries.counts).
-    _partial_index("ix_caravel_jobs_finished", "queue", "state", where="available_at IS NULL"),
 )
+
+# Idempotency: one job per key in a queue and tenant. Only keyed jobs have an entry, so a
+# keyless job costs this index nothing on insert, claim or acknowledgement.
+_partial_index(
+    "uq_caravel_jobs_idempotency",
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.idempotency_key,
+    unique=True,
+    where="idempotency_key IS NOT NULL",
+)
+_partial_index(
+    "ix_caravel_jobs_claim", jobs.c.queue, jobs.c.available_at, where="available_at IS NOT NULL"
+)
+# Running jobs by lease expiry: where workers look for a crashed worker's jobs.
+_partial_index(
+    "ix_caravel_jobs_leases", jobs.c.queue, jobs.c.available_at, where="state = 'running'"
+)
+# The one pending job per queue, tenant and pending key; only ready rows with a key have an
+# entry, so it costs other jobs nothing.
+_partial_index(
+    "uq_caravel_jobs_pending",
+    jobs.c.queue,
+    jobs.c.tenant_id,
+    jobs.c.pending_key,
+    unique=True,
+    where="pending_key IS NOT NULL AND state = 'ready'",
+)
+_partial_index(
+    "ix_caravel_jobs_chain", jobs.c.chain_id, jobs.c.chain_step, where="chain_id IS NOT NULL"
+)
+_partial_index("ix_caravel_jobs_batch", jobs.c.batch_id, jobs.c.state, where="batch_id IS NOT NULL")
+# Finished jobs by queue and state: queue counts read at most a bounded stretch of it, never
+# the finished rows themselves (see queries.counts).
+_partial_index("ix_caravel_jobs_finished", jobs.c.queue, jobs.c.state, where="available_at IS NULL")
 
 
 #: The order ready jobs are claimed in: the due time moved earlier by the job's priority, each
@@ -227,9 +236,9 @@ def include_object(
     """Alembic filter: only Caravel's own tables and their indexes and constraints, so an
     application's tables in the same database are never compared or touched."""
     if type_ == "table":
-        return name in metadata.tables
+        return name in _tables.tables
     table = getattr(obj, "table", None)
-    return table is None or getattr(table, "name", None) in metadata.tables
+    return table is None or getattr(table, "name", None) in _tables.tables
 
 
 WORKERS_TABLE = "caravel_workers"
@@ -243,7 +252,7 @@ FINISHED_COUNTS_TABLE = "caravel_finished_counts"
 #: whose heartbeat is older than a few intervals is shown as lost.
 workers = sa.Table(
     WORKERS_TABLE,
-    metadata,
+    _tables,
     sa.Column("id", sa.Uuid(), nullable=False),
     sa.Column("host", sa.String(MAX_HOST_LENGTH), nullable=False),
     sa.Column("pid", sa.Integer(), nullable=False),
@@ -263,7 +272,7 @@ QUEUES_TABLE = "caravel_queues"
 #: a queue while its ``paused_at`` is set. A queue without a row is running.
 queues = sa.Table(
     QUEUES_TABLE,
-    metadata,
+    _tables,
     sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
@@ -281,7 +290,7 @@ QUEUE_LIMITS_TABLE = "caravel_queue_limits"
 #: :mod:`caravel.store.limited`).
 queue_limits = sa.Table(
     QUEUE_LIMITS_TABLE,
-    metadata,
+    _tables,
     sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
     sa.Column("concurrency", sa.Integer(), nullable=True),
     sa.Column("per_key", sa.Integer(), nullable=True),
@@ -311,7 +320,7 @@ QUEUE_STARTS_TABLE = "caravel_queue_starts"
 #: older ones; a queue without a rate writes none.
 queue_starts = sa.Table(
     QUEUE_STARTS_TABLE,
-    metadata,
+    _tables,
     sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
     sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
     sa.Column("key", sa.String(MAX_KEY_LENGTH), nullable=False),
@@ -342,7 +351,7 @@ ATTEMPT_OUTCOMES = (
 #: gives its attempt number back, a replay resets it; the token only grows). Deleted with its job.
 attempts = sa.Table(
     ATTEMPTS_TABLE,
-    metadata,
+    _tables,
     sa.Column("job_id", sa.Uuid(), nullable=False),
     sa.Column("lease_token", sa.BigInteger(), nullable=False),
     sa.Column("attempt", sa.Integer(), nullable=False),
@@ -369,7 +378,7 @@ QUEUE_WEIGHTS_TABLE = "caravel_queue_weights"
 #: of a key without a row. Written with the queue's limits row, removed with it.
 queue_weights = sa.Table(
     QUEUE_WEIGHTS_TABLE,
-    metadata,
+    _tables,
     sa.Column("queue", sa.String(MAX_QUEUE_NAME_LENGTH), nullable=False),
     sa.Column("key", sa.String(MAX_KEY_LENGTH), nullable=False),
     sa.Column("weight", sa.Integer(), nullable=False),
@@ -383,7 +392,7 @@ SCHEDULES_TABLE = "caravel_schedules"
 #: row only saves work: a slot's job is settled by its idempotency key, not by this table.
 schedules = sa.Table(
     SCHEDULES_TABLE,
-    metadata,
+    _tables,
     sa.Column("name", sa.String(MAX_SCHEDULE_NAME_LENGTH), nullable=False),
     sa.Column("last_slot_at", sa.BigInteger(), nullable=True),
     sa.Column("paused_at", sa.BigInteger(), nullable=True),
@@ -398,7 +407,7 @@ BATCHES_TABLE = "caravel_batches"
 #: which takes one back), and the callback job it releases when the last one finishes.
 batches = sa.Table(
     BATCHES_TABLE,
-    metadata,
+    _tables,
     sa.Column("id", sa.Uuid(), nullable=False),
     sa.Column("tenant_id", sa.String(MAX_KEY_LENGTH), nullable=False),
     sa.Column("total", sa.Integer(), nullable=False),
@@ -414,3 +423,36 @@ batches = sa.Table(
     sa.PrimaryKeyConstraint("id", name="pk_caravel_batches"),
     sa.Index("ix_caravel_batches_created", "created_at"),
 )
+
+
+#: The queue's tables as migrations create them, indexes and all (what Alembic compares and
+#: ``create_all`` creates), built on its first read by the module's ``__getattr__``. Only
+#: declared here: the queue's statements use the tables alone, so a worker or a producer never
+#: builds the partial indexes.
+metadata: sa.MetaData
+
+#: The names of the queue's tables (what :func:`include_object` keeps).
+TABLE_NAMES = frozenset(_tables.tables)
+
+
+def _metadata() -> sa.MetaData:
+    """Every table with all of its indexes: the partial ones are built on the first read."""
+    with _completing:
+        while _partial:
+            name, expressions, where, unique = _partial.pop(0)
+            # Built over the table's columns, the index attaches itself to that table.
+            sa.Index(
+                name,
+                *expressions,
+                unique=unique,
+                postgresql_where=sa.text(where),
+                sqlite_where=sa.text(where),
+            )
+    return _tables
+
+
+def __getattr__(name: str) -> sa.MetaData:
+    """:data:`metadata`, complete."""
+    if name == "metadata":
+        return _metadata()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
