@@ -22,7 +22,8 @@ from caravel.flow.window import (
 from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.claims.takeover import expired_before, taking_over
-from caravel.store.limited.starts import latest_start, log_starts, prune_starts, started_by_key
+from caravel.store.limited.rated_reads import DUE, RUNNING_BY_KEY, STARTED, rated_reads
+from caravel.store.limited.starts import log_starts, prune_starts
 from caravel.store.limited.tables import move_cursor, read_limit, read_weights
 from caravel.store.plans import Plan, Step
 from caravel.store.protocol import ClaimRequest, ClaimSource
@@ -125,37 +126,29 @@ def _rated_claim(
 ) -> Plan[list[Any]]:
     """The limited claim of a queue with a rate (see the module docstring)."""
     queue, period = params["b_queue"], int(stored.rate_period_ms)
-    latest = yield Step(store._statement("latest_start", latest_start), {"b_queue": queue})
-    latest_at = None if latest[0][0] is None else int(latest[0][0])
+    source = request.source
+    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
+    own = params["b_now"]
+    reads = {
+        "b_queue": queue,
+        "b_now": own,
+        "b_period": period,
+        "b_scan": _scan(caps, stored.fair, request.limit),
+        "b_fits": min(cap for cap in (caps.rate, caps.rate_per_key) if cap is not None),
+    }
+    rows = yield Step(store._statement(f"rated_reads_{source}", lambda: rated_reads(source)), reads)
+    latest_at, oldest_at = (None if at is None else int(at) for at in (rows[0].k, rows[0].n))
+    started = {row.key: int(row.n) for row in rows if row.kind == STARTED}
+    running = {row.key: int(row.n) for row in rows if row.kind == RUNNING_BY_KEY}
+    due = [row for row in rows if row.kind == DUE]
     # Leases are judged by the claim's own clock (another host's logged starts may run ahead
     # of it); the window counts to, and the claim's starts and lease run from, the window clock.
-    own = params["b_now"]
     now = window_clock(own, latest_at)
     params = {**params, "b_now": now, "b_expires": params["b_expires"] + now - own}
-    since = now - period
-    stale = stale_before(latest_at, period)
+    stale = stale_before(latest_at, period, oldest_at)
     if stale is not None:
         prune = store._statement("starts_prune", prune_starts)
         yield Step(prune, {"b_queue": queue, "b_since": stale})
-    started = yield Step(
-        store._statement("starts_in_window", started_by_key),
-        {"b_queue": queue, "b_since": since},
-    )
-    running = yield Step(
-        store._statement("running_by_key", claims.running_by_key),
-        {"b_queue": queue, "b_now": own},
-    )
-    source = request.source
-    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
-    due = yield Step(
-        store._statement(f"due_weighed_{source}", lambda: claims.due_weighed(source)),
-        {
-            "b_queue": queue,
-            "b_now": own,
-            "b_scan": _scan(caps, stored.fair, request.limit),
-            "b_fits": min(cap for cap in (caps.rate, caps.rate_per_key) if cap is not None),
-        },
-    )
     if stored.fair:
         weighing = store._statement("queue_weights_read", read_weights)
         weights = yield Step(weighing, {"b_queue": queue})
@@ -165,7 +158,7 @@ def _rated_claim(
             for at in fair_order(
                 [(sources[int(row.part)] == "expired", row.key) for row in due],
                 {row.key: int(row.weight) for row in weights},
-                {row.key: int(row.running) for row in running},
+                running,
                 stored.fair_cursor,
             )
         ]
@@ -173,8 +166,8 @@ def _rated_claim(
         (Candidate(row.id, row.key, int(row.weight)) for row in due),
         request.limit,
         caps,
-        {row.key: int(row.running) for row in running},
-        {row.key: int(row.weight) for row in started},
+        running,
+        started,
     )
     if not chosen:
         return []
