@@ -76,11 +76,15 @@ def limited_claim(
         params["b_per_key"] = per_key
     if fair:
         params["b_cursor"] = found[0].fair_cursor or ""
-        keyed = per_key is not None
+        keyed, weighted = per_key is not None, bool(found[0].weighted)
         stmt = store._statement(
-            f"claim_fair_{source}_{keyed}",
+            f"claim_fair_{source}_{keyed}_{weighted}",
             lambda: claims.claim_fair(
-                source, store._claim_target, store._fair_key_jobs, per_key=keyed
+                source,
+                store._claim_target,
+                store._fair_key_jobs,
+                per_key=keyed,
+                weighted=weighted,
             ),
         )
     elif per_key is None:
