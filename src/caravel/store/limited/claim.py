@@ -181,13 +181,17 @@ def _rated_claim(
     )
     claimed = yield from _taking_over(store, request, claim)
     # In the order they were chosen (the database returns them in its scan's order), so jobs
-    # of equal rank keep it.
-    position = {job.id: at for at, job in enumerate(chosen)}
-    claimed = sorted(claimed, key=lambda row: position.get(row.id, len(position)))
-    by_id = {job.id: job for job in chosen}
-    logged = started_weights(
-        (by_id[row.id].key, by_id[row.id].weight) for row in claimed if row.state == RUNNING
-    )
+    # of equal rank keep it. Keyed by the ids' integers: a UUID hashes in Python, an int in C,
+    # and a claim maps hundreds of them.
+    position = {job.id.int: at for at, job in enumerate(chosen)}
+    claimed = sorted(claimed, key=lambda row: position[row.id.int])
+    if len(claimed) == len(chosen) and all(row.state == RUNNING for row in claimed):
+        logged = started_weights((job.key, job.weight) for job in chosen)
+    else:  # some went meanwhile, or an expired lease was dead-lettered instead
+        running_ids = {row.id.int for row in claimed if row.state == RUNNING}
+        logged = started_weights(
+            (job.key, job.weight) for job in chosen if job.id.int in running_ids
+        )
     if logged:
         starts = [
             {"b_queue": queue, "b_key": key, "b_now": now, "b_weight": weight}
