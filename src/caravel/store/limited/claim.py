@@ -41,6 +41,10 @@ class ClaimingStore(Protocol):
     #: How a fair claim reads each key's first jobs (:data:`~caravel.store.claims.KeyJobs`).
     _fair_key_jobs: claims.KeyJobs
 
+    #: A rated claim's ``UPDATE`` made to log its starts too, where the dialect can (``None``:
+    #: the claim logs them with a statement of its own).
+    _claim_logging_starts: Callable[[sa.Update], sa.Select[Any]] | None
+
     def _statement(self, name: str, build: Callable[[], Any]) -> Any: ...
 
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]: ...
@@ -175,17 +179,24 @@ def _rated_claim(
     )
     if not chosen:
         return []
-    claim = Step(
-        store._statement(f"claim_ids_{source}", lambda: claims.claim_ids(source)),
-        {**params, "b_ids": [job.id for job in chosen]},
-    )
+    # Where the dialect can, the claim logs its starts itself.
+    logging = store._claim_logging_starts
+    if logging is not None:
+        statement = store._statement(
+            f"claim_ids_logging_{source}", lambda: logging(claims.claim_ids(source))
+        )
+    else:
+        statement = store._statement(f"claim_ids_{source}", lambda: claims.claim_ids(source))
+    claim = Step(statement, {**params, "b_ids": [job.id for job in chosen]})
     claimed = yield from _taking_over(store, request, claim)
     # In the order they were chosen (the database returns them in its scan's order), so jobs
     # of equal rank keep it. Keyed by the ids' integers: a UUID hashes in Python, an int in C,
     # and a claim maps hundreds of them.
     position = {job.id.int: at for at, job in enumerate(chosen)}
     claimed = sorted(claimed, key=lambda row: position[row.id.int])
-    if len(claimed) == len(chosen) and all(row.state == RUNNING for row in claimed):
+    if logging is not None:
+        logged = {}
+    elif len(claimed) == len(chosen) and all(row.state == RUNNING for row in claimed):
         logged = started_weights((job.key, job.weight) for job in chosen)
     else:  # some went meanwhile, or an expired lease was dead-lettered instead
         running_ids = {row.id.int for row in claimed if row.state == RUNNING}

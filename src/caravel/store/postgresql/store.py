@@ -40,6 +40,7 @@ from caravel.store.postgresql.limit_hold import (
     log_rolled_back,
     tapped,
 )
+from caravel.store.postgresql.logged_claim import claim_logging_starts
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest, Recorder
@@ -120,6 +121,7 @@ class PostgresStore(InsertingStore):
 
     # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
     _fair_key_jobs = staticmethod(lateral_key_jobs)
+    _claim_logging_starts = staticmethod(claim_logging_starts)
 
     #: Seconds a limited claim's transaction may wait for its next statement (holding the
     #: queue's limits row) before the server ends it (:mod:`~.limit_hold`).
