@@ -45,6 +45,10 @@ class ClaimingStore(Protocol):
     #: the claim logs them with a statement of its own).
     _claim_logging_starts: Callable[[sa.Update], sa.Select[Any]] | None
 
+    #: A fair claim's ``UPDATE`` made to move the fair cursor too, where the dialect can
+    #: (``None``: the claim moves it with a statement of its own).
+    _claim_moving_cursor: Callable[[sa.Update], sa.Select[Any]] | None
+
     def _statement(self, name: str, build: Callable[[], Any]) -> Any: ...
 
     def _limit_lock(self, read: sa.Select[Any]) -> sa.Select[Any]: ...
@@ -81,16 +85,15 @@ def limited_claim(
     if fair:
         params["b_cursor"] = found[0].fair_cursor or ""
         keyed, weighted = per_key is not None, bool(found[0].weighted)
-        stmt = store._statement(
-            f"claim_fair_{source}_{keyed}_{weighted}",
-            lambda: claims.claim_fair(
-                source,
-                store._claim_target,
-                store._fair_key_jobs,
-                per_key=keyed,
-                weighted=weighted,
-            ),
-        )
+        moving = store._claim_moving_cursor
+
+        def fair_claim() -> Any:
+            claim = claims.claim_fair(
+                source, store._claim_target, store._fair_key_jobs, per_key=keyed, weighted=weighted
+            )
+            return claim if moving is None else moving(claim)
+
+        stmt = store._statement(f"claim_fair_{source}_{keyed}_{weighted}", fair_claim)
     elif per_key is None:
         stmt = store._statement(
             f"claim_limited_{source}",
@@ -101,7 +104,7 @@ def limited_claim(
             f"claim_per_key_{source}", lambda: claims.claim_per_key(source, store._claim_target)
         )
     claimed = yield from _taking_over(store, request, Step(stmt, params))
-    if fair:
+    if fair and store._claim_moving_cursor is None:
         yield from _move_cursor(store, request.queue, found[0].fair_cursor, claimed)
     return claimed
 

@@ -96,6 +96,8 @@ class LimitsStore(SqlTransactions[ConnectionT]):
     #: A rated claim that logs its starts itself, where the dialect can (see
     #: :class:`~caravel.store.limited.claim.ClaimingStore`).
     _claim_logging_starts: Callable[[sa.Update], sa.Select[Any]] | None = None
+    #: A fair claim that moves its cursor itself, where the dialect can (as above).
+    _claim_moving_cursor: Callable[[sa.Update], sa.Select[Any]] | None = None
 
     async def queue_limit_set(self, limit: ConcurrencyLimit | RateLimit, now: int) -> QueueLimit:
         limit = checked_limit(limit)

@@ -25,6 +25,7 @@ from caravel.store.pending_sql import PENDING_INDEX
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
+from caravel.store.postgresql.claim_writes import claim_logging_starts, claim_moving_cursor
 from caravel.store.postgresql.driver_plans import (
     DriverStatement,
     compile_statement,
@@ -40,7 +41,6 @@ from caravel.store.postgresql.limit_hold import (
     log_rolled_back,
     tapped,
 )
-from caravel.store.postgresql.logged_claim import claim_logging_starts
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest, Recorder
@@ -122,6 +122,7 @@ class PostgresStore(InsertingStore):
     # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
     _fair_key_jobs = staticmethod(lateral_key_jobs)
     _claim_logging_starts = staticmethod(claim_logging_starts)
+    _claim_moving_cursor = staticmethod(claim_moving_cursor)
 
     #: Seconds a limited claim's transaction may wait for its next statement (holding the
     #: queue's limits row) before the server ends it (:mod:`~.limit_hold`).
