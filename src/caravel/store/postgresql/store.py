@@ -221,9 +221,8 @@ class PostgresStore(InsertingStore):
             # driver_plans): its statements and their rows skip SQLAlchemy's per-execution work.
             async with self._autocommit("job_claim", index_only=True) as driver:
                 try:
-                    async with driver.transaction():
-                        plan = tapped(self._claim_plan(request, params), progress)
-                        return await run_plan_on_driver(driver, plan, self._driver_statement)
+                    plan = tapped(self._claim_plan(request, params), progress)
+                    return await run_plan_on_driver(driver, plan, self._driver_statement)
                 except psycopg.Error:
                     progress.broken = driver.broken
                     raise
