@@ -22,7 +22,13 @@ from caravel.flow.window import (
 from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.claims.takeover import expired_before, taking_over
-from caravel.store.limited.rated_reads import DUE, RUNNING_BY_KEY, STARTED, rated_reads
+from caravel.store.limited.rated_reads import (
+    DUE,
+    RUNNING_BY_KEY,
+    STARTED,
+    RunningCount,
+    rated_reads,
+)
 from caravel.store.limited.starts import log_starts, prune_starts
 from caravel.store.limited.tables import move_cursor, read_limit, read_weights
 from caravel.store.plans import Plan, Step
@@ -147,7 +153,15 @@ def _rated_claim(
         "b_scan": _scan(caps, stored.fair, request.limit),
         "b_fits": min(cap for cap in (caps.rate, caps.rate_per_key) if cap is not None),
     }
-    rows = yield Step(store._statement(f"rated_reads_{source}", lambda: rated_reads(source)), reads)
+    counting: RunningCount = "none"
+    if caps.per_key is not None or stored.fair:
+        counting = "by_key"
+    elif caps.concurrency is not None:
+        counting = "total"
+    reading = store._statement(
+        f"rated_reads_{source}_{counting}", lambda: rated_reads(source, counting)
+    )
+    rows = yield Step(reading, reads)
     latest_at, oldest_at = (None if at is None else int(at) for at in (rows[0].k, rows[0].n))
     started = {row.key: int(row.n) for row in rows if row.kind == STARTED}
     running = {row.key: int(row.n) for row in rows if row.kind == RUNNING_BY_KEY}

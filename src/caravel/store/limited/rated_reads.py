@@ -9,14 +9,15 @@ Its rows come in four kinds (column ``kind``), in this order:
   at the window clock (:func:`caravel.flow.window.window_clock`, computed here from the latest
   start) and is ``b_period`` long;
 - :data:`RUNNING_BY_KEY`: how many jobs (``n``) of each key run with a lease unexpired at
-  ``b_now``, the claim's own clock;
+  ``b_now``, the claim's own clock (or all of them under the key ``''``, or no row: see
+  :data:`RunningCount`);
 - :data:`DUE`: the due candidates in claim order (``id``, ``key``, ``weight``, ``part``, ``k``),
   as :func:`caravel.store.claims.due_weighed` reads them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
@@ -25,10 +26,15 @@ from caravel.store.claims.chosen import running_by_key
 from caravel.store.schema import jobs, queue_starts
 from caravel.store.values import ClaimSource
 
-__all__ = ["BOUNDS", "DUE", "RUNNING_BY_KEY", "STARTED", "rated_reads"]
+__all__ = ["BOUNDS", "DUE", "RUNNING_BY_KEY", "STARTED", "RunningCount", "rated_reads"]
 
 BOUNDS, STARTED, RUNNING_BY_KEY, DUE = 0, 1, 2, 3
 
+
+#: How a rated claim counts the running jobs: per partition key (a per-key cap or fair
+#: dispatch needs them), all together under the key ``''`` (a queue-wide cap alone), or not at
+#: all (a rate alone).
+RunningCount = Literal["by_key", "total", "none"]
 
 _COLUMNS = ("kind", "id", "key", "weight", "part", "k", "n")
 
@@ -37,14 +43,18 @@ def _kind(kind: int) -> Any:
     return sa.literal_column(str(kind))
 
 
-def rated_reads(source: ClaimSource) -> sa.Select[Any]:
+def rated_reads(source: ClaimSource, running: RunningCount) -> sa.Select[Any]:
     """The reads of a rated claim of ``source`` (see the module docstring), bound as
-    :func:`~caravel.store.claims.due_weighed` is plus ``b_period`` (the rate's, in ms)."""
+    :func:`~caravel.store.claims.due_weighed` is plus ``b_period`` (the rate's, in ms), with
+    the running jobs counted as ``running`` says."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     period = sa.bindparam("b_period", type_=sa.BigInteger())
     of_queue = queue_starts.c.queue == sa.bindparam("b_queue")
-    latest = sa.select(sa.func.max(queue_starts.c.started_at)).where(of_queue).scalar_subquery()
-    oldest = sa.select(sa.func.min(queue_starts.c.started_at)).where(of_queue).scalar_subquery()
+    # Each one entry of ix_caravel_queue_starts_window, read from its end (an aggregate would
+    # read every entry of the queue where the planner has no statistics to tell it otherwise).
+    at = queue_starts.c.started_at
+    latest = sa.select(at).where(of_queue).order_by(at.desc()).limit(1).scalar_subquery()
+    oldest = sa.select(at).where(of_queue).order_by(at).limit(1).scalar_subquery()
     # The window clock: the claim's own, or the latest logged start if that is later.
     since = sa.case((latest > now, latest), else_=now) - period
 
@@ -83,18 +93,18 @@ def rated_reads(source: ClaimSource) -> sa.Select[Any]:
         .where(of_queue, queue_starts.c.started_at > since)
         .group_by(queue_starts.c.key)
     )
-    running = running_by_key().subquery("running_keys")
-    counted = sa.select(
-        *row(
-            RUNNING_BY_KEY,
-            null(jobs.c.id.type),
-            running.c.key,
-            null(bigint),
-            null(bigint),
-            null(bigint),
-            running.c.running,
-        )
-    )
+    counted: list[sa.Select[Any]] = []
+    if running != "none":
+        key: Any
+        n: Any
+        if running == "total":
+            total = claims.running_count().subquery("running_total")
+            key, n = sa.cast(sa.literal(""), queue_starts.c.key.type), total.c[0]
+        else:
+            by_key = running_by_key().subquery("running_keys")
+            key, n = by_key.c.key, by_key.c.running
+        parts = (null(jobs.c.id.type), key, null(bigint), null(bigint), null(bigint), n)
+        counted.append(sa.select(*row(RUNNING_BY_KEY, *parts)))
     due = [
         sa.select(
             *row(DUE, part.c.id, part.c.key, part.c.weight, part.c.part, part.c.k, null(bigint))
@@ -104,6 +114,6 @@ def rated_reads(source: ClaimSource) -> sa.Select[Any]:
     # Already in the order asked for, so a sort that does not keep ties (PostgreSQL's) leaves
     # jobs of equal rank in their scan's order. The first select types the columns for
     # SQLAlchemy: its NULLs are cast.
-    every = sa.union_all(bounds, started, counted, *due).subquery("rated_reads")
+    every = sa.union_all(bounds, started, *counted, *due).subquery("rated_reads")
     named = [every.c[name] for name in _COLUMNS]
     return sa.select(*named).order_by(every.c.kind, every.c.part, every.c.k)
