@@ -144,7 +144,7 @@ def claim_fair(
         due.c.part,
         due.c.k,
         sa.func.row_number()
-        .over(partition_by=(due.c.part, due.c.key), order_by=(due.c.k, due.c.id))
+        .over(partition_by=(due.c.key, due.c.part), order_by=(due.c.k, due.c.id))
         .label("n"),
         # After the key's running jobs: what the key would have running with this job.
         sa.func.row_number()
@@ -162,7 +162,7 @@ def claim_fair(
         )
         .scalar_subquery()
     )
-    weight = sa.func.coalesce(stored_weight, 1) if weighted else sa.literal_column("1")
+    weight = sa.func.coalesce(stored_weight, 1)
     running_of_key = ranked.c.running
     where: list[sa.ColumnElement[bool]] = [ranked.c.part > sa.literal_column(str(RUNNING_PART))]
     if per_key:
@@ -171,9 +171,10 @@ def claim_fair(
     # A key's running jobs count into its rounds (integer division): a key of weight w with r
     # jobs running has its ready jobs r+1..w in round 0, then w at a time. Expired leases,
     # taken first, go in the order their leases expired.
+    turned = running_of_key + ranked.c.n - 1
     turn = sa.case(
         (ranked.c.part == sa.literal_column("0"), sa.literal_column("0")),
-        else_=(running_of_key + ranked.c.n - 1) // weight,
+        else_=turned // weight if weighted else turned,
     )
     # Within a round, the keys after the cursor first, in key order, then the others (see
     # caravel.flow.fairness.comes_after); within a key, claim order.
