@@ -108,16 +108,16 @@ def create_migration_engine(url: sa.URL) -> sa.Engine:
     return engine
 
 
-def _blocking_engine(engine: AsyncEngine) -> sa.Engine:
+def _blocking_engine(engine: AsyncEngine, *, pooled: bool = True) -> sa.Engine:
     """A blocking (pysqlite) engine on the same file, for the store's two threads, each of which
-    has at most one connection in use at a time."""
+    has at most one connection in use at a time; not ``pooled``, one whose every connection is
+    new (for a connection the store keeps itself)."""
     url = engine.url.set(drivername="sqlite+pysqlite")
+    pool: dict[str, Any] = (
+        {"pool_size": 2, "max_overflow": 0} if pooled else {"poolclass": sa.pool.NullPool}
+    )
     blocking = sa.create_engine(
-        url,
-        pool_size=2,
-        max_overflow=0,
-        pool_reset_on_return=None,
-        connect_args={"check_same_thread": False},
+        url, pool_reset_on_return=None, connect_args={"check_same_thread": False}, **pool
     )
     _install(blocking, read_only=url.query.get("mode") == "ro", set_wal=True)
     return blocking
