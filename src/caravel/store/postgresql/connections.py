@@ -11,7 +11,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -20,15 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util.concurrency import greenlet_spawn
 
 from caravel.store.base import SqlStore
-from caravel.store.blocking import Deadlines, KeptConnections
+from caravel.store.blocking import Deadlines
 from caravel.store.errors import ErrorTranslation
+from caravel.store.postgresql.blocking import BlockingUse, blocking_connections
 from caravel.store.postgresql.statements import compile_for_driver, execute
 from caravel.store.urls import async_url
 
 __all__ = [
     "CONNECT_ARGS",
     "HOT_CONNECTIONS",
-    "BlockingUse",
     "ConnectedStore",
     "HotConnections",
     "HotUse",
@@ -268,53 +268,6 @@ class HotUse:
         return cursor
 
 
-class _Blocking(NamedTuple):
-    """A blocking connection in autocommit, and a binary cursor kept with it."""
-
-    connection: psycopg.Connection[Any]
-    cursor: psycopg.Cursor[Any]
-
-
-def _reusable(kept: _Blocking) -> bool:
-    info = kept.connection.info
-    return not kept.connection.broken and (
-        info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    )
-
-
-class BlockingUse:
-    """One use of a blocking connection by a caller's thread, entered with ``with``: takes one,
-    has the store's event loop cut it past the deadline (:class:`Deadlines`), gives it back,
-    and translates errors, as :class:`HotUse` does on the loop."""
-
-    __slots__ = ("_kept", "_loop", "_store", "_token", "_translation")
-
-    def __init__(
-        self, store: ConnectedStore, translation: ErrorTranslation, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self._store = store
-        self._translation = translation
-        self._loop = loop
-
-    def __enter__(self) -> psycopg.Cursor[Any]:
-        store = self._store
-        with self._translation:
-            self._kept = store._blocking.take()
-        timeout = store.operation_timeout
-        self._token = store._deadlines.begin(self._kept.connection, timeout, self._loop)
-        return self._kept.cursor
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._store._deadlines.end(self._token)
-        self._store._blocking.put(self._kept)
-        self._translation.__exit__(kind, exc, traceback)
-
-
 class ConnectedStore(SqlStore[AsyncConnection]):
     """The PostgreSQL store's ways to its connections: SQLAlchemy transactions (one statement
     in autocommit, acknowledgements without waiting for the disk), the hot connections, and
@@ -325,33 +278,27 @@ class ConnectedStore(SqlStore[AsyncConnection]):
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
         self._hot = HotConnections(engine)
-        self._blocking = KeptConnections(
-            self._open_blocking,
-            lambda kept: kept.connection.close(),
-            keep=HOT_CONNECTIONS,
-            usable=_reusable,
-            broken=lambda kept: kept.connection.broken,
-        )
         # The uses of hot and blocking connections, each cut once past its deadline.
         self._deadlines: Deadlines[psycopg.BaseConnection[Any]] = Deadlines(
             lambda conn: cut(lambda: conn)
+        )
+        # Callers' threads' own, with the settings of the engine's connections.
+        self._blocking = blocking_connections(
+            lambda: psycopg.Connection.connect(self._driver_dsn(), autocommit=True, **CONNECT_ARGS),
+            keep=HOT_CONNECTIONS,
         )
 
     def _driver_dsn(self) -> str:
         """The engine's URL as libpq takes it, for connections opened outside its pool."""
         return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
-    def _open_blocking(self) -> _Blocking:
-        # The settings of the engine's own connections, in autocommit: each statement is its
-        # own transaction.
-        conn = psycopg.Connection.connect(self._driver_dsn(), autocommit=True, **CONNECT_ARGS)
-        return _Blocking(conn, conn.cursor(binary=True))
-
     def _blocking_use(self, operation: str, loop: asyncio.AbstractEventLoop) -> BlockingUse:
         """A blocking connection in autocommit for a caller's thread (the sync facade's one-job
         enqueue), with the deadline held by ``loop``, the store's event loop. Errors are
         translated as on the loop; inside the block, the connection's kept cursor."""
-        return BlockingUse(self, self._translated(operation), loop)
+        translation = self._translated(operation)
+        timeout = self.operation_timeout
+        return BlockingUse(self._blocking, self._deadlines, translation, timeout, loop)
 
     def _autocommit(self, operation: str, *, index_only: bool = False) -> HotUse:
         """A hot psycopg connection in autocommit mode, for the one-statement hot paths (a

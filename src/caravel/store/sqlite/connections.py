@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from caravel.store.urls import async_url
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "LOCK_WAIT_NOTED_MS",
+    "CallerWrites",
     "ThreadConnection",
     "create_engine",
     "create_migration_engine",
@@ -121,6 +123,50 @@ def _blocking_engine(engine: AsyncEngine, *, pooled: bool = True) -> sa.Engine:
     )
     _install(blocking, read_only=url.query.get("mode") == "ro", set_wal=True)
     return blocking
+
+
+class CallerWrites:
+    """The connection callers' threads write on, each in a transaction of its own (the sync
+    facade's one-job enqueue), on ``engine`` (unpooled: the connection is kept here). Callers
+    take turns on it, so they never queue on SQLite's lock behind each other, only behind the
+    store's writer thread, as another process would."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+        self._turn = threading.Lock()
+        self._conn: sa.PoolProxiedConnection | None = None
+        self._closed = False
+
+    def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(connection)`` inside one ``BEGIN IMMEDIATE`` transaction on the calling
+        thread, straight on the driver (SQLAlchemy's transaction and execution work would cost
+        about as much as the insert). A connection that failed mid-transaction is closed, which
+        rolls its transaction back."""
+        with self._turn:
+            if self._closed:
+                raise sqlite3.ProgrammingError("the queue's SQLite store is closed")
+            if self._conn is None:
+                self._conn = self._engine.raw_connection()
+            pooled = self._conn
+            try:
+                driver: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
+                driver.execute("BEGIN IMMEDIATE")
+                result = work(driver)
+                driver.execute("COMMIT")
+            except BaseException:
+                self._conn = None
+                pooled.close()
+                raise
+            return result
+
+    def close(self) -> None:
+        """Close the connection, once a caller's transaction still running has ended."""
+        with self._turn:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        self._engine.dispose()
 
 
 _NO_ROWS = SimpleResultMetaData([])

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +39,7 @@ from caravel.store.schema import queues as queues_table
 from caravel.store.schema import schedules as schedules_table
 from caravel.store.sqlite.connections import (
     LOCK_WAIT_NOTED_MS,
+    CallerWrites,
     T,
     ThreadConnection,
     _begin,
@@ -90,10 +90,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
         self._blocking = _blocking_engine(engine)
         # The sync facade's one-job enqueue runs on its caller's thread, on a connection of its
         # own (job_insert_blocking).
-        self._callers = _blocking_engine(engine, pooled=False)
-        self._caller_turn = threading.Lock()
-        self._caller_conn: sa.PoolProxiedConnection | None = None
-        self._callers_closed = False
+        self._callers = CallerWrites(_blocking_engine(engine, pooled=False))
         file = self._file()
         folder = None if file is None else folder_for(file)
         self._announcer = None if folder is None else Announcer(folder)
@@ -220,7 +217,8 @@ class SqliteStore(SqlStore[ThreadConnection]):
         if new_job.pending_key is None:
             sql, parameters = self._raw_insert()
             values = parameters(new_job)
-            row = self._on_caller_connection(lambda d: d.execute(sql, values).fetchone())
+            with self._translated("job_insert"):
+                row = self._callers.run(lambda d: d.execute(sql, values).fetchone())
             if row is not None:
                 outcome = InsertOutcome(new_job.id, inserted=True)
                 return self._announced(InsertResult([new_job], [outcome]))
@@ -229,29 +227,6 @@ class SqliteStore(SqlStore[ThreadConnection]):
             return self._announced(InsertResult([new_job], await self._insert_general([new_job])))
 
         return asyncio.run_coroutine_threadsafe(settle(), loop).result()
-
-    def _on_caller_connection(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work(connection)`` inside one ``BEGIN IMMEDIATE`` transaction on the calling thread,
-        on the store's connection for callers. Callers take turns on it, so they never queue on
-        SQLite's lock behind each other (only behind the store's writer thread, as another
-        process would). A connection that failed mid-transaction is closed, which rolls its
-        transaction back."""
-        with self._translated("job_insert"), self._caller_turn:
-            if self._callers_closed:
-                raise sqlite3.ProgrammingError("the queue's SQLite store is closed")
-            if self._caller_conn is None:
-                self._caller_conn = self._callers.raw_connection()
-            pooled = self._caller_conn
-            try:
-                driver: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
-                driver.execute("BEGIN IMMEDIATE")
-                result = work(driver)
-                driver.execute("COMMIT")
-            except BaseException:
-                self._caller_conn = None
-                pooled.close()
-                raise
-            return result
 
     def _announced(self, result: InsertResult) -> InsertResult:
         """``result``, once the queues it brought jobs due now are announced to other
@@ -349,12 +324,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
             self._blocking.dispose()
         self._writes.shutdown(wait=False)
         self._reads.shutdown(wait=False)
-        with self._caller_turn:  # after a caller's insert still running
-            if self._caller_conn is not None:
-                self._caller_conn.close()
-                self._caller_conn = None
-            self._callers_closed = True
-        self._callers.dispose()
+        self._callers.close()
         if self._announcer is not None:
             self._announcer.close()
         await super().close()
