@@ -99,9 +99,10 @@ class Deadlines(Generic[C]):
         self._lock = threading.Lock()
         self._busy = False  # a use began since the last look
         self._timeout = 0.0  # the latest use's, which the uses after it are likely to have
-        #: When the loop looks next (infinity: it does not, until asked).
+        #: When the loop looks next (infinity: it does not, until asked), and which loop.
         self._next_look = math.inf
-        self._timer: asyncio.TimerHandle | None = None  # the loop's own
+        self._looking: asyncio.AbstractEventLoop | None = None
+        self._timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
 
     def begin(self, conn: C, timeout: float, loop: asyncio.AbstractEventLoop) -> int:
         """Watch a use of ``conn`` that must end within ``timeout`` seconds; its token."""
@@ -110,11 +111,11 @@ class Deadlines(Generic[C]):
         self._running[token] = (deadline, conn)
         self._busy = True
         self._timeout = timeout
-        if deadline < self._next_look:
+        if deadline < self._next_look or loop is not self._looking:
             with self._lock:
-                ask = deadline < self._next_look
+                ask = deadline < self._next_look or loop is not self._looking
                 if ask:
-                    self._next_look = deadline
+                    self._next_look, self._looking = deadline, loop
             if ask:
                 with contextlib.suppress(RuntimeError):  # the loop is closed, the store too
                     loop.call_soon_threadsafe(self._arm, loop, deadline)
@@ -127,12 +128,12 @@ class Deadlines(Generic[C]):
     def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         """Have the loop look at ``at``, unless it already looks by then (on the loop)."""
         delay = max(0.0, at - time.monotonic())
-        timer = self._timer
-        if timer is not None:
-            if timer.when() <= loop.time() + delay:
+        if self._timer is not None:
+            armed_on, timer = self._timer
+            if armed_on is loop and timer.when() <= loop.time() + delay:
                 return
             timer.cancel()
-        self._timer = loop.call_later(delay, self._look, loop)
+        self._timer = (loop, loop.call_later(delay, self._look, loop))
 
     def _look(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
