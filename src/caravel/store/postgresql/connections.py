@@ -208,33 +208,18 @@ _KEPT_CURSOR = "caravel_binary_cursor"
 
 
 class HotUse:
-    """One use of a hot connection, entered with ``async with``: takes it, has it cut past the
-    deadline (:class:`~caravel.store.blocking.Deadlines`: no timer of its own to arm and cancel
-    on the loop), gives it back, and translates errors from all three. A plain class, not a
-    generator-based context manager: it wraps every one-job enqueue, claim and acknowledgement
-    batch."""
+    """One use of a hot connection, entered with ``async with``: takes it, arms the deadline
+    timer that cuts it, gives it back, and translates errors from all three. A plain class, not
+    a generator-based context manager: it wraps every one-job enqueue, claim and
+    acknowledgement batch."""
 
-    __slots__ = (
-        "_deadlines",
-        "_fairy",
-        "_hot",
-        "_index_only",
-        "_timeout",
-        "_token",
-        "_translation",
-    )
+    __slots__ = ("_fairy", "_hot", "_index_only", "_timeout", "_timer", "_translation")
 
     def __init__(
-        self,
-        hot: HotConnections,
-        translation: ErrorTranslation,
-        deadlines: Deadlines[Any],
-        timeout: float,
-        index_only: bool,
+        self, hot: HotConnections, translation: ErrorTranslation, timeout: float, index_only: bool
     ) -> None:
         self._hot = hot
         self._translation = translation
-        self._deadlines = deadlines
         self._timeout = timeout
         self._index_only = index_only
 
@@ -242,8 +227,7 @@ class HotUse:
         with self._translation:
             self._fairy = await self._hot.take(index_only=self._index_only)
         driver: psycopg.AsyncConnection[Any] = self._fairy.driver_connection
-        loop = asyncio.get_running_loop()
-        self._token = self._deadlines.begin(driver, self._timeout, loop)
+        self._timer = asyncio.get_running_loop().call_later(self._timeout, cut, lambda: driver)
         return driver
 
     async def __aexit__(
@@ -252,7 +236,7 @@ class HotUse:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._deadlines.end(self._token)
+        self._timer.cancel()
         with self._translation:
             await self._hot.put(self._fairy, index_only=self._index_only)
         self._translation.__exit__(kind, exc, traceback)
@@ -278,8 +262,8 @@ class ConnectedStore(SqlStore[AsyncConnection]):
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
         self._hot = HotConnections(engine)
-        # The uses of hot and blocking connections, each cut once past its deadline.
-        self._deadlines: Deadlines[psycopg.BaseConnection[Any]] = Deadlines(
+        # The uses of blocking connections, each cut once past its deadline.
+        self._deadlines: Deadlines[psycopg.Connection[Any]] = Deadlines(
             lambda conn: cut(lambda: conn)
         )
         # Callers' threads' own, with the settings of the engine's connections.
@@ -306,8 +290,7 @@ class ConnectedStore(SqlStore[AsyncConnection]):
         transaction. Errors are translated and the deadline holds as on every other operation.
         With ``index_only`` the connection plans without bitmap or sequential scans. Inside the
         block, :meth:`HotUse.cursor` is a cursor kept with the connection."""
-        translation = self._translated(operation)
-        return HotUse(self._hot, translation, self._deadlines, self.operation_timeout, index_only)
+        return HotUse(self._hot, self._translated(operation), self.operation_timeout, index_only)
 
     def _compiled(self, name: str, build: Callable[[], Any]) -> tuple[str, dict[str, Any]]:
         """A statement's SQL text and default parameters for psycopg, compiled once."""
