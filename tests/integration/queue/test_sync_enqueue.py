@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterator
 
@@ -13,9 +14,9 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from caravel import StoreError, SyncQueue
+from caravel import QueueWorker, StoreError, SyncQueue
 from caravel.store.postgresql.notifications import CHANNEL
-from tests.support import Add, dispatch, make_registry
+from tests.support import Add, Recorder, dispatch, make_registry
 
 
 @pytest.fixture
@@ -55,6 +56,37 @@ def test_a_repeat_wakes_nobody(sync_queue: SyncQueue) -> None:
     assert sync_queue.enqueue(Add(1), dispatch("k1")).already_enqueued
     sync_queue.call(asyncio.sleep, 0)  # whatever the enqueue handed the loop has run
     assert not hub.event("default").is_set()
+
+
+def test_threads_enqueue_while_the_queues_own_loop_works_it(db_url: str) -> None:
+    """Callers' threads insert on their own connections while the queue's loop claims and
+    acknowledges on the store's: on SQLite they take turns on the file's write lock with the
+    store's writer thread, and nothing waits for ever."""
+    recorder = Recorder()
+    with SyncQueue(db_url, make_registry(recorder)) as queue:
+        worker = QueueWorker(queue.queue)
+        errors: list[BaseException] = []
+
+        def produce(thread: int) -> None:
+            try:
+                for n in range(20):
+                    queue.enqueue(Add(n), dispatch(f"{thread}-{n}"))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(t,)) for t in range(3)]
+        for thread in threads:
+            thread.start()
+        producing = True
+        while producing:
+            producing = any(thread.is_alive() for thread in threads)
+            while queue.call(worker.run_once, "default"):
+                pass  # claims and acknowledgements on the loop, between the callers' inserts
+        for thread in threads:
+            thread.join()
+        queue.call(worker.close)
+    assert errors == []
+    assert len(recorder.runs) == 60
 
 
 @pytest.mark.postgres

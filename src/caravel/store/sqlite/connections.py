@@ -142,31 +142,43 @@ class CallerWrites:
         thread, straight on the driver (SQLAlchemy's transaction and execution work would cost
         about as much as the insert). A connection that failed mid-transaction is closed, which
         rolls its transaction back."""
-        with self._turn:
-            if self._closed:
-                raise sqlite3.ProgrammingError("the queue's SQLite store is closed")
-            if self._conn is None:
-                self._conn = self._engine.raw_connection()
-            pooled = self._conn
-            try:
-                driver: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
-                driver.execute("BEGIN IMMEDIATE")
-                result = work(driver)
-                driver.execute("COMMIT")
-            except BaseException:
-                self._conn = None
-                pooled.close()
-                raise
-            return result
+        try:
+            with self._turn:
+                if self._closed:
+                    raise sqlite3.ProgrammingError("the queue's SQLite store is closed")
+                if self._conn is None:
+                    self._conn = self._engine.raw_connection()
+                pooled = self._conn
+                try:
+                    driver: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
+                    driver.execute("BEGIN IMMEDIATE")
+                    result = work(driver)
+                    driver.execute("COMMIT")
+                except BaseException:
+                    self._conn = None
+                    pooled.close()
+                    raise
+                return result
+        finally:
+            if self._closed:  # closed meanwhile, while this caller had its turn
+                self._release()
 
     def close(self) -> None:
-        """Close the connection, once a caller's transaction still running has ended."""
-        with self._turn:
-            self._closed = True
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Close the connection; one in use is closed by its caller once its turn ends (closing
+        runs on the store's loop, which must not wait for a caller that may be waiting on SQLite's
+        lock for a transaction the loop drives)."""
+        self._closed = True
+        self._release()
         self._engine.dispose()
+
+    def _release(self) -> None:
+        if self._turn.acquire(blocking=False):
+            try:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+            finally:
+                self._turn.release()
 
 
 _NO_ROWS = SimpleResultMetaData([])
