@@ -33,6 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
@@ -40,6 +41,7 @@ from bench.apps import QUEUE, registry
 from bench.databases import postgres_dsn
 from bench.runs import fill_backlog
 from caravel import ConcurrencyLimit, DatabaseQueue, DispatchOptions, RateLimit, StoreError
+from caravel.store.postgresql import driver_plans
 from caravel.store.postgresql import store as pg_store
 from caravel.store.protocol import ClaimRequest
 from caravel.store.urls import backend_of
@@ -157,7 +159,9 @@ def explained(backend: str) -> Iterator[list[dict[str, Any]]]:
     event.listen(Engine, "before_cursor_execute", before)
     # PostgreSQL's limited claim runs straight on psycopg (caravel.store.postgresql.driver_plans):
     # its statements are explained by the cursors it makes, on its connection.
-    running = pg_store.run_plan_on_driver
+    # Its first statement travels with the BEGIN, outside any transaction a plan could be
+    # taken in: here the BEGIN goes first, on its own.
+    running, beginning = pg_store.run_plan_on_driver, driver_plans._begin_with
 
     async def explaining_run(driver: Any, plan: Any, statement_of: Any) -> Any:
         kept = driver.cursor_factory
@@ -167,12 +171,21 @@ def explained(backend: str) -> Iterator[list[dict[str, Any]]]:
         finally:
             driver.cursor_factory = kept
 
+    async def begin_apart(driver: Any, compiled: Any, values: Any) -> list[Any]:
+        await driver.execute("BEGIN")
+        text, params = compiled.bound(values)
+        async with driver.cursor(binary=True, row_factory=namedtuple_row) as cursor:
+            await cursor.execute(text, params)
+            return await cursor.fetchall()
+
     pg_store.run_plan_on_driver = explaining_run
+    driver_plans._begin_with = begin_apart
     try:
         yield found
     finally:
         event.remove(Engine, "before_cursor_execute", before)
         pg_store.run_plan_on_driver = running
+        driver_plans._begin_with = beginning
 
 
 def _explaining_cursor(found: list[dict[str, Any]]) -> type[psycopg.AsyncCursor[Any]]:

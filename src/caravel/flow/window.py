@@ -96,10 +96,16 @@ def window_clock(now: int, latest: int | None) -> int:
     return now if latest is None or latest < now else latest
 
 
-def stale_before(latest: int | None, period_ms: int) -> int | None:
+def stale_before(latest: int | None, period_ms: int, oldest: int | None) -> int | None:
     """Starts at or before this time are outside the window of every claim from now on (each
-    counts to at least ``latest``); ``None``: nothing is logged, nothing to delete."""
-    return None if latest is None else latest - period_ms
+    counts to at least ``latest``), given the latest and the oldest logged start; ``None``:
+    nothing to delete yet. A claim deletes them only once the oldest is a whole period past
+    that time: a window reads only its own rows (by index), so the older ones cost nothing
+    until then, and the claims of a busy queue delete a period's starts once per period
+    instead of a few at every claim."""
+    if latest is None or oldest is None or oldest > latest - 2 * period_ms:
+        return None
+    return latest - period_ms
 
 
 def started_weights(starts: Iterable[tuple[str, int]]) -> dict[str, int]:

@@ -31,11 +31,11 @@ def running_by_key() -> sa.Select[Any]:
     )
 
 
-def due_weighed(source: ClaimSource) -> sa.Select[Any]:
+def due_weighed(source: ClaimSource) -> list[sa.Select[Any]]:
     """The first ``b_scan`` due jobs no heavier than ``b_fits`` of each of ``source``'s
-    sources in claim order, bound as :func:`claim` is, each with its partition key, weight and
-    source (columns ``id``, ``key``, ``weight``, ``part``: the source's position among
-    ``source``'s): what a claim under a rate limit chooses from
+    sources, bound as :func:`claim` is, one select per source in claim order (columns ``id``,
+    ``key``, ``weight``, ``part``: the source's position among ``source``'s, and ``k``: the
+    claim order within it): what a claim under a rate limit chooses from
     (:func:`caravel.flow.window.fit`). It runs where the queue's limited claims take turns, so
     it locks nothing."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
@@ -55,8 +55,7 @@ def due_weighed(source: ClaimSource) -> sa.Select[Any]:
                 inner.c.k,
             )
         )
-    due = (sa.union_all(*parts) if len(parts) > 1 else parts[0]).subquery("due_jobs")
-    return sa.select(due.c.id, due.c.key, due.c.weight, due.c.part).order_by(due.c.part, due.c.k)
+    return parts
 
 
 def claim_ids(source: ClaimSource) -> sa.Update:

@@ -72,7 +72,7 @@ def due_keys(now: Any) -> Any:
     return keys.union_all(step)
 
 
-def _share(keys: Any, limit: Any) -> Any:
+def _share(keys: Any, limit: Any, *, weighted: bool) -> Any:
     """How many of each key's first jobs a fair claim of ``limit`` reads
     (:func:`caravel.flow.fairness.share`): a small multiple of its batch in all, never every
     key's backlog."""
@@ -80,18 +80,22 @@ def _share(keys: Any, limit: Any) -> Any:
         sa.select(sa.func.count()).select_from(keys).where(keys.c.key.is_not(None))
     ).scalar_subquery()
     counted = sa.case((found > 0, found), else_=sa.literal_column("1"))
-    heaviest = (
-        sa.select(sa.func.coalesce(sa.func.max(queue_weights.c.weight), 1))
-        .where(queue_weights.c.queue == sa.bindparam("b_queue"))
-        .scalar_subquery()
-    )
+    heaviest: Any = sa.literal_column("1")
+    if weighted:
+        heaviest = (
+            sa.select(sa.func.coalesce(sa.func.max(queue_weights.c.weight), 1))
+            .where(queue_weights.c.queue == sa.bindparam("b_queue"))
+            .scalar_subquery()
+        )
     # Integer division on both databases: the share rounds up, then doubles
     # (caravel.flow.fairness.SHARE_SLACK).
     slack: Any = sa.literal_column(str(SHARE_SLACK))
     return (limit + counted - 1) // counted * heaviest * slack
 
 
-def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: bool) -> sa.Update:
+def claim_fair(
+    source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: bool, weighted: bool = True
+) -> sa.Update:
     """The claim of ``source`` in a fair queue, bound as :func:`claim` is plus ``b_cursor``
     (and ``b_per_key`` with ``per_key``): expired leases first as :func:`claim_per_key` takes
     them, then ready jobs
@@ -101,12 +105,13 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
     stay within ``b_per_key``.
 
     Like :func:`claim_per_key` it runs where the queue's limited claims take turns, so it locks
-    no candidate, and the update takes only rows still due at ``b_now``."""
+    no candidate, and the update takes only rows still due at ``b_now``. Without ``weighted``
+    (the queue has no weights: every key weighs 1), it reads no weight."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     limit = sa.bindparam("b_limit", type_=sa.Integer(), literal_execute=True)
     keys = due_keys(now)
     listed = sa.select(keys.c.key).where(keys.c.key.is_not(None)).subquery("fair_keys")
-    share = _share(keys, limit)
+    share = _share(keys, limit, weighted=weighted)
 
     def first(table: Any, key: Any) -> sa.Select[Any]:
         rank = rank_of(table)
@@ -139,7 +144,7 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
         due.c.part,
         due.c.k,
         sa.func.row_number()
-        .over(partition_by=(due.c.part, due.c.key), order_by=(due.c.k, due.c.id))
+        .over(partition_by=(due.c.key, due.c.part), order_by=(due.c.k, due.c.id))
         .label("n"),
         # After the key's running jobs: what the key would have running with this job.
         sa.func.row_number()
@@ -166,9 +171,10 @@ def claim_fair(source: ClaimSource, target: Any, key_jobs: KeyJobs, *, per_key: 
     # A key's running jobs count into its rounds (integer division): a key of weight w with r
     # jobs running has its ready jobs r+1..w in round 0, then w at a time. Expired leases,
     # taken first, go in the order their leases expired.
+    turned = running_of_key + ranked.c.n - 1
     turn = sa.case(
         (ranked.c.part == sa.literal_column("0"), sa.literal_column("0")),
-        else_=(running_of_key + ranked.c.n - 1) // weight,
+        else_=turned // weight if weighted else turned,
     )
     # Within a round, the keys after the cursor first, in key order, then the others (see
     # caravel.flow.fairness.comes_after); within a key, claim order.

@@ -13,15 +13,19 @@ another already took: the count and the claim are exact together. A queue withou
 no lock and is claimed by the plain statement; one whose row went since the worker looked is
 claimed by the plain statement inside the transaction.
 
-A queue with a rate is claimed in the same turn by three reads and a write: the running jobs
-per partition key, the weights started per key later than ``now - period`` (after deleting the
-starts a period older than the latest), the first due jobs with their keys and weights;
-:func:`caravel.flow.window.fit` chooses among them, the chosen still due are claimed, and one
-start per job now running is logged at ``now``. ``now`` is the claim's clock or the latest
-logged start, whichever is later (:func:`~caravel.flow.window.window_clock`): a claim whose
-clock was read before a later one took its turn still counts every start inside its window.
-Starts logged by a claim whose clock ran ahead still count (the window has no upper end), so a
-skewed clock can only make the queue slower, never faster.
+A queue with a rate is claimed in the same turn by one read and a write or two
+(:mod:`~caravel.store.limited.rated_reads`): the read brings the latest and oldest logged
+starts, the weights started per key within the window, the running jobs per partition key and
+the first due jobs with their keys and weights; :func:`caravel.flow.window.fit` chooses among
+them, the chosen still due are claimed, and one start per key now running is logged. The
+window ends at the claim's clock or the latest logged start, whichever is later
+(:func:`~caravel.flow.window.window_clock`): a claim whose clock was read before a later one
+took its turn still counts every start inside its window, and starts logged by a claim whose
+clock ran ahead still count (the window has no upper end), so a skewed clock can only make the
+queue slower, never faster. Leases, though, are judged by the claim's own clock, as everywhere:
+a later logged start never makes a lease live by that clock look expired. Once the oldest
+start is a whole period older than any window can reach, the claim deletes those
+(:func:`~caravel.flow.window.stale_before`).
 
 A fair queue's claims (``fair`` on its row) run the same way, with
 :func:`~caravel.store.claims.claim_fair` as the statement: its weights are read by the claim

@@ -22,7 +22,14 @@ from caravel.flow.window import (
 from caravel.jobs import JobState
 from caravel.store import claims
 from caravel.store.claims.takeover import expired_before, taking_over
-from caravel.store.limited.starts import latest_start, log_starts, prune_starts, started_by_key
+from caravel.store.limited.rated_reads import (
+    DUE,
+    RUNNING_BY_KEY,
+    STARTED,
+    RunningCount,
+    rated_reads,
+)
+from caravel.store.limited.starts import log_starts, prune_starts
 from caravel.store.limited.tables import move_cursor, read_limit, read_weights
 from caravel.store.plans import Plan, Step
 from caravel.store.protocol import ClaimRequest, ClaimSource
@@ -39,6 +46,14 @@ class ClaimingStore(Protocol):
 
     #: How a fair claim reads each key's first jobs (:data:`~caravel.store.claims.KeyJobs`).
     _fair_key_jobs: claims.KeyJobs
+
+    #: A rated claim's ``UPDATE`` made to log its starts too, where the dialect can (``None``:
+    #: the claim logs them with a statement of its own).
+    _claim_logging_starts: Callable[[sa.Update], sa.Select[Any]] | None
+
+    #: A fair claim's ``UPDATE`` made to move the fair cursor too, where the dialect can
+    #: (``None``: the claim moves it with a statement of its own).
+    _claim_moving_cursor: Callable[[sa.Update], sa.Select[Any]] | None
 
     def _statement(self, name: str, build: Callable[[], Any]) -> Any: ...
 
@@ -75,13 +90,16 @@ def limited_claim(
         params["b_per_key"] = per_key
     if fair:
         params["b_cursor"] = found[0].fair_cursor or ""
-        keyed = per_key is not None
-        stmt = store._statement(
-            f"claim_fair_{source}_{keyed}",
-            lambda: claims.claim_fair(
-                source, store._claim_target, store._fair_key_jobs, per_key=keyed
-            ),
-        )
+        keyed, weighted = per_key is not None, bool(found[0].weighted)
+        moving = store._claim_moving_cursor
+
+        def fair_claim() -> Any:
+            claim = claims.claim_fair(
+                source, store._claim_target, store._fair_key_jobs, per_key=keyed, weighted=weighted
+            )
+            return claim if moving is None else moving(claim)
+
+        stmt = store._statement(f"claim_fair_{source}_{keyed}_{weighted}", fair_claim)
     elif per_key is None:
         stmt = store._statement(
             f"claim_limited_{source}",
@@ -92,7 +110,7 @@ def limited_claim(
             f"claim_per_key_{source}", lambda: claims.claim_per_key(source, store._claim_target)
         )
     claimed = yield from _taking_over(store, request, Step(stmt, params))
-    if fair:
+    if fair and store._claim_moving_cursor is None:
         yield from _move_cursor(store, request.queue, found[0].fair_cursor, claimed)
     return claimed
 
@@ -125,37 +143,37 @@ def _rated_claim(
 ) -> Plan[list[Any]]:
     """The limited claim of a queue with a rate (see the module docstring)."""
     queue, period = params["b_queue"], int(stored.rate_period_ms)
-    latest = yield Step(store._statement("latest_start", latest_start), {"b_queue": queue})
-    latest_at = None if latest[0][0] is None else int(latest[0][0])
+    source = request.source
+    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
+    own = params["b_now"]
+    reads = {
+        "b_queue": queue,
+        "b_now": own,
+        "b_period": period,
+        "b_scan": _scan(caps, stored.fair, request.limit),
+        "b_fits": min(cap for cap in (caps.rate, caps.rate_per_key) if cap is not None),
+    }
+    counting: RunningCount = "none"
+    if caps.per_key is not None or stored.fair:
+        counting = "by_key"
+    elif caps.concurrency is not None:
+        counting = "total"
+    reading = store._statement(
+        f"rated_reads_{source}_{counting}", lambda: rated_reads(source, counting)
+    )
+    rows = yield Step(reading, reads)
+    latest_at, oldest_at = (None if at is None else int(at) for at in (rows[0].k, rows[0].n))
+    started = {row.key: int(row.n) for row in rows if row.kind == STARTED}
+    running = {row.key: int(row.n) for row in rows if row.kind == RUNNING_BY_KEY}
+    due = [row for row in rows if row.kind == DUE]
     # Leases are judged by the claim's own clock (another host's logged starts may run ahead
     # of it); the window counts to, and the claim's starts and lease run from, the window clock.
-    own = params["b_now"]
     now = window_clock(own, latest_at)
     params = {**params, "b_now": now, "b_expires": params["b_expires"] + now - own}
-    since = now - period
-    stale = stale_before(latest_at, period)
+    stale = stale_before(latest_at, period, oldest_at)
     if stale is not None:
         prune = store._statement("starts_prune", prune_starts)
         yield Step(prune, {"b_queue": queue, "b_since": stale})
-    started = yield Step(
-        store._statement("starts_in_window", started_by_key),
-        {"b_queue": queue, "b_since": since},
-    )
-    running = yield Step(
-        store._statement("running_by_key", claims.running_by_key),
-        {"b_queue": queue, "b_now": own},
-    )
-    source = request.source
-    caps = Caps(stored.concurrency, stored.per_key, stored.rate, stored.rate_per_key)
-    due = yield Step(
-        store._statement(f"due_weighed_{source}", lambda: claims.due_weighed(source)),
-        {
-            "b_queue": queue,
-            "b_now": own,
-            "b_scan": _scan(caps, stored.fair, request.limit),
-            "b_fits": min(cap for cap in (caps.rate, caps.rate_per_key) if cap is not None),
-        },
-    )
     if stored.fair:
         weighing = store._statement("queue_weights_read", read_weights)
         weights = yield Step(weighing, {"b_queue": queue})
@@ -165,7 +183,7 @@ def _rated_claim(
             for at in fair_order(
                 [(sources[int(row.part)] == "expired", row.key) for row in due],
                 {row.key: int(row.weight) for row in weights},
-                {row.key: int(row.running) for row in running},
+                running,
                 stored.fair_cursor,
             )
         ]
@@ -173,24 +191,35 @@ def _rated_claim(
         (Candidate(row.id, row.key, int(row.weight)) for row in due),
         request.limit,
         caps,
-        {row.key: int(row.running) for row in running},
-        {row.key: int(row.weight) for row in started},
+        running,
+        started,
     )
     if not chosen:
         return []
-    claim = Step(
-        store._statement(f"claim_ids_{source}", lambda: claims.claim_ids(source)),
-        {**params, "b_ids": [job.id for job in chosen]},
-    )
+    # Where the dialect can, the claim logs its starts itself.
+    logging = store._claim_logging_starts
+    if logging is not None:
+        statement = store._statement(
+            f"claim_ids_logging_{source}", lambda: logging(claims.claim_ids(source))
+        )
+    else:
+        statement = store._statement(f"claim_ids_{source}", lambda: claims.claim_ids(source))
+    claim = Step(statement, {**params, "b_ids": [job.id for job in chosen]})
     claimed = yield from _taking_over(store, request, claim)
     # In the order they were chosen (the database returns them in its scan's order), so jobs
-    # of equal rank keep it.
-    position = {job.id: at for at, job in enumerate(chosen)}
-    claimed = sorted(claimed, key=lambda row: position.get(row.id, len(position)))
-    by_id = {job.id: job for job in chosen}
-    logged = started_weights(
-        (by_id[row.id].key, by_id[row.id].weight) for row in claimed if row.state == RUNNING
-    )
+    # of equal rank keep it. Keyed by the ids' integers: a UUID hashes in Python, an int in C,
+    # and a claim maps hundreds of them.
+    position = {job.id.int: at for at, job in enumerate(chosen)}
+    claimed = sorted(claimed, key=lambda row: position[row.id.int])
+    if logging is not None:
+        logged = {}
+    elif len(claimed) == len(chosen) and all(row.state == RUNNING for row in claimed):
+        logged = started_weights((job.key, job.weight) for job in chosen)
+    else:  # some went meanwhile, or an expired lease was dead-lettered instead
+        running_ids = {row.id.int for row in claimed if row.state == RUNNING}
+        logged = started_weights(
+            (job.key, job.weight) for job in chosen if job.id.int in running_ids
+        )
     if logged:
         starts = [
             {"b_queue": queue, "b_key": key, "b_now": now, "b_weight": weight}

@@ -4,7 +4,7 @@ through."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -92,6 +92,12 @@ class LimitsStore(SqlTransactions[ConnectionT]):
 
     #: How a fair claim reads each key's first jobs (:data:`~caravel.store.claims.KeyJobs`).
     _fair_key_jobs: claims.KeyJobs = staticmethod(claims.in_key_jobs)
+
+    #: A rated claim that logs its starts itself, where the dialect can (see
+    #: :class:`~caravel.store.limited.claim.ClaimingStore`).
+    _claim_logging_starts: Callable[[sa.Update], sa.Select[Any]] | None = None
+    #: A fair claim that moves its cursor itself, where the dialect can (as above).
+    _claim_moving_cursor: Callable[[sa.Update], sa.Select[Any]] | None = None
 
     async def queue_limit_set(self, limit: ConcurrencyLimit | RateLimit, now: int) -> QueueLimit:
         limit = checked_limit(limit)

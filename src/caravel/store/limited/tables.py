@@ -119,7 +119,9 @@ def list_limits() -> sa.Select[Any]:
 
 
 def read_limit() -> sa.Select[Any]:
-    """``b_queue``'s limits, if it has any."""
+    """``b_queue``'s limits, if it has any, and whether it has weights (``weighted``)."""
+    queue = sa.bindparam("b_queue", type_=queue_limits.c.queue.type)
+    weighted = sa.exists().where(queue_weights.c.queue == queue)
     return sa.select(
         queue_limits.c.concurrency,
         queue_limits.c.per_key,
@@ -128,7 +130,8 @@ def read_limit() -> sa.Select[Any]:
         queue_limits.c.rate_period_ms,
         queue_limits.c.fair,
         queue_limits.c.fair_cursor,
-    ).where(queue_limits.c.queue == sa.bindparam("b_queue", type_=queue_limits.c.queue.type))
+        weighted.label("weighted"),
+    ).where(queue_limits.c.queue == queue)
 
 
 def move_cursor() -> sa.Update:

@@ -97,7 +97,10 @@ def _rated_pick(
     """``limited._claim_rated`` in Python: prune the window, count, put a fair queue's due jobs
     in fair order, and :func:`fit`."""
     log = tables.starts.get(stored.queue, [])
-    stale = stale_before(max((at for at, _, _ in log), default=None), stored.rate_period_ms or 0)
+    times = [at for at, _, _ in log]
+    stale = stale_before(
+        max(times, default=None), stored.rate_period_ms or 0, min(times, default=None)
+    )
     if stale is not None:
         log = tables.starts[stored.queue] = [start for start in log if start[0] > stale]
     started: Counter[str] = Counter()

@@ -31,6 +31,7 @@ __all__ = ["DriverStatement", "compile_statement", "run_plan_on_driver"]
 T = TypeVar("T")
 
 _POSTCOMPILE = re.compile(r"__\[POSTCOMPILE_(\w+)\]")
+_BINARY_PLACEHOLDER = re.compile(r"%\((\w+)\)b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +79,52 @@ async def run_plan_on_driver(
     plan: Plan[T],
     statement_of: Callable[[Any], DriverStatement],
 ) -> T:
-    """Drive ``plan`` on ``driver`` (the caller holds its transaction): each step's statement
-    as ``statement_of`` compiles it, prepared by the server on first use, its rows with
-    attribute access as SQLAlchemy's have. A step with a list of parameters runs once per
-    item."""
+    """Drive ``plan`` on ``driver`` in a transaction of its own, committed when the plan ends
+    and rolled back if it fails: each step's statement as ``statement_of`` compiles it,
+    prepared by the server on first use, its rows with attribute access as SQLAlchemy's have.
+    A step with a list of parameters runs once per item.
+
+    The ``BEGIN`` travels with the first step (see :func:`_begin_with`), so the transaction
+    costs no round trip of its own: ``driver`` is in autocommit mode and idle."""
+    try:
+        value = await _drive(driver, plan, statement_of)
+    except BaseException:
+        if not driver.broken:
+            await driver.rollback()
+        raise
+    await driver.commit()
+    return value
+
+
+async def _begin_with(
+    driver: psycopg.AsyncConnection[Any], compiled: DriverStatement, values: Mapping[str, Any]
+) -> list[Any]:
+    """``BEGIN`` and the statement ``compiled`` binds with ``values``, sent as one message
+    (the simple query protocol, its parameters bound client-side, by psycopg's quoting); the
+    statement's rows."""
+    text, params = compiled.bound(values)
+    text = "BEGIN; " + _BINARY_PLACEHOLDER.sub(r"%(\1)s", text)
+    async with psycopg.AsyncClientCursor(driver, row_factory=namedtuple_row) as cursor:
+        await cursor.execute(text, params)
+        cursor.nextset()  # past BEGIN's result
+        return await cursor.fetchall() if cursor.description is not None else []
+
+
+async def _drive(
+    driver: psycopg.AsyncConnection[Any],
+    plan: Plan[T],
+    statement_of: Callable[[Any], DriverStatement],
+) -> T:
     rows: list[Any] | None = None
     try:
         while True:
             step = plan.send(rows) if rows is not None else next(plan)
             compiled = statement_of(step.statement)
+            if rows is None:
+                if isinstance(step.parameters, list):
+                    raise TypeError("a plan's first step takes one set of parameters")
+                rows = await _begin_with(driver, compiled, step.parameters or {})
+                continue
             async with driver.cursor(binary=True, row_factory=namedtuple_row) as cursor:
                 if isinstance(step.parameters, list):
                     bound = [compiled.bound(values) for values in step.parameters]

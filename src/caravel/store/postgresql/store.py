@@ -25,6 +25,7 @@ from caravel.store.pending_sql import PENDING_INDEX
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
+from caravel.store.postgresql.claim_writes import claim_logging_starts, claim_moving_cursor
 from caravel.store.postgresql.driver_plans import (
     DriverStatement,
     compile_statement,
@@ -120,6 +121,8 @@ class PostgresStore(InsertingStore):
 
     # A fair claim reads each key's first jobs with LATERAL: one bounded index scan per key.
     _fair_key_jobs = staticmethod(lateral_key_jobs)
+    _claim_logging_starts = staticmethod(claim_logging_starts)
+    _claim_moving_cursor = staticmethod(claim_moving_cursor)
 
     #: Seconds a limited claim's transaction may wait for its next statement (holding the
     #: queue's limits row) before the server ends it (:mod:`~.limit_hold`).
@@ -218,9 +221,8 @@ class PostgresStore(InsertingStore):
             # driver_plans): its statements and their rows skip SQLAlchemy's per-execution work.
             async with self._autocommit("job_claim", index_only=True) as driver:
                 try:
-                    async with driver.transaction():
-                        plan = tapped(self._claim_plan(request, params), progress)
-                        return await run_plan_on_driver(driver, plan, self._driver_statement)
+                    plan = tapped(self._claim_plan(request, params), progress)
+                    return await run_plan_on_driver(driver, plan, self._driver_statement)
                 except psycopg.Error:
                     progress.broken = driver.broken
                     raise
