@@ -27,8 +27,9 @@ C = TypeVar("C")
 class KeptConnections(Generic[C]):
     """Blocking connections for callers' threads, made by ``open``. Up to ``keep`` idle ones are
     kept between uses (opening one costs more than a statement); a burst of threads opens more,
-    closed again after their use. A connection ``usable`` no longer accepts is closed; when it
-    is also ``broken`` (the server went away) the idle ones are closed with it."""
+    up to ``limit`` open at once, closed again after their use. A connection ``usable`` no
+    longer accepts is closed; when it is also ``broken`` (the server went away) the idle ones
+    are closed with it."""
 
     def __init__(
         self,
@@ -36,24 +37,35 @@ class KeptConnections(Generic[C]):
         close: Callable[[C], None],
         *,
         keep: int,
+        limit: int,
         usable: Callable[[C], bool],
         broken: Callable[[C], bool],
     ) -> None:
         self._open = open_
         self._close = close
         self._keep = keep
+        self._limit = limit
         self._usable = usable
         self._broken = broken
         self._idle: list[C] = []
+        self._opened = 0  # idle or in use
         self._lock = threading.Lock()
         self._closed = False
 
-    def take(self) -> C:
-        """An idle connection, or a new one."""
+    def take(self) -> C | None:
+        """An idle connection, or a new one; ``None`` when ``limit`` are open already."""
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return self._open()
+            if self._opened >= self._limit:
+                return None
+            self._opened += 1
+        try:
+            return self._open()
+        except BaseException:
+            with self._lock:
+                self._opened -= 1
+            raise
 
     def put(self, conn: C) -> None:
         """Give back a connection :meth:`take` gave, after its use."""
@@ -67,9 +79,11 @@ class KeptConnections(Generic[C]):
             with self._lock:
                 stale, self._idle = self._idle, []
         for one in (*stale, conn):
-            self.discard(one)
+            self._discard(one)
 
-    def discard(self, conn: C) -> None:
+    def _discard(self, conn: C) -> None:
+        with self._lock:
+            self._opened -= 1
         with contextlib.suppress(Exception):  # already gone: nothing to release
             self._close(conn)
 
@@ -79,7 +93,7 @@ class KeptConnections(Generic[C]):
             self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
-            self.discard(conn)
+            self._discard(conn)
 
 
 class Deadlines(Generic[C]):

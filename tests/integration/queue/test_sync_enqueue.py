@@ -90,6 +90,30 @@ def test_threads_enqueue_while_the_queues_own_loop_works_it(db_url: str) -> None
 
 
 @pytest.mark.postgres
+def test_threads_beyond_the_blocking_connections_go_through_the_loops_pool(pg_url: str) -> None:
+    """At most as many blocking connections are open as the engine's pool would open (here
+    cut to one): the callers beyond them are inserted on the loop, and every job lands once."""
+    with SyncQueue(pg_url, make_registry()) as queue:
+        store = queue.queue.store.inner
+        store._blocking._limit = 1
+        start = threading.Barrier(4)
+        results: list[object] = []
+
+        def produce(thread: int) -> None:
+            start.wait()
+            results.extend(queue.enqueue(Add(n), dispatch(f"k{n}")).job_id for n in range(10))
+
+        threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert store._blocking._opened <= 1
+    assert len(results) == 40
+    assert len(set(results)) == 10
+
+
+@pytest.mark.postgres
 def test_enqueues_within_the_cooldown_share_one_trailing_notify(pg_url: str) -> None:
     """As on the async queue: the first enqueue after a quiet cooldown carries the NOTIFY, the
     ones right behind it none, and one trailing NOTIFY follows a cooldown after the last commit

@@ -26,9 +26,10 @@ class Blocking(NamedTuple):
 
 
 def blocking_connections(
-    connect: Callable[[], psycopg.Connection[Any]], *, keep: int
+    connect: Callable[[], psycopg.Connection[Any]], *, keep: int, limit: int
 ) -> KeptConnections[Blocking]:
-    """Connections made by ``connect`` (in autocommit), up to ``keep`` of them kept idle."""
+    """Connections made by ``connect`` (in autocommit), up to ``keep`` of them kept idle and
+    ``limit`` open."""
 
     def open_() -> Blocking:
         conn = connect()
@@ -38,6 +39,7 @@ def blocking_connections(
         open_,
         lambda kept: kept.connection.close(),
         keep=keep,
+        limit=limit,
         usable=_reusable,
         broken=lambda kept: kept.connection.broken,
     )
@@ -52,7 +54,9 @@ class BlockingUse:
     """One use of a blocking connection by a caller's thread, entered with ``with``: takes one,
     has it cut past ``timeout`` (``deadlines``, looked after by the store's event loop
     ``loop``), gives it back, and translates errors, as a hot connection's use does on the
-    loop. Inside the block, the connection's kept cursor."""
+    loop. Inside the block, the connection's kept cursor, or ``None`` when as many connections
+    as allowed are in use already (the caller then hands its work to the loop, whose pool
+    queues it)."""
 
     __slots__ = (
         "_connections",
@@ -78,9 +82,11 @@ class BlockingUse:
         self._timeout = timeout
         self._loop = loop
 
-    def __enter__(self) -> psycopg.Cursor[Any]:
+    def __enter__(self) -> psycopg.Cursor[Any] | None:
         with self._translation:
             self._kept = self._connections.take()
+        if self._kept is None:
+            return None
         self._token = self._deadlines.begin(self._kept.connection, self._timeout, self._loop)
         return self._kept.cursor
 
@@ -90,6 +96,7 @@ class BlockingUse:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._deadlines.end(self._token)
-        self._connections.put(self._kept)
+        if self._kept is not None:
+            self._deadlines.end(self._token)
+            self._connections.put(self._kept)
         self._translation.__exit__(kind, exc, traceback)

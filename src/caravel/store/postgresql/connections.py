@@ -266,10 +266,14 @@ class ConnectedStore(SqlStore[AsyncConnection]):
         self._deadlines: Deadlines[psycopg.Connection[Any]] = Deadlines(
             lambda conn: cut(lambda: conn)
         )
-        # Callers' threads' own, with the settings of the engine's connections.
+        # Callers' threads' own, with the settings of the engine's connections, as many kept
+        # and open at most as the engine's pool keeps and opens.
+        pool = engine.sync_engine.pool
+        keep = pool.size() if isinstance(pool, sa.pool.QueuePool) else HOT_CONNECTIONS
         self._blocking = blocking_connections(
             lambda: psycopg.Connection.connect(self._driver_dsn(), autocommit=True, **CONNECT_ARGS),
-            keep=HOT_CONNECTIONS,
+            keep=keep,
+            limit=2 * keep,
         )
 
     def _driver_dsn(self) -> str:

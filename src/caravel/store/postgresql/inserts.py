@@ -7,7 +7,7 @@ import asyncio
 import functools
 import itertools
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
@@ -180,21 +180,26 @@ class InsertingStore(ConnectedStore):
         # The one_row strategy on the caller's thread, over a blocking connection; anything
         # else is settled on the loop, as job_insert_many settles it.
         if new_job.pending_key is None:
-            leading = self._announcer.leading([new_job])
             with self._blocking_use("job_insert", loop) as cursor:
-                cursor.execute(
-                    INSERT_ONE_NOTIFY if leading else INSERT_ONE,
-                    one_row_values(new_job),
-                    prepare=True,
-                )
-                inserted = cursor.rowcount == 1
+                if cursor is not None:
+                    leading = self._announcer.leading([new_job])
+                    sql = INSERT_ONE_NOTIFY if leading else INSERT_ONE
+                    cursor.execute(sql, one_row_values(new_job), prepare=True)
+                    inserted = cursor.rowcount == 1
+            if cursor is None:  # every blocking connection is in use: the loop's pool queues it
+                return self._on_loop(loop, self.job_insert_many([[new_job]], total=1))
             if inserted:
                 outcome = InsertOutcome(new_job.id, inserted=True)
                 done = Inserted(InsertResult([new_job], [outcome]), leading)
                 self._after_commit(done, loop)
                 return done.result
-        settled = asyncio.run_coroutine_threadsafe(self._insert_settled([new_job]), loop)
-        return settled.result()
+        return self._on_loop(loop, self._insert_settled([new_job]))
+
+    @staticmethod
+    def _on_loop(
+        loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, InsertResult]
+    ) -> InsertResult:
+        return asyncio.run_coroutine_threadsafe(work, loop).result()
 
     async def _insert_settled(self, new_jobs: list[NewJob]) -> InsertResult:
         """The VALUES strategy, which settles every job against the row that kept it out."""
