@@ -46,8 +46,12 @@ def blocking_connections(
 
 
 def _reusable(kept: Blocking) -> bool:
-    idle = kept.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # Read off the libpq connection: ``info`` builds an object and an enum per call.
+    idle = kept.connection.pgconn.transaction_status == _IDLE
     return idle and not kept.connection.broken
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class BlockingUse:
