@@ -1,7 +1,9 @@
 """What an enqueue costs, Caravel against pgqueuer: jobs per second, and the CPU each job takes
 in the producer (``time.process_time``) and in the PostgreSQL backends serving it (their
 ``utime + stime`` from ``/proc``). One call per job, and bulk enqueue in batches, every job with
-its own idempotency key (pgqueuer's ``dedupe_key``), each run on a fresh database.
+its own idempotency key (pgqueuer's ``dedupe_key``), each run on a fresh database. The one call
+per job is measured awaited on ``DatabaseQueue`` and called on ``SyncQueue`` (whose one-job
+enqueue runs on the caller's thread).
 
 Run it with ``python -m bench.enqueue_cost [jobs] [bulk_jobs] [rounds]``: the runs of each kind
 are interleaved, peer by peer, and the figures are their medians.
@@ -24,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from bench.apps import Noop, registry
 from bench.databases import ADMIN_URL, database, postgres_dsn
-from caravel import DatabaseQueue, DispatchOptions
+from caravel import DatabaseQueue, DispatchOptions, SyncQueue
 
 QUEUE = "bench"
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -88,6 +90,19 @@ async def caravel_single(url: str, jobs: int, batch: int = 1) -> dict[str, float
         return await _timed(url, jobs, body)
 
 
+async def caravel_sync_single(url: str, jobs: int, batch: int = 1) -> dict[str, float]:
+    """``SyncQueue.enqueue`` once per job, a key per job: the synchronous caller's cost (its
+    queue's own thread included)."""
+    with SyncQueue(url, registry) as queue:
+        queue.enqueue(Noop(-1), _dispatch("warm-up"))
+
+        async def body() -> None:
+            for i in range(jobs):
+                queue.enqueue(Noop(i), _dispatch(f"key-{i}"))
+
+        return await _timed(url, jobs, body)
+
+
 async def caravel_bulk(url: str, jobs: int, batch: int) -> dict[str, float]:
     """``DatabaseQueue.enqueue_many`` in batches of ``batch``, a key per job."""
     async with DatabaseQueue(url, registry) as queue:
@@ -142,6 +157,7 @@ async def pgqueuer_bulk(url: str, jobs: int, batch: int) -> dict[str, float]:
 
 RUNS: dict[str, Body] = {
     "caravel_single": caravel_single,
+    "caravel_sync_single": caravel_sync_single,
     "pgqueuer_single": pgqueuer_single,
     "caravel_bulk": caravel_bulk,
     "pgqueuer_bulk": pgqueuer_bulk,

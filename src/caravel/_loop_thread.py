@@ -49,14 +49,21 @@ class LoopThread:
         """The running loop (started if need be)."""
         return self._started()
 
-    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
-        """Run ``fn(*args)`` on the loop and return its result (or raise its exception)."""
+    def caller_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (started if need be), for a caller that works on its own thread and
+        hands the loop only what must run there; refused, as :meth:`call` is, from the loop's
+        own thread, where waiting for the loop would wait for itself."""
         loop = self._started()
         if threading.get_ident() == self._thread_id:
             raise SyncQueueError(
                 "a synchronous queue was called from its own event loop; "
                 "await the async DatabaseQueue there instead"
             )
+        return loop
+
+    def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """Run ``fn(*args)`` on the loop and return its result (or raise its exception)."""
+        loop = self.caller_loop()
         # A bare lock, released by the task's done callback, instead of a concurrent Future:
         # waking the caller is the larger part of a handed-over call's cost.
         coro = fn(*args)  # made here, run there

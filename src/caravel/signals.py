@@ -9,6 +9,7 @@ A leaf: the facade signals, the worker waits, and neither imports the other for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 
 __all__ = ["WakeupHub"]
@@ -31,6 +32,14 @@ class WakeupHub:
             found = self._events.get(queue)
             if found is not None:
                 found.set()
+
+    def notify_threadsafe(self, loop: asyncio.AbstractEventLoop, queues: Iterable[str]) -> None:
+        """:meth:`notify` from another thread than ``loop``'s, where the hub's waiters are:
+        handed to the loop only when something in this process waits on one of ``queues``."""
+        watched = [queue for queue in queues if queue in self._events]
+        if watched:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self.notify, watched)
 
     async def wait(
         self,

@@ -3,10 +3,13 @@ without an event loop.
 
 It is a thin shell, not a second implementation: each call runs the async
 :class:`~caravel.queue.DatabaseQueue`'s own method on an event loop of the queue's own thread
-and waits for it, so validation, serialization, SQL and every guarantee are the same code. The
-one exception is ``session=``: an insert in the caller's own transaction runs on the caller's
-thread, on the caller's connection, through the same statements (see
-:mod:`caravel.store.plans`).
+and waits for it, so validation, serialization, SQL and every guarantee are the same code. Two
+calls run on the caller's thread instead, through the same preparation and statements: an
+insert in the caller's own transaction (``session=``), on the caller's connection (see
+:mod:`caravel.store.plans`), and the one-job :meth:`SyncQueue.enqueue`, on a blocking connection
+of the store's (:meth:`~caravel.store.protocol.Store.job_insert_blocking`; what that insert does
+not settle, such as an idempotent repeat, it hands to the loop). Handing a call to the loop and
+waiting for it costs more than the insert itself.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from caravel.jobs import (
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
-from caravel.queue.enqueueing import enqueue_results
+from caravel.queue.enqueueing import enqueue_results, woken_queues
 from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
@@ -88,6 +91,8 @@ class SyncQueue:
         """The async queue this shells; it lives on the loop :meth:`call` runs on."""
         self._loop = LoopThread("caravel-sync-queue", queue.close)
         self._identity: str | None = None
+        # A queue that does more in its enqueue (the testing ImmediateQueue) has it called.
+        self._enqueues_itself = type(queue).enqueue is not DatabaseQueue.enqueue
 
     def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """Run ``fn(*args)``, a coroutine function, on the queue's event loop and return its
@@ -122,13 +127,22 @@ class SyncQueue:
         """As :meth:`DatabaseQueue.enqueue <caravel.DatabaseQueue.enqueue>`. ``session`` is a
         SQLAlchemy ``Session`` or ``Connection``, or a psycopg or ``sqlite3`` connection, on the
         queue's own database: the job is inserted in its open transaction, on this thread."""
+        q = self.queue
         if session is not None:
-            q = self.queue
             (result,) = self._insert_joined(
                 session, [prepare_job(q.registry, q.options, job, dispatch, q.clock.now_ms())]
             )
             return result
-        return self._loop.call(self.queue.enqueue, job, dispatch)
+        if self._enqueues_itself:
+            return self._loop.call(q.enqueue, job, dispatch)
+        # On this thread, where the store can: handing the call to the loop and waiting for it
+        # would cost more than the insert (docs/performance.md).
+        loop = self._loop.caller_loop()
+        new_job = prepare_job(q.registry, q.options, job, dispatch, q.clock.now_ms())
+        inserted = q.store.job_insert_blocking(new_job, loop)
+        q.wakeups.notify_threadsafe(loop, woken_queues(inserted))
+        (result,) = enqueue_results(inserted)
+        return result
 
     def enqueue_many(
         self, items: Iterable[tuple[object, DispatchOptions]], *, session: object | None = None
@@ -149,7 +163,7 @@ class SyncQueue:
         loop, hub = self._loop.loop, self.queue.wakeups
 
         def committed(queues: set[str]) -> None:
-            loop.call_soon_threadsafe(hub.notify, queues)
+            hub.notify_threadsafe(loop, queues)
 
         inserted = self.queue.store.job_insert_joined_sync(
             session, new_jobs, self._identity, on_commit=committed

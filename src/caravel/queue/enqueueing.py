@@ -19,7 +19,7 @@ from caravel.registry import JobRegistry
 from caravel.signals import WakeupHub
 from caravel.store.protocol import InsertResult, NewJob, Store
 
-__all__ = ["PREPARE_CHUNK", "Enqueuer", "enqueue_results"]
+__all__ = ["PREPARE_CHUNK", "Enqueuer", "enqueue_results", "woken_queues"]
 
 #: ``enqueue_many`` prepares larger batches in chunks of this many jobs (see there).
 PREPARE_CHUNK = 250
@@ -112,16 +112,18 @@ class Enqueuer:
     def _results(self, inserted: InsertResult, *, wake: bool = True) -> list[EnqueueResult]:
         """Wake this process's workers for the queues that got jobs (unless ``wake`` is false:
         the caller's commit will); the caller's results."""
-        new_jobs, outcomes = inserted
         if wake:
-            self._wakeups.notify(
-                {
-                    job.queue
-                    for job, o in zip(new_jobs, outcomes, strict=True)
-                    if o.inserted or o.replaced
-                }
-            )
+            self._wakeups.notify(woken_queues(inserted))
         return enqueue_results(inserted)
+
+
+def woken_queues(inserted: InsertResult) -> set[str]:
+    """The queues an insert brought jobs (new ones, or pending ones replaced): those whose
+    workers in this process are woken."""
+    new_jobs, outcomes = inserted
+    return {
+        job.queue for job, o in zip(new_jobs, outcomes, strict=True) if o.inserted or o.replaced
+    }
 
 
 def enqueue_results(inserted: InsertResult) -> list[EnqueueResult]:

@@ -6,6 +6,7 @@ pending key are settled by :mod:`caravel.store.pending_sql`.
 
 from __future__ import annotations
 
+from asyncio import AbstractEventLoop, run_coroutine_threadsafe
 from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
@@ -44,6 +45,11 @@ class SqlInserts(CallerInserts[ConnectionT]):
     ) -> InsertResult:
         new_jobs = [job for chunk in chunks for job in chunk]
         return InsertResult(new_jobs, await self._insert_general(new_jobs))
+
+    def job_insert_blocking(self, new_job: NewJob, loop: AbstractEventLoop) -> InsertResult:
+        # Dialects insert on the caller's thread; the general insert runs on the loop.
+        inserting = self.job_insert_many([[new_job]], total=1)
+        return run_coroutine_threadsafe(inserting, loop).result()
 
     async def _insert_general(self, new_jobs: Sequence[NewJob]) -> list[InsertOutcome]:
         """Insert in one transaction, skipping rows that are already there, and look the

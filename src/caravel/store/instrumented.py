@@ -9,6 +9,7 @@ operation's parameters and result into the plain values they take.
 from __future__ import annotations
 
 import itertools
+from asyncio import AbstractEventLoop
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -90,6 +91,23 @@ class InstrumentedStore:
                 )
             if len(result.outcomes) == 1 and span.is_recording():
                 # The stored job's id: on an idempotent repeat, the original job's.
+                span.set_attribute("messaging.message.id", str(result.outcomes[0].job_id))
+        _count_enqueued(result)
+        return result
+
+    def job_insert_blocking(self, new_job: NewJob, loop: AbstractEventLoop) -> InsertResult:
+        # job_insert_many's telemetry, on the caller's thread (and so in the caller's context).
+        if not telemetry.tracing():
+            result = self.inner.job_insert_blocking(new_job, loop)
+            _count_enqueued(result)
+            return result
+        with telemetry.enqueue_span(new_job.queue, 1) as span:
+            carrier = telemetry.carrier_for_current_context()
+            if carrier is not None:
+                new_job = _with_trace(new_job, carrier)
+            with self._span("job_insert"):
+                result = self.inner.job_insert_blocking(new_job, loop)
+            if span.is_recording():
                 span.set_attribute("messaging.message.id", str(result.outcomes[0].job_id))
         _count_enqueued(result)
         return result

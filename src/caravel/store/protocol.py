@@ -12,6 +12,7 @@ parameters and rows are in :mod:`caravel.store.values`, and are importable from 
 
 from __future__ import annotations
 
+from asyncio import AbstractEventLoop
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Protocol
 from uuid import UUID
@@ -189,6 +190,14 @@ class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
         ``None``) or takes the job's payload, trace context and due time, capped at its own
         creation plus ``debounce_ms`` (``replaced``); a pending job of another type rolls the
         transaction back with :class:`~caravel.errors.PendingKeyConflictError`."""
+        ...
+
+    def job_insert_blocking(self, new_job: NewJob, loop: AbstractEventLoop) -> InsertResult:
+        """:meth:`job_insert_many` of one job, called from a thread other than ``loop``'s (the
+        event loop the store's async operations run on), blocking it until the job is
+        committed: the sync facade's one-job enqueue. A store may run the insert on the calling
+        thread, and hands to ``loop`` whatever it does not settle there (a job that met an
+        existing row, or one with a pending key)."""
         ...
 
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 from caravel import (
     DatabaseQueue,
@@ -14,6 +17,7 @@ from caravel import (
     Leases,
     QueueInspector,
     QueueWorker,
+    StoreError,
     UnknownJobTypeError,
 )
 from caravel.clock import from_ms, to_ms_ceil
@@ -157,6 +161,32 @@ async def test_enqueues_within_the_notify_cooldown_share_one_trailing_wakeup(pg_
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
+
+
+@pytest.mark.postgres
+async def test_an_enqueue_stuck_past_the_deadline_is_cut(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one-job enqueue's statement waits on a lock another session holds: once the store's
+    deadline has passed its connection is cut (a StoreError, not the server's 30 s statement
+    timeout), and the next enqueue gets a working connection."""
+    async with open_queue(pg_url) as queue:
+        await queue.enqueue(Add(0), dispatch())  # a steady stream of deadlines of the default
+        store = queue.store.inner
+        store.operation_timeout = 0.5
+        dsn = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        async with await psycopg.AsyncConnection.connect(dsn) as holder:
+            await holder.execute("LOCK TABLE caravel_jobs IN ACCESS EXCLUSIVE MODE")
+            with (
+                caplog.at_level(logging.WARNING, "caravel.store"),
+                pytest.raises(StoreError) as caught,
+            ):
+                await queue.enqueue(Add(1), dispatch())
+            await holder.rollback()
+        assert not isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+        assert "exceeded its deadline" in caplog.text
+        store.operation_timeout = 45.0
+        assert (await queue.enqueue(Add(2), dispatch())).already_enqueued is False
 
 
 async def test_closing_a_queue_an_inspector_or_a_worker_twice_is_harmless(db_url: str) -> None:

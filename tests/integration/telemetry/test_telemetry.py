@@ -51,6 +51,7 @@ from caravel import (
     OutboxRelay,
     QueueWorker,
     RateLimit,
+    SyncQueue,
     WorkerOptions,
     add_outbox,
 )
@@ -355,6 +356,36 @@ async def test_a_duplicate_enqueue_names_the_existing_job_on_its_producer_span(
     assert repeat.job_id == original.job_id
     send = otel.one("send default")
     assert (send.attributes or {})["messaging.message.id"] == str(original.job_id)
+
+
+async def test_a_sync_enqueue_continues_the_request_trace_of_its_calling_thread(
+    db_url: str, otel: Telemetry
+) -> None:
+    """SyncQueue's one-job enqueue runs on the caller's thread: the same spans, metrics and
+    stored trace context as the awaited one, under the caller's current span."""
+    q = {"messaging.destination.name": "mail", "caravel.job.type": "tests.add.v1"}
+    with SyncQueue(db_url, registry_for()) as queue:
+        with app_tracer.start_as_current_span("request") as request:
+            job = queue.enqueue(Add(1), dispatch("k1", queue="mail"))
+        request_ctx = request.get_span_context()
+        send = otel.one("send mail")
+        assert send.kind is SpanKind.PRODUCER
+        assert send.parent is not None
+        assert send.parent.span_id == request_ctx.span_id
+        assert (send.attributes or {})["messaging.message.id"] == str(job.job_id)
+        insert = otel.one("caravel.store.job_insert")
+        assert insert.parent is not None
+        assert insert.parent.span_id == send.context.span_id
+        carrier = queue.call(stored_trace_context, queue.queue, job.job_id)
+        assert carrier is not None
+        assert traceparent_of(carrier) == (hex_trace(request_ctx), hex_span(send.context), True)
+        assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == 1
+
+        otel.clear_spans()
+        repeat = queue.enqueue(Add(1), dispatch("k1", queue="mail"))  # settled on the loop
+    assert repeat.already_enqueued
+    assert (otel.one("send mail").attributes or {})["messaging.message.id"] == str(job.job_id)
+    assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": True}) == 1
 
 
 async def test_a_trace_context_too_large_to_store_is_left_out(db_url: str, otel: Telemetry) -> None:

@@ -9,6 +9,7 @@ the process exits. It suits tests and local development, not production.
 from __future__ import annotations
 
 import heapq
+from asyncio import AbstractEventLoop
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from uuid import UUID
@@ -95,6 +96,11 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
         new_jobs = [job for chunk in chunks for job in chunk]
         with self._locked("job_insert") as tables:
             return insert_all(tables, new_jobs)
+
+    def job_insert_blocking(self, new_job: NewJob, loop: AbstractEventLoop) -> InsertResult:
+        # Atomic under the tables' lock on any thread: nothing to hand to the loop.
+        with self._locked("job_insert") as tables:
+            return insert_all(tables, [new_job])
 
     # ----- claim and acknowledge -----------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """How the PostgreSQL store reaches the server: the engine and its connection settings, the hot
-connections kept checked out in autocommit for the one-statement hot paths, and cutting a
-connection that is stuck past its deadline."""
+connections kept checked out in autocommit for the one-statement hot paths, the blocking ones
+callers' threads use for the sync facade's one-job enqueue, and cutting a connection that is
+stuck past its deadline."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util.concurrency import greenlet_spawn
 
 from caravel.store.base import SqlStore
+from caravel.store.blocking import Deadlines
 from caravel.store.errors import ErrorTranslation
+from caravel.store.postgresql.blocking import BlockingUse, blocking_connections
 from caravel.store.postgresql.statements import compile_for_driver, execute
 from caravel.store.urls import async_url
 
@@ -259,6 +262,31 @@ class ConnectedStore(SqlStore[AsyncConnection]):
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
         self._hot = HotConnections(engine)
+        # The uses of blocking connections, each cut once past its deadline.
+        self._deadlines: Deadlines[psycopg.Connection[Any]] = Deadlines(
+            lambda conn: cut(lambda: conn)
+        )
+        # Callers' threads' own, with the settings of the engine's connections, as many kept
+        # and open at most as the engine's pool keeps and opens.
+        pool = engine.sync_engine.pool
+        keep = pool.size() if isinstance(pool, sa.pool.QueuePool) else HOT_CONNECTIONS
+        self._blocking = blocking_connections(
+            lambda: psycopg.Connection.connect(self._driver_dsn(), autocommit=True, **CONNECT_ARGS),
+            keep=keep,
+            limit=2 * keep,
+        )
+
+    def _driver_dsn(self) -> str:
+        """The engine's URL as libpq takes it, for connections opened outside its pool."""
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def _blocking_use(self, operation: str, loop: asyncio.AbstractEventLoop) -> BlockingUse:
+        """A blocking connection in autocommit for a caller's thread (the sync facade's one-job
+        enqueue), with the deadline held by ``loop``, the store's event loop. Errors are
+        translated as on the loop; inside the block, the connection's kept cursor."""
+        translation = self._translated(operation)
+        timeout = self.operation_timeout
+        return BlockingUse(self._blocking, self._deadlines, translation, timeout, loop)
 
     def _autocommit(self, operation: str, *, index_only: bool = False) -> HotUse:
         """A hot psycopg connection in autocommit mode, for the one-statement hot paths (a
@@ -314,4 +342,5 @@ class ConnectedStore(SqlStore[AsyncConnection]):
         if self.closed:
             return
         await self._hot.close()
+        self._blocking.close()
         await super().close()

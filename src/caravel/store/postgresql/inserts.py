@@ -7,7 +7,7 @@ import asyncio
 import functools
 import itertools
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
@@ -176,6 +176,37 @@ class InsertingStore(ConnectedStore):
         self._after_commit(done)
         return done.result
 
+    def job_insert_blocking(self, new_job: NewJob, loop: asyncio.AbstractEventLoop) -> InsertResult:
+        # The one_row strategy on the caller's thread, over a blocking connection; anything
+        # else is settled on the loop, as job_insert_many settles it.
+        if new_job.pending_key is None:
+            with self._blocking_use("job_insert", loop) as cursor:
+                if cursor is not None:
+                    leading = self._announcer.leading([new_job])
+                    sql = INSERT_ONE_NOTIFY if leading else INSERT_ONE
+                    cursor.execute(sql, one_row_values(new_job), prepare=True)
+                    inserted = cursor.rowcount == 1
+            if cursor is None:  # every blocking connection is in use: the loop's pool queues it
+                return self._on_loop(loop, self.job_insert_many([[new_job]], total=1))
+            if inserted:
+                outcome = InsertOutcome(new_job.id, inserted=True)
+                done = Inserted(InsertResult([new_job], [outcome]), leading)
+                self._after_commit(done, loop)
+                return done.result
+        return self._on_loop(loop, self._insert_settled([new_job]))
+
+    @staticmethod
+    def _on_loop(
+        loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, InsertResult]
+    ) -> InsertResult:
+        return asyncio.run_coroutine_threadsafe(work, loop).result()
+
+    async def _insert_settled(self, new_jobs: list[NewJob]) -> InsertResult:
+        """The VALUES strategy, which settles every job against the row that kept it out."""
+        done = await self._insert_values(new_jobs)
+        self._after_commit(done)
+        return done.result
+
     async def _insert_one_row(self, new_jobs: list[NewJob]) -> Inserted:
         """The common one-job enqueue: one prepared statement whose parameters are the job's
         own fields (carrying the NOTIFY when this enqueue leads), its own transaction. A job
@@ -309,10 +340,11 @@ class InsertingStore(ConnectedStore):
             await self._run(driver, "notify", lambda: NOTIFY, {"queue": queue})
         return leading
 
-    def _after_commit(self, done: Inserted) -> None:
+    def _after_commit(self, done: Inserted, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Once a call's jobs are committed: each queue that received jobs due now is
         announced, by a trailing wake-up unless the call's own transaction carried its NOTIFY
-        (delayed jobs are left to polling)."""
+        (delayed jobs are left to polling). ``loop``: the store's event loop, when called from
+        another thread."""
         new_jobs, outcomes = done.result
         due_now = {
             job.queue
@@ -320,7 +352,7 @@ class InsertingStore(ConnectedStore):
             if (outcome.inserted or outcome.replaced) and job.due_at <= job.created_at
         }
         for queue in sorted(due_now):
-            self._announcer.committed(queue, announced=queue in done.announced)
+            self._announcer.committed(queue, announced=queue in done.announced, loop=loop)
 
     async def close(self) -> None:
         if self.closed:

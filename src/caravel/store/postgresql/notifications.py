@@ -4,7 +4,10 @@ of announced queue names a worker listens to."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import psycopg
@@ -55,54 +58,85 @@ class Announcer:
     disk. A steady stream therefore sends about one NOTIFY per cooldown, all inside enqueues, and
     the last job of a burst is announced at most a cooldown after its commit. A wake-up that
     fails to send only delays workers until they poll.
+
+    Enqueues run on the store's event loop, or on callers' threads (the sync facade's one-job
+    enqueue, which hands the arming of a trailing wake-up to the loop): the state is shared
+    under a lock, and timed on the monotonic clock, as the loop's own timers are.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.cooldown = NOTIFY_COOLDOWN
+        self._lock = threading.Lock()
+        #: When each queue's latest NOTIFY was decided.
         self._last: dict[str, float] = {}
-        self._trailing: dict[str, asyncio.TimerHandle] = {}
-        self._last_commit: dict[str, float] = {}
+        #: Each queue's latest commit of jobs due now that no NOTIFY has covered yet.
+        self._unannounced: dict[str, float] = {}
+        #: The queues with a trailing wake-up armed (``None``: being armed, handed to the loop).
+        self._trailing: dict[str, asyncio.TimerHandle | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def lead(self, queue: str) -> bool:
         """Whether the enqueue about to run should carry the queue's NOTIFY."""
-        now = asyncio.get_running_loop().time()
-        if now - self._last.get(queue, -self.cooldown) < self.cooldown:
-            return False
-        self._last[queue] = now
-        return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(queue, -self.cooldown) < self.cooldown:
+                return False
+            self._last[queue] = now
+            return True
 
     def leading(self, new_jobs: Sequence[NewJob]) -> frozenset[str]:
         """The queues whose NOTIFY an insert of ``new_jobs`` carries: those it brings jobs due
         now, each where this insert is the first in its cooldown."""
         return frozenset(filter(self.lead, {j.queue for j in new_jobs if j.due_at <= j.created_at}))
 
-    def committed(self, queue: str, *, announced: bool) -> None:
-        """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own."""
-        if announced:
-            timer = self._trailing.pop(queue, None)
-            if timer is not None:
-                timer.cancel()
+    def committed(
+        self, queue: str, *, announced: bool, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        """Jobs due now were committed to ``queue``, with or without a NOTIFY of their own.
+        Called on the store's event loop, or from another thread with ``loop``, that loop."""
+        with self._lock:
+            if announced:
+                # Every commit before it is covered: an armed wake-up finds nothing to send.
+                self._unannounced.pop(queue, None)
+                return
+            self._unannounced[queue] = time.monotonic()
+            if queue in self._trailing:
+                # One timer per quiet period, not one per commit: when it comes due it waits
+                # again for whatever is left of the cooldown after the latest commit.
+                return
+            self._trailing[queue] = None
+        if loop is None:
+            self._arm(queue)
             return
-        loop = asyncio.get_running_loop()
-        self._last_commit[queue] = loop.time()
-        if queue not in self._trailing:
-            # One timer per quiet period, not one per commit: when it comes due it waits again
-            # for whatever is left of the cooldown after the latest commit.
+        with contextlib.suppress(RuntimeError):  # the loop is closed, and the store with it
+            loop.call_soon_threadsafe(self._arm, queue)
+
+    def _arm(self, queue: str) -> None:
+        with self._lock:
+            if self._closed or queue not in self._trailing or self._trailing[queue] is not None:
+                return
+            loop = asyncio.get_running_loop()
             self._trailing[queue] = loop.call_later(self.cooldown, self._trail, queue)
 
     def _trail(self, queue: str) -> None:
-        loop = asyncio.get_running_loop()
-        left = self._last_commit[queue] + self.cooldown - loop.time()
-        if left > 0:
-            self._trailing[queue] = loop.call_later(left, self._trail, queue)
-        else:
-            self._fire(queue)
+        now = time.monotonic()
+        with self._lock:
+            since = self._unannounced.get(queue)
+            if since is not None and since + self.cooldown > now:
+                loop = asyncio.get_running_loop()
+                left = since + self.cooldown - now
+                self._trailing[queue] = loop.call_later(left, self._trail, queue)
+                return
+            self._trailing.pop(queue, None)
+            if since is None:  # a NOTIFY since covered every commit
+                return
+            del self._unannounced[queue]
+            self._last[queue] = now
+        self._fire(queue)
 
     def _fire(self, queue: str) -> None:
-        self._trailing.pop(queue, None)
-        self._last[queue] = asyncio.get_running_loop().time()
         task = asyncio.create_task(self._send(queue), name=f"caravel-notify-{queue}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -120,8 +154,15 @@ class Announcer:
 
     async def close(self) -> None:
         """Send the wake-ups still waiting, then let them finish."""
-        for queue in list(self._trailing):
-            self._trailing.pop(queue).cancel()
+        with self._lock:
+            self._closed = True
+            timers = [timer for timer in self._trailing.values() if timer is not None]
+            waiting = sorted(self._unannounced)
+            self._trailing.clear()
+            self._unannounced.clear()
+        for timer in timers:
+            timer.cancel()
+        for queue in waiting:
             self._fire(queue)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)

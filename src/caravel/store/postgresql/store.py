@@ -376,13 +376,10 @@ class PostgresStore(InsertingStore):
         return int(plan[0]["Plan"]["Plan Rows"])
 
     def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
-        return listen(self._listen_dsn(), frozenset(queues))
+        return listen(self._driver_dsn(), frozenset(queues))
 
     def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str]:
-        return listen(self._listen_dsn(), frozenset(queues), QUEUES_CHANNEL)
-
-    def _listen_dsn(self) -> str:
-        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        return listen(self._driver_dsn(), frozenset(queues), QUEUES_CHANNEL)
 
     async def _announce_cancelled(self, conn: AsyncConnection, job_ids: list[UUID]) -> None:
         # Inside the cancel's transaction: the workers hear of it exactly when it commits.
@@ -390,4 +387,4 @@ class PostgresStore(InsertingStore):
             await conn.execute(CANCEL_NOTIFY, {"ids": ids})
 
     def cancel_notices(self) -> AsyncIterator[UUID]:
-        return listen_cancels(self._listen_dsn())
+        return listen_cancels(self._driver_dsn())

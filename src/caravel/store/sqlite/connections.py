@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from caravel.store.urls import async_url
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "LOCK_WAIT_NOTED_MS",
+    "CallerWrites",
     "ThreadConnection",
     "create_engine",
     "create_migration_engine",
@@ -108,19 +110,75 @@ def create_migration_engine(url: sa.URL) -> sa.Engine:
     return engine
 
 
-def _blocking_engine(engine: AsyncEngine) -> sa.Engine:
+def _blocking_engine(engine: AsyncEngine, *, pooled: bool = True) -> sa.Engine:
     """A blocking (pysqlite) engine on the same file, for the store's two threads, each of which
-    has at most one connection in use at a time."""
+    has at most one connection in use at a time; not ``pooled``, one whose every connection is
+    new (for a connection the store keeps itself)."""
     url = engine.url.set(drivername="sqlite+pysqlite")
+    pool: dict[str, Any] = (
+        {"pool_size": 2, "max_overflow": 0} if pooled else {"poolclass": sa.pool.NullPool}
+    )
     blocking = sa.create_engine(
-        url,
-        pool_size=2,
-        max_overflow=0,
-        pool_reset_on_return=None,
-        connect_args={"check_same_thread": False},
+        url, pool_reset_on_return=None, connect_args={"check_same_thread": False}, **pool
     )
     _install(blocking, read_only=url.query.get("mode") == "ro", set_wal=True)
     return blocking
+
+
+class CallerWrites:
+    """The connection callers' threads write on, each in a transaction of its own (the sync
+    facade's one-job enqueue), on ``engine`` (unpooled: the connection is kept here). Callers
+    take turns on it, so they never queue on SQLite's lock behind each other, only behind the
+    store's writer thread, as another process would."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+        self._turn = threading.Lock()
+        self._conn: sa.PoolProxiedConnection | None = None
+        self._closed = False
+
+    def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(connection)`` inside one ``BEGIN IMMEDIATE`` transaction on the calling
+        thread, straight on the driver (SQLAlchemy's transaction and execution work would cost
+        about as much as the insert). A connection that failed mid-transaction is closed, which
+        rolls its transaction back."""
+        try:
+            with self._turn:
+                if self._closed:
+                    raise sqlite3.ProgrammingError("the queue's SQLite store is closed")
+                if self._conn is None:
+                    self._conn = self._engine.raw_connection()
+                pooled = self._conn
+                try:
+                    driver: sqlite3.Connection = pooled.driver_connection  # type: ignore[assignment]
+                    driver.execute("BEGIN IMMEDIATE")
+                    result = work(driver)
+                    driver.execute("COMMIT")
+                except BaseException:
+                    self._conn = None
+                    pooled.close()
+                    raise
+                return result
+        finally:
+            if self._closed:  # closed meanwhile, while this caller had its turn
+                self._release()
+
+    def close(self) -> None:
+        """Close the connection; one in use is closed by its caller once its turn ends (closing
+        runs on the store's loop, which must not wait for a caller that may be waiting on SQLite's
+        lock for a transaction the loop drives)."""
+        self._closed = True
+        self._release()
+        self._engine.dispose()
+
+    def _release(self) -> None:
+        if self._turn.acquire(blocking=False):
+            try:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+            finally:
+                self._turn.release()
 
 
 _NO_ROWS = SimpleResultMetaData([])

@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 
@@ -78,16 +79,22 @@ def _addressable(folder: str) -> Iterator[str]:
 
 
 class Announcer:
-    """Sends queue names to the listeners in ``folder``."""
+    """Sends queue names to the listeners in ``folder``, from any thread (the store's, or a
+    caller's after an enqueue on it), one at a time."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
+        self._lock = threading.Lock()
         self._sender: socket.socket | None = None
         self._listeners: list[str] = []
         self._seen: tuple[int, float] | None = None  # the folder's mtime, when it was scanned
 
     def announce(self, queues: Iterable[str]) -> None:
         """Wake the listeners for ``queues``. Never raises and never blocks."""
+        with self._lock:
+            self._announce(queues)
+
+    def _announce(self, queues: Iterable[str]) -> None:
         listeners = self._scan()
         if not listeners:
             return
@@ -142,9 +149,10 @@ class Announcer:
         self._seen = None
 
     def close(self) -> None:
-        if self._sender is not None:
-            self._sender.close()
-            self._sender = None
+        with self._lock:
+            if self._sender is not None:
+                self._sender.close()
+                self._sender = None
 
 
 @contextlib.contextmanager

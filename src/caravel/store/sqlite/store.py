@@ -39,6 +39,7 @@ from caravel.store.schema import queues as queues_table
 from caravel.store.schema import schedules as schedules_table
 from caravel.store.sqlite.connections import (
     LOCK_WAIT_NOTED_MS,
+    CallerWrites,
     T,
     ThreadConnection,
     _begin,
@@ -87,6 +88,9 @@ class SqliteStore(SqlStore[ThreadConnection]):
         # The executors that were handed work, and so have their thread (each starts it then).
         self._started: set[ThreadPoolExecutor] = set()
         self._blocking = _blocking_engine(engine)
+        # The sync facade's one-job enqueue runs on its caller's thread, on a connection of its
+        # own (job_insert_blocking).
+        self._callers = CallerWrites(_blocking_engine(engine, pooled=False))
         file = self._file()
         folder = None if file is None else folder_for(file)
         self._announcer = None if folder is None else Announcer(folder)
@@ -205,7 +209,28 @@ class SqliteStore(SqlStore[ThreadConnection]):
         self, chunks: Iterable[Sequence[NewJob]], *, total: int
     ) -> InsertResult:
         new_jobs = [job for chunk in chunks for job in chunk]
-        result = await self._insert_committed(new_jobs)
+        return self._announced(await self._insert_committed(new_jobs))
+
+    def job_insert_blocking(self, new_job: NewJob, loop: asyncio.AbstractEventLoop) -> InsertResult:
+        # The one-job insert on the caller's thread, on a connection kept for callers; anything
+        # else is settled on the loop, by the general path.
+        if new_job.pending_key is None:
+            sql, parameters = self._raw_insert()
+            values = parameters(new_job)
+            with self._translated("job_insert"):
+                row = self._callers.run(lambda d: d.execute(sql, values).fetchone())
+            if row is not None:
+                outcome = InsertOutcome(new_job.id, inserted=True)
+                return self._announced(InsertResult([new_job], [outcome]))
+
+        async def settle() -> InsertResult:
+            return self._announced(InsertResult([new_job], await self._insert_general([new_job])))
+
+        return asyncio.run_coroutine_threadsafe(settle(), loop).result()
+
+    def _announced(self, result: InsertResult) -> InsertResult:
+        """``result``, once the queues it brought jobs due now are announced to other
+        processes."""
         if self._announcer is not None:
             outcomes = zip(result.jobs, result.outcomes, strict=True)
             due = {
@@ -299,6 +324,7 @@ class SqliteStore(SqlStore[ThreadConnection]):
             self._blocking.dispose()
         self._writes.shutdown(wait=False)
         self._reads.shutdown(wait=False)
+        self._callers.close()
         if self._announcer is not None:
             self._announcer.close()
         await super().close()
