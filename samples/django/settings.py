@@ -21,6 +21,10 @@ def database(url: str) -> dict[str, Any]:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": name,
             "TEST": {"NAME": name + ".test"},
+            # A transaction that reads and then writes (the receipt task's) takes the write lock
+            # when it begins, waiting its turn; begun deferred, it would fail at once, "database
+            # is locked", whenever the worker's own writes landed between its read and its write.
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     if parts.scheme.startswith("postgresql"):
         return {
