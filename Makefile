@@ -1,5 +1,6 @@
 # Everything a newcomer needs: `make demo` runs Caravel end to end on SQLite; `make test` runs
-# lint, types and the whole suite against SQLite and PostgreSQL. Both create .venv themselves.
+# lint, types and the whole suite against SQLite, PostgreSQL and MariaDB. Both create .venv
+# themselves.
 # `make check` is the fast tier: lint, types and every test not marked slow (tests/README.md).
 # `make dist` builds the sdist and the wheel that docs/install.md installs.
 
@@ -37,14 +38,14 @@ DJANGO_SELECT ?= -k "not test_block or guides/django.md"
 
 # What happens at interpreter exit is tested under every supported Python
 # (tests/acceptance/test_exit.py): 3.11 in .venv, 3.12 in .venv312, and 3.13 in .venv313, made
-# from the first ~/.pyenv/versions/3.13*/bin/python (or PYTHON313=...) with the package and
+# from the first ~/.pyenv/versions/3.13*/bin/python (or PYTHON313=...) with the package, the MariaDB drivers and
 # Django only. `make interpreters` makes those it has a Python for, once (they are rebuilt
 # when pyproject.toml changes); under CI=true those tests fail for a version it could not make.
 PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python))
 VENV313 ?= .venv313
 STAMP313 := $(VENV313)/.installed
 
-.PHONY: install demo dist test check lint typecheck pytest pytest-fast test-django312 interpreters bench soak clean
+.PHONY: install demo dist test check lint typecheck pytest pytest-fast test-django312 interpreters bench bench-quick soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,7 +98,7 @@ $(STAMP312): pyproject.toml $(DJANGO_PIN)
 $(STAMP313): pyproject.toml
 	$(PYTHON313) -m venv $(VENV313)
 	$(VENV313)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV313)/bin/python -m pip install --quiet -e ".[django]"
+	$(VENV313)/bin/python -m pip install --quiet -e ".[django,mariadb]"
 	touch $(STAMP313)
 
 interpreters: $(if $(PYTHON312),$(STAMP312)) $(if $(PYTHON313),$(STAMP313))
@@ -118,23 +119,46 @@ test: lint typecheck interpreters pytest test-django312
 
 check: lint typecheck pytest-fast
 
-# Throughput and latency on PostgreSQL and SQLite, and Caravel against its peers (pgqueuer,
-# procrastinate, and oban in a Python 3.12 virtual environment the bench makes under
-# bench/.venvs) on PostgreSQL, each at the worker settings a sweep finds best on this machine;
-# medians of three runs; prints the figures and writes JSON under bench/results/. The comparison
-# alone took 23 minutes on an idle 2-core machine (run J in docs/performance.md).
-# BENCH_ARGS="--quick" for a glance, or BENCH_ARGS="--only compare --backends postgresql" for the
-# comparison alone.
+# Throughput and latency on PostgreSQL and SQLite, and on MariaDB when its server answers at
+# CARAVEL_BENCH_MARIADB_URL (the local one by default; its rows are left out, saying why, when it
+# does not, and under CI=true that fails instead), and Caravel against its peers (pgqueuer,
+# procrastinate, oban in a Python 3.12 virtual environment the bench makes under bench/.venvs,
+# and graphile-worker 0.17.3 under Node.js 20, its packages installed by npm ci into
+# bench/adapters/graphile on first use, its node process's CPU counted as its own) on
+# PostgreSQL, each at the worker settings a sweep finds best on this machine; medians of three
+# runs; prints the figures and writes JSON under bench/results/. The comparison runs in
+# BENCH_SITTINGS sittings (the sweep only in the first, the others at the settings it chose, one
+# JSON each) and ends by printing the tables docs/performance.md shows (bench/page.py), over all
+# of them. One sitting of the comparison took 23 minutes on an idle 2-core machine with run J's
+# narrower sweep and without graphile-worker; the whole of `make bench` takes well over an hour.
+# BENCH_ARGS="--only compare --backends postgresql" for the comparison alone, or
+# BENCH_SITTINGS=1 for one sitting. `python -m bench.page FILE...` prints the tables again
+# from saved sittings.
+BENCH_SITTINGS ?= 3
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench --sittings $(BENCH_SITTINGS) $(BENCH_ARGS)
+
+# The comparison for development: drains of 5,000 jobs, one run of each measurement, no sweep
+# (each library at the middle of its grid), one sitting, then the page's tables: 3 min 16 s on
+# 2026-12-06 on the 2-core machine while other work ran (load average 1.7 to 4, so every reading
+# was taken three times), before graphile-worker joined the peers; less on a quiet machine.
+# Then MariaDB's rows at the same small sizes (one-call and bulk enqueue, the drain, a polling
+# worker's wake-up, the server's own commit rate), when its server answers (as for `make bench`):
+# 42 s on 2026-12-06 at load average 1. BENCH_MARIADB_ARGS go last there.
+BENCH_MARIADB_QUICK := --quick --backends mariadb --if-reachable --only enqueue bulk drain latency commit
+bench-quick: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python -m bench --quick --only compare --backends postgresql $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_MARIADB_QUICK) $(BENCH_MARIADB_ARGS)
 
 # The fault-injection soak (docs/reliability.md): a seeded schedule of SIGKILL and SIGSTOP over
 # several worker processes, then the checker, for four scenarios (a mix of jobs, concurrency
 # limits, a rate, both limits and the rate on two network hosts); prints its figures as JSON per
-# scenario and database. Ten minutes per scenario and database by default, over an hour in all;
-# SOAK_ARGS="--duration 120 --seed 7 --backend sqlite --scenario limits" for less.
-SOAK_ARGS ?= --duration 600 --seed 1 --backend both
+# scenario and database (SQLite, PostgreSQL, MariaDB). Ten minutes per scenario and database by
+# default, two hours in all; SOAK_ARGS="--duration 120 --seed 7 --backend sqlite --scenario
+# limits" for less.
+SOAK_ARGS ?= --duration 600 --seed 1 --backend all
 soak: $(STAMP)
 	$(BIN)/python -m tests.faults.soak $(SOAK_ARGS)
 

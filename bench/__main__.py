@@ -1,9 +1,13 @@
 """``python -m bench``: run the benchmark suite, print a table, write JSON.
 
-    python -m bench                         # everything, PostgreSQL and SQLite, 3 runs each
+    python -m bench                         # everything, PostgreSQL and SQLite, 3 runs each,
+                                            # and MariaDB's rows when its server answers
+    python -m bench --backends mariadb --only enqueue bulk drain latency commit
     python -m bench --only drain latency --backends postgresql --runs 1
     python -m bench --quick                 # smaller sizes, for a first look
     python -m bench --only counts           # queue_counts over 1,000,000 finished rows
+    python -m bench --only scrape           # the autoscaling signal over 1,000,000 finished rows
+    python -m bench --only notify --backends postgresql   # 32 producers, wake-ups on and off
     python -m bench --only retention        # drain/enqueue with tombstones; a prune while draining
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
@@ -14,8 +18,23 @@
     python -m bench --only drain limits     # the drain under each flow-control setting, and plans
     python -m bench --only compare          # Caravel and its peers at their best (bench/compare.py)
     python -m bench --only compare --compare sweep drain --libraries caravel pgqueuer
+    python -m bench --only compare --compare drain --libraries graphile caravel --runs 1
+    python -m bench --only compare --backends postgresql --sittings 3   # the page's sittings
+    python -m bench --only compare --backends postgresql --settings-from bench/results/X.json
 
-The drain is measured twice in every run, with asynchronous and with durable acknowledgements.
+The comparison ends by printing the tables of docs/performance.md (bench/page.py) over its
+sittings: with ``--sittings N`` it runs N times, the sweep only in the first (the others reuse the
+settings it chose), each sitting writing its own JSON.
+
+The drain is measured twice in every run, with asynchronous and with durable acknowledgements
+(on MariaDB once: every commit there is durable as the server is configured).
+
+MariaDB (``CARAVEL_BENCH_MARIADB_URL``, by default the local server) runs the scenarios of
+``MARIADB``: the others need SQL of PostgreSQL's or SQLite's. Its ``latency`` is that of a
+worker that polls, at the default poll interval and at a short one, and its ``commit`` the
+server's own durable commit rate for one client through the bare drivers. Without ``--backends``
+its rows are left out, with the reason, when the server does not answer (``--if-reachable``
+does the same for the backends named); under ``CI=true`` that is an error instead.
 
 Each figure is the median of ``--runs`` runs, each on a fresh database.
 """
@@ -33,8 +52,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import ceilings, compare, counts, fairness, limits_cost, retention, runs, sync_cost
-from bench.databases import database, pg_setting
+from bench import (
+    ceilings,
+    compare,
+    counts,
+    fairness,
+    limits_cost,
+    notify_cost,
+    page,
+    retention,
+    runs,
+    scrape_cost,
+    sitting,
+    sync_cost,
+    wakeup,
+)
+from bench.databases import (
+    IN_CI,
+    database,
+    mariadb_settings,
+    mariadb_unreachable,
+    pg_setting,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALL = (
@@ -53,6 +92,8 @@ ALL = (
     "commit",
     "durability",
     "counts",
+    "scrape",
+    "notify",
     "retention",
     "fairness",
     "limits",
@@ -60,9 +101,19 @@ ALL = (
 )
 #: The parts of the comparison with the peers (``--compare``).
 COMPARE = ("sweep", "drain", "enqueue", "latency", "startup")
+#: The scenarios that run on MariaDB; the others use SQL of PostgreSQL's or SQLite's.
+MARIADB = ("enqueue", "enqueue_parallel", "sync", "bulk", "drain", "steady", "latency", "commit")
+#: Whose rows each scenario has (the others run on every backend named).
+ONLY_ON = {
+    "commit": ("sqlite", "mariadb"),
+    "durability": ("postgresql",),
+    "notify": ("postgresql",),
+}
 
 
 def _median(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number the median of the runs'; ``each_run`` the runs' own figures, for their
+    spread."""
     merged: dict[str, Any] = {}
     for key, value in results[0].items():
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -70,6 +121,8 @@ def _median(results: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             merged[key] = value
     merged["runs"] = len(results)
+    if len(results) > 1:
+        merged["each_run"] = results
     return merged
 
 
@@ -88,9 +141,60 @@ ACK_MODES = {"async_acks": False, "durable_acks": True}
 
 def _drain_both(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """The drain with each acknowledgement setting, the runs alternating between them (so a
-    machine whose speed drifts during the run affects both alike), each on a fresh database."""
+    machine whose speed drifts during the run affects both alike), each on a fresh database.
+    On MariaDB only the durable one: InnoDB commits every transaction as the server is
+    configured to (``innodb_flush_log_at_trx_commit`` is global), so the two are the same."""
     modes: dict[str, dict[str, Any]] = {m: {"durable_acks": d} for m, d in ACK_MODES.items()}
+    if backend == "mariadb":
+        modes = {"durable_acks": {"durable_acks": True}}
     return _drain_modes(backend, args, modes)
+
+
+#: A polling worker's wake-up (MariaDB has no LISTEN/NOTIFY), each setting: the worker's
+#: ``--poll-interval`` (1 s is the default; the worker looks again 50 ms after finding work and
+#: backs off to it), the shortest pause between jobs and how much longer one may be, at
+#: random, and whether it is the ``--idle-jobs`` count (pauses long enough for the worker to
+#: back off fully) or ``--poll-jobs``.
+POLLING = {
+    "busy_default": (1.0, 0.0, 0.1, False),
+    "idle_default": (1.0, 2.0, 1.0, True),
+    "busy_short": (0.05, 0.0, 0.1, False),
+}
+
+
+def _polling_latency(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What a worker in another process sees of each enqueue when it polls: from the enqueue's
+    commit (and from just before its call) to the handler's start, for each of ``POLLING``'s
+    settings, ``--runs`` times, each run on a fresh database with the settings in turn."""
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in POLLING}
+    for run in range(args.runs):
+        with database(backend) as url:
+            for name, (poll, gap, jitter, idle) in POLLING.items():
+                jobs = args.idle_jobs if idle else args.poll_jobs
+                found = wakeup.latency(
+                    url,
+                    jobs,
+                    gap,
+                    poll_interval=poll,
+                    jitter=jitter,
+                    seed=run + 1,
+                    warm_up=2 if idle else wakeup.WARM_UP,
+                )
+                measured[name].append(found)
+    figures: dict[str, Any] = {"runs": args.runs}
+    keys = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "enqueue_call_p50_ms")
+    keys += ("after_commit_p50_ms", "after_commit_p95_ms", "after_commit_p99_ms")
+    keys += ("after_commit_max_ms",)
+    for name, runs_ in measured.items():
+        poll, gap, jitter, _ = POLLING[name]
+        figures[f"{name}_poll_interval_s"] = poll
+        figures[f"{name}_pause_ms"] = [gap * 1000, (gap + jitter) * 1000]
+        figures[f"{name}_jobs"] = runs_[0]["jobs"]
+        for key in keys:
+            figures[f"{name}_{key}"] = statistics.median(r[key] for r in runs_)
+        for key in ("after_commit_p50_ms", "after_commit_p99_ms"):
+            figures[f"{name}_{key}_runs"] = [round(r[key], 2) for r in runs_]
+    return figures
 
 
 def _drain_modes(
@@ -176,27 +280,55 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
         runs.seed_history(url, args.history)
         return asyncio.run(runs.drain(url, n, conc))
 
+    def bulk(url: str) -> dict[str, Any]:
+        figures = asyncio.run(runs.enqueue_bulk(url, n))
+        if url.startswith("mariadb"):
+            # The floor, in the same database after Caravel's rows: the bare driver's
+            # multi-row INSERT of copies of a row Caravel wrote (PostgreSQL's is a bare COPY).
+            floor = ceilings.mariadb_bulk_floor(url, n)
+            figures["floor_jobs_per_second"] = floor["jobs_per_second"]
+            figures["share_of_floor"] = figures["jobs_per_second"] / floor["jobs_per_second"]
+        return figures
+
+    def commit(url: str) -> dict[str, Any]:
+        if url.startswith("mariadb"):
+            return ceilings.mariadb_commit_limit(url, args.single)
+        return ceilings.sqlite_commit_limit(url)
+
     return {
         "enqueue": lambda url: asyncio.run(runs.enqueue_single(url, args.single)),
         "enqueue_parallel": lambda url: asyncio.run(
             runs.enqueue_single(url, args.single * 2, args.producers)
         ),
         "sync": lambda url: sync_cost.measure(url, args.single, 5),
-        "bulk": lambda url: asyncio.run(runs.enqueue_bulk(url, n)),
+        "bulk": bulk,
         "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
         "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),
         "history": history,
         "memory": lambda url: runs.memory(url, args.memory_jobs, conc),
         "sql": lambda url: ceilings.sql_limit(url, n, args.batch),
-        "commit": lambda url: ceilings.sqlite_commit_limit(url),
+        "commit": commit,
         "durability": lambda url: ceilings.durability(url),
         "counts": lambda url: counts.counts(url, args.history),
+        "scrape": lambda url: scrape_cost.scrape(url, args.history),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--backends", nargs="+", default=["postgresql", "sqlite"])
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        choices=BACKENDS,
+        default=None,
+        help="default: postgresql and sqlite, and mariadb when its server answers",
+    )
+    parser.add_argument(
+        "--if-reachable",
+        action="store_true",
+        help="leave out, with the reason, a named backend whose server does not answer "
+        "(under CI=true: an error)",
+    )
     parser.add_argument("--only", nargs="+", choices=ALL, default=list(ALL))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain/bulk run")
@@ -207,6 +339,9 @@ def main() -> None:
         help="drain_priority: how many priorities (-100 to 100, evenly spread) take turns",
     )
     parser.add_argument("--single", type=int, default=2_000, help="jobs for one-call enqueue")
+    parser.add_argument(
+        "--notify-producers", type=int, default=32, help="concurrent callers for notify"
+    )
     parser.add_argument("--concurrency", type=int, default=1000, help="worker concurrency")
     parser.add_argument(
         "--producers", type=int, default=16, help="concurrent callers for enqueue_parallel"
@@ -214,15 +349,56 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="plain-SQL batch size")
     parser.add_argument("--seconds", type=float, default=10.0, help="steady-state duration")
     parser.add_argument("--latency-jobs", type=int, default=1000)
+    parser.add_argument(
+        "--poll-jobs",
+        type=int,
+        default=300,
+        help="MariaDB latency: jobs per setting with short pauses (the worker polls often)",
+    )
+    parser.add_argument(
+        "--idle-jobs",
+        type=int,
+        default=40,
+        help="MariaDB latency: jobs 2 to 3 s apart (the worker backed off to its interval)",
+    )
     parser.add_argument("--history", type=int, default=1_000_000, help="retained rows")
     parser.add_argument("--memory-jobs", type=int, default=500_000)
     parser.add_argument(
         "--prune-drain-jobs", type=int, default=200_000, help="ready jobs drained during a prune"
     )
     parser.add_argument(
-        "--libraries", nargs="+", default=list(compare.GRIDS), help="for --only compare"
+        "--libraries",
+        nargs="+",
+        choices=list(compare.GRIDS),
+        default=list(compare.GRIDS),
+        help="for --only compare",
     )
-    parser.add_argument("--compare", nargs="+", choices=COMPARE, default=list(COMPARE))
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        choices=COMPARE,
+        default=None,
+        help="parts of the comparison (default: all; with --quick, all but the sweep)",
+    )
+    parser.add_argument(
+        "--sittings",
+        type=int,
+        default=1,
+        help="run the comparison this many times, the sweep only in the first",
+    )
+    parser.add_argument(
+        "--settings-from",
+        type=Path,
+        default=None,
+        help="a report whose sweep's settings the comparison uses instead of sweeping",
+    )
+    parser.add_argument(
+        "--resweep",
+        nargs="+",
+        default=[],
+        metavar="LIBRARY",
+        help="with --settings-from: sweep these libraries again (their grids grew), reuse the rest",
+    )
     parser.add_argument(
         "--compare-sizes", nargs="+", type=int, default=[20_000, 100_000], help="drain backlogs"
     )
@@ -246,22 +422,109 @@ def main() -> None:
         help="limits: ready jobs behind the claims whose plans are taken",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, one run")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="the folder the JSON reports go to"
+    )
     args = parser.parse_args()
+    if args.sittings < 1:
+        parser.error(f"--sittings must be at least 1, not {args.sittings}")
+    if args.sittings > 1 and "compare" not in args.only:
+        print(f"--sittings {args.sittings} repeats only the comparison, not in --only: one sitting")
+        args.sittings = 1
+    if args.compare is None:
+        args.compare = [p for p in COMPARE if not (args.quick and p == "sweep")]
+    chosen, args.earlier_sweeps = None, {}
+    if args.settings_from:
+        chosen, args.earlier_sweeps = _settings_from(parser, args.settings_from)
+        chosen = {lib: found for lib, found in chosen.items() if lib not in args.resweep}
+    if chosen is not None and not args.resweep and "sweep" in args.compare:
+        args.compare.remove("sweep")
     if args.quick:
         args.runs, args.jobs, args.single = 1, 5_000, 500
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
+        args.poll_jobs, args.idle_jobs = 50, 6
         args.prune_drain_jobs = 20_000
         args.fairness_backlog = 10_000
         args.limits_plan_backlog = 10_000
         args.compare_sizes = [5_000]
 
+    args.backends = _reachable(parser, args.backends, args.if_reachable)
+    if not args.backends:
+        return
+    report = _sitting(args, args.only, args.backends, chosen)
+    compared = "compare" in report
+    written = [_write(args.results, report, 1 if args.sittings > 1 else None)]
+    if compared:
+        chosen = report["compare"]["settings"]
+        args.compare = [p for p in args.compare if p != "sweep"]
+    for number in range(2, args.sittings + 1):
+        print(f"sitting {number} of {args.sittings}", flush=True)
+        again = _sitting(args, ["compare"], ["postgresql"], chosen)
+        written.append(_write(args.results, again, number))
+    if compared:
+        print()
+        print(page.render([page.load(path) for path in written]))
+
+
+#: Every backend ``--backends`` takes; MariaDB's rows are left out when its server does not answer
+#: and it was not named (or ``--if-reachable``).
+BACKENDS = ("postgresql", "sqlite", "mariadb")
+
+
+def _reachable(
+    parser: argparse.ArgumentParser, named: list[str] | None, if_reachable: bool
+) -> list[str]:
+    """The backends to measure: those named (by default all of :data:`BACKENDS`), less
+    MariaDB when its server does not answer and it may be left out (not named, or
+    ``--if-reachable``), saying why. Under ``CI=true``, or when it was named without
+    ``--if-reachable``, a server that does not answer is an error."""
+    backends = list(named or BACKENDS)
+    if "mariadb" not in backends:
+        return backends
+    reason = mariadb_unreachable()
+    if reason is None:
+        return backends
+    optional = named is None or if_reachable
+    if IN_CI or not optional:
+        parser.error(
+            f"{reason}. Start it, set CARAVEL_BENCH_MARIADB_URL, or leave mariadb out of --backends"
+        )
+    print(f"MariaDB's rows are left out: {reason}", flush=True)
+    return [b for b in backends if b != "mariadb"]
+
+
+def _settings_from(
+    parser: argparse.ArgumentParser, path: Path
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The settings an earlier report's comparison ran each library at, and the records of the
+    sweeps that chose them (none when it reused settings itself)."""
+    try:
+        compared = json.loads(path.read_text(encoding="utf-8"))["compare"]
+        settings = dict(compared["settings"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--settings-from {path}: no comparison's settings in it ({exc})")
+    return settings, dict(compared.get("sweep", {}))
+
+
+def _sitting(
+    args: argparse.Namespace,
+    only: list[str],
+    backends: list[str],
+    chosen: dict[str, dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """One run of the scenarios ``only`` names on ``backends``: the report."""
     report: dict[str, Any] = {
+        "sitting": sitting.begin(),
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
         },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("backends", "only")},
+        "settings": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in vars(args).items()
+            if k not in ("backends", "only")
+        },
         "postgresql": {
             "server_version": pg_setting("server_version"),
             "synchronous_commit": pg_setting("synchronous_commit"),
@@ -269,12 +532,15 @@ def main() -> None:
         },
         "results": {},
     }
-    for backend in args.backends:
+    if "mariadb" in backends:
+        report["mariadb"] = mariadb_settings()
+    for backend in backends:
         scenarios = _scenarios(args)
-        for name in args.only:
-            if name == "commit" and backend != "sqlite":
+        for name in only:
+            if backend not in ONLY_ON.get(name, BACKENDS):
                 continue
-            if name == "durability" and backend != "postgresql":
+            if backend == "mariadb" and name not in MARIADB:
+                print(f"{backend:10} {name:8} not measured on MariaDB", flush=True)
                 continue
             if name == "compare":
                 if backend == "postgresql":
@@ -288,6 +554,8 @@ def main() -> None:
                         latency_jobs=args.latency_jobs,
                         sweep_jobs=min(args.compare_sizes),
                         only=set(args.compare),
+                        chosen=chosen,
+                        earlier_sweeps=args.earlier_sweeps,
                     )
                 continue
             print(f"{backend:10} {name:8} ...", flush=True)
@@ -303,6 +571,11 @@ def main() -> None:
                 figures = _fairness(backend, args)
             elif name == "limits":
                 figures = _limits(backend, args)
+            elif name == "latency" and backend == "mariadb":
+                figures = _polling_latency(backend, args)
+            elif name == "notify":
+                # Its own fresh databases, one per setting and run (bench/notify_cost.py).
+                figures = notify_cost.notify_cost(args.single * 2, args.notify_producers, args.runs)
             else:
                 figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures
@@ -313,13 +586,20 @@ def main() -> None:
                 if isinstance(v, float)
                 else f"{k}={v}"
                 for k, v in figures.items()
-                if not isinstance(v, dict)  # the plans: in the JSON
+                if not isinstance(v, dict) and k != "each_run"  # the plans, the runs: JSON
             )
             print(f"{backend:10} {name:8} {shown}", flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    sitting.end(report["sitting"])
+    return report
+
+
+def _write(folder: Path, report: dict[str, Any], number: int | None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = f"-sitting-{number}" if number is not None else ""
+    out = folder / f"{time.strftime('%Y%m%d-%H%M%S')}{suffix}.json"
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(f"wrote {out}")
+    print(f"wrote {out}", flush=True)
+    return out
 
 
 if __name__ == "__main__":

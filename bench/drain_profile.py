@@ -1,6 +1,12 @@
 """Where the drain's CPU goes: N no-op jobs drained on PostgreSQL, with the worker's own CPU time
 and its PostgreSQL backends' CPU time per job beside the throughput.
 
+With ``--backend mariadb`` (in process only) on MariaDB: the server's share is the CPU time of
+the whole ``mariadbd`` process over the drain (one process serves every client, so other work
+on the same server counts too), read from ``/proc`` when the server runs on this machine::
+
+    python -m bench.drain_profile --backend mariadb --jobs 20000 --concurrency 1000 --durable
+
 In process (the drain as ``bench.runs.drain`` runs it: fill, then one worker until the last
 acknowledgement is written), optionally under cProfile::
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import json
@@ -30,9 +37,10 @@ from typing import Any
 import psycopg
 
 from bench.apps import Noop, worker_command
-from bench.databases import database, postgres_dsn
+from bench.databases import database, mariadb_connect, postgres_dsn
 from bench.runs import QUEUE, drain, fill_backlog
 from caravel import DatabaseQueue, JobContext, JobRegistry, QueueWorker, WorkerOptions
+from caravel.store.urls import backend_of
 
 ROOT = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -52,6 +60,19 @@ def _cpu_seconds(pid: int) -> float:
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _mariadbd_cpu(url: str) -> float | None:
+    """The MariaDB server process's CPU time so far, ``None`` when it is not on this machine
+    (its pid file is not readable here)."""
+    with contextlib.closing(mariadb_connect(url)) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT @@pid_file")
+        row = cursor.fetchone()
+    try:
+        pid = int(Path(str(row[0])).read_text().strip()) if row else 0
+    except (OSError, ValueError):
+        return None
+    return _cpu_seconds(pid) if pid else None
 
 
 def _backends(url: str) -> dict[int, float]:
@@ -87,6 +108,8 @@ async def _in_process(
             gc.collect()
             gc.freeze()
         profiler = cProfile.Profile() if profile else None
+        maria = backend_of(url) == "mariadb"
+        server_before = _mariadbd_cpu(url) if maria else None
         cpu, started = time.process_time(), time.perf_counter()
         if profiler is not None:
             profiler.enable()
@@ -98,6 +121,13 @@ async def _in_process(
             profiler.disable()
             profiler.dump_stats(profile)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if maria:
+            server_after = _mariadbd_cpu(url)
+            figures: dict[str, Any] = {"seconds": elapsed, "worker_cpu": cpu}
+            if server_before is not None and server_after is not None:
+                figures["server_cpu"] = server_after - server_before
+            await worker.close()
+            return figures
         # The drain's backends are all still open (the filler's are gone): their whole CPU time.
         server = sum(_backends(url).values())
         await worker.close()
@@ -229,9 +259,12 @@ def measure(
     profile: str | None = None,
     through_runs: bool = False,
     freeze: bool = False,
+    backend: str = "postgresql",
 ) -> dict[str, Any]:
     """One drain on a fresh database; ``processes`` 0 means in this process."""
-    with database("postgresql") as url:
+    if backend != "postgresql" and processes:
+        raise ValueError("--processes drains on PostgreSQL only")
+    with database(backend) as url:
         if through_runs:
             result = asyncio.run(drain(url, n, concurrency, durable_acks=durable))
             figures: dict[str, Any] = {"seconds": result["seconds"]}
@@ -243,11 +276,13 @@ def measure(
     for side in ("worker_cpu", "server_cpu"):
         if side in figures:
             figures[f"{side}_us_per_job"] = figures[side] / n * 1e6
-    return {"jobs": n, "concurrency": concurrency, "durable": durable, **figures}
+    found = {"backend": backend, "jobs": n, "concurrency": concurrency, "durable": durable}
+    return {**found, **figures}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", choices=("postgresql", "mariadb"), default="postgresql")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--durable", action="store_true")
@@ -269,6 +304,7 @@ def main() -> None:
         profile=args.profile,
         through_runs=args.runs_drain,
         freeze=args.freeze,
+        backend=args.backend,
     )
     result["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
     print(json.dumps(result))

@@ -5,13 +5,14 @@ when that was more than ``MAX_OTHER_CORES``)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from bench import venvs
+from bench import node, venvs
 from bench.databases import ADMIN_URL, postgres_dsn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,27 +38,76 @@ class Library:
     unfinished: str
     #: Whether the adapter creates the schema itself (Caravel's is migrated beforehand).
     installs: bool = True
+    #: The Python distribution whose installed version a report names, looked up in the
+    #: interpreter the adapter runs on.
+    package: str | None = None
+    #: For a peer that is no Python package: what returns its version (``None`` when it cannot
+    #: tell). With neither, the report names no version.
+    version_of: Callable[[], str | None] | None = None
 
-    def python(self) -> str | None:
-        if self.name == "oban":
-            return venvs.python_for("oban")
-        return sys.executable
+    def version(self) -> str | None:
+        """The version of the library the adapter measures, or ``None`` when unknown."""
+        if self.version_of is not None:
+            return self.version_of()
+        if self.package is None:
+            return None
+        python = self.command()[0]
+        if python == sys.executable:
+            try:
+                return importlib.metadata.version(self.package)
+            except importlib.metadata.PackageNotFoundError:
+                return None
+        lookup = f"import importlib.metadata as m; print(m.version({self.package!r}))"
+        return _output([python, "-c", lookup])
 
-    def script(self) -> str:
-        return str(ADAPTERS / f"{self.name}_adapter.py")
+    def command(self) -> list[str]:
+        """The argv that runs this library's adapter, before its mode and arguments: a Python
+        script, or for a Node.js peer ``node`` itself (its CPU is then the adapter process's)."""
+        if self.name in node.SCRIPTS:
+            return node.command_for(self.name)
+        python = venvs.python_for("oban") if self.name == "oban" else sys.executable
+        if python is None:
+            raise RuntimeError(f"{self.name} needs Python 3.12 or newer (CARAVEL_BENCH_PYTHON312)")
+        return [python, str(ADAPTERS / f"{self.name}_adapter.py")]
 
 
 LIBRARIES = {
     lib.name: lib
     for lib in (
-        Library("caravel", "SELECT count(*) FROM caravel_jobs WHERE state <> 'completed'", False),
-        Library("pgqueuer", "SELECT count(*) FROM pgqueuer"),
-        Library("oban", "SELECT count(*) FROM oban_jobs WHERE state <> 'completed'"),
         Library(
-            "procrastinate", "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'"
+            "caravel",
+            "SELECT count(*) FROM caravel_jobs WHERE state <> 'completed'",
+            False,
+            package="caravel-queue",
+        ),
+        Library("pgqueuer", "SELECT count(*) FROM pgqueuer", package="pgqueuer"),
+        Library(
+            "oban", "SELECT count(*) FROM oban_jobs WHERE state <> 'completed'", package="oban"
+        ),
+        Library(
+            "procrastinate",
+            "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'",
+            package="procrastinate",
+        ),
+        # graphile-worker deletes a job once it has completed.
+        Library(
+            "graphile",
+            "SELECT count(*) FROM graphile_worker._private_jobs",
+            version_of=lambda: node.version("graphile", "graphile-worker"),
         ),
     )
 }
+
+
+def _output(command: list[str]) -> str | None:
+    """What ``command`` prints, stripped; ``None`` when it fails or cannot run."""
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 # ----- readings ---------------------------------------------------------------------------------
@@ -176,11 +226,8 @@ class Adapter:
         settings: dict[str, Any] | None = None,
     ) -> Adapter:
         """``lib``'s adapter script in ``mode``."""
-        python = lib.python()
-        if python is None:
-            raise RuntimeError(f"{lib.name} needs Python 3.12 or newer (CARAVEL_BENCH_PYTHON312)")
         arguments = ["--dsn", dsn, "--jobs", str(jobs), "--settings", json.dumps(settings or {})]
-        return cls([python, lib.script(), mode, *arguments])
+        return cls([*lib.command(), mode, *arguments])
 
     def _read(self) -> None:
         assert self.process.stdout is not None

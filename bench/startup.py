@@ -16,6 +16,7 @@ import asyncio
 import compileall
 import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -44,7 +45,8 @@ def byte_compile(*trees: Path) -> None:
     the environment turns writing off), so the workers measured load it as an installed
     package's."""
     for tree in trees:
-        compileall.compile_dir(tree, quiet=1)
+        # Not the peers' own virtual environments under bench/.venvs: another Python's.
+        compileall.compile_dir(tree, quiet=1, rx=re.compile(r"/\.venvs/"))
 
 
 #: ``--instructions``: the worker runs under Valgrind, which counts what it executes.

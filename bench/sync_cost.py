@@ -7,25 +7,37 @@ the rounds alternate between the two callers, so a machine whose speed drifts af
 alike, and the figures are the medians of the rounds. A third figure is the sync call inside
 the caller's own transaction (``session=``, a SQLAlchemy ``Session`` committed per job), which
 also pays for the caller's commit.
+
+The floor beside them (``bare``): the driver alone (``sqlite3`` in WAL mode with
+``synchronous=FULL``, as Caravel opens it; psycopg in autocommit on PostgreSQL; PyMySQL in
+autocommit on MariaDB, the driver of its synchronous calls) inserting a copy
+of the very row Caravel wrote, with a new id and key, and committing it, once per job.
+``async_over_bare`` is the bare loop's time per job over the awaited enqueue's: the share of
+the driver's own speed a one-call enqueue keeps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from bench.apps import Noop, registry
-from bench.databases import database
+from bench.ceilings import MariaRow
+from bench.databases import database, mariadb_connect, postgres_dsn
 from caravel import DatabaseQueue, DispatchOptions, SyncQueue
-from caravel.store.urls import sync_url
+from caravel.store.urls import backend_of, sync_url
 
 QUEUE = "bench"
 
@@ -43,6 +55,68 @@ def _keys(prefix: str, jobs: int) -> list[DispatchOptions]:
     return [DispatchOptions(queue=QUEUE, idempotency_key=f"{prefix}-{i}") for i in range(jobs)]
 
 
+class _Bare:
+    """The driver's own insert-and-commit of a copy of a row Caravel wrote (see the module's
+    docstring), over one connection opened beforehand."""
+
+    def __init__(self, url: str) -> None:
+        self.sqlite = url.startswith("sqlite")
+        self.mariadb = backend_of(url) == "mariadb"
+        if self.mariadb:
+            self.copy = MariaRow(url)
+            self.conn: Any = mariadb_connect(url)
+            self.sql = self.copy.sql
+            return
+        if self.sqlite:
+            conn = sqlite3.connect(make_url(url).database or "", isolation_level=None)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            self.conn = conn
+            mark = "?"
+        else:
+            self.conn = psycopg.connect(postgres_dsn(url), autocommit=True)
+            mark = "%s"
+        cursor = self.conn.execute("SELECT * FROM caravel_jobs LIMIT 1")
+        self.row = list(cursor.fetchone())
+        columns = [d[0] for d in cursor.description]
+        self.id_at, self.key_at = columns.index("id"), columns.index("idempotency_key")
+        self.sql = (
+            f"INSERT INTO caravel_jobs ({', '.join(columns)}) "
+            f"VALUES ({', '.join([mark] * len(columns))})"
+        )
+
+    def rows(self, prefix: str, jobs: int) -> list[tuple[Any, ...]]:
+        if self.mariadb:
+            return self.copy.rows(prefix, jobs)
+        made = []
+        for i in range(jobs):
+            row = list(self.row)
+            fresh = uuid.uuid4()
+            row[self.id_at] = str(fresh) if self.sqlite else fresh
+            row[self.key_at] = f"{prefix}-{i}"
+            made.append(tuple(row))
+        return made
+
+    def insert(self, rows: list[tuple[Any, ...]]) -> None:
+        if self.mariadb:
+            with self.conn.cursor() as cursor:
+                for row in rows:
+                    cursor.execute(self.sql, row)  # autocommit: each its own durable commit
+            return
+        execute = self.conn.execute
+        if self.sqlite:
+            for row in rows:
+                execute("BEGIN IMMEDIATE")
+                execute(self.sql, row)
+                execute("COMMIT")
+        else:
+            for row in rows:
+                execute(self.sql, row, prepare=True)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def measure(url: str, jobs: int, rounds: int) -> dict[str, Any]:
     """Medians over ``rounds`` of each caller's cost per call."""
     loop = asyncio.new_event_loop()
@@ -57,7 +131,14 @@ def measure(url: str, jobs: int, rounds: int) -> dict[str, Any]:
         with Session(engine) as session:
             sync_queue.enqueue(job, DispatchOptions(queue=QUEUE), session=session)
             session.commit()
-        figures: dict[str, list[dict[str, float]]] = {"async": [], "sync": [], "sync_session": []}
+        bare = _Bare(url)
+        bare.insert(bare.rows("warm", 1))
+        figures: dict[str, list[dict[str, float]]] = {
+            "async": [],
+            "sync": [],
+            "sync_session": [],
+            "bare": [],
+        }
 
         async def awaited(keys: list[DispatchOptions]) -> None:
             for options in keys:
@@ -80,6 +161,8 @@ def measure(url: str, jobs: int, rounds: int) -> dict[str, Any]:
             figures["async"].append(_per_call(jobs, blocking_awaited, _keys(f"a{r}", jobs)))
             figures["sync"].append(_per_call(jobs, called, _keys(f"s{r}", jobs)))
             figures["sync_session"].append(_per_call(jobs, in_session, _keys(f"t{r}", jobs)))
+            figures["bare"].append(_per_call(jobs, bare.insert, bare.rows(f"b{r}", jobs)))
+        bare.close()
     finally:
         sync_queue.close()
         loop.run_until_complete(async_queue.close())
@@ -90,6 +173,8 @@ def measure(url: str, jobs: int, rounds: int) -> dict[str, Any]:
         for key in ("us_per_call", "cpu_us_per_call"):
             out[f"{caller}_{key}"] = round(statistics.median(m[key] for m in measured), 1)
     out["sync_over_async"] = round(out["sync_us_per_call"] / out["async_us_per_call"], 3)
+    out["async_over_bare"] = round(out["bare_us_per_call"] / out["async_us_per_call"], 3)
+    out["sync_over_bare"] = round(out["bare_us_per_call"] / out["sync_us_per_call"], 3)
     return out
 
 

@@ -1,6 +1,7 @@
 """Idle wake-up latency and idle CPU of a worker in its own process.
 
     python -m bench.wakeup postgresql sqlite --jobs 1000 --trace
+    python -m bench.wakeup mariadb --jobs 300 --gap 0 --jitter 0.1 --poll-interval 0.05
 
 ``latency`` times each job from just before the producer's enqueue call to its handler's start
 in the worker (``bench.apps.Stamp`` prints the moment), jobs ``gap`` seconds apart. Both
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import threading
 import time
@@ -70,12 +72,25 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def latency(
-    url: str, n: int = 1000, gap: float = 0.01, *, poll_interval: float = 1.0, trace: bool = False
+    url: str,
+    n: int = 1000,
+    gap: float = 0.01,
+    *,
+    poll_interval: float = 1.0,
+    trace: bool = False,
+    jitter: float = 0.0,
+    seed: int = 1,
+    warm_up: int = WARM_UP,
 ) -> dict[str, Any]:
     """An idle worker in its own process; ``n`` jobs enqueued one at a time ``gap`` seconds
-    apart (after ten to warm up connections); time from just before the enqueue call to the
-    handler's start. With ``trace``, ``slowest`` lists the twenty slowest samples with what
+    apart (after ``warm_up`` jobs, ten by default, that warm up connections); time from just
+    before the enqueue call to the handler's start, and (``after_commit_*``) from the call's
+    return, when the job is committed, to the handler's start. With ``jitter`` each pause is
+    drawn anew, uniformly from ``gap`` to ``gap + jitter`` (from a generator seeded with
+    ``seed``): a worker that polls would otherwise see each job the same time after its
+    previous look. With ``trace``, ``slowest`` lists the twenty slowest samples with what
     happened in them."""
+    pauses = random.Random(seed)
     starts: dict[str, list[str]] = {}
     seen = threading.Condition()
     with _worker(url, poll_interval, trace=trace) as worker:
@@ -97,8 +112,8 @@ def latency(
             dispatch = DispatchOptions(queue=QUEUE, tenant_id="bench")
             async with DatabaseQueue(url, registry) as queue:
                 began = time.time()
-                for i in range(n + WARM_UP):
-                    await asyncio.sleep(gap)
+                for i in range(n + warm_up):
+                    await asyncio.sleep(gap + pauses.uniform(0.0, jitter) if jitter else gap)
                     before = time.time()
                     result = await queue.enqueue(Stamp(i), dispatch)
                     returned = time.time()
@@ -106,14 +121,15 @@ def latency(
                     # Blocking the loop here is harmless: the job's start is stamped by the
                     # worker, and the next enqueue is only due after it.
                     with seen:
-                        seen.wait_for(lambda j=job_id: j in starts, timeout=10)
-                    if i < WARM_UP or job_id not in starts:
+                        seen.wait_for(lambda j=job_id: j in starts, timeout=10 + 2 * poll_interval)
+                    if i < warm_up or job_id not in starts:
                         continue
                     at, *extra = starts[job_id]
                     sample = {
                         "at_s": round(before - began, 3),
                         "ms": (float(at) - before) * 1000,
                         "enqueue_ms": (returned - before) * 1000,
+                        "after_commit_ms": (float(at) - returned) * 1000,
                     }
                     if extra:
                         sample.update(_within(json.loads(extra[0]), before, float(at)))
@@ -123,10 +139,12 @@ def latency(
         asyncio.run(produce())
     wakes = [s["ms"] for s in samples]
     calls = [s["enqueue_ms"] for s in samples]
+    committed = [s["after_commit_ms"] for s in samples]
     figures: dict[str, Any] = {
         "backend": backend_of(url),
         "jobs": len(samples),
         "gap_ms": gap * 1000,
+        "jitter_ms": jitter * 1000,
         "poll_interval_s": poll_interval,
         "p50_ms": _pct(wakes, 0.50),
         "p95_ms": _pct(wakes, 0.95),
@@ -135,6 +153,10 @@ def latency(
         "max_ms": max(wakes, default=float("nan")),
         "enqueue_call_p50_ms": _pct(calls, 0.50),
         "enqueue_call_p99_ms": _pct(calls, 0.99),
+        "after_commit_p50_ms": _pct(committed, 0.50),
+        "after_commit_p95_ms": _pct(committed, 0.95),
+        "after_commit_p99_ms": _pct(committed, 0.99),
+        "after_commit_max_ms": max(committed, default=float("nan")),
     }
     if trace:
         slowest = sorted(samples, key=lambda s: -s["ms"])[:20]
@@ -201,9 +223,12 @@ def idle_cpu(url: str, seconds: float = 30.0, *, poll_interval: float = 1.0) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("backends", nargs="+", choices=("postgresql", "sqlite"))
+    parser.add_argument("backends", nargs="+", choices=("postgresql", "sqlite", "mariadb"))
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--gap", type=float, default=0.01)
+    parser.add_argument(
+        "--jitter", type=float, default=0.0, help="each pause longer by up to this (s), at random"
+    )
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--trace", action="store_true", help="list the slowest samples")
     parser.add_argument("--dump", help="with --trace: write every sample to this JSON file")
@@ -212,7 +237,12 @@ def main() -> None:
     for backend in args.backends:
         with database(backend) as url:
             found = latency(
-                url, args.jobs, args.gap, poll_interval=args.poll_interval, trace=args.trace
+                url,
+                args.jobs,
+                args.gap,
+                poll_interval=args.poll_interval,
+                trace=args.trace,
+                jitter=args.jitter,
             )
         slowest = found.pop("slowest", [])
         every = found.pop("samples", [])

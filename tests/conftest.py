@@ -15,10 +15,16 @@ from uuid import uuid4
 
 import pytest
 
-from caravel.store.schema import metadata
-from tests.support.databases import SqliteTemplate, pg_database, truncate_pg
+from caravel.store.schema import RELEASES_TABLE, metadata
+from tests.support.databases import (
+    SqliteTemplate,
+    mariadb_database,
+    pg_database,
+    truncate_mariadb,
+    truncate_pg,
+)
 
-BACKENDS = ("sqlite", "postgresql")
+BACKENDS = ("sqlite", "postgresql", "mariadb")
 SERIAL_GROUP = "serial"
 
 
@@ -83,6 +89,8 @@ def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if backend == "sqlite":
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         return template.copy_to(tmp_path / "queue.db")
+    if backend == "mariadb":
+        return str(request.getfixturevalue("mariadb_url"))
     url: str = request.getfixturevalue("pg_session_url")
     truncate_pg(url, tuple(metadata.tables))
     return url
@@ -97,6 +105,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         return template.copy_to(tmp_path / "queue.db")
+    if request.param == "mariadb":
+        return str(request.getfixturevalue("mariadb_url"))
     url: str = request.getfixturevalue("pg_session_url")
     truncate_pg(url, tuple(metadata.tables))
     return url
@@ -107,6 +117,20 @@ def pg_url(request: pytest.FixtureRequest) -> str:
     """The migrated PostgreSQL test database, emptied."""
     url: str = request.getfixturevalue("pg_session_url")
     truncate_pg(url, tuple(metadata.tables))
+    return url
+
+
+@pytest.fixture(scope="session")
+def mariadb_session_url() -> Iterator[str]:
+    with mariadb_database(migrated=True) as url:
+        yield url
+
+
+@pytest.fixture
+def mariadb_url(request: pytest.FixtureRequest) -> str:
+    """The migrated MariaDB test database, emptied."""
+    url: str = request.getfixturevalue("mariadb_session_url")
+    truncate_mariadb(url, (*metadata.tables, RELEASES_TABLE))
     return url
 
 

@@ -3,7 +3,7 @@
 The tables here are the one schema source for the backend's own data; its Alembic history
 (``migrations/``) creates exactly this and a test compares the two. The queue's tables belong to
 Caravel and its own migrations. Times are whole milliseconds since the Unix epoch (UTC), as in
-the queue, so comparisons are exact and identical on SQLite and PostgreSQL.
+the queue, so comparisons are exact and identical on SQLite, PostgreSQL and MariaDB.
 
 Nothing here creates a database or a table: the SQLite file is opened with ``mode=rw`` (a
 missing file fails instead of appearing empty), and the schema comes only from ``migrate``.
@@ -24,6 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 metadata = sa.MetaData()
 
+#: On MariaDB every table stores utf8mb4 text under a binary collation, so text compares as on
+#: the other databases (case, accents and trailing spaces matter), whatever the server's default.
+#: The migrations create the tables with the same options.
+MARIADB_TABLE = {"mariadb_charset": "utf8mb4", "mariadb_collate": "utf8mb4_nopad_bin"}
+
 users = sa.Table(
     "users",
     metadata,
@@ -34,6 +39,7 @@ users = sa.Table(
     sa.Column("created_at", sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint("id", name="pk_users"),
     sa.UniqueConstraint("email", name="uq_users_email"),
+    **MARIADB_TABLE,
 )
 
 sessions = sa.Table(
@@ -49,6 +55,7 @@ sessions = sa.Table(
         ["user_id"], ["users.id"], name="fk_sessions_user_id", ondelete="CASCADE"
     ),
     sa.Index("ix_sessions_user_id", "user_id"),
+    **MARIADB_TABLE,
 )
 
 notes = sa.Table(
@@ -63,6 +70,7 @@ notes = sa.Table(
         ["owner_id"], ["users.id"], name="fk_notes_owner_id", ondelete="CASCADE"
     ),
     sa.Index("ix_notes_owner_id_created_at", "owner_id", "created_at"),
+    **MARIADB_TABLE,
 )
 
 counter_results = sa.Table(
@@ -76,6 +84,7 @@ counter_results = sa.Table(
     sa.PrimaryKeyConstraint("job_id", name="pk_counter_results"),
     sa.CheckConstraint("quantity >= 1 AND quantity <= 1000", name="ck_counter_results_quantity"),
     sa.Index("ix_counter_results_owner_recorded", "owner_id", "recorded_at", "job_id"),
+    **MARIADB_TABLE,
 )
 
 BUSY_TIMEOUT_MS = 30_000
@@ -98,11 +107,25 @@ def _postgres_url(settings: Settings) -> sa.URL:
     return sa.make_url(settings.database_url).set(drivername="postgresql+psycopg")
 
 
+def _mariadb_url(settings: Settings, *, driver: str = "asyncmy") -> sa.URL:
+    # The queue's drivers: asyncmy for the application, PyMySQL for Alembic.
+    return sa.make_url(settings.database_url).set(
+        drivername=f"mariadb+{driver}", query={"charset": "utf8mb4"}
+    )
+
+
 def sync_url(settings: Settings) -> sa.URL:
     """The URL Alembic uses (synchronous drivers)."""
     if settings.database_provider == "sqlite":
         return sa.URL.create("sqlite+pysqlite", database=str(sqlite_path(settings)))
+    if settings.database_provider == "mariadb":
+        return _mariadb_url(settings, driver="pymysql")
     return _postgres_url(settings)
+
+
+#: MariaDB sessions read what committed before each statement, as PostgreSQL's do (InnoDB's
+#: default, REPEATABLE READ, reads a snapshot taken at a transaction's first read).
+MARIADB_ISOLATION = "READ COMMITTED"
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
@@ -118,6 +141,15 @@ def create_engine(settings: Settings) -> AsyncEngine:
             pool_size=10,
             max_overflow=10,
             connect_args={"application_name": "caravel-backend"},
+        )
+    if settings.database_provider == "mariadb":
+        # The server closes connections idle for its wait_timeout (8 hours by default).
+        return create_async_engine(
+            _mariadb_url(settings),
+            pool_size=10,
+            max_overflow=10,
+            pool_recycle=3600,
+            isolation_level=MARIADB_ISOLATION,
         )
     engine = create_async_engine(
         _sqlite_url(sqlite_path(settings), mode="rw"), pool_size=5, max_overflow=10
@@ -145,7 +177,18 @@ def create_engine(settings: Settings) -> AsyncEngine:
 
 def create_read_only_engine(settings: Settings, *, timeout_seconds: float) -> AsyncEngine:
     """An engine whose every connection is new and read-only: SQLite opened with ``mode=ro``
-    (a missing file is an error, never created), PostgreSQL sessions that refuse writes."""
+    (a missing file is an error, never created), PostgreSQL and MariaDB sessions that refuse
+    writes."""
+    if settings.database_provider == "mariadb":
+        return create_async_engine(
+            _mariadb_url(settings),
+            poolclass=sa.pool.NullPool,
+            isolation_level=MARIADB_ISOLATION,
+            connect_args={
+                "connect_timeout": max(1, round(timeout_seconds)),
+                "init_command": "SET SESSION TRANSACTION READ ONLY",
+            },
+        )
     if settings.database_provider == "postgres":
         return create_async_engine(
             _postgres_url(settings),

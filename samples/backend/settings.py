@@ -21,9 +21,9 @@ PREFIX = "CARAVEL__"
 
 #: What each setting must be, by its dotted field path. Shown when a value is rejected.
 RULES: dict[str, str] = {
-    "identity_database": "is required: a SQLite file path, or a PostgreSQL URL when "
-    "CARAVEL__DATABASE_PROVIDER=postgres",
-    "database_provider": "must be sqlite or postgres",
+    "identity_database": "is required: a SQLite file path, a PostgreSQL URL when "
+    "CARAVEL__DATABASE_PROVIDER=postgres, or a MariaDB URL when CARAVEL__DATABASE_PROVIDER=mariadb",
+    "database_provider": "must be sqlite, postgres or mariadb",
     "run_worker": "must be true or false",
     "allow_registration": "must be true or false",
     "secure_cookies": "must be true or false",
@@ -76,9 +76,10 @@ class Settings(BaseSettings):
 
     Attributes:
         identity_database: with the ``sqlite`` provider, the path of the SQLite file; with
-            ``postgres``, a ``postgresql://`` connection URL. Accounts, sessions, notes,
-            results and the queue all live there.
-        database_provider: ``sqlite`` (default) or ``postgres``.
+            ``postgres``, a ``postgresql://`` connection URL; with ``mariadb``, a
+            ``mariadb://`` (or ``mysql://``) one. Accounts, sessions, notes, results and the
+            queue all live there.
+        database_provider: ``sqlite`` (default), ``postgres`` or ``mariadb``.
         run_worker: start a queue worker inside the web process (off by default).
         allow_registration: enable ``POST /auth/register`` (off by default).
         secure_cookies: mark the session cookie ``Secure`` and name it with the ``__Host-``
@@ -97,7 +98,7 @@ class Settings(BaseSettings):
     )
 
     identity_database: str
-    database_provider: Literal["sqlite", "postgres"] = "sqlite"
+    database_provider: Literal["sqlite", "postgres", "mariadb"] = "sqlite"
     run_worker: bool = False
     allow_registration: bool = False
     secure_cookies: bool = True
@@ -115,15 +116,15 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"{name}: with the sqlite provider it must be a file path, not a URL"
                 )
-        else:
-            try:
-                backend = make_url(value).get_backend_name()
-            except ArgumentError:
-                backend = ""
-            if backend not in ("postgresql", "postgres"):
-                raise ValueError(
-                    f"{name}: with the postgres provider it must be a postgresql:// URL"
-                )
+            return self
+        try:
+            backend = make_url(value).get_backend_name()
+        except ArgumentError:
+            backend = ""
+        if self.database_provider == "postgres" and backend not in ("postgresql", "postgres"):
+            raise ValueError(f"{name}: with the postgres provider it must be a postgresql:// URL")
+        if self.database_provider == "mariadb" and backend not in ("mariadb", "mysql"):
+            raise ValueError(f"{name}: with the mariadb provider it must be a mariadb:// URL")
         return self
 
     @property
@@ -134,11 +135,13 @@ class Settings(BaseSettings):
 
     @property
     def database_url(self) -> str:
-        """The database URL the queue and the migrations use (``sqlite:///`` or PostgreSQL)."""
+        """The database URL the queue and the migrations use (``sqlite:///``, PostgreSQL's or
+        MariaDB's, without a driver: Caravel picks its own)."""
         if self.database_provider == "sqlite":
             return f"sqlite:///{Path(self.identity_database.strip()).resolve()}"
         url = make_url(self.identity_database.strip())
-        return url.set(drivername="postgresql").render_as_string(hide_password=False)
+        plain = "postgresql" if self.database_provider == "postgres" else "mariadb"
+        return url.set(drivername=plain).render_as_string(hide_password=False)
 
 
 def _describe(error: Any) -> str:

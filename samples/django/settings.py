@@ -1,5 +1,6 @@
 """The sample's settings. Its database (the application's tables and the queue together) is
-``CARAVEL_DATABASE_URL``: ``sqlite:///shop.db`` (the default) or ``postgresql://...``."""
+``CARAVEL_DATABASE_URL``: ``sqlite:///shop.db`` (the default), ``postgresql://...`` or
+``mariadb://...`` (``mysql://...`` for a MariaDB server too)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,26 @@ def database(url: str) -> dict[str, Any]:
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
         }
-    raise ImproperlyConfigured("CARAVEL_DATABASE_URL must be sqlite:///FILE or postgresql://...")
+    if parts.scheme.startswith(("mariadb", "mysql")):
+        # Django's mysql engine imports MySQLdb; PyMySQL (the mariadb extra's) stands in for
+        # mysqlclient, and the queue inserts on its connection, in Django's transaction.
+        import pymysql
+
+        pymysql.install_as_MySQLdb()
+        return {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": parts.path.lstrip("/"),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            # Django's default, utf8, holds three bytes per character at most; keys and
+            # payloads may need four.
+            "OPTIONS": {"charset": "utf8mb4"},
+        }
+    raise ImproperlyConfigured(
+        "CARAVEL_DATABASE_URL must be sqlite:///FILE, postgresql://... or mariadb://..."
+    )
 
 
 DATABASES = {"default": database(os.environ.get("CARAVEL_DATABASE_URL", "sqlite:///shop.db"))}

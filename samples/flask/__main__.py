@@ -38,7 +38,8 @@ Url = Annotated[
     typer.Option(
         "--url",
         envvar=URL_VARIABLE,
-        help="The database: sqlite:///signups.db or postgresql://user@host/name.",
+        help="The database: sqlite:///signups.db, postgresql://user@host/name or "
+        "mariadb://user@host/name.",
     ),
 ]
 

@@ -6,7 +6,7 @@ them with a :class:`~caravel.testing.ManualClock`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -26,6 +26,12 @@ class Signup(Base):
     committed in the same transaction as this row; ``welcomed_at_ms`` is set by that job."""
 
     __tablename__ = "signups"
+    # On MariaDB: utf8mb4 text under a binary collation, as the queue's tables (the migration
+    # creates it so).
+    __table_args__: ClassVar[dict[str, str]] = {
+        "mariadb_charset": "utf8mb4",
+        "mariadb_collate": "utf8mb4_nopad_bin",
+    }
 
     id: Mapped[UUID] = mapped_column(sa.Uuid(), primary_key=True)
     email: Mapped[str] = mapped_column(sa.String(254), unique=True)
@@ -38,6 +44,11 @@ def create_engine(settings: Settings) -> sa.Engine:
     """A blocking engine for request threads and synchronous handlers. A SQLite file is in
     WAL mode once the queue's migrations ran, so readers and the one writer do not block each
     other; each transaction here takes the write lock first, as the queue's own do."""
+    if settings.is_mariadb:
+        # READ COMMITTED, PostgreSQL's default, so that the sample reads alike on both.
+        return sa.create_engine(
+            settings.app_url, pool_pre_ping=True, isolation_level="READ COMMITTED"
+        )
     if not settings.is_sqlite:
         return sa.create_engine(settings.app_url, pool_pre_ping=True)
     engine = sa.create_engine(settings.app_url, connect_args={"timeout": 30})

@@ -1,8 +1,9 @@
 """The sample's one setting, the database URL, checked once when a command starts.
 
 The queue and the application's table live in the same database, so one URL serves both: the
-queue reads it as given (``sqlite:///signups.db`` or ``postgresql://...``) and the application
-opens it with the blocking driver of the same database (pysqlite or psycopg).
+queue reads it as given (``sqlite:///signups.db``, ``postgresql://...`` or ``mariadb://...``)
+and the application opens it with the blocking driver of the same database (pysqlite, psycopg
+or PyMySQL).
 """
 
 from __future__ import annotations
@@ -17,10 +18,17 @@ from sqlalchemy.exc import ArgumentError
 
 from caravel import OptionsError
 
+#: The MariaDB URLs taken: the plain ones (Caravel picks its drivers) and PyMySQL's, the
+#: blocking driver the application uses.
+_MARIADB_SCHEMES = ("mariadb", "mysql", "mariadb+pymysql", "mysql+pymysql")
+
 #: The variable ``caravel worker`` reads for its ``--url`` too, so both processes share it.
 URL_VARIABLE = "CARAVEL_DATABASE_URL"
 
-_URL_RULE = "must be a database URL: sqlite:///path/to/file.db or postgresql://user@host/name"
+_URL_RULE = (
+    "must be a database URL: sqlite:///path/to/file.db, postgresql://user@host/name "
+    "or mariadb://user@host/name"
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,9 @@ class Settings:
         if backend == "postgresql" and parsed.drivername in ("postgresql", "postgresql+psycopg"):
             plain = parsed.set(drivername="postgresql")
             return cls(plain.render_as_string(hide_password=False))
+        if backend in ("mariadb", "mysql") and parsed.drivername in _MARIADB_SCHEMES:
+            plain = parsed.set(drivername="mariadb")
+            return cls(plain.render_as_string(hide_password=False))
         raise OptionsError(field, _URL_RULE)
 
     @classmethod
@@ -60,6 +71,10 @@ class Settings:
         return self.database_url.startswith("sqlite:")
 
     @property
+    def is_mariadb(self) -> bool:
+        return self.database_url.startswith("mariadb:")
+
+    @property
     def sqlite_path(self) -> Path:
         return Path(self.database_url.removeprefix("sqlite:///"))
 
@@ -70,4 +85,7 @@ class Settings:
         database."""
         if self.is_sqlite:
             return make_url(f"sqlite+pysqlite:///file:{self.sqlite_path}?mode=rw&uri=true")
+        if self.is_mariadb:
+            url = make_url(self.database_url).set(drivername="mariadb+pymysql")
+            return url.update_query_dict({"charset": "utf8mb4"})
         return make_url(self.database_url).set(drivername="postgresql+psycopg")

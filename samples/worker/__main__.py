@@ -32,8 +32,10 @@ from caravel.cli.jsonout import counts_document, emit
 T = TypeVar("T")
 
 app = typer.Typer(
-    help="Caravel's worker sample: three jobs add 1, 2 and 3 to a report. The databases live "
-    "in the folder named by CARAVEL_WORKER_DIRECTORY.",
+    help="Caravel's worker sample: three jobs add 1, 2 and 3 to a report. The queue and the "
+    "results live in the folder named by CARAVEL_WORKER_DIRECTORY (SQLite), or with "
+    "CARAVEL_WORKER_DATABASE_PROVIDER=postgres or mariadb in the database named by "
+    "CARAVEL_WORKER_DATABASE_URL.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -66,21 +68,27 @@ def _scope(engine: AsyncEngine) -> Callable[[], AbstractAsyncContextManager[Asyn
 
 @app.command()
 def migrate() -> None:
-    """Apply both migrations (queue.db and results.db), deliberately."""
+    """Apply both migrations (the queue's and the results'), deliberately."""
     settings = _settings()
-    schema.migrate_all(settings)
-    typer.echo("queue.db and results.db are at their newest migrations")
+    _run_sync(lambda: schema.migrate_all(settings))
+    queue_name, results_name = settings.names
+    typer.echo(f"{queue_name} and {results_name} are at their newest migrations")
 
 
 @app.command("check-model")
 def check_model() -> None:
-    """Exit 0 when both databases are migrated and match their models; 1 with the reason."""
-    problems = schema.check_all(_settings())
+    """Exit 0 when both schemas are migrated and match their models; 1 with the reason."""
+    settings = _settings()
+    problems = schema.check_all(settings)
     for problem in problems:
         typer.echo(problem, err=True)
     if problems:
         raise typer.Exit(1)
-    typer.echo("both databases are up to date")
+    typer.echo(
+        "both databases are up to date"
+        if settings.provider == "sqlite"
+        else "the queue's and the results' tables are up to date"
+    )
 
 
 @app.command("enqueue-demo")
@@ -112,7 +120,7 @@ def work_once() -> None:
     settings = _settings()
 
     async def go() -> bool:
-        engine = results.create_engine(settings.results_path)
+        engine = results.create_engine(settings)
         try:
             async with (
                 _queue(settings) as queue,
@@ -137,7 +145,7 @@ def work(
     settings = _settings()
 
     async def go() -> None:
-        engine = results.create_engine(settings.results_path)
+        engine = results.create_engine(settings)
         try:
             async with (
                 _queue(settings) as queue,
@@ -167,7 +175,7 @@ def report() -> None:
     settings = _settings()
 
     async def go() -> dict[str, int]:
-        engine = results.create_engine(settings.results_path)
+        engine = results.create_engine(settings)
         try:
             return await results.report(engine)
         finally:
@@ -178,7 +186,7 @@ def report() -> None:
 
 @app.command("queue-status")
 def queue_status() -> None:
-    """Print the queue's counts, read-only (the database files are not changed)."""
+    """Print the queue's counts, read-only (the database is not changed)."""
     settings = _settings()
 
     async def go() -> dict[str, object]:
@@ -186,6 +194,15 @@ def queue_status() -> None:
             return counts_document(await inspector.queue_counts())
 
     emit(_run(go()))
+
+
+def _run_sync(call: Callable[[], None]) -> None:
+    """Run one blocking step; a Caravel error ends the command as :func:`_run` does."""
+    try:
+        call()
+    except CaravelError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -8,10 +8,10 @@ without adding the quantity twice; a row that disagrees with the job fails it.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from uuid import UUID
 
 import sqlalchemy as sa
+from caravel_samples.worker.settings import Settings
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
@@ -24,6 +24,10 @@ results = sa.Table(
     sa.Column("tenant_id", sa.String(128), nullable=False),
     sa.Column("quantity", sa.Integer(), nullable=False),
     sa.Column("recorded_at", sa.BigInteger(), nullable=False),
+    # On MariaDB: utf8mb4 text under a binary collation, as the queue's tables (the migration
+    # creates it so).
+    mariadb_charset="utf8mb4",
+    mariadb_collate="utf8mb4_nopad_bin",
 )
 
 
@@ -31,16 +35,17 @@ class ResultConflictError(Exception):
     """A result row for this job exists with a different tenant or quantity."""
 
 
-def results_url(path: Path, *, driver: str = "aiosqlite") -> str:
-    return f"sqlite+{driver}:///{path}"
-
-
-def create_engine(path: Path) -> AsyncEngine:
+def create_engine(settings: Settings) -> AsyncEngine:
     # The queue never creates databases, and neither does the sample: mode=rw fails on a missing
     # file instead of silently starting an empty one.
-    return create_async_engine(
-        f"sqlite+aiosqlite:///file:{path}?mode=rw&uri=true", connect_args={"timeout": 30}
-    )
+    url = settings.results_url()
+    if settings.provider == "sqlite":
+        return create_async_engine(url, connect_args={"timeout": 30})
+    if settings.provider == "mariadb":
+        # READ COMMITTED, PostgreSQL's default, so that the sample reads alike on both; the
+        # server closes connections idle past its wait_timeout.
+        return create_async_engine(url, isolation_level="READ COMMITTED", pool_recycle=3600)
+    return create_async_engine(url)
 
 
 async def record(session: AsyncSession, job_id: UUID, tenant_id: str, quantity: int) -> bool:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from caravel.errors import (
         CaravelError,
         DatabaseNotFoundError,
+        DatabaseVersionError,
         DowngradeRefusedError,
         IdempotencyConflictError,
         JobCancelledError,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from caravel.retention import Retention
     from caravel.schedules import Schedule
     from caravel.store.protocol import QueueCounts
-    from caravel.store.prunes import PruneBatch
+    from caravel.store.pruning import PruneBatch
     from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
     from caravel.worker.scheduler import Scheduler, SlotRun
@@ -84,6 +85,7 @@ _HOMES = {
     "Snooze": "caravel.directives",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
+    "DatabaseVersionError": "caravel.errors",
     "DowngradeRefusedError": "caravel.errors",
     "IdempotencyConflictError": "caravel.errors",
     "JobCancelledError": "caravel.errors",
@@ -133,7 +135,7 @@ _HOMES = {
     "SlotRun": "caravel.worker.scheduler",
     "RetryPolicy": "caravel.options",
     "QueueCounts": "caravel.store.protocol",
-    "PruneBatch": "caravel.store.prunes",
+    "PruneBatch": "caravel.store.pruning",
     "SyncQueue": "caravel.sync",
     "FailureOutcome": "caravel.worker",
     "Leases": "caravel.worker",
@@ -170,6 +172,7 @@ __all__ = [
     "ConcurrencyLimit",
     "DatabaseNotFoundError",
     "DatabaseQueue",
+    "DatabaseVersionError",
     "DeadLetterEvent",
     "Discard",
     "DispatchOptions",

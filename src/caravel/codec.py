@@ -26,6 +26,7 @@ __all__ = [
     "PayloadDecodeError",
     "decode_payload",
     "encode_dumped",
+    "encode_dumped_together",
     "encode_payload",
     "json_depth",
 ]
@@ -177,6 +178,30 @@ def _has_custom_serializer(schema: object) -> bool:
         elif isinstance(node, list | tuple):
             pending.extend(node)
     return False
+
+
+def encode_dumped_together(
+    adapter: TypeAdapter[Any], dumped: list[object], max_bytes: int
+) -> list[str] | None:
+    """:func:`encode_dumped` for many jobs of one type at once, given the Python-mode dumps of
+    all of them: their texts, or ``None`` when any needs a look of its own (a type with a custom
+    serializer, a value JSON mode would rewrite, a nesting near the limit, non-ASCII text, a
+    payload over ``max_bytes``), and :func:`encode_dumped` job by job then gives each its own
+    text or error. One walk of the whole list checks every job as a walk of each would: the
+    list's depth is one more than its deepest job's, and it holds only JSON's own types when
+    each job does."""
+    if not _same_in_both_modes(adapter):
+        return None
+    try:
+        depth, native = _walk(dumped, check=True)
+        if not native or depth > MAX_JSON_DEPTH:  # a job nested MAX_JSON_DEPTH deep goes alone
+            return None
+        texts = list(map(_canonical, dumped))
+    except (ValidationError, ValueError, TypeError, RecursionError):
+        return None
+    if not all(map(str.isascii, texts)) or max(map(len, texts), default=0) > max_bytes:
+        return None
+    return texts
 
 
 def encode_payload(

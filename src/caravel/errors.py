@@ -17,7 +17,8 @@
     ├── DrainLimitError            caravel.testing.drain ran max_jobs jobs and more were due
     ├── ScheduleError              a schedule's slot could not be computed or enqueued
     └── StoreError                 the database failed (connection lost, read-only, ...)
-        └── DatabaseNotFoundError  a SQLite URL names a file that does not exist
+        ├── DatabaseNotFoundError  a SQLite URL names a file that does not exist
+        └── DatabaseVersionError   the server is older than the oldest version Caravel supports
 
 Messages never contain payloads, tenant ids, idempotency keys or exception texts from handlers:
 they name the field, the rule and, where useful, the command to run. Driver exceptions are
@@ -32,6 +33,7 @@ from uuid import UUID
 __all__ = [
     "CaravelError",
     "DatabaseNotFoundError",
+    "DatabaseVersionError",
     "DowngradeRefusedError",
     "DrainLimitError",
     "IdempotencyConflictError",
@@ -236,6 +238,23 @@ class DatabaseNotFoundError(StoreError):
             self,
             f"there is no SQLite database file at {path}; check the URL (sqlite:///name.db is "
             "relative to the directory the command runs in, sqlite:////abs/path.db absolute)",
+        )
+
+
+class DatabaseVersionError(StoreError):
+    """The database server is older than the oldest version Caravel supports (MariaDB before
+    10.11, the oldest maintained long-term release, or a MySQL server). ``found`` is the version
+    the server reported, ``needed`` the oldest one that works."""
+
+    def __init__(self, database: str, found: str, needed: str) -> None:
+        self.operation = "connect"
+        self.reason = f"{database} {found}"
+        self.found = found
+        self.needed = needed
+        CaravelError.__init__(
+            self,
+            f"the server runs {database} {found}; Caravel needs {database} {needed} or newer: "
+            "upgrade the server or point the URL at a newer one",
         )
 
 

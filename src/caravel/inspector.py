@@ -17,6 +17,7 @@ from uuid import UUID
 
 from caravel._closing import AsyncClosing
 from caravel.attempts import AttemptRecord
+from caravel.autoscaling import QueueScaling, ScalingSignal
 from caravel.batches import BatchStatus, batch_status
 from caravel.chains import ChainStatus, chain_status
 from caravel.clock import Clock, SystemClock, duration_ms, from_ms
@@ -30,7 +31,9 @@ from caravel.store.protocol import (
     JobFilter,
     QueueCounts,
     QueueLimitUsage,
+    QueueSignal,
     ReadStore,
+    SignalQuery,
     ThroughputBucket,
     ThroughputQuery,
     WorkerRecord,
@@ -381,6 +384,49 @@ class QueueInspector(AsyncClosing):
             for name in queues
             for start in range(since, until, bucket_ms)
         ]
+
+    async def scaling_signal(
+        self,
+        queue: str | None = None,
+        *,
+        lost_after: timedelta = timedelta(seconds=60),
+        keys: int = 20,
+    ) -> ScalingSignal:
+        """What an autoscaler reads, per queue (or only ``queue``, always present, zeros
+        included): jobs due now, jobs running, the oldest due job's age, jobs finished within
+        the last minute, and the workers serving it heard from within ``lost_after``; for a
+        queue with a concurrency limit, how it stands against it with its ``keys`` busiest
+        partition keys (0 to 1,000).
+
+        One read of the jobs and workers tables (two statements, each served by an index);
+        with any queue limits stored, the limits' read as :meth:`queue_limit_usage` makes it."""
+        if queue is not None:
+            check_queue_name(queue)
+        check_int("keys", keys, 0, 1000)
+        lost_ms = duration_ms(lost_after)
+        if lost_ms <= 0:
+            raise ValidationError("lost_after", "must be positive")
+        now = self.clock.now_ms()
+        query = SignalQuery(queue, now, now - 60_000, now - lost_ms)
+        found = await self.store.queue_signal(query)
+        limited = await self.store.queue_limit_usage(queue, now, keys=keys)
+        usage = {u.limit.queue: u for u in limited}
+        if queue is not None and not found:
+            found = [QueueSignal(queue, 0, 0, None, 0, 0)]
+        return ScalingSignal(
+            tuple(
+                QueueScaling(
+                    s.queue,
+                    s.ready,
+                    s.running,
+                    0.0 if s.oldest_ready_due_ms is None else (now - s.oldest_ready_due_ms) / 1000,
+                    s.finished,
+                    s.workers,
+                    usage.get(s.queue),
+                )
+                for s in found
+            )
+        )
 
     async def list_workers(
         self,

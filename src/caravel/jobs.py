@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
@@ -115,7 +115,7 @@ class FailureCategory(enum.StrEnum):
     retried by the job type's policy like any other failure. Not a lease expiry."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class DispatchOptions:
     """Where and how a job is dispatched. Checked when constructed.
 
@@ -181,6 +181,42 @@ class DispatchOptions:
     timeout: timedelta | None = None
     partition_key: str | None = None
 
+    def __init__(
+        self,
+        *,
+        queue: str,
+        tenant_id: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        not_before: datetime | None = None,
+        delay: timedelta | None = None,
+        max_attempts: int | None = None,
+        tags: tuple[str, ...] = (),
+        priority: int | None = None,
+        pending_key: str | None = None,
+        on_pending: Literal["keep", "replace"] = "keep",
+        max_debounce: timedelta = DEFAULT_MAX_DEBOUNCE,
+        timeout: timedelta | None = None,
+        partition_key: str | None = None,
+    ) -> None:
+        # The fields' own order and defaults (a test holds them to it). Each slot is set through
+        # its descriptor, which is what the generated __init__'s object.__setattr__ (the class
+        # is frozen) ends up calling: that lookup per field cost more than all of the checks,
+        # and a bulk enqueue makes one of these per job.
+        _set_queue(self, queue)
+        _set_tenant_id(self, tenant_id)
+        _set_idempotency_key(self, idempotency_key)
+        _set_not_before(self, not_before)
+        _set_delay(self, delay)
+        _set_max_attempts(self, max_attempts)
+        _set_tags(self, tags)
+        _set_priority(self, priority)
+        _set_pending_key(self, pending_key)
+        _set_on_pending(self, on_pending)
+        _set_max_debounce(self, max_debounce)
+        _set_timeout(self, timeout)
+        _set_partition_key(self, partition_key)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         check_identifier(self.tenant_id, "tenant_id")
@@ -219,6 +255,23 @@ class DispatchOptions:
             )
         if self.timeout is not None:
             check_timeout(self.timeout)
+
+
+(
+    _set_queue,
+    _set_tenant_id,
+    _set_idempotency_key,
+    _set_not_before,
+    _set_delay,
+    _set_max_attempts,
+    _set_tags,
+    _set_priority,
+    _set_pending_key,
+    _set_on_pending,
+    _set_max_debounce,
+    _set_timeout,
+    _set_partition_key,
+) = (DispatchOptions.__dict__[f.name].__set__ for f in fields(DispatchOptions))
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,13 @@ from caravel.errors import (
 from caravel.migrations import HEAD
 from caravel.migrations.losses import Loss
 from caravel.store.errors import driver_reason
-from caravel.store.schema import FINISHED_COUNTS_TABLE, TABLE_NAMES, VERSION_TABLE, include_object
+from caravel.store.schema import (
+    FINISHED_COUNTS_TABLE,
+    RELEASES_TABLE,
+    TABLE_NAMES,
+    VERSION_TABLE,
+    include_object,
+)
 from caravel.store.urls import sync_url
 
 if TYPE_CHECKING:
@@ -63,7 +69,7 @@ __all__ = [
 
 
 #: Every table Caravel's own history creates and changes.
-_OURS = frozenset({*TABLE_NAMES, VERSION_TABLE, FINISHED_COUNTS_TABLE})
+_OURS = frozenset({*TABLE_NAMES, VERSION_TABLE, FINISHED_COUNTS_TABLE, RELEASES_TABLE})
 
 
 def exclude_caravel_tables(
@@ -182,6 +188,7 @@ def downgrade(url: str | sa.URL, revision: str = "-1", *, force: bool = False) -
     from alembic.script import ScriptDirectory
     from alembic.util.exc import CommandError
 
+    from caravel.migrations.dialects import runs_on
     from caravel.migrations.losses import count_losses, describe
 
     config = _config(url)
@@ -193,8 +200,14 @@ def downgrade(url: str | sa.URL, revision: str = "-1", *, force: bool = False) -
         previous = heads[0] if heads else None  # the history is one line: one head at most
         steps = script._downgrade_revs(revision, previous)  # what alembic's own command runs
         assert context.connection is not None
+        dialect = context.connection.dialect.name
         losses = count_losses(
-            context.connection, [(s.revision.revision, s.revision.module.LOSSES) for s in steps]
+            context.connection,
+            [
+                (s.revision.revision, s.revision.module.LOSSES)
+                for s in steps
+                if runs_on(s.revision.revision, dialect)
+            ],
         )
         after = (steps[-1].to_revisions or (None,))[0] if steps else previous
         if losses and not force:
@@ -301,6 +314,19 @@ class SchemaReport:
     differences: tuple[str, ...]
 
 
+def _schema_model(dialect: str) -> tuple[sa.MetaData, Callable[..., bool]]:
+    """The queue's tables as a database of ``dialect`` (SQLAlchemy's name) holds them once
+    migrated, and the ``include_object`` filter that keeps only them: what :func:`check`
+    compares the database with."""
+    if dialect == "mariadb":  # the same tables in MariaDB's terms
+        from caravel.store.mariadb.model import include_in_model, mariadb_model
+
+        return mariadb_model(), include_in_model
+    from caravel.store.schema import metadata
+
+    return metadata, include_object
+
+
 def check(url: str | sa.URL) -> SchemaReport:
     """Confirm the database is at the newest revision and matches the table definitions.
 
@@ -310,18 +336,17 @@ def check(url: str | sa.URL) -> SchemaReport:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from caravel.store.schema import metadata
-
     newest = head()
     engine = _inspection_engine(url)
     try:
         with engine.connect() as conn:
+            model, included = _schema_model(conn.dialect.name)
             context = MigrationContext.configure(
                 conn,
                 opts={
                     "version_table": VERSION_TABLE,
                     "compare_type": True,
-                    "include_object": include_object,
+                    "include_object": included,
                 },
             )
             found = context.get_current_revision()
@@ -333,9 +358,7 @@ def check(url: str | sa.URL) -> SchemaReport:
                 )
                 warnings.filterwarnings("ignore", "autogenerate skipping", UserWarning)
                 diffs = (
-                    ()
-                    if found is None
-                    else tuple(str(d) for d in compare_metadata(context, metadata))
+                    () if found is None else tuple(str(d) for d in compare_metadata(context, model))
                 )
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError("check", driver_reason(exc)) from exc

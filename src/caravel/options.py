@@ -6,10 +6,13 @@ range; there is no later, partial failure.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from caravel.errors import OptionsError
@@ -206,6 +209,29 @@ class RetryPolicy:
 
 
 MAX_CONCURRENCY = 1024
+_POLL_RULE = "must be from 10 milliseconds to 60 seconds"
+
+
+def _poll_intervals(given: object) -> Mapping[str, timedelta]:
+    """``poll_intervals`` checked once, each value as a ``timedelta``, in a read-only mapping."""
+    if not isinstance(given, Mapping):
+        raise OptionsError("poll_intervals", "must be a mapping of queue names to intervals")
+    checked: dict[str, timedelta] = {}
+    for queue, value in given.items():
+        if not isinstance(queue, str) or not queue:
+            raise OptionsError("poll_intervals", "queue names must be non-empty strings")
+        if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+            raise OptionsError(
+                "poll_intervals", f"for queue {queue} {_POLL_RULE} (seconds or a timedelta)"
+            )
+        try:
+            interval = value if isinstance(value, timedelta) else timedelta(seconds=value)
+        except (ValueError, OverflowError):  # NaN, infinity, out of timedelta's range
+            raise OptionsError("poll_intervals", f"for queue {queue} {_POLL_RULE}") from None
+        if not timedelta(milliseconds=10) <= interval <= timedelta(seconds=60):
+            raise OptionsError("poll_intervals", f"for queue {queue} {_POLL_RULE}")
+        checked[queue] = interval
+    return MappingProxyType(checked)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,6 +247,14 @@ class WorkerOptions:
             such sockets the worker starts at ``min_poll_interval`` after finding work and backs
             off to this while idle.
         min_poll_interval: the shortest idle wait (1 ms to ``poll_interval``, default 50 ms).
+        polling_only: never LISTEN: the worker finds jobs by polling each queue at its own
+            interval (``poll_intervals``, else ``poll_interval``), and cancels and pauses at
+            ``poll_interval``. For a database reached through a pooler in transaction mode
+            (PgBouncer's ``pool_mode = transaction``), where LISTEN cannot work. Jobs enqueued
+            in the worker's own process still wake it at once. Off by default.
+        poll_intervals: per queue, the longest idle wait between looks at it, in seconds or
+            as a ``timedelta`` (10 ms to 60 s each), overriding ``poll_interval`` for that
+            queue: ``{"emails": 0.5, "reports": 30}``. Empty by default.
         shutdown_grace: after a stop request, how long in-flight handlers may run to completion
             and be acknowledged before they are cancelled (0 to 1 hour, default 30 s).
         heartbeat_interval: how often the worker records that it is alive in the worker
@@ -293,6 +327,10 @@ class WorkerOptions:
     concurrency: int = 1
     poll_interval: timedelta = timedelta(seconds=1)
     min_poll_interval: timedelta = timedelta(milliseconds=50)
+    polling_only: bool = False
+    poll_intervals: Mapping[str, timedelta | float] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
     shutdown_grace: timedelta = timedelta(seconds=30)
     queue_metrics_interval: timedelta | None = None
     heartbeat_interval: timedelta = timedelta(seconds=10)
@@ -309,6 +347,11 @@ class WorkerOptions:
     on_dead_letter: DeadLetterHook | None = None
     on_stuck: StuckHook | None = None
     hook_timeout: timedelta = timedelta(seconds=10)
+
+    def poll_interval_for(self, queue: str) -> timedelta:
+        """The longest idle wait between looks at ``queue``."""
+        interval = self.poll_intervals.get(queue, self.poll_interval)
+        return interval if isinstance(interval, timedelta) else timedelta(seconds=interval)
 
     def __post_init__(self) -> None:
         _int("attempt_history", self.attempt_history, 1, MAX_ATTEMPT_HISTORY)
@@ -355,6 +398,9 @@ class WorkerOptions:
             self.poll_interval,
             "must be from 1 millisecond to poll_interval",
         )
+        if not isinstance(self.polling_only, bool):
+            raise OptionsError("polling_only", "must be True or False")
+        object.__setattr__(self, "poll_intervals", _poll_intervals(self.poll_intervals))
         _duration(
             "shutdown_grace",
             self.shutdown_grace,

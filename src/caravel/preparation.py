@@ -16,9 +16,9 @@ from pydantic import TypeAdapter
 
 from caravel._ids import uuid7, uuid7_many
 from caravel.clock import duration_ms, to_ms_ceil
-from caravel.codec import encode_dumped, encode_payload
+from caravel.codec import encode_dumped, encode_dumped_together, encode_payload
 from caravel.errors import ValidationError
-from caravel.flow.partition import partition_key_of
+from caravel.flow.partition import TENANT, partition_key_of
 from caravel.jobs import DispatchOptions
 from caravel.options import QueueOptions
 from caravel.registry import JobRegistration, JobRegistry
@@ -52,9 +52,9 @@ def prepare_job(
     payload = encode_payload(
         entry.adapter, job, options.max_payload_bytes, job_type=entry.wire_name
     )
-    return _new_job(
-        entry, options, dispatch, payload, uuid7(now) if job_id is None else job_id, now, job
-    )
+    job_id = uuid7(now) if job_id is None else job_id
+    (new_job,) = _new_jobs(entry, options, [(job, dispatch)], [payload], [job_id], now)
+    return new_job
 
 
 def prepare_jobs(
@@ -95,18 +95,13 @@ def _prepared_together(
             return None
         dumps = _list_adapter(kind).dump_python(jobs, mode="python")
         limit, wire_name = options.max_payload_bytes, entry.wire_name
-        return [
-            _new_job(
-                entry,
-                options,
-                dispatch,
-                encode_dumped(entry.adapter, job, dumped, limit, job_type=wire_name),
-                job_id,
-                now,
-                job,
-            )
-            for (job, dispatch), dumped, job_id in zip(items, dumps, ids, strict=True)
-        ]
+        payloads = encode_dumped_together(entry.adapter, dumps, limit)
+        if payloads is None:  # some job needs a look of its own
+            payloads = [
+                encode_dumped(entry.adapter, job, dumped, limit, job_type=wire_name)
+                for job, dumped in zip(jobs, dumps, strict=True)
+            ]
+        return _new_jobs(entry, options, items, payloads, ids, now)
     except Exception:  # whatever it is, the job by job path raises it for the right job
         return None
 
@@ -134,42 +129,53 @@ def _due(dispatch: DispatchOptions, now: int) -> int:
     return now
 
 
-def _new_job(
+_tuple_new = tuple.__new__
+
+
+def _new_jobs(
     entry: JobRegistration,
     options: QueueOptions,
-    dispatch: DispatchOptions,
-    payload: str,
-    job_id: UUID,
+    items: Sequence[tuple[object, DispatchOptions]],
+    payloads: Sequence[str],
+    ids: Sequence[UUID],
     now: int,
-    job: object,
-) -> NewJob:
-    due = _due(dispatch, now)
-    tags = dispatch.tags
-    return NewJob(
-        id=job_id,
-        queue=dispatch.queue,
-        job_type=entry.wire_name,
-        tenant_id=dispatch.tenant_id,
-        idempotency_key=dispatch.idempotency_key,
-        payload=payload,
-        max_attempts=dispatch.max_attempts or _type_attempts(entry) or options.max_attempts,
-        due_at=due,
-        created_at=now,
-        tags=stored_tags(tags) if tags else None,
-        priority=_priority(entry, dispatch),
-        pending_key=dispatch.pending_key,
-        debounce_ms=_debounce_ms(dispatch),
-        timeout_ms=None if dispatch.timeout is None else duration_ms(dispatch.timeout),
-        partition_key=partition_key_of(entry.partition_by, job, dispatch.partition_key),
-        weight=None if entry.weight == 1 else entry.weight,
-    )
-
-
-def _priority(entry: JobRegistration, dispatch: DispatchOptions) -> int:
-    """The dispatch's priority, else the job type's, else 0."""
-    if dispatch.priority is not None:
-        return dispatch.priority
-    return 0 if entry.priority is None else entry.priority
+) -> list[NewJob]:
+    """The rows of ``items``, jobs of ``entry``'s type, with their serialized payloads and ids.
+    What the job type settles is looked up once, and each row is built as a tuple in the
+    order of :class:`NewJob`'s fields: a keyword call and a helper per field cost more than the
+    rest of preparing a small job."""
+    wire_name = entry.wire_name
+    default_attempts = _type_attempts(entry) or options.max_attempts
+    type_priority = 0 if entry.priority is None else entry.priority
+    partition_by = entry.partition_by
+    weight = None if entry.weight == 1 else entry.weight
+    new_jobs: list[NewJob] = []
+    append = new_jobs.append
+    for (job, d), payload, job_id in zip(items, payloads, ids, strict=True):
+        pending_key, partition_key = d.pending_key, d.partition_key
+        fields = (
+            job_id,
+            d.queue,
+            wire_name,
+            d.tenant_id,
+            d.idempotency_key,
+            payload,
+            d.max_attempts or default_attempts,
+            now if d.not_before is None and d.delay is None else _due(d, now),
+            now,
+            None,  # trace_context: the store's telemetry wrapper adds it
+            stored_tags(d.tags) if d.tags else None,
+            type_priority if d.priority is None else d.priority,
+            pending_key,
+            None if pending_key is None else _debounce_ms(d),
+            None if d.timeout is None else duration_ms(d.timeout),
+            partition_key
+            if partition_key is not None or partition_by == TENANT
+            else partition_key_of(partition_by, job, None),
+            weight,
+        )
+        append(_tuple_new(NewJob, fields))
+    return new_jobs
 
 
 def _debounce_ms(dispatch: DispatchOptions) -> int | None:

@@ -12,7 +12,7 @@ from caravel.clock import Clock, duration_ms
 from caravel.errors import ValidationError
 from caravel.retention import DEFAULT_PRUNE_PAUSE, MAX_PRUNE_BATCH, Retention
 from caravel.store.protocol import Store
-from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.validation import check_duration, check_int, check_queue_name
 
 __all__ = ["check_prune", "prune", "prune_request"]

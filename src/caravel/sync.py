@@ -41,7 +41,7 @@ from caravel.queue.enqueueing import enqueue_results, woken_queues
 from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
-from caravel.store.prunes import PruneBatch
+from caravel.store.pruning import PruneBatch
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -125,8 +125,9 @@ class SyncQueue:
         self, job: object, dispatch: DispatchOptions, *, session: object | None = None
     ) -> EnqueueResult:
         """As :meth:`DatabaseQueue.enqueue <caravel.DatabaseQueue.enqueue>`. ``session`` is a
-        SQLAlchemy ``Session`` or ``Connection``, or a psycopg or ``sqlite3`` connection, on the
-        queue's own database: the job is inserted in its open transaction, on this thread."""
+        SQLAlchemy ``Session`` or ``Connection``, or a psycopg, PyMySQL or ``sqlite3``
+        connection, on the queue's own database: the job is inserted in its open transaction, on
+        this thread."""
         q = self.queue
         if session is not None:
             (result,) = self._insert_joined(

@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.dashboard.seed import seed
+from caravel import DatabaseQueue, DispatchOptions
+from tests.support.dashboard.seed import SendEmail, registry, seed
 from tests.support.databases import SqliteTemplate
-from tests.support.processes import CARAVEL, ROOT, run_cli, wait_until
+from tests.support.processes import CARAVEL, PYTHONPATH, ROOT, run_cli, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -58,11 +59,11 @@ def test_refuses_a_database_file_that_does_not_exist(tmp_path: Path) -> None:
     assert f"there is no SQLite database file at {tmp_path / 'missing.db'}" in result.stderr
 
 
-def _serve(*args: str) -> subprocess.Popen[str]:
+def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [CARAVEL, "dashboard", *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -166,3 +167,40 @@ def test_a_port_already_in_use_is_one_line_naming_it_and_exit_1(
         f"caravel dashboard: port {port} on 127.0.0.1 is already in use; stop what holds it "
         f"or choose another with --bind, e.g. --bind 127.0.0.1:{port % 65535 + 1}"
     ]
+
+
+async def test_read_url_serves_the_pages_from_the_read_database(
+    sqlite_template: SqliteTemplate, tmp_path: Path
+) -> None:
+    """Two separate queue files: the pages show the one ``--read-url`` names (here given by
+    its environment variable), not ``--url``'s."""
+    primary = sqlite_template.copy_to(tmp_path / "primary.db")
+    read = sqlite_template.copy_to(tmp_path / "read.db")
+    async with DatabaseQueue(read, registry) as queue:
+        await queue.enqueue(SendEmail("a@example.com", "welcome"), DispatchOptions(queue="copy"))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    process = _serve(
+        "--url", primary, "--bind", f"127.0.0.1:{port}", env={"CARAVEL_READ_DATABASE_URL": read}
+    )
+    try:
+        wait_until(lambda: _up(base) or process.poll() is not None, what="the dashboard")
+        assert process.poll() is None, process.communicate()[1]
+        async with httpx.AsyncClient(base_url=base) as client:
+            page = await client.get("/")
+        assert page.status_code == 200
+        assert 'data-queue="copy"' in page.text
+    finally:
+        code, err = _stop(process)
+    assert code == 0, err
+
+
+def test_an_unmigrated_read_url_is_refused(sqlite_template: SqliteTemplate, tmp_path: Path) -> None:
+    primary = sqlite_template.copy_to(tmp_path / "primary.db")
+    (tmp_path / "empty.db").touch()
+    result = run_cli("dashboard", "--url", primary, "--read-url", f"sqlite:///{tmp_path}/empty.db")
+    assert result.returncode == 2
+    assert "no queue migration has been applied" in result.stderr
+    missing = run_cli("dashboard", "--url", primary, "--read-url", f"sqlite:///{tmp_path}/no.db")
+    assert missing.returncode == 2
+    assert f"there is no SQLite database file at {tmp_path / 'no.db'}" in missing.stderr

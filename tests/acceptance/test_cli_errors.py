@@ -40,6 +40,8 @@ COMMANDS = [
     ["db", "check"],
     WORKER,
     ["dashboard"],  # the database is opened before the address is bound
+    ["metrics", "--format", "prometheus"],  # JSON, the default, would print its error as JSON
+    ["metrics", "--serve"],
     [
         "outbox",
         "relay",

@@ -27,6 +27,8 @@ WORKER = ["worker", "--app", "tests.faults.effects_app:registry", "--queue", "ef
         (["jobs", "list"], 2),
         (["jobs", "show", "6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"], 2),
         (["workers"], 2),
+        (["metrics"], 2),
+        (["metrics", "--serve", "--bind", "127.0.0.1:1"], 2),
         (WORKER, 2),
         (["db", "check"], 2),
     ],

@@ -27,7 +27,8 @@ PROMISES: dict[str, list[list[str]]] = {
             "python",
             "-c",
             "import importlib.util, sys; extras = ('starlette', 'django', 'pytest', 'uvloop', "
-            "'fastapi', 'pgqueuer'); found = [m for m in extras if importlib.util.find_spec(m)]; "
+            "'fastapi', 'pgqueuer', 'asyncmy', 'pymysql'); "
+            "found = [m for m in extras if importlib.util.find_spec(m)]; "
             "sys.exit(f'installed without their extra: {found}' if found else None)",
         ],
     ],
@@ -58,7 +59,10 @@ PROMISES: dict[str, list[list[str]]] = {
         ],
         ["python", "-m", "caravel_samples.backend", "--help"],
     ],
-    "bench": [["python", "-c", "import pgqueuer, procrastinate"]],
+    "bench": [["python", "-c", "import pgqueuer, procrastinate, aiomysql"]],
+    # The drivers of a MariaDB database (asyncmy for the store, PyMySQL for migrations) and
+    # the store itself, which imports asyncmy.
+    "mariadb": [["python", "-c", "import asyncmy, pymysql, caravel.store.mariadb"]],
 }
 
 PLUGIN_TEST = """\
@@ -151,7 +155,7 @@ def test_every_extra_is_covered() -> None:
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     extras = set(config["project"]["optional-dependencies"])
-    # [dev] is `make install`'s: the test tools, on top of [samples,uvloop,django].
+    # [dev] is `make install`'s: the test tools, on top of [samples,uvloop,django,mariadb].
     assert extras - {"dev"} == set(PROMISES) - {""}
 
 

@@ -22,7 +22,14 @@ from caravel import DispatchOptions, Outbox, add_outbox
 from caravel.store.schema import jobs
 from caravel.store.urls import sync_url
 from tests.support.apps.workload import Nap, registry
-from tests.support.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
+from tests.support.databases import (
+    SqliteTemplate,
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+    sqlite_url,
+)
 from tests.support.processes import CARAVEL, ROOT, wait_until
 
 pytestmark = pytest.mark.slow
@@ -109,7 +116,12 @@ class Databases:
 
 
 def make_app_database(backend: str, tmp_path: Path) -> str:
-    url = sqlite_url(tmp_path / "app.db") if backend == "sqlite" else create_pg_database("app")
+    if backend == "sqlite":
+        url = sqlite_url(tmp_path / "app.db")
+    elif backend == "mariadb":
+        url = create_mariadb_database("app")
+    else:
+        url = create_pg_database("app")
     engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
     try:
         app_metadata.create_all(engine)  # stands in for the application's own migration
@@ -118,7 +130,10 @@ def make_app_database(backend: str, tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture(params=("sqlite", "postgresql"), ids=("sqlite-queue", "postgresql-queue"))
+@pytest.fixture(
+    params=("sqlite", "postgresql", "mariadb"),
+    ids=("sqlite-queue", "postgresql-queue", "mariadb-queue"),
+)
 def dbs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databases]:
     """The queue on the parametrized backend; the application database on the same backend
     but a database of its own."""
@@ -126,13 +141,17 @@ def dbs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databases]:
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         queue_url = template.copy_to(tmp_path / "queue.db")
     else:
-        queue_url = request.getfixturevalue("pg_url")
+        queue_url = request.getfixturevalue(
+            "mariadb_url" if request.param == "mariadb" else "pg_url"
+        )
     app_url = make_app_database(request.param, tmp_path)
     try:
         yield Databases(queue_url, app_url)
     finally:
         if request.param == "postgresql":
             drop_pg_database(app_url)
+        elif request.param == "mariadb":
+            drop_mariadb_database(app_url)
 
 
 def environment(**extra: str) -> dict[str, str]:

@@ -1,8 +1,9 @@
-"""Django configured once for this process: a SQLite file as ``default`` and a throwaway
-PostgreSQL database as ``pg``, each holding its own queue (the backends ``default`` and
-``pg`` share those databases), and a backend ``separate`` whose queue has a SQLite file of
-its own. ``manage.py migrate``'s own code (``call_command("migrate")``) applies the queue
-schemas, through the app's migration.
+"""Django configured once for this process: a SQLite file as ``default``, a throwaway
+PostgreSQL database as ``pg`` and a throwaway MariaDB database as ``maria`` (Django's ``mysql``
+engine through PyMySQL, ``pymysql.install_as_MySQLdb()``), each holding its own queue (the
+backends ``default``, ``pg`` and ``maria`` share those databases), and a backend ``separate``
+whose queue has a SQLite file of its own. ``manage.py migrate``'s own code
+(``call_command("migrate")``) applies the queue schemas, through the app's migration.
 
 Django's settings are process-wide, so the tests here run Django's code in this process and
 our worker in it through :func:`caravel.testing.drain`. Without Django installed (a venv
@@ -22,7 +23,9 @@ from sqlalchemy.engine import make_url
 
 from tests.support.databases import (
     IN_CI,
+    create_mariadb_database,
     create_pg_database,
+    drop_mariadb_database,
     drop_pg_database,
     empty_queue_tables,
 )
@@ -38,19 +41,25 @@ try:
 except ImportError:  # Django 5.2: Django 6's own tests run in .venv312 only
     collect_ignore = ["test_upstream.py"]
 
-ALIASES = ("default", "pg")
+ALIASES = ("default", "pg", "maria")
+#: Each server alias's reason to be skipped, kept under this key when its server is unreachable.
+_MISSING = {"pg": "pg_missing", "maria": "maria_missing"}
 _STATE: dict[str, Any] = {}
 
 
-def _pg_settings() -> tuple[dict[str, Any] | None, str | None]:
+def _server_settings(
+    alias: str, engine: str, create: Any
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Django's settings for a new database made by ``create``, and its URL; ``None`` and
+    ``None`` (the reason kept for :func:`alias`) when the server cannot be reached."""
     try:
-        url = create_pg_database("caravel_django")
+        url: str = create("caravel_django")
     except pytest.skip.Exception as skipped:
-        _STATE["pg_missing"] = str(skipped)
+        _STATE[_MISSING[alias]] = str(skipped)
         return None, None
     parsed = make_url(url)
     settings = {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": engine,
         "NAME": parsed.database,
         "USER": parsed.username or "",
         "PASSWORD": parsed.password or "",
@@ -60,12 +69,26 @@ def _pg_settings() -> tuple[dict[str, Any] | None, str | None]:
     return settings, url
 
 
+def _maria_settings() -> tuple[dict[str, Any] | None, str | None]:
+    # Django's mysql engine imports MySQLdb: PyMySQL stands in for mysqlclient (which has no
+    # wheel for Linux), and enqueue runs on its connection.
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+    settings, url = _server_settings("maria", "django.db.backends.mysql", create_mariadb_database)
+    if settings is not None:
+        # Django's own default is utf8 (three bytes at most): keys and payloads may hold four.
+        settings["OPTIONS"] = {"charset": "utf8mb4"}
+    return settings, url
+
+
 def _configure(tmp: Path) -> None:
     from django.conf import settings
 
     import django
 
-    pg, pg_url = _pg_settings()
+    pg, pg_url = _server_settings("pg", "django.db.backends.postgresql", create_pg_database)
+    maria, maria_url = _maria_settings()
     databases: dict[str, Any] = {
         "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp / "app.db")}
     }
@@ -78,13 +101,14 @@ def _configure(tmp: Path) -> None:
             "OPTIONS": {"URL": f"sqlite:///{tmp / 'separate.db'}"},
         },
     }
-    if pg is not None:
-        databases["pg"] = pg
-        tasks["pg"] = {
-            "BACKEND": backend,
-            "QUEUES": ["default", "emails"],
-            "OPTIONS": {"DATABASE": "pg", "MAX_ATTEMPTS": 3},
-        }
+    for alias, server in (("pg", pg), ("maria", maria)):
+        if server is not None:
+            databases[alias] = server
+            tasks[alias] = {
+                "BACKEND": backend,
+                "QUEUES": ["default", "emails"],
+                "OPTIONS": {"DATABASE": alias, "MAX_ATTEMPTS": 3},
+            }
     settings.configure(
         DEBUG=False,
         USE_TZ=True,
@@ -127,6 +151,7 @@ def _configure(tmp: Path) -> None:
     for alias in databases:
         call_command("migrate", database=alias, verbosity=0)
     _STATE["pg_url"] = pg_url
+    _STATE["maria_url"] = maria_url
     _STATE["tmp"] = tmp
 
 
@@ -143,6 +168,8 @@ def django_configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     connections.close_all()
     if _STATE.get("pg_url"):
         drop_pg_database(_STATE["pg_url"])
+    if _STATE.get("maria_url"):
+        drop_mariadb_database(_STATE["maria_url"])
 
 
 def queue_url(alias: str) -> str:
@@ -156,10 +183,11 @@ def queue_url(alias: str) -> str:
 def alias(request: pytest.FixtureRequest) -> str:
     """The backend under test, once per database, its queue emptied first."""
     name: str = request.param
-    if name == "pg" and "pg_missing" in _STATE:
+    missing = _STATE.get(_MISSING.get(name, ""))
+    if missing is not None:
         if IN_CI:
-            pytest.fail(_STATE["pg_missing"], pytrace=False)
-        pytest.skip(_STATE["pg_missing"])
+            pytest.fail(missing, pytrace=False)
+        pytest.skip(missing)
     empty_queue(name)
     from tests.django.app.tasks import SEEN
 

@@ -1,7 +1,8 @@
-"""Django's own Tasks tests, from the pinned Django's sdist, against CaravelBackend on SQLite
-and PostgreSQL (``tests/django/upstream``: what is adapted, what is excluded and why). They run
-in a process of their own: Django's settings belong to a process, and these are Django's test
-settings, not this folder's. Collected only with Django 6 (``make test-django312``)."""
+"""Django's own Tasks tests, from the pinned Django's sdist, against CaravelBackend with its
+queue on SQLite, PostgreSQL and MariaDB (``tests/django/upstream``: what is adapted, what is
+excluded and why). They run in a process of their own: Django's settings belong to a process,
+and these are Django's test settings, not this folder's. Collected only with Django 6
+(``make test-django312``)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Why a block is not run. "fragment" python blocks are still compiled (top-level await allowed).
 NOT_RUN_KINDS = frozenset({"output", "fragment", "template", "layout", "data", "long"})
-RUN_OPTIONS = frozenset({"postgresql", "background", "alone", "slow"})
+#: The database servers a block may run on a second (third) time, each with a test id suffix.
+SERVERS = ("postgresql", "mariadb")
+RUN_OPTIONS = frozenset({*SERVERS, "background", "alone", "slow"})
 SHELL = frozenset({"sh", "bash", "shell"})
 RUNNABLE = SHELL | {"python"}
 

@@ -12,7 +12,12 @@ import pytest
 
 from tests.docs.blocks import ROOT
 from tests.docs.runner import PageRun
-from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.databases import (
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+)
 from tests.support.dist import built_dist
 
 
@@ -52,6 +57,9 @@ class PageRuns:
             if backend == "postgresql":
                 url = create_pg_database("caravel_docs")
                 self.databases.append(url)
+            elif backend == "mariadb":
+                url = create_mariadb_database("caravel_docs")
+                self.databases.append(url)
             else:
                 url = "sqlite:///queue.db"
             self.runs[key] = PageRun(folder, backend, url, checkout=checkout, package=self.package)
@@ -62,7 +70,10 @@ class PageRuns:
             with contextlib.suppress(AssertionError):  # reported by the block that was running
                 run.stop_background()
         for url in self.databases:
-            drop_pg_database(url)
+            if url.startswith("mariadb"):
+                drop_mariadb_database(url)
+            else:
+                drop_pg_database(url)
 
 
 @pytest.fixture(scope="session")

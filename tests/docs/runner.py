@@ -21,6 +21,7 @@ from tests.docs.blocks import ROOT, SHELL, Block
 # The documented placeholder URLs, and what a page run puts in their place.
 SQLITE_PLACEHOLDER = "sqlite:///queue.db"
 POSTGRES_PLACEHOLDER = "postgresql://app@db/app"
+MARIADB_PLACEHOLDER = "mariadb://app@db/app"
 BIN = Path(sys.executable).parent
 
 
@@ -35,7 +36,7 @@ def _tail(text: str, lines: int = 40) -> str:
 @dataclass
 class PageRun:
     folder: Path
-    backend: str  # "sqlite" or "postgresql"
+    backend: str  # "sqlite", "postgresql" or "mariadb"
     database_url: str
     checkout: Path = ROOT  # what CARAVEL_CHECKOUT names
     # What CARAVEL_PACKAGE names (docs/install.md): the wheel `make dist` builds, made when a
@@ -59,8 +60,9 @@ class PageRun:
         return env
 
     def substitute(self, text: str) -> str:
-        text = text.replace(POSTGRES_PLACEHOLDER, self.database_url)
-        return text.replace(SQLITE_PLACEHOLDER, self.database_url)
+        for placeholder in (POSTGRES_PLACEHOLDER, MARIADB_PLACEHOLDER, SQLITE_PLACEHOLDER):
+            text = text.replace(placeholder, self.database_url)
+        return text
 
     def run_through(self, blocks: list[Block], target: Block) -> None:
         for block in blocks:

@@ -85,21 +85,28 @@ def test_every_peer_cell_links_its_documentation_or_says_there_is_none() -> None
 def test_every_figure_is_one_the_performance_page_publishes() -> None:
     section = SECTIONS["Figures from `make bench`"]
     (table,) = _tables(section)
-    measured = table[0][1:5]
-    assert measured == ["Caravel", "pgqueuer 1.6", "oban 0.7", "procrastinate 3.10"]
+    measured = table[0][1:6]
+    assert measured == [
+        "Caravel",
+        "pgqueuer 1.6",
+        "oban 0.7",
+        "procrastinate 3.10",
+        "graphile-worker 0.17",
+    ]
     figures = []
     for row in table[1:]:
-        figures += [figure for cell in row[1:5] for figure in FIGURE.findall(cell)]
-        assert row[5:] == ["not measured"] * 3, row[0]
-    # The paragraph after the table quotes Caravel's SQLite drain from the same run.
+        figures += [figure for cell in row[1:6] for figure in FIGURE.findall(cell)]
+        assert row[6:] == ["not measured"] * 3, row[0]
+    # The paragraph after the table quotes Caravel's SQLite drain from an earlier run.
     after = section.split("\n\n")[3]
     assert after.startswith("Caravel's enqueues")
     figures += FIGURE.findall(after.split("(run J, Caravel alone")[0])
-    assert len(figures) > 25
+    assert len(figures) > 30
     unpublished = [figure for figure in figures if figure not in PERFORMANCE]
     assert not unpublished, f"figures docs/performance.md does not publish: {unpublished}"
-    assert "(../performance.md#against-the-peers-each-at-its-best-run-j-2026-12-01)" in section
-    assert "## Against the peers, each at its best (run J, 2026-12-01)" in PERFORMANCE
+    assert "(../performance.md#against-the-peers-each-at-its-best-run-v-2026-12-06)" in section
+    assert "## Against the peers, each at its best (run V, 2026-12-06)" in PERFORMANCE
+    assert "### Against the peers, each at its best (run J, 2026-12-01)" in PERFORMANCE
 
 
 def test_the_page_is_linked_from_the_readme_and_the_docs_index() -> None:

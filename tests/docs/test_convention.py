@@ -21,7 +21,7 @@ x = 1
 done
 ```
 
-<!-- run: background postgresql timeout=5 -->
+<!-- run: background postgresql mariadb timeout=5 -->
 ```sh
 caravel worker
 ```
@@ -45,7 +45,7 @@ def test_markers_file_names_and_unknown_blocks() -> None:
     assert "page.md:9" in unmarked.unrunnable
     assert not unmarked.runnable
     assert (output.not_run, output.unrunnable, output.runnable) == ("output", None, False)
-    assert worker.options == {"background", "postgresql"}
+    assert worker.options == {"background", "postgresql", "mariadb"}
     assert worker.timeout == 5.0
     assert worker.runnable
     assert bad_kind.problems

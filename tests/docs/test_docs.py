@@ -1,7 +1,8 @@
 """Every fenced block of README.md and docs/ is either run or marked as not meant to run.
 
 The convention is in tests/README.md ("The docs suite"). A test id is the block's page and line
-(``docs/tutorial.md:19``), with ``[postgresql]`` for the second run of a block marked so."""
+(``docs/tutorial.md:19``), with ``[postgresql]`` or ``[mariadb]`` for the run on that server of a
+block marked so."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import ast
 
 import pytest
 
-from tests.docs.blocks import Block, all_blocks, parse
+from tests.docs.blocks import SERVERS, Block, all_blocks, parse
 from tests.docs.conftest import PageRuns
 from tests.docs.runner import ROOT, BlockFailed
 
@@ -23,10 +24,15 @@ def _params() -> list[object]:
         if "slow" in block.options:
             marks.append(pytest.mark.slow)
         params.append(pytest.param(block, "sqlite", id=block.id, marks=marks))
-        if "postgresql" in block.options:
-            pg_marks = [*marks, pytest.mark.postgres]
-            pg_id = f"{block.id}[postgresql]"
-            params.append(pytest.param(block, "postgresql", id=pg_id, marks=pg_marks))
+        for server in SERVERS:
+            if server in block.options:
+                server_mark = (
+                    pytest.mark.postgres if server == "postgresql" else pytest.mark.mariadb
+                )
+                server_id = f"{block.id}[{server}]"
+                params.append(
+                    pytest.param(block, server, id=server_id, marks=[*marks, server_mark])
+                )
     return params
 
 

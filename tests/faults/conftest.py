@@ -1,7 +1,8 @@
 """Fixtures of the fault suite: ``app_url`` is the application database (effects and ledger) of
 the same backend as ``db_url``, the queue database; ``pg_cluster`` is a PostgreSQL cluster of this
 test process's own (:mod:`tests.faults.pgserver`), for the tests that restart the server, turn a
-database read-only or terminate its sessions, with a queue and an app database on it."""
+database read-only or terminate its sessions, with a queue and an app database on it;
+``mariadb_server`` is the same for MariaDB (:mod:`tests.faults.mariaserver`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from caravel.store.schema import metadata
+from caravel.store.schema import RELEASES_TABLE, metadata
 from tests.faults.harness import app_database, clear_app_database
+from tests.faults.mariaserver import PrivateMariadb
 from tests.faults.pgserver import PrivateCluster
-from tests.support.databases import IN_CI, truncate_pg
+from tests.support.databases import IN_CI, truncate_mariadb, truncate_pg
 
 
 @pytest.fixture(scope="session")
 def pg_app_session_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with app_database("postgresql", tmp_path_factory.mktemp("pg-app")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mariadb_app_session_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with app_database("mariadb", tmp_path_factory.mktemp("maria-app")) as url:
         yield url
 
 
@@ -29,7 +37,8 @@ def app_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str
     if backend == "sqlite":
         with app_database("sqlite", tmp_path) as url:
             return url
-    url: str = request.getfixturevalue("pg_app_session_url")
+    fixture = "mariadb_app_session_url" if backend == "mariadb" else "pg_app_session_url"
+    url: str = request.getfixturevalue(fixture)
     clear_app_database(url)
     return url
 
@@ -90,3 +99,49 @@ def cluster_app_url(pg_cluster: PrivateCluster, cluster_app_session_url: str) ->
     pg_cluster.ensure_running()
     clear_app_database(cluster_app_session_url)
     return cluster_app_session_url
+
+
+# ----- the private MariaDB server -----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[PrivateMariadb]:
+    """A throwaway MariaDB server, started once per test process and removed at its end.
+    Skipped when it cannot be made, except under ``CI=true``, where that fails the test."""
+    try:
+        server = PrivateMariadb.create()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        message = f"cannot make a private MariaDB server: {exc}"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def private_maria_session_urls(
+    mariadb_server: PrivateMariadb, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
+    """A migrated queue database and an app database on the private MariaDB server."""
+    directory = tmp_path_factory.mktemp("private-maria-app")
+    with (
+        mariadb_server.database(migrated=True) as queue_url,
+        app_database("mariadb", directory, admin_url=mariadb_server.admin_url) as app_url,
+    ):
+        yield queue_url, app_url
+
+
+@pytest.fixture
+def private_maria_urls(
+    mariadb_server: PrivateMariadb, private_maria_session_urls: tuple[str, str]
+) -> tuple[str, str]:
+    """The queue and the app database on the private MariaDB server, emptied (and the server
+    up)."""
+    mariadb_server.ensure_running()
+    queue_url, app_url = private_maria_session_urls
+    truncate_mariadb(queue_url, (*metadata.tables, RELEASES_TABLE))
+    clear_app_database(app_url)
+    return queue_url, app_url

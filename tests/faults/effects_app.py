@@ -1,8 +1,9 @@
 """The worker app of the fault suite (``caravel worker --app tests.faults.effects_app:registry``).
 
 Every execution of a job is recorded in an *application* database (not the queue's): the URL is
-read from ``CARAVEL_FAULTS_APP_URL`` (``sqlite:///path`` or ``postgresql://...``). The test creates
-the two tables with plain SQL (:func:`create_app_schema`):
+read from ``CARAVEL_FAULTS_APP_URL`` (``sqlite:///path``, ``postgresql://...`` or
+``mariadb://...``, the last through PyMySQL). The test creates the two tables with plain SQL
+(:func:`create_app_schema`):
 
 * ``effects(job_id PRIMARY KEY, tenant, value)``: the job's one side effect, written with
   insert-if-absent semantics, so a re-run finds the row, leaves it alone and succeeds. ``value``
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import pymysql
 from sqlalchemy.engine import make_url
 
 from caravel import JobContext, JobRegistry
@@ -46,6 +48,7 @@ __all__ = [
     "Effect",
     "HandlerFailure",
     "SyncEffect",
+    "backend_of",
     "connect_app",
     "create_app_schema",
     "record_effect",
@@ -120,6 +123,20 @@ POSTGRES_SCHEMA = (
     " pid INTEGER NOT NULL, event TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
 )
 
+MARIADB_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS effects ("
+    " job_id VARCHAR(36) PRIMARY KEY, tenant VARCHAR(255) NOT NULL, value TEXT NOT NULL)"
+    " ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS ledger ("
+    " id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id VARCHAR(36) NOT NULL,"
+    " attempt INTEGER NOT NULL, pid INTEGER NOT NULL, event VARCHAR(16) NOT NULL,"
+    " at DOUBLE NOT NULL) ENGINE=InnoDB",
+)
+#: MariaDB's spelling of insert-if-absent: a no-op update of a row that is there (INSERT IGNORE
+#: would turn every other error into a warning too).
+_ON_CONFLICT = "ON CONFLICT (job_id) DO NOTHING"
+_MARIADB_ON_CONFLICT = "ON DUPLICATE KEY UPDATE job_id = job_id"
+
 #: Bounded waits for the app database too, so a dead link fails the handler instead of hanging.
 PG_CONNECT_ARGS: dict[str, Any] = {
     "connect_timeout": 5,
@@ -133,8 +150,39 @@ PG_CONNECT_ARGS: dict[str, Any] = {
 }
 
 
+def backend_of(url: str) -> str:
+    """``sqlite``, ``postgresql`` or ``mariadb`` (a ``mysql://`` URL counts as MariaDB)."""
+    name = make_url(url).get_backend_name()
+    return "mariadb" if name in ("mariadb", "mysql") else name
+
+
 def is_sqlite(url: str) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
+    return backend_of(url) == "sqlite"
+
+
+def is_mariadb(url: str) -> bool:
+    return backend_of(url) == "mariadb"
+
+
+def mariadb_connect(url: str, *, timeout: int = 20) -> Any:
+    """A PyMySQL connection (autocommit, ``READ COMMITTED``) to ``url``'s database, each wait
+    bounded by ``timeout`` seconds."""
+    parsed = make_url(url)
+    conn = pymysql.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        database=parsed.database,
+        autocommit=True,
+        charset="utf8mb4",
+        connect_timeout=5,
+        read_timeout=timeout,
+        write_timeout=timeout,
+    )
+    with conn.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
 
 
 def sqlite_path(url: str) -> str:
@@ -146,25 +194,41 @@ def pg_dsn(url: str) -> str:
 
 
 class AppConnection:
-    """One connection to the app database, with ``?`` placeholders on both databases."""
+    """One connection to the app database, with ``?`` placeholders on every database (and
+    PostgreSQL's ``ON CONFLICT (job_id) DO NOTHING`` on MariaDB too)."""
 
     def __init__(self, url: str) -> None:
-        self.sqlite = is_sqlite(url)
+        self.backend = backend_of(url)
+        self.sqlite = self.backend == "sqlite"
         self._conn: Any
         if self.sqlite:
             conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
             conn.execute("PRAGMA busy_timeout = 30000")
             self._conn = conn
+        elif self.backend == "mariadb":
+            self._conn = mariadb_connect(url)
         else:
             self._conn = psycopg.connect(pg_dsn(url), autocommit=True, **PG_CONNECT_ARGS)
 
     def _sql(self, sql: str) -> str:
-        return sql if self.sqlite else sql.replace("?", "%s")
+        if self.sqlite:
+            return sql
+        if self.backend == "mariadb":
+            sql = sql.replace(_ON_CONFLICT, _MARIADB_ON_CONFLICT)
+        return sql.replace("?", "%s")
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.backend == "mariadb":
+            with self._conn.cursor() as cursor:
+                cursor.execute(self._sql(sql), params)
+                return list(cursor.fetchall())
         return list(self._conn.execute(self._sql(sql), params).fetchall())
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        if self.backend == "mariadb":
+            with self._conn.cursor() as cursor:
+                cursor.execute(self._sql(sql), params)
+            return
         self._conn.execute(self._sql(sql), params)
 
     def transaction(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
@@ -177,6 +241,17 @@ class AppConnection:
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
+                raise
+            return
+        if self.backend == "mariadb":
+            self._conn.begin()
+            try:
+                for sql, params in statements:
+                    self.execute(sql, params)
+                self._conn.commit()
+            except BaseException:
+                with contextlib.suppress(pymysql.err.Error):  # a broken connection rolled back
+                    self._conn.rollback()
                 raise
             return
         with self._conn.transaction():
@@ -202,7 +277,10 @@ def create_app_schema(url: str) -> None:
     with connect_app(url) as conn:
         if conn.sqlite:
             conn.query("PRAGMA journal_mode = WAL")
-        for statement in SQLITE_SCHEMA if conn.sqlite else POSTGRES_SCHEMA:
+        schema = {"sqlite": SQLITE_SCHEMA, "mariadb": MARIADB_SCHEMA}.get(
+            conn.backend, POSTGRES_SCHEMA
+        )
+        for statement in schema:
             conn.execute(statement)
 
 
@@ -225,7 +303,12 @@ def _run(statements: list[tuple[str, tuple[Any, ...]]]) -> None:
                 conn = _local.conn = connect_app(_app_url())
             conn.transaction(statements)
             return
-        except (psycopg.OperationalError, psycopg.InterfaceError):
+        except (
+            psycopg.OperationalError,
+            psycopg.InterfaceError,
+            pymysql.err.OperationalError,
+            pymysql.err.InterfaceError,
+        ):
             _local.conn = None
             if conn is not None:
                 with contextlib.suppress(Exception):  # a broken connection: only drop it

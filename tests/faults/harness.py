@@ -5,7 +5,7 @@ checker that judges the end state of a run.
 Stable API (other suites import it):
 
 * :func:`app_database` / :func:`create_app_database`: an app database (SQLite file or a fresh
-  PostgreSQL database) with the ``effects`` and ``ledger`` tables.
+  PostgreSQL or MariaDB database) with the ``effects`` and ``ledger`` tables.
 * :class:`Client` / :func:`enqueue_effects`: enqueue :class:`Effect` jobs, recording every
   acknowledged enqueue (``client.acknowledged``) and every failed one (``client.errors``).
 * :class:`Worker` / :func:`start_worker`: one ``caravel worker`` process for the effects app,
@@ -45,8 +45,11 @@ from tests.faults.effects_app import (
     APP_URL_ENV,
     Effect,
     SyncEffect,
+    backend_of,
     create_app_schema,
+    is_mariadb,
     is_sqlite,
+    mariadb_connect,
     pg_dsn,
     registry,
     sqlite_path,
@@ -59,6 +62,7 @@ __all__ = [
     "TENANT",
     "CheckFailed",
     "Client",
+    "DidNotExit",
     "Effect",
     "Figures",
     "JobRow",
@@ -105,13 +109,19 @@ def wait_until(
 
 
 def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run one read (or write) with ``?`` placeholders on SQLite or PostgreSQL, autocommit."""
-    if is_sqlite(url):
+    """Run one read (or write) with ``?`` placeholders on SQLite, PostgreSQL or MariaDB,
+    autocommit."""
+    backend = backend_of(url)
+    if backend == "sqlite":
         conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
         try:
             return list(conn.execute(sql, params).fetchall())
         finally:
             conn.close()
+    if backend == "mariadb":
+        with mariadb_connect(url) as maria, maria.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
     with psycopg.connect(pg_dsn(url), autocommit=True, connect_timeout=5) as pg:
         cursor = pg.execute(sql.replace("?", "%s"), params)
         return list(cursor.fetchall()) if cursor.description is not None else []
@@ -126,10 +136,16 @@ def _uuid(value: object) -> str:
 
 def create_app_database(backend: str, directory: Path, *, admin_url: str | None = None) -> str:
     """A new, empty app database with the effects and ledger tables; returns its URL. On
-    PostgreSQL it is a new database on the test server (or on ``admin_url``'s): drop it with
-    :func:`drop_app_database`."""
+    PostgreSQL and MariaDB it is a new database on the test server (or on ``admin_url``'s):
+    drop it with :func:`drop_app_database`."""
     if backend == "sqlite":
         url = f"sqlite:///{directory / 'app.db'}"
+    elif backend == "mariadb":
+        from tests.support.databases import MARIADB_ADMIN_URL, create_mariadb_database
+
+        url = create_mariadb_database(
+            "caravel_faults_app", admin_url=admin_url or MARIADB_ADMIN_URL
+        )
     else:
         from tests.support.databases import ADMIN_URL, create_pg_database
 
@@ -139,7 +155,11 @@ def create_app_database(backend: str, directory: Path, *, admin_url: str | None 
 
 
 def drop_app_database(url: str) -> None:
-    if not is_sqlite(url):
+    if is_mariadb(url):
+        from tests.support.databases import drop_mariadb_database
+
+        drop_mariadb_database(url)
+    elif not is_sqlite(url):
         from tests.support.databases import drop_pg_database
 
         drop_pg_database(url)
@@ -156,7 +176,7 @@ def app_database(backend: str, directory: Path, *, admin_url: str | None = None)
 
 def clear_app_database(url: str) -> None:
     """Empty both app tables (reusing one app database across tests)."""
-    if is_sqlite(url):
+    if is_sqlite(url) or is_mariadb(url):
         query(url, "DELETE FROM effects")
         query(url, "DELETE FROM ledger")
     else:
@@ -379,6 +399,10 @@ def enqueue_effects(
 # ----- worker processes ----------------------------------------------------------------------
 
 
+class DidNotExit(AssertionError):
+    """A worker process that did not exit when it should have (it is killed)."""
+
+
 class Worker:
     """One ``caravel worker`` process for the effects app (or the registry ``app`` names, such
     as :mod:`tests.faults.schedule_app`'s); stderr goes to ``log_path``. ``prefix`` is a
@@ -418,6 +442,9 @@ class Worker:
         # This tree's own library (src first), not whatever copy is installed.
         path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
         full_env = {**inherited, "PYTHONPATH": path, APP_URL_ENV: app_url, **(env or {})}
+        # A worker that dies of a signal of its own (a segfault in a driver's C code, seen once
+        # as exit -11 in a MariaDB soak) leaves its Python stacks in its log.
+        full_env.setdefault("PYTHONFAULTHANDLER", "1")
         if failpoint:
             full_env["CARAVEL_FAILPOINT"] = failpoint
         self.log_path = log_path
@@ -450,7 +477,7 @@ class Worker:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(
+            raise DidNotExit(
                 f"worker {self.pid} did not exit within {timeout}s; log:\n{self.log()}"
             ) from None
 
@@ -578,16 +605,23 @@ class Supervisor:
             self._thread.join()
         with self._lock:
             codes = []
+            stuck: list[DidNotExit] = []
             for worker in self.slots:
                 if worker in self.retired:
                     continue
                 # A worker that died, or was sent SIGKILL, before the monitor's last look (it
                 # looks every 50 ms) died while supervised: a crash, not an exit stopping caused.
                 crashed = worker.killed or worker.poll() is not None
-                codes.append(worker.terminate(timeout))
+                try:
+                    codes.append(worker.terminate(timeout))
+                except DidNotExit as exc:  # killed: stop the others all the same
+                    stuck.append(exc)
+                    codes.append(worker.process.wait())
                 slot = self.slots.index(worker)
                 self.exits.append(Exit(slot, worker.pid, codes[-1], at_stop=not crashed))
                 self.retired.append(worker)
+            if stuck:
+                raise stuck[0]
             return codes
 
     def workers_ever(self) -> list[Worker]:

@@ -43,7 +43,14 @@ import psycopg
 
 from caravel import ConcurrencyLimit, JobContext, JobRegistry, RateLimit
 from caravel.clock import SystemClock
-from tests.faults.effects_app import is_sqlite, pg_dsn, record_effect, record_start, sqlite_path
+from tests.faults.effects_app import (
+    backend_of,
+    mariadb_connect,
+    pg_dsn,
+    record_effect,
+    record_start,
+    sqlite_path,
+)
 
 __all__ = [
     "COMBINED_QUEUE",
@@ -110,16 +117,23 @@ def _append(record: dict[str, Any]) -> None:
 def _row(job_id: UUID, *columns: str) -> tuple[Any, ...]:
     """The job's ``columns`` and then its attempt, as its row holds them now."""
     url = os.environ[QUEUE_URL_ENV]
+    backend = backend_of(url)
     conn = getattr(_local, "conn", None)
     if conn is None:
-        if is_sqlite(url):
+        if backend == "sqlite":
             conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
+        elif backend == "mariadb":
+            conn = mariadb_connect(url)
         else:
             conn = psycopg.connect(pg_dsn(url), autocommit=True)
         _local.conn = conn
     sql = f"SELECT {', '.join(columns)}, attempt FROM caravel_jobs WHERE id = ?"
     if isinstance(conn, sqlite3.Connection):
         row = conn.execute(sql, (job_id.hex,)).fetchone()
+    elif backend == "mariadb":
+        with conn.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), (str(job_id),))
+            row = cursor.fetchone()
     else:
         row = conn.execute(sql.replace("?", "%s"), (job_id,)).fetchone()
     return (None,) * (len(columns) + 1) if row is None else tuple(row)
@@ -151,6 +165,10 @@ class Figures:
     max_running: int
     max_per_key: int
     per_key: dict[str, int]
+    #: The runs in progress when the highest count overall was first seen: each run's job,
+    #: attempt, key, process, start, end (``None`` if it never ended) and lease expiry, so a
+    #: broken limit shows which runs overlapped.
+    peak: list[dict[str, Any]]
 
 
 def check_records(folder: Path) -> Figures:
@@ -164,29 +182,33 @@ def check_records(folder: Path) -> Figures:
             record = json.loads(line)
             run = (record["job"], record["attempt"])
             if record["e"] == "start":
-                starts[run] = record
+                starts[run] = record | {"pid": int(path.stem)}
             else:
                 ends[run] = record["at"]
-    events: list[tuple[int, int, str]] = []
+    events: list[tuple[int, int, tuple[str, int]]] = []
     unfinished = 0
     for run, record in starts.items():
         end = min(ends.get(run, record["expires"]), record["expires"])
         unfinished += run not in ends
         if end <= record["at"]:
             continue
-        events.append((record["at"], 1, record["key"]))
-        events.append((end, -1, record["key"]))
+        events.append((record["at"], 1, run))
+        events.append((end, -1, run))
     events.sort(key=lambda event: (event[0], event[1]))  # ends before starts at one moment
-    running = 0
+    active: set[tuple[str, int]] = set()
     by_key: Counter[str] = Counter()
     highest: Counter[str] = Counter()
-    most = 0
-    for _, change, key in events:
-        running += change
+    peak: list[dict[str, Any]] = []
+    for _, change, run in events:
+        key = starts[run]["key"]
+        (active.add if change > 0 else active.discard)(run)
         by_key[key] += change
-        most = max(most, running)
         highest[key] = max(highest[key], by_key[key])
-    return Figures(len(starts), unfinished, most, max(highest.values(), default=0), dict(highest))
+        if len(active) > len(peak):
+            peak = [starts[each] | {"end": ends.get(each)} for each in sorted(active)]
+    return Figures(
+        len(starts), unfinished, len(peak), max(highest.values(), default=0), dict(highest), peak
+    )
 
 
 @rated_registry.handles("tests.limits.slot.v1", Slot, partition_by="key")

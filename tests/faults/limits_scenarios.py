@@ -7,10 +7,10 @@ the checker over the handlers' own records (:func:`~tests.faults.limits_app.chec
 :func:`~tests.faults.limits_app.check_rate_records`) and, under both limits, over the jobs'
 effects (:func:`tests.faults.harness.check`).
 
-:data:`COMBINED` runs four workers; on PostgreSQL, given a :class:`~tests.faults.netns.NetworkHost`
-(:func:`second_host`), two of them run on that second network host and reach the server through
-a :class:`~tests.faults.proxy.FaultProxy` on its link. SQLite keeps all four on this host, on
-one file.
+:data:`COMBINED` runs four workers; on PostgreSQL and MariaDB, given a
+:class:`~tests.faults.netns.NetworkHost` (:func:`second_host`), two of them run on that second
+network host and reach the server through a :class:`~tests.faults.proxy.FaultProxy` on its link.
+SQLite keeps all four on this host, on one file.
 
 :func:`run_scenario` with no ``duration`` enqueues one batch and stops the faults once every job
 finished (the fault suite). With a ``duration`` it keeps the queue fed for that long, adding a
@@ -125,7 +125,8 @@ class Scenario:
     batch: int
     #: Worker processes (each with :data:`SLOTS_PER_WORKER` handler slots).
     workers: int = WORKERS
-    #: Whether, on PostgreSQL, half the workers run on a second network host (:func:`second_host`).
+    #: Whether, on a database server (not SQLite), half the workers run on a second network host
+    #: (:func:`second_host`).
     two_hosts: bool = False
     #: Each job's sleep in seconds, drawn from the run's generator.
     sleep: Callable[[random.Random], float] = _short
@@ -155,7 +156,7 @@ SCENARIOS = {scenario.name: scenario for scenario in (LIMITS, RATED, COMBINED)}
 @contextlib.contextmanager
 def second_host(scenario: Scenario, db_url: str) -> Iterator[NetworkHost | None]:
     """The network host :func:`run_scenario` puts half of ``scenario``'s workers on: a new
-    network namespace when the scenario wants two hosts and the database is PostgreSQL, else
+    network namespace when the scenario wants two hosts and the database is not SQLite, else
     ``None``. Raises ``RuntimeError`` naming why when namespaces cannot be made (the fault suite
     calls :func:`tests.faults.netns.require_namespaces` first, to skip or fail)."""
     if not scenario.two_hosts or is_sqlite(db_url):
@@ -324,8 +325,8 @@ def run_scenario(
     ``directory / "logs"``. Faults go on until every job finished, at least :data:`MIN_KILLS`
     kills and :data:`MIN_STOPS` stops were sent (with ``host``, :data:`MIN_PER_HOST` of each
     to each host's workers), and ``duration`` seconds passed; meanwhile the queue is fed. With
-    ``proxy`` this host's workers reach PostgreSQL through it and some actions reset every
-    connection (the second host's workers' too). With ``host`` (PostgreSQL), half the workers
+    ``proxy`` this host's workers reach the server through it and some actions reset every
+    connection (the second host's workers' too). With ``host`` (a server), half the workers
     run inside that network namespace."""
     records = directory / "records"
     records.mkdir(parents=True)
@@ -499,6 +500,8 @@ def _concurrency(run: Run, figures: dict[str, Any], problems: list[str]) -> None
         problems.append(f"{found.max_running} runs at once, over the limit of {CONCURRENCY}")
     if found.max_per_key > PER_KEY:
         problems.append(f"{found.max_per_key} runs of one key at once, over {PER_KEY}")
+    if found.max_running > CONCURRENCY or found.max_per_key > PER_KEY:
+        figures["peak_runs"] = found.peak  # which runs overlapped, and from which processes
     # The limits were reached, not just kept: the check would see a claim that ignored them.
     if found.max_running < CONCURRENCY:
         problems.append(f"at most {found.max_running} runs at once: {CONCURRENCY} never reached")

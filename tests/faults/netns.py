@@ -7,10 +7,11 @@ are simply never acknowledged. That is the failure TCP keepalives and ``tcp_user
 for (unlike :class:`tests.faults.proxy.FaultProxy`'s blackhole, where the proxy's kernel still
 acknowledges everything). :meth:`NetworkHost.delete_link` removes the pair altogether.
 
-PostgreSQL usually listens on localhost only, so the host side runs a
+PostgreSQL (and MariaDB) usually listens on localhost only, so the host side runs a
 :class:`~tests.faults.proxy.FaultProxy` bound to :attr:`NetworkHost.host_address`, forwarding to
-the server the queue URL names (:meth:`FaultProxy.to`; in ``test_postgres_faults.py`` the private
-cluster). Nothing here touches a PostgreSQL server: only the namespace and its veth pair.
+the server the queue URL names (:meth:`FaultProxy.to`; in ``test_server_faults.py`` the private
+cluster; MariaDB the same way). Nothing here touches a database server: only the namespace and
+its veth pair.
 """
 
 from __future__ import annotations

@@ -21,16 +21,17 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from sqlalchemy.engine import make_url
+
+from tests.faults.ports import pid_alive, release_port, reserve_port
 
 __all__ = ["PrivateCluster", "cluster_unavailable", "find_bindir"]
 
@@ -90,39 +91,39 @@ def cluster_unavailable() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class PrivateCluster:
     """One throwaway PostgreSQL cluster: ``root/data``, listening on ``127.0.0.1:port``."""
 
-    def __init__(self, root: Path, bindir: Path, port: int) -> None:
+    def __init__(
+        self, root: Path, bindir: Path, port: int, settings: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.data = root / "data"
         self.log_path = root / "server.log"
         self.bindir = bindir
         self.port = port
+        #: Server settings on top of :data:`SETTINGS` (values as written in a config file).
+        self.settings = dict(settings or {})
 
     # ----- making and unmaking ---------------------------------------------------------------
 
     @classmethod
-    def create(cls, attempts: int = 5) -> PrivateCluster:
+    def create(cls, attempts: int = 5, settings: dict[str, str] | None = None) -> PrivateCluster:
         """initdb into a new temporary folder and start the cluster on a free port (another
-        port when the chosen one was taken meanwhile). Raises ``RuntimeError`` on failure."""
+        port when the chosen one was taken meanwhile), with ``settings`` on top of
+        :data:`SETTINGS`. Raises ``RuntimeError`` on failure."""
+        return cls.make(lambda cluster: cluster._initdb(), attempts=attempts, settings=settings)
+
+    @classmethod
+    def make(
+        cls,
+        fill: Callable[[PrivateCluster], None],
+        *,
+        attempts: int = 5,
+        settings: dict[str, str] | None = None,
+    ) -> PrivateCluster:
+        """A new cluster whose data folder ``fill`` writes (``initdb``, or a base backup of
+        another cluster), started on a free port. Raises ``RuntimeError`` on failure."""
         reason = cluster_unavailable()
         if reason is not None:
             raise RuntimeError(reason)
@@ -133,11 +134,12 @@ class PrivateCluster:
         (root / "owner").write_text(str(os.getpid()), encoding="utf-8")
         if _as_root():
             shutil.chown(root, OS_USER, OS_USER)
-        cluster = cls(root, bindir, 0)
+        cluster = cls(root, bindir, 0, settings)
         try:
-            cluster._initdb()
+            fill(cluster)
             for attempt in range(attempts):
-                cluster.port = _free_port()
+                release_port(cluster.port)
+                cluster.port = reserve_port()
                 cluster._configure()
                 done = cluster._ctl("start", "-w", "-t", "60", "-l", str(cluster.log_path))
                 if done.returncode == 0:
@@ -155,8 +157,17 @@ class PrivateCluster:
     def destroy(self) -> None:
         """Stop the cluster (immediately: nothing in it is kept) and remove its folder."""
         if (self.data / "postmaster.pid").exists():
-            self._ctl("stop", "-m", "immediate", "-w", "-t", "60")
+            if self.postmaster() is None:
+                self._remove_shared_memory()  # killed: nobody else will remove it
+            else:
+                self._ctl("stop", "-m", "immediate", "-w", "-t", "60")
         shutil.rmtree(self.root, ignore_errors=True)
+        release_port(self.port)
+
+    def run(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """One of the cluster's binaries (``args[0]``, such as ``pg_basebackup``), run as the
+        cluster's owner in its folder, without the caller's ``PG*`` environment."""
+        return self._run(*args, timeout=timeout)
 
     def _run(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         options: dict[str, Any] = {}
@@ -194,7 +205,12 @@ class PrivateCluster:
             raise RuntimeError(f"initdb failed: {done.stderr or done.stdout}")
 
     def _configure(self) -> None:
-        settings = {**SETTINGS, "port": str(self.port), "unix_socket_directories": f"'{self.root}'"}
+        settings = {
+            **SETTINGS,
+            **self.settings,
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.root}'",
+        }
         lines = [f"{name} = {value}" for name, value in settings.items()]
         (self.data / "postgresql.auto.conf").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -243,15 +259,16 @@ class PrivateCluster:
     # ----- the server's life -------------------------------------------------------------------
 
     def is_up(self, timeout: float = 3.0) -> bool:
-        """Whether the cluster accepts a connection right now."""
+        """Whether this cluster (not some other server on its port) accepts a connection right
+        now."""
         try:
             with psycopg.connect(
                 self._admin_dsn(), autocommit=True, connect_timeout=max(1, int(timeout))
             ) as conn:
-                conn.execute("SELECT 1")
-            return True
+                row = conn.execute("SHOW data_directory").fetchone()
         except psycopg.Error:
             return False
+        return row is not None and Path(row[0]).resolve() == self.data.resolve()
 
     def wait_up(self, timeout: float = 60.0) -> float:
         """Wait until the cluster accepts connections; return how long that took."""
@@ -294,6 +311,62 @@ class PrivateCluster:
         if self._ctl("status").returncode != 0:  # not running at all (3), or no data folder
             self._ctl("start", "-w", "-t", "120", "-l", str(self.log_path))
         self.wait_up()
+
+    def postmaster(self) -> int | None:
+        """The process id of this cluster's running postmaster, if there is one."""
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int((self.data / "postmaster.pid").read_text(encoding="utf-8").split()[0])
+            if Path(f"/proc/{pid}/cwd").resolve() == self.data.resolve():
+                return pid
+        return None
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every process it started, at once, as a machine that
+        lost power would stop: no shutdown checkpoint, no goodbye to clients or standbys."""
+        postmaster = self.postmaster()
+        if postmaster is None:
+            raise AssertionError(f"the private cluster on port {self.port} is not running")
+        children = _children(postmaster)
+        os.kill(postmaster, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        for pid in [postmaster, *children]:
+            for _ in range(200):
+                if not pid_alive(pid) or _zombie(pid):
+                    break
+                time.sleep(0.01)  # a real process, given 2 s to die
+
+    def _remove_shared_memory(self) -> None:
+        """Remove the System V segment a killed postmaster left (its key is on line 7 of
+        ``postmaster.pid``: the key, then the segment's id)."""
+        with contextlib.suppress(OSError, ValueError, IndexError, subprocess.SubprocessError):
+            lines = (self.data / "postmaster.pid").read_text(encoding="utf-8").splitlines()
+            shmid = int(lines[6].split()[1])
+            subprocess.run(["ipcrm", "-m", str(shmid)], capture_output=True, check=False)
+
+    def promote(self, timeout: float = 60.0) -> float:
+        """Promote this standby to a primary (``pg_ctl promote``, waiting until it accepts
+        writes); returns the seconds that took."""
+        started = time.monotonic()
+        done = self._ctl("promote", "-w", "-t", str(int(timeout)))
+        if done.returncode != 0:
+            raise AssertionError(f"pg_ctl promote failed: {done.stderr or done.stdout}")
+        while self.in_recovery():
+            if time.monotonic() - started > timeout:
+                raise AssertionError(f"not promoted after {timeout}s:\n{self.server_log()}")
+            time.sleep(0.02)  # a real server finishing its promotion
+        return time.monotonic() - started
+
+    def in_recovery(self) -> bool:
+        """Whether the cluster is a standby (``pg_is_in_recovery()``)."""
+        return bool(self.admin_query("SELECT pg_is_in_recovery()")[0][0])
+
+    def admin_query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One statement as the superuser in the ``postgres`` database, autocommit."""
+        with psycopg.connect(self._admin_dsn(), autocommit=True, connect_timeout=5) as conn:
+            cursor = conn.execute(sql, params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
 
     @contextlib.contextmanager
     def kept_running(self) -> Iterator[None]:
@@ -352,6 +425,25 @@ class PrivateCluster:
             self.terminate_sessions(url, application_name)
 
 
+def _children(parent: int) -> list[int]:
+    """Processes whose parent is ``parent`` (read from ``/proc``)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The command name, in parentheses, may hold spaces: the fields after it are plain.
+            fields = stat.read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+            if int(fields[1]) == parent:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    return False
+
+
 def cleanup_stale() -> None:
     """Stop and remove private clusters left behind by test processes that no longer exist (a
     run killed before its fixtures could finish). Clusters of live processes are left alone."""
@@ -360,7 +452,7 @@ def cleanup_stale() -> None:
             owner = int((root / "owner").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if _pid_alive(owner):
+        if pid_alive(owner):
             continue
         pidfile = root / "data" / "postmaster.pid"
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -368,7 +460,7 @@ def cleanup_stale() -> None:
             if (root / "data").resolve() == Path(f"/proc/{postmaster}/cwd").resolve():
                 os.kill(postmaster, signal.SIGQUIT)  # an immediate shutdown
                 for _ in range(100):
-                    if not _pid_alive(postmaster):
+                    if not pid_alive(postmaster):
                         break
                     time.sleep(0.05)  # a real process, given 5 s to exit
         shutil.rmtree(root, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""A TCP proxy in front of PostgreSQL that a test controls, for severing connections on purpose.
+"""A TCP proxy in front of PostgreSQL or MariaDB that a test controls, for severing connections on
+purpose.
 
 The proxy runs its own asyncio loop in a background thread, so a synchronous test (one that drives
 real worker processes) can call it directly. Workers reach PostgreSQL through it by using
@@ -19,6 +20,12 @@ arm a :class:`Trigger` that fires at an exact point of the queue's conversation:
 
 Where a statement runs inside a transaction is read from the server's ``ReadyForQuery``
 status, so both explicit transactions and autocommit statements are handled.
+
+In front of MariaDB (:meth:`FaultProxy.to` a ``mariadb://`` URL) it follows MariaDB's client
+protocol as far: each ``COM_QUERY`` names its statement, the end of the server's reply to a
+command (its ``OK``, ``ERR`` or the ``EOF``/``OK`` that ends a result set) stands for
+``ReadyForQuery``, and the status flags of that reply say whether a transaction is open (or,
+with autocommit off, as the store's connections have it, will be by the next statement).
 
 and then either resets the connection (RST on both sides) or silently stops forwarding it (the
 sockets stay open and nothing more passes). :meth:`FaultProxy.reset_all` and
@@ -55,6 +62,19 @@ __all__ = [
 
 T = TypeVar("T")
 
+_MYSQL = "mysql"
+_POSTGRESQL = "postgresql"
+#: MariaDB's client capability flags and server status flags the proxy reads.
+_CLIENT_COMPRESS = 0x20
+_CLIENT_SSL = 0x800
+_CLIENT_DEPRECATE_EOF = 0x01000000
+_STATUS_IN_TRANS = 0x0001
+_STATUS_AUTOCOMMIT = 0x0002
+_STATUS_MORE_RESULTS = 0x0008
+_COM_QUERY = 0x03
+#: Commands whose replies are an OK or ERR packet, or a text result set.
+_COM_PLAIN_REPLY = frozenset({0x02, _COM_QUERY, 0x0E, 0x1F})  # INIT_DB, QUERY, PING, RESET
+
 _SSL_REQUEST = 80877103
 _GSS_REQUEST = 80877104
 _CANCEL_REQUEST = 80877102
@@ -78,6 +98,13 @@ def statement_kind(sql: str) -> str | None:
     if text.startswith("listen"):
         return "listen"
     if text.startswith("update caravel_jobs") and "caravel_jobs.lease_expires_at >" in text:
+        return "renew"
+    if (
+        text.startswith("select caravel_jobs.id from caravel_jobs")
+        and "caravel_jobs.lease_expires_at >" in text
+        and text.endswith("for update")
+    ):
+        # MariaDB: a renewal (an UPDATE ... RETURNING there) locks its row first.
         return "renew"
     if text.startswith("update caravel_jobs set state=") and "last_failure" in text:
         return "fail"
@@ -210,6 +237,122 @@ class _Backend:
             self.buffer = self.buffer[1 + length :]
 
 
+def _lenenc(data: bytes, at: int) -> tuple[int, int]:
+    """A MariaDB length-encoded integer at ``data[at:]``: its value and the offset after it."""
+    first = data[at]
+    if first < 0xFB:
+        return first, at + 1
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first, 0)
+    return int.from_bytes(data[at + 1 : at + 1 + size], "little"), at + 1 + size
+
+
+class _MysqlFrontend:
+    """Splits client bytes into MariaDB packets and names the statement each command runs.
+
+    A command is a client packet with sequence number 0 (the handshake's packets never are);
+    the handshake response tells the capabilities the replies are framed by."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.opaque = False
+        self.handshaken = False
+        self.deprecate_eof = False
+        #: The command whose reply the server owes (``None``: none, or one not followed).
+        self.command: int | None = None
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        if self.opaque:
+            return []
+        self.buffer += data
+        found: list[tuple[str, str]] = []
+        while len(self.buffer) >= 4:
+            length = int.from_bytes(self.buffer[:3], "little")
+            if len(self.buffer) < 4 + length:
+                break
+            sequence = self.buffer[3]
+            body = self.buffer[4 : 4 + length]
+            self.buffer = self.buffer[4 + length :]
+            if not self.handshaken:
+                if sequence == 1 and len(body) >= 4:  # the handshake response (or SSL request)
+                    flags = int.from_bytes(body[:4], "little")
+                    self.deprecate_eof = bool(flags & _CLIENT_DEPRECATE_EOF)
+                    if flags & (_CLIENT_SSL | _CLIENT_COMPRESS):
+                        self.opaque = True  # encrypted or compressed from here on
+                        return found
+                    self.handshaken = True
+                continue
+            if sequence != 0 or not body:
+                continue  # the rest of the authentication, or of a long packet
+            self.command = body[0] if body[0] in _COM_PLAIN_REPLY else None
+            if body[0] == _COM_QUERY:
+                found.append(("Q", body[1:].decode("utf-8", "replace")))
+        return found
+
+
+class _MysqlBackend:
+    """Follows the server's replies to the commands :class:`_MysqlFrontend` saw and reports the
+    end of each as ``ZI`` or ``ZT`` (PostgreSQL's ``ReadyForQuery`` with the transaction status
+    it stands for: ``T`` while a transaction is open)."""
+
+    def __init__(self, frontend: _MysqlFrontend) -> None:
+        self.frontend = frontend
+        self.buffer = b""
+        self.state = "first"
+        self.columns = 0
+        self.in_transaction = False
+        self.autocommit = True
+
+    def _ended(self, status: int | None, kinds: list[str]) -> None:
+        if status is not None:
+            self.in_transaction = bool(status & _STATUS_IN_TRANS)
+            self.autocommit = bool(status & _STATUS_AUTOCOMMIT)
+            if status & _STATUS_MORE_RESULTS:
+                self.state = "first"
+                return
+        self.frontend.command = None
+        self.state = "first"
+        kinds.append("ZT" if self.in_transaction else "ZI")
+
+    def feed(self, data: bytes) -> list[str]:
+        if self.frontend.opaque:
+            return []
+        self.buffer += data
+        kinds: list[str] = []
+        while len(self.buffer) >= 4:
+            length = int.from_bytes(self.buffer[:3], "little")
+            if len(self.buffer) < 4 + length:
+                break
+            body = self.buffer[4 : 4 + length]
+            self.buffer = self.buffer[4 + length :]
+            if self.frontend.command is None or not body:
+                continue  # the handshake, or a reply the proxy does not follow
+            head = body[0]
+            if head == 0xFF:  # ERR: the reply is over; a transaction stays as it was
+                self._ended(None, kinds)
+            elif self.state == "first":
+                if head == 0x00:  # OK
+                    _, at = _lenenc(body, 1)
+                    _, at = _lenenc(body, at)
+                    self._ended(int.from_bytes(body[at : at + 2], "little"), kinds)
+                else:  # a result set: its column count, its columns, its rows
+                    self.columns, _ = _lenenc(body, 0)
+                    self.state = "columns"
+            elif self.state == "columns":
+                self.columns -= 1
+                if self.columns == 0:
+                    self.state = "rows" if self.frontend.deprecate_eof else "columns-eof"
+            elif self.state == "columns-eof":
+                self.state = "rows"
+            elif head == 0xFE and length < 0xFFFFFF:  # the result set's end: EOF or OK
+                if self.frontend.deprecate_eof:
+                    _, at = _lenenc(body, 1)
+                    _, at = _lenenc(body, at)
+                    self._ended(int.from_bytes(body[at : at + 2], "little"), kinds)
+                else:
+                    self._ended(int.from_bytes(body[3:5], "little"), kinds)
+        return kinds
+
+
 @dataclass(eq=False)
 class _Link:
     """One client connection and its upstream connection."""
@@ -217,8 +360,8 @@ class _Link:
     number: int
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter | None = None
-    frontend: _Frontend = field(default_factory=_Frontend)
-    backend: _Backend | None = None
+    frontend: _Frontend | _MysqlFrontend = field(default_factory=_Frontend)
+    backend: _Backend | _MysqlBackend | None = None
     frozen: bool = False
     closed: bool = False
     # A trigger waiting for the server's next ReadyForQuery (the statement's reply), or for the
@@ -227,11 +370,19 @@ class _Link:
     await_ready: Trigger | None = None
     await_end: Trigger | None = None
     status: str = "I"  # the transaction status of the server's last ReadyForQuery
+
+    def in_transaction(self) -> bool:
+        """Whether the next statement runs inside a transaction that does not end with it."""
+        if isinstance(self.backend, _MysqlBackend) and not self.backend.autocommit:
+            return True
+        return self.status == "T"
+
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class FaultProxy:
-    """Forwards ``listen_host:port`` to ``target_host:target_port`` until told otherwise."""
+    """Forwards ``listen_host:port`` to ``target_host:target_port`` until told otherwise;
+    ``protocol`` (``postgresql`` or ``mysql``) is the one the server speaks."""
 
     def __init__(
         self,
@@ -240,7 +391,11 @@ class FaultProxy:
         *,
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
+        protocol: str = _POSTGRESQL,
     ) -> None:
+        if protocol not in (_POSTGRESQL, _MYSQL):
+            raise ValueError(f"the proxy speaks postgresql or mysql, not {protocol!r}")
+        self.protocol = protocol
         self.target_host = target_host
         self.target_port = target_port
         self.listen_host = listen_host
@@ -262,9 +417,13 @@ class FaultProxy:
 
     @classmethod
     def to(cls, database_url: str, *, listen_host: str = "127.0.0.1") -> FaultProxy:
-        """A proxy in front of the server ``database_url`` names (its host and port), rather
-        than the default ``127.0.0.1:5432``."""
+        """A proxy in front of the server ``database_url`` names (its host and port, and its
+        protocol: MariaDB's for a ``mariadb://`` or ``mysql://`` URL), rather than the default
+        ``127.0.0.1:5432``."""
         url = make_url(database_url)
+        if url.get_backend_name() in ("mariadb", "mysql"):
+            host, port = url.host or "127.0.0.1", url.port or 3306
+            return cls(host, port, listen_host=listen_host, protocol=_MYSQL)
         return cls(url.host or "127.0.0.1", url.port or 5432, listen_host=listen_host)
 
     # ----- lifecycle -----------------------------------------------------------------------
@@ -302,9 +461,11 @@ class FaultProxy:
         self.close()
 
     def url(self, database_url: str, **query: str) -> str:
-        """``database_url`` pointed at this proxy (plaintext, so the proxy can read it)."""
+        """``database_url`` pointed at this proxy (plaintext, so the proxy can read it: MariaDB's
+        drivers use no TLS unless asked to)."""
         url = make_url(database_url).set(host=self.listen_host, port=self.port)
-        url = url.update_query_dict({"sslmode": "disable", **query})
+        plaintext = {} if self.protocol == _MYSQL else {"sslmode": "disable"}
+        url = url.update_query_dict({**plaintext, **query})
         return url.render_as_string(hide_password=False)
 
     # ----- control (thread-safe) -------------------------------------------------------------
@@ -402,7 +563,11 @@ class FaultProxy:
         self.accepted += 1
         link = _Link(next(self._numbers), writer)
         self.events.append((time.monotonic(), link.number, "accepted"))
-        link.backend = _Backend(link.frontend)
+        if self.protocol == _MYSQL:
+            frontend = _MysqlFrontend()
+            link.frontend, link.backend = frontend, _MysqlBackend(frontend)
+        else:
+            link.backend = _Backend(link.frontend)  # type: ignore[arg-type]
         link.frozen = self._dark
         self._links.add(link)
         try:
@@ -469,7 +634,7 @@ class FaultProxy:
             trigger = self._match(kind)
             if trigger is None:
                 continue
-            trigger.in_transaction = link.status == "T"
+            trigger.in_transaction = link.in_transaction()
             if trigger.timing is Timing.REQUEST:
                 self._fire(link, trigger)
                 forward = False

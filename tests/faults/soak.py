@@ -1,23 +1,28 @@
 """The soak: a seeded random schedule of faults over several worker processes while a client
 keeps enqueueing, then the checker over everything.
 
-    python -m tests.faults.soak --duration 600 --seed 7 --backend postgresql   # or sqlite, both
+    python -m tests.faults.soak --duration 600 --seed 7 --backend postgresql   # or sqlite, mariadb
     python -m tests.faults.soak --duration 120 --scenario limits,rate,combined # flow control only
 
 Four scenarios, each for ``duration`` seconds of faults on each backend, on databases of its
 own. ``effects``: a client enqueues a mix of jobs (10% of handler runs fail at random, some
 sleep past a lease renewal, some hold a worker thread with a CPU loop) while the schedule
 SIGKILLs workers (a supervisor restarts them) and SIGSTOPs others for up to 2.5 s before
-SIGCONT; on PostgreSQL the workers reach the server through a TCP proxy and the schedule also
-resets every open connection at once. Then the faults stop, every job is waited for, and
-:func:`tests.faults.harness.check` judges the run. ``limits``, ``rate`` and ``combined``: the
-fault suite's flow-control scenarios (:mod:`tests.faults.limits_scenarios`: a queue with
-concurrency limits, a queue with a rate, a queue with both whose four workers run on two
-network hosts on PostgreSQL, which needs network namespaces), kept fed for the duration, with
-connection resets through the proxies on PostgreSQL, judged by the same checks over the
-handlers' own records. Prints one JSON object
-per scenario and backend: the checker's figures plus what the schedule did. The same
-:func:`run_soak` is the short CI profile in ``test_soak.py``.
+SIGCONT; on PostgreSQL and MariaDB the workers reach the server through a TCP proxy and the
+schedule also resets every open connection at once. Then the faults stop, every job is waited
+for, and :func:`tests.faults.harness.check` judges the run. ``limits``, ``rate`` and
+``combined``: the fault suite's flow-control scenarios (:mod:`tests.faults.limits_scenarios`:
+a queue with concurrency limits, a queue with a rate, a queue with both whose four workers run
+on two network hosts on PostgreSQL and MariaDB, which needs network namespaces), kept fed for
+the duration, with connection resets through the proxies on PostgreSQL and MariaDB, judged by
+the same checks over the handlers' own records. Prints one JSON object per scenario and backend:
+the checker's figures plus what the schedule did. The same :func:`run_soak` is the short CI
+profile in ``test_soak.py``.
+
+The databases are new ones on the test servers (``tests.support.databases``), except MariaDB's,
+which live on a throwaway server of the soak's own (:mod:`tests.faults.mariaserver`): four
+workers with pools of up to 40 connections each, plus their handlers', would otherwise compete
+for the shared server's 151 connections with whatever else runs on the machine.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.faults.effects_app import is_sqlite
 from tests.faults.harness import (
     Client,
     Effect,
@@ -49,8 +55,10 @@ from tests.faults.harness import (
     job_states,
 )
 from tests.faults.limits_scenarios import CHECKS, SCENARIOS, run_scenario, second_host
+from tests.faults.mariaserver import PrivateMariadb
 from tests.faults.proxy import FaultProxy
 
+BACKENDS = ("sqlite", "postgresql", "mariadb")
 LEASE = 1.0
 RENEWAL = 0.3
 FAIL_PROBABILITY = 0.1
@@ -65,7 +73,7 @@ class Profile:
     rate: float = 60.0  # jobs per second offered by the client
     stall_timeout: float = 60.0  # the drain fails when no job finishes for this long
     #: Keep the faults coming past ``duration`` (for at most as long again) until each kind
-    #: (kill, stop and, on PostgreSQL, reset) happened this many times.
+    #: (kill, stop and, through a proxy, reset) happened this many times.
     at_least: int = 0
 
 
@@ -105,7 +113,7 @@ def run_soak(
     client = Client(queue_url, max_attempts=3)
     with contextlib.ExitStack() as stack:
         proxy = None
-        if queue_url.startswith("postgresql"):
+        if not is_sqlite(queue_url):
             proxy = stack.enter_context(FaultProxy.to(queue_url))
         report, supervisor = _run(
             queue_url, app_url, log_dir, profile, progress, rng, schedule, client, proxy
@@ -123,15 +131,15 @@ def run_flow_soak(
 ) -> dict[str, Any]:
     """Run the flow-control scenario ``name`` (``limits``, ``rate`` or ``combined``) of
     :mod:`tests.faults.limits_scenarios` for ``profile.duration`` seconds against migrated,
-    empty databases, through a proxy that resets connections on PostgreSQL (and for
-    ``combined``, half the workers on a second network host); return its checker's figures.
+    empty databases, through a proxy that resets connections on PostgreSQL and MariaDB (and
+    for ``combined``, half the workers on a second network host); return its checker's figures.
     Raises the checker's AssertionError when a limit broke or a job was lost, RuntimeError when
     the second host cannot be made."""
     rng = random.Random(f"{name}:{profile.seed}")
     scenario = SCENARIOS[name]
     with contextlib.ExitStack() as stack:
         proxy = None
-        if queue_url.startswith("postgresql"):
+        if not is_sqlite(queue_url):
             proxy = stack.enter_context(FaultProxy.to(queue_url))
         host = stack.enter_context(second_host(scenario, queue_url))
         run = run_scenario(
@@ -192,7 +200,7 @@ def _run(
                     del resume[pid]
             if now >= next_action:
                 next_action = now + rng.uniform(0.5, 2.0)
-                if not deck:  # two kills, two stops, one pause (and one reset on PostgreSQL)
+                if not deck:  # two kills, two stops, one pause (and one reset through a proxy)
                     deck = ["kill", "kill", "stop", "stop", "none"]
                     deck += ["reset"] if proxy is not None else []
                     rng.shuffle(deck)
@@ -282,7 +290,8 @@ def _count(values: Any) -> dict[Any, int]:
 
 @contextlib.contextmanager
 def databases(backend: str, directory: Path) -> Iterator[tuple[str, str]]:
-    """A migrated, empty queue database and an app database of ``backend``."""
+    """A migrated, empty queue database and an app database of ``backend`` (on MariaDB, on a
+    private server started for them and removed afterwards)."""
     from tests.support.databases import pg_database, sqlite_url
 
     if backend == "sqlite":
@@ -292,6 +301,17 @@ def databases(backend: str, directory: Path) -> Iterator[tuple[str, str]]:
         migrate.upgrade(queue_url)
         with app_database("sqlite", directory) as app_url:
             yield queue_url, app_url
+        return
+    if backend == "mariadb":
+        server = PrivateMariadb.create()
+        try:
+            with (
+                server.database(migrated=True) as queue_url,
+                app_database("mariadb", directory, admin_url=server.admin_url) as app_url,
+            ):
+                yield queue_url, app_url
+        finally:
+            server.destroy()
         return
     with pg_database(migrated=True) as queue_url, app_database("postgresql", directory) as app_url:
         yield queue_url, app_url
@@ -336,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         "--duration", type=float, default=600.0, help="seconds of faults per scenario"
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument(
+        "--backend",
+        choices=[*BACKENDS, "both", "all"],
+        default="all",
+        help="one database; both: sqlite and postgresql; all: every one (the default)",
+    )
     parser.add_argument(
         "--scenario",
         type=_scenarios,
@@ -350,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the logs directory")
     args = parser.parse_args(argv)
-    backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
+    backends = {"both": ["sqlite", "postgresql"], "all": list(BACKENDS)}.get(
+        args.backend, [args.backend]
+    )
     profile = Profile(
         duration=args.duration,
         seed=args.seed,

@@ -41,6 +41,13 @@ def test_runs_count_until_their_end_or_their_lease_expiry_whichever_comes_first(
     assert found.max_running == 4  # a, b, c and d, from 300 to 400
     assert found.per_key == {"k1": 3, "k2": 1}  # a, b and d: a breach of a cap of 2
     assert found.max_per_key == 3
+    # The peak names the overlapping runs and the processes that ran them.
+    assert [(run["job"], run["pid"], run["end"]) for run in found.peak] == [
+        ("a", 1, 400),
+        ("b", 1, None),
+        ("c", 2, 5000),
+        ("d", 2, 900),
+    ]
 
 
 def test_a_run_whose_job_was_taken_over_before_it_began_counts_for_nothing(

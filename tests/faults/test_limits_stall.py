@@ -1,15 +1,16 @@
-"""A worker stopped while it holds a limited queue's limits row (PostgreSQL) holds the other
-workers up for a bounded time only.
+"""A worker stopped while it holds a limited queue's limits row holds the other workers up for a
+bounded time only (PostgreSQL and MariaDB).
 
 Two ``caravel worker`` processes serve the queue of :mod:`tests.faults.limits_app` (10 running
 at most, 2 per key). Worker A stops itself with SIGSTOP inside its first limited claim that took
 jobs, before the commit, with the row still locked (the failpoint
 ``limited_claim_before_commit=stop``), and stays stopped for several times the bound. Meanwhile
 the server ends A's session once it has waited
-:data:`~caravel.store.postgresql.limit_hold.LIMIT_HOLD_TIMEOUT` for A's next statement, which
-rolls A's claim back: worker B's limited claims must go on within that bound (plus a little for
-the server's timer and a busy host), and B must keep starting jobs, the ones A had picked
-included, while A is stopped.
+:data:`~caravel.store.limited.hold.LIMIT_HOLD_TIMEOUT` for A's next statement
+(``idle_in_transaction_session_timeout`` on PostgreSQL, ``idle_transaction_timeout`` on
+MariaDB), which rolls A's claim back: worker B's limited claims must go on within that bound
+(plus a little for the server's timer and a busy host), and B must keep starting jobs, the ones
+A had picked included, while A is stopped.
 
 Then A gets SIGCONT: it must log the rolled-back claim in one line (no traceback), stay up and
 run jobs again. In the end every job completed, each ran exactly once (A's rolled-back claim
@@ -29,7 +30,8 @@ from typing import Any
 import pytest
 
 from caravel import DatabaseQueue, DispatchOptions
-from caravel.store.postgresql.limit_hold import LIMIT_HOLD_TIMEOUT
+from caravel.store.limited.hold import LIMIT_HOLD_TIMEOUT
+from tests.faults.effects_app import is_mariadb
 from tests.faults.harness import Worker, all_terminal, job_rows, query, wait_until
 from tests.faults.limits_app import (
     CONCURRENCY,
@@ -42,7 +44,7 @@ from tests.faults.limits_app import (
     registry,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 APP = "tests.faults.limits_app:registry"
 #: How long A stays stopped at most: several times the bound, so a stall that lasted as long
@@ -97,16 +99,29 @@ def _started_by(records: Path, pid: int, since: float) -> list[int]:
 
 
 def _stalled_sessions(url: str) -> int:
-    """Sessions of the queue's database idle inside a transaction (A's, while it is held)."""
-    rows = query(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
-    )
-    return int(rows[0][0])
+    """Sessions of the queue's database idle inside a transaction (A's, while it is held; on
+    MariaDB, where every session runs inside one, those holding row locks)."""
+    if is_mariadb(url):
+        sql = (
+            "SELECT count(*) FROM information_schema.INNODB_TRX t"
+            " JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+            " WHERE p.DB = DATABASE() AND p.COMMAND = 'Sleep' AND t.trx_rows_locked > 0"
+        )
+    else:
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+        )
+    return int(query(url, sql)[0][0])
 
 
-@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
+)
 def test_a_worker_stopped_holding_the_limits_row_holds_the_others_up_for_the_bound_only(
     db_url: str, app_url: str, tmp_path: Path
 ) -> None:

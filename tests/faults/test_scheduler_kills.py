@@ -1,4 +1,4 @@
-"""Schedulers under SIGKILL, on PostgreSQL: three ``caravel worker`` processes of
+"""Schedulers under SIGKILL, on PostgreSQL and MariaDB: three ``caravel worker`` processes of
 :mod:`tests.faults.schedule_app` run the same two schedules, due every second (one with
 ``missed="latest"``, one with ``missed="skip"``), while a seeded driver SIGKILLs one of them
 every one to three seconds and restarts it at once, always leaving one that has started; once in
@@ -39,7 +39,7 @@ from caravel.schedules import ON_TIME_GRACE, slot_key
 from tests.faults.harness import Worker, query, wait_until
 from tests.faults.schedule_app import EVERY, SCHEDULES
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SEED = 20261202
 WORKERS = 3
@@ -198,7 +198,13 @@ def check_schedule(queue_url: str, name: str, outage: Outage, events: list[str])
     return slots
 
 
-@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
+)
 def test_schedulers_killed_at_random_keep_one_job_per_slot(db_url: str, logs: Path) -> None:
     rng = random.Random(SEED)
     pool = Pool(db_url, logs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from caravel import migrate
+from tests.migrations.conftest import skip_before_mariadb
 from tests.migrations.test_queue_migrations import _rows
 from tests.support.databases import execute_sql, sync_engine
 
@@ -29,6 +30,7 @@ def _statistics(url: str) -> list[tuple[object, ...]]:
 
 
 def test_upgrade_adds_the_index_and_downgrade_removes_it(empty_url: str) -> None:
+    skip_before_mariadb(empty_url, "0005")
     migrate.upgrade(empty_url, "0004")
     assert INDEX not in _indexes(empty_url)
     migrate.upgrade(empty_url)
@@ -46,6 +48,7 @@ def test_upgrade_adds_the_index_and_downgrade_removes_it(empty_url: str) -> None
 
 
 def test_an_index_built_beforehand_is_kept(empty_url: str) -> None:
+    skip_before_mariadb(empty_url, "0005")
     migrate.upgrade(empty_url, "0004")
     execute_sql(
         empty_url,

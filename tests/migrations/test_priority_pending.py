@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from caravel import migrate
 from caravel.migrations.sqlite_counts import TRIGGERS
+from tests.migrations.conftest import skip_before_mariadb
 from tests.migrations.test_queue_migrations import _rows
 from tests.support.databases import execute_sql
 
@@ -36,6 +37,7 @@ def _insert(url: str, job_id: str, *, priority: int) -> None:
 
 
 def test_upgrade_adds_the_columns_and_indexes_and_downgrade_removes_them(empty_url: str) -> None:
+    skip_before_mariadb(empty_url, "0007")
     migrate.upgrade(empty_url, "0006")
     assert RANKED not in _definitions(empty_url)
     migrate.upgrade(empty_url)

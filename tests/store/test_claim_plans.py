@@ -4,11 +4,14 @@ Ready jobs are claimed in order of their rank (due time moved earlier by priorit
 expression only ``ix_caravel_jobs_ranked`` holds in order; any other plan would read every due
 job of the queue and sort them. The plan is read from the database (PostgreSQL's ``EXPLAIN
 ANALYZE`` on a connection with the server's default planner settings, SQLite's ``EXPLAIN QUERY
-PLAN``) after loading a realistic table with one bulk statement per state and analysing it:
+PLAN``, MariaDB's ``ANALYZE FORMAT=JSON`` of each statement that picks the claim's rows) after
+loading a realistic table with one bulk statement per state and analysing it:
 a busy queue of due jobs with every priority, a long finished history, and a queue holding only
 jobs delayed far into the future, which a claim must not read through either.
 
 The claim of ``"any"`` reads both indexes, at most a batch from each, and sorts only those.
+MariaDB picks a claim's rows with a statement per source (expired leases first), each reading
+its own index in order, so it sorts nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
 from caravel.store.base import SqlStore
+from caravel.store.mariadb.execution import PICKED, Picked, _picked_update
 from caravel.store.protocol import ClaimSource
-from tests.support import open_queue
-from tests.support.databases import SqliteTemplate, pg_database
+from tests.support import mariadb_plans, open_queue
+from tests.support.databases import SqliteTemplate, mariadb_connect, mariadb_database, pg_database
 
 READY = 20_000  # due jobs of "busy", priorities -100 to 100
 FINISHED = 20_000  # completed jobs of "busy"
@@ -59,6 +63,18 @@ SELECT lower(hex(randomblob(16))), :queue, 't.v1', 'tenant', printf('%.200c', 'x
     CASE WHEN :state = 'completed' THEN :due END, :due, :due, (x % 201) - 100
 FROM g
 """
+# MariaDB's sequence engine numbers the rows (its numbers are unsigned: made signed, so the
+# priority's arithmetic may go below zero).
+_MARIADB_ROWS = """
+INSERT INTO caravel_jobs (id, queue, job_type, tenant_id, payload, state, attempt,
+    max_attempts, due_at, available_at, lease_token, finished_at, created_at, updated_at,
+    priority)
+SELECT UUID(), %(queue)s, 't.v1', 'tenant', REPEAT('x', 200), %(state)s,
+    0, 3, %(due)s - g.x * 1000,
+    CASE WHEN %(state)s IN ('ready', 'running') THEN %(due)s - g.x * 1000 END, 0,
+    CASE WHEN %(state)s = 'completed' THEN %(due)s END, %(due)s, %(due)s, MOD(g.x, 201) - 100
+FROM (SELECT CAST(seq AS SIGNED) AS x FROM seq_1_to_{n}) AS g
+"""
 _LOAD = (
     ("busy", "ready", READY, NOW),
     ("busy", "completed", FINISHED, NOW),
@@ -67,7 +83,7 @@ _LOAD = (
 )
 
 
-@pytest.fixture(params=("sqlite", "postgresql"))
+@pytest.fixture(params=("sqlite", "postgresql", pytest.param("mariadb", marks=pytest.mark.mariadb)))
 def loaded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A queue database of its own holding :data:`_LOAD`, analysed."""
     if request.param == "sqlite":
@@ -78,6 +94,15 @@ def loaded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
                 conn.execute(_SQLITE_ROWS, {"queue": queue, "state": state, "n": n, "due": due})
             conn.execute("ANALYZE")
         yield request.param, url
+        return
+    if request.param == "mariadb":
+        with mariadb_database(migrated=True) as url:
+            with mariadb_connect(url) as conn, conn.cursor() as cursor:
+                for queue, state, n, due in _LOAD:
+                    values = {"queue": queue, "state": state, "due": due}
+                    cursor.execute(_MARIADB_ROWS.format(n=int(n)), values)
+                cursor.execute("ANALYZE TABLE caravel_jobs")
+            yield request.param, url
         return
     with pg_database(migrated=True) as url:
         with psycopg.connect(_dsn(url), autocommit=True) as conn:
@@ -109,6 +134,51 @@ async def _claim_sql(
     compiled = statement.compile(dialect=dialect)
     values = {"b_queue": queue, "b_now": NOW, "b_expires": NOW + 30_000}
     return str(compiled).replace(limit, str(LIMIT)), {**compiled.params, **values}
+
+
+async def _mariadb_claim(url: str, source: ClaimSource = "ready") -> Picked:
+    async with open_queue(url) as opened:
+        store = getattr(opened.store, "inner", opened.store)
+        assert isinstance(store, SqlStore)
+        statement = store._claim_statement(source, literal_limit=False)
+    assert isinstance(statement, Picked)
+    return statement
+
+
+async def _mariadb_picks(
+    url: str, queue: str, source: ClaimSource = "ready"
+) -> list[tuple[str, dict[str, Any]]]:
+    """The statements the MariaDB store's claim picks its rows with, one per source in the
+    order it runs them, and the values they bind."""
+    values = {"b_queue": queue, "b_now": NOW, "b_limit": LIMIT}
+    picks = []
+    for pick in (await _mariadb_claim(url, source)).picks:
+        compiled = pick.compile(dialect=mariadb_plans.DIALECT)
+        picks.append((str(compiled), {**compiled.params, **values}))
+    return picks
+
+
+def _assert_mariadb_pick(plan: dict[str, Any], index: str, read: int) -> None:
+    """The pick read ``read`` entries of ``index``, in order, and no other jobs."""
+    assert not mariadb_plans.sorts(plan), plan
+    (table,) = mariadb_plans.tables(plan)  # the limits row is probed before the plan runs
+    assert table["table_name"] == "caravel_jobs", plan
+    assert table.get("key") == index, plan
+    assert table["access_type"] == "range", plan
+    assert (table["r_loops"], table["r_rows"]) == (1, read), plan
+
+
+async def _assert_mariadb_update_by_key(url: str, pick: tuple[str, dict[str, Any]]) -> None:
+    """The claim's update of the rows it picked finds each by its primary key."""
+    update = _picked_update((await _mariadb_claim(url)).update).update
+    # The picked ids as PyMySQL binds a list (the update's IN list is expanded when it runs).
+    compiled = update.compile(dialect=mariadb_plans.DIALECT)
+    text = str(compiled).replace(f"(__[POSTCOMPILE_{PICKED}])", "%(picked)s")
+    values = {**compiled.params, "b_now": NOW, "b_expires": NOW + 30_000, "b_worker": None}
+    plan = mariadb_plans.plan(url, text, values, after=pick)
+    (table,) = mariadb_plans.tables(plan)  # a ready claim takes over no lease: no attempts counted
+    assert table["table_name"] == "caravel_jobs", plan
+    assert (table.get("key"), table["access_type"], table["r_rows"]) == ("PRIMARY", "range", LIMIT)
 
 
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -148,6 +218,15 @@ async def test_the_ready_claim_reads_its_batch_from_the_rank_index_only(
     loaded: tuple[str, str], queue: str, claimed: int
 ) -> None:
     backend, url = loaded
+    if backend == "mariadb":
+        # The ready claim is one pick; the far-future queue's rank is past the bound at once.
+        ((text, values),) = await _mariadb_picks(url, queue)
+        _assert_mariadb_pick(
+            mariadb_plans.plan(url, text, values), "ix_caravel_jobs_ranked", claimed
+        )
+        if claimed:
+            await _assert_mariadb_update_by_key(url, (text, values))
+        return
     text, values = await _claim_sql(url, backend, queue)
     if backend == "postgresql":
         plan = _pg_plan(url, text, values)
@@ -178,6 +257,13 @@ async def test_the_claim_of_any_reads_at_most_a_batch_from_each_index(
     loaded: tuple[str, str],
 ) -> None:
     backend, url = loaded
+    if backend == "mariadb":
+        # The ready jobs are picked only when the expired leases are fewer than a batch (here
+        # they are not), but neither pick may read more than a batch.
+        expired, ready = await _mariadb_picks(url, "busy", "any")
+        _assert_mariadb_pick(mariadb_plans.plan(url, *expired), "ix_caravel_jobs_leases", LIMIT)
+        _assert_mariadb_pick(mariadb_plans.plan(url, *ready), "ix_caravel_jobs_ranked", LIMIT)
+        return
     text, values = await _claim_sql(url, backend, "busy", "any")
     if backend == "postgresql":
         plan = _pg_plan(url, text, values)

@@ -68,12 +68,16 @@ class AppOutbox:
             await store.close()
 
 
-@pytest.fixture(params=("sqlite", "postgresql"))
+#: The fixture giving each server's shared test database.
+SESSION_URLS = {"postgresql": "pg_session_url", "mariadb": "mariadb_session_url"}
+
+
+@pytest.fixture(params=("sqlite", "postgresql", "mariadb"))
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppOutbox]:
     if request.param == "sqlite":
         url = sqlite_url(tmp_path / "app.db")
     else:
-        url = request.getfixturevalue("pg_session_url")
+        url = request.getfixturevalue(SESSION_URLS[request.param])
     metadata = sa.MetaData()
     add_outbox(metadata, name=f"outbox_{secrets.token_hex(4)}")
     (table,) = metadata.tables.values()

@@ -14,17 +14,18 @@ from caravel.flow import RateLimit
 from caravel.flow.window import started_weights
 from caravel.store import open_store
 from caravel.store.base import SqlStore
+from caravel.store.schema import queue_starts
 from tests.store.conformance.builders import QUEUE, T0, claim, insert, new_job
 from tests.support.databases import SqliteTemplate
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SqlStore]:
     if request.param == "sqlite":
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         url = template.copy_to(tmp_path / "queue.db")
     else:
-        url = request.getfixturevalue("pg_url")
+        url = request.getfixturevalue("mariadb_url" if request.param == "mariadb" else "pg_url")
     opened = open_store(url)
     inner = opened.inner
     assert isinstance(inner, SqlStore)
@@ -47,9 +48,7 @@ async def test_a_claim_logs_one_start_row_per_key_with_the_summed_weight(store: 
 
     assert len(claimed) == 30
     async with store.engine.connect() as conn:
-        rows = (
-            await conn.execute(sa.text("SELECT key, started_at, weight FROM caravel_queue_starts"))
-        ).all()
+        rows = (await conn.execute(sa.select(queue_starts.c["key", "started_at", "weight"]))).all()
     expected = {"a": 15, "b": 15, "c": 15}  # ten jobs each: five of weight 1, five of weight 2
     assert sorted((row.key, row.weight) for row in rows) == sorted(expected.items())
     assert {row.started_at for row in rows} == {T0 + 100}

@@ -170,3 +170,41 @@ def test_a_relative_sqlite_path_is_shown_absolute(
     found = explain(StoreError("queue_counts", "file is not a database"), "sqlite:///q.db")
     assert found is not None
     assert found.startswith(f"could not open the queue database at {tmp_path / 'q.db'}: ")
+
+
+MARIADB = "mariadb://app:s3cret@db.internal:3307/jobs?ssl_ca=hush"
+
+
+def _maria(reason: str, database: str = "queue") -> str | None:
+    return _pg(reason, MARIADB, database)
+
+
+def test_mariadb_failures_to_open_say_what_to_do() -> None:
+    shown = "could not open the queue database at mariadb://app:***@db.internal:3307/jobs: "
+    assert _maria("""(1049, "Unknown database 'jobs'")""") == (
+        f'{shown}database "jobs" does not exist; create it (mariadb -h db.internal -P 3307 -u '
+        "app -e 'CREATE DATABASE `jobs` CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin'), "
+        "then run `caravel db upgrade`"
+    )
+    assert _maria("""(1698, "Access denied for user 'app'@'10.0.0.9'")""") == (
+        f'{shown}the server refused user "app"; check the user name and password in the URL '
+        "(and that the user may connect from this host)"
+    )
+    refused = (
+        "(2003, \"Can't connect to MySQL server on 'db.internal' ([Errno 111] Connect call "
+        "failed ('10.0.0.7', 3307))\")"
+    )
+    assert _maria(refused) == (
+        f"{shown}no MariaDB server answered at db.internal:3307 ([Errno 111] Connect call "
+        "failed ('10.0.0.7', 3307)); check that the server is running and the URL's host and "
+        "port are right"
+    )
+    unknown = (
+        "(2003, \"Can't connect to MySQL server on 'db.internal' ([Errno -2] Name or service "
+        'not known)")'
+    )
+    assert _maria(unknown) == (
+        f"{shown}no host 'db.internal' could be found; check the host name in the URL"
+    )
+    # Anything else keeps the store's own message.
+    assert _maria('(1064, "You have an error in your SQL syntax")') is None

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from caravel import OptionsError, QueueOptions, ValidationError
+from caravel import OptionsError, QueueOptions, ValidationError, WorkerOptions
 
 TICK = timedelta(microseconds=1)
 MS = timedelta(milliseconds=1)
@@ -264,3 +264,27 @@ def test_the_progress_interval_is_from_100_milliseconds_to_1_hour() -> None:
         with pytest.raises(OptionsError) as caught:
             WorkerOptions(progress_interval=wrong)  # type: ignore[arg-type]
         assert caught.value.field == "progress_interval"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"emails": 0.001},
+        {"emails": 61},
+        {"emails": float("nan")},
+        {"emails": "1"},
+        {"emails": True},
+        {"": 1.0},
+        [("emails", 1.0)],
+    ],
+)
+def test_bad_poll_intervals_name_the_field(given: object) -> None:
+    with pytest.raises(OptionsError) as raised:
+        WorkerOptions(poll_intervals=given)  # type: ignore[arg-type]
+    assert raised.value.field == "poll_intervals"
+
+
+def test_polling_only_must_be_a_bool() -> None:
+    with pytest.raises(OptionsError) as raised:
+        WorkerOptions(polling_only="yes")  # type: ignore[arg-type]
+    assert raised.value.field == "polling_only"

@@ -27,6 +27,7 @@ PUBLIC_NAMES = [
     "ConcurrencyLimit",
     "DatabaseNotFoundError",
     "DatabaseQueue",
+    "DatabaseVersionError",
     "DeadLetterEvent",
     "Discard",
     "DispatchOptions",

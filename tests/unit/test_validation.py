@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 
@@ -378,12 +379,79 @@ def test_a_sqlite_url_with_a_host_is_refused_with_the_slashes_explained() -> Non
     assert backend_of("sqlite://") == "sqlite"
 
 
-def test_urls_name_one_of_the_three_stores_and_only_sql_ones_have_drivers() -> None:
-    from caravel.store.urls import backend_of, sync_url
+def test_urls_name_one_of_the_four_stores_and_only_sql_ones_have_drivers() -> None:
+    from caravel.store.urls import async_url, backend_of, sync_url
 
     assert backend_of("memory://") == backend_of("memory://shared") == "memory"
     assert backend_of("postgres://db.example/queue") == "postgresql"
-    with pytest.raises(ValidationError, match="postgresql://, sqlite:// or memory://"):
-        backend_of("mysql://db.example/queue")
+    # MariaDB by either name, through asyncmy, and PyMySQL for migrations.
+    assert backend_of("mysql://db.example/queue") == backend_of("mariadb://h/q") == "mariadb"
+    assert async_url("mysql://u:p@db.example:3307/queue").drivername == "mariadb+asyncmy"
+    assert sync_url("mariadb+asyncmy://db.example/queue").drivername == "mariadb+pymysql"
+    assert sync_url("mariadb://u:p@db.example:3307/queue").database == "queue"
+    with pytest.raises(ValidationError, match="postgresql://, mariadb://, sqlite:// or memory://"):
+        backend_of("oracle://db.example/queue")
     with pytest.raises(ValidationError, match="needs no migrations"):
         sync_url("memory://shared")
+
+
+@pytest.mark.parametrize(
+    ("version", "shown"),
+    [
+        ("10.6.21-MariaDB-log", "MariaDB 10.6.21"),
+        ("5.5.68-MariaDB", "MariaDB 5.5.68"),
+        ("8.0.36", "MariaDB (a MySQL 8.0.36 server)"),
+    ],
+)
+def test_a_server_older_than_mariadb_10_11_is_refused_naming_its_version(
+    version: str, shown: str
+) -> None:
+    from caravel import DatabaseVersionError, StoreError
+    from caravel.store.mariadb.connections import check_version
+
+    with pytest.raises(DatabaseVersionError) as caught:
+        check_version(version)
+    assert isinstance(caught.value, StoreError)
+    message = str(caught.value)
+    assert f"the server runs {shown};" in message
+    assert "needs MariaDB 10.11 or newer" in message
+    assert "\n" not in message
+    assert (caught.value.needed, caught.value.operation) == ("10.11", "connect")
+
+
+@pytest.mark.parametrize(
+    "version", ["10.11.19-MariaDB-0+deb12u1", "11.4.5-MariaDB", "12.1.2-MariaDB"]
+)
+def test_maintained_mariadb_servers_pass_the_version_check(version: str) -> None:
+    from caravel.store.mariadb.connections import check_version
+
+    check_version(version)
+
+
+def test_dispatch_options_takes_its_fields_as_keywords_with_their_defaults() -> None:
+    # Its __init__ is written out (for speed): it must take every field, in order, keyword
+    # only, with the field's default, and set each.
+    parameters = list(inspect.signature(DispatchOptions).parameters.values())
+    fields = dataclasses.fields(DispatchOptions)
+
+    assert [p.name for p in parameters] == [f.name for f in fields]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
+    assert [p.default for p in parameters] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in fields
+    ]
+    given = {
+        "queue": "q",
+        "tenant_id": "t",
+        "idempotency_key": None,
+        "not_before": datetime(2030, 1, 1, tzinfo=UTC),
+        "delay": None,
+        "max_attempts": 4,
+        "tags": ("a",),
+        "priority": 9,
+        "pending_key": "p",
+        "on_pending": "replace",
+        "max_debounce": timedelta(seconds=5),
+        "timeout": timedelta(seconds=3),
+        "partition_key": "k",
+    }
+    assert dataclasses.asdict(DispatchOptions(**given)) == given  # type: ignore[arg-type]

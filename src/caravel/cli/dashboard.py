@@ -23,7 +23,7 @@ from caravel.cli.opening import explain
 from caravel.cli.options import DatabaseUrl
 from caravel.errors import CaravelError
 
-__all__ = ["dashboard", "parse_bind"]
+__all__ = ["checked_bind", "dashboard", "load_authorize", "parse_bind", "serve"]
 
 
 def _say(message: str) -> None:
@@ -61,6 +61,17 @@ def _load_authorize(path: str) -> Any:
 
 def dashboard(
     url: DatabaseUrl,
+    read_url: Annotated[
+        str | None,
+        typer.Option(
+            "--read-url",
+            envvar="CARAVEL_READ_DATABASE_URL",
+            show_envvar=True,
+            metavar="URL",
+            help="Read the pages from this database instead, such as a streaming standby of "
+            "--url (opened read-only); every change still goes to --url.",
+        ),
+    ] = None,
     bind: Annotated[
         str,
         typer.Option(
@@ -106,22 +117,12 @@ def dashboard(
     Queue counts, jobs, dead letters (with replay) and workers. Listens on loopback only unless
     --allow-remote is given.
     """
-    try:
-        host, port = parse_bind(bind)
-    except ValueError as exc:
-        _say(f"caravel dashboard: --bind {exc}")
-        raise typer.Exit(2) from None
-    if not _loopback(host) and not allow_remote:
-        _say(
-            f"caravel dashboard: refusing to listen on {host}, which other machines can reach; "
-            "use a loopback address, or add --allow-remote (and --authorize)"
-        )
-        raise typer.Exit(2)
+    host, port = checked_bind("dashboard", bind, allow_remote)
     if lost_after <= 0:
         _say("caravel dashboard: --lost-after must be positive")
         raise typer.Exit(2)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (serve imports it; missing, the extra is not installed)
 
         from caravel.web import dashboard as build
     except ImportError:
@@ -130,44 +131,79 @@ def dashboard(
             "run: pip install 'caravel-queue[web]'"
         )
         raise typer.Exit(2) from None
-    try:
-        check = _load_authorize(authorize) if authorize is not None else None
-    except ValueError as exc:  # ValidationError included
-        _say(f"caravel dashboard: {exc}")
-        raise typer.Exit(2) from None
+    check = load_authorize("dashboard", authorize)
 
-    async def schema_ready() -> None:
-        async with open_inspector(url) as reader:
+    async def schema_ready(target: str) -> None:
+        async with open_inspector(target) as reader:
             await reader.check_schema()
 
+    # Both must be migrated; an error names the one whose check failed.
+    checking = url
+
     try:
-        asyncio.run(schema_ready())
+        for checking in (url,) if read_url is None else (url, read_url):
+            asyncio.run(schema_ready(checking))
         app = build(
             url,
+            read_url=read_url,
             authorize=check,
             refresh_seconds=refresh,
             lost_after=timedelta(seconds=lost_after),
         )
     except CaravelError as exc:  # 2 for a missing file or an unmigrated queue, 1 otherwise
-        _say(f"caravel dashboard: {explain(exc, url) or exc}")
+        _say(f"caravel dashboard: {explain(exc, checking) or exc}")
         raise typer.Exit(exit_code(exc)) from None
+    who = "requests decided by " + authorize if authorize else "requests from this machine only"
+    if check is None and not _loopback(host):
+        _say("caravel dashboard: no --authorize: requests from other machines will be refused")
+    serve("dashboard", app, host, port, f"/ ({who})")
+
+
+def checked_bind(command: str, bind: str, allow_remote: bool) -> tuple[str, int]:
+    """``--bind``'s host and port, or exit 2 saying why not: a malformed value, or an address
+    other machines can reach without ``--allow-remote``."""
+    try:
+        host, port = parse_bind(bind)
+    except ValueError as exc:
+        _say(f"caravel {command}: --bind {exc}")
+        raise typer.Exit(2) from None
+    if not _loopback(host) and not allow_remote:
+        _say(
+            f"caravel {command}: refusing to listen on {host}, which other machines can reach; "
+            "use a loopback address, or add --allow-remote (and --authorize)"
+        )
+        raise typer.Exit(2)
+    return host, port
+
+
+def load_authorize(command: str, authorize: str | None) -> Any:
+    """The ``--authorize`` function, or exit 2 saying why it cannot be loaded."""
+    try:
+        return _load_authorize(authorize) if authorize is not None else None
+    except ValueError as exc:  # ValidationError included
+        _say(f"caravel {command}: {exc}")
+        raise typer.Exit(2) from None
+
+
+def serve(command: str, app: Any, host: str, port: int, what: str) -> None:
+    """Serve ``app`` with uvicorn on ``host:port`` until Ctrl+C, saying on standard error that
+    it serves ``what`` (the path and who may ask). A port that cannot be taken exits 1."""
+    import uvicorn
+
     shown = f"[{host}]" if ":" in host else host
     try:
         listening = _listen(host, port)
     except OSError as exc:
         busy = exc.errno == errno.EADDRINUSE
         _say(
-            f"caravel dashboard: port {port} on {shown} is already in use; stop what holds it "
+            f"caravel {command}: port {port} on {shown} is already in use; stop what holds it "
             f"or choose another with --bind, e.g. --bind {shown}:{port % 65535 + 1}"
             if busy
-            else f"caravel dashboard: cannot listen on {shown}:{port}: {exc.strerror}; "
+            else f"caravel {command}: cannot listen on {shown}:{port}: {exc.strerror}; "
             "choose another address with --bind"
         )
         raise typer.Exit(1) from None
-    who = "requests decided by " + authorize if authorize else "requests from this machine only"
-    if check is None and not _loopback(host):
-        _say("caravel dashboard: no --authorize: requests from other machines will be refused")
-    _say(f"caravel dashboard: serving http://{shown}:{port}/ ({who}); Ctrl+C stops it")
+    _say(f"caravel {command}: serving http://{shown}:{port}{what}; Ctrl+C stops it")
     config = uvicorn.Config(
         app,
         host=host,

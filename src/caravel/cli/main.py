@@ -35,6 +35,7 @@ _TOP = (
     ("workers", "caravel.cli.workers", "workers", False),
     ("worker", "caravel.cli.worker", "worker", False),
     ("dashboard", "caravel.cli.dashboard", "dashboard", False),
+    ("metrics", "caravel.cli.metrics", "metrics", False),
 )
 
 

@@ -47,6 +47,9 @@ def explain(exc: BaseException, url: str, database: str = "queue") -> str | None
     if where.backend == "postgresql":
         said = _postgresql(exc.reason, where, database)
         shown = where.shown
+    elif where.backend == "mariadb":
+        said = _mariadb(exc.reason, where, database)
+        shown = where.shown
     elif where.backend == "sqlite" and where.database is not None:
         said = _sqlite(exc.reason, Path(where.database))
         shown = where.database
@@ -85,6 +88,56 @@ def _postgresql(reason: str, where: Address, database: str) -> str | None:
         detail = reason.split(":", 1)[1].strip()
         return f"{detail}; check that the server is running and the URL's host and port are right"
     return None
+
+
+#: MariaDB's reasons as its driver words them: ``(1049, "Unknown database 'jobs'")``.
+_MARIADB_REASON = re.compile(r"""^\((?P<code>\d+), ["'](?P<text>.*)["']\)$""")
+_MARIADB_NAME = re.compile(r"'(?P<name>[^']*)'")
+
+
+def _mariadb(reason: str, where: Address, database: str) -> str | None:
+    found = _MARIADB_REASON.match(reason)
+    if found is None:
+        return None
+    code, text = int(found["code"]), found["text"]
+    named = _MARIADB_NAME.search(text)
+    name = named["name"] if named else ""
+    if code == 1049:  # unknown database
+        if database != "queue":
+            return f'database "{name}" does not exist; check the database name in the URL'
+        return (
+            f'database "{name}" does not exist; create it ({_create_database(where, name)}), '
+            "then run `caravel db upgrade`"
+        )
+    if code in (1045, 1698):  # access denied
+        return (
+            f'the server refused user "{name}"; check the user name and password in the URL '
+            "(and that the user may connect from this host)"
+        )
+    if code in (2002, 2003, 2005):  # no server there, or no such host
+        # "Can't connect to MySQL server on 'h' (<why>)": the why, without its parentheses.
+        detail = text.split(" (", 1)[1][:-1] if " (" in text and text.endswith(")") else text
+        if "Name or service not known" in detail or code == 2005:
+            return f"no host {where.host!r} could be found; check the host name in the URL"
+        return (
+            f"no MariaDB server answered at {where.host or 'localhost'}:{where.port or 3306} "
+            f"({detail}); check that the server is running and the URL's host and port are right"
+        )
+    return None
+
+
+def _create_database(where: Address, name: str) -> str:
+    """The ``mariadb`` command that creates database ``name`` where the URL points, with the
+    character set and collation the queue's tables use."""
+    words = ["mariadb"]
+    if where.host:
+        words += ["-h", where.host]
+    if where.port is not None:
+        words += ["-P", str(where.port)]
+    if where.username:
+        words += ["-u", where.username]
+    create = f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+    return shlex.join([*words, "-e", create])
 
 
 def _createdb(where: Address, name: str) -> str:

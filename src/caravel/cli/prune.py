@@ -19,7 +19,7 @@ from caravel.errors import CaravelError, ValidationError
 
 if TYPE_CHECKING:
     from caravel.retention import Retention
-    from caravel.store.prunes import PruneBatch
+    from caravel.store.pruning import PruneBatch
 
 __all__ = ["AGE_FLAGS", "NothingPrunedError", "age", "prune_jobs", "retention_from_flags"]
 

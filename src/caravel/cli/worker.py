@@ -35,6 +35,7 @@ FLAGS = {
     "concurrency": "--concurrency",
     "poll_interval": "--poll-interval",
     "min_poll_interval": "--poll-interval",
+    "poll_intervals": "--poll-interval",
     "shutdown_grace": "--shutdown-grace",
     "heartbeat_interval": "--heartbeat-interval",
     "summary_interval": "--summary-interval",
@@ -45,6 +46,28 @@ FLAGS = {
     "prune_interval": "--prune-interval",
     "redactor": "--redactor",
 }
+
+
+def poll_flags(values: list[str]) -> tuple[timedelta, dict[str, timedelta]]:
+    """``--poll-interval`` as given: the worker's interval (plain seconds, 1 s when none is)
+    and each queue's own (``QUEUE=SECONDS``)."""
+    poll = timedelta(seconds=1)
+    per_queue: dict[str, timedelta] = {}
+    for value in values:
+        queue, assigned, amount = value.rpartition("=")
+        try:
+            number = float(amount)
+        except ValueError:
+            raise FlagError(
+                "--poll-interval must be a number of seconds, or QUEUE=SECONDS"
+            ) from None
+        if assigned and not queue:
+            raise FlagError("--poll-interval must name a queue before =")
+        if assigned:
+            per_queue[queue] = seconds("--poll-interval", number)
+        else:
+            poll = seconds("--poll-interval", number)
+    return poll, per_queue
 
 
 def worker(
@@ -68,8 +91,21 @@ def worker(
         int, typer.Option(help="Handlers running at once in this process (1-1024).")
     ] = 1,
     poll_interval: Annotated[
-        float, typer.Option(help="Longest idle wait between looks at the queue, in seconds.")
-    ] = 1.0,
+        list[str] | None,
+        typer.Option(
+            metavar="SECONDS|QUEUE=SECONDS",
+            help="Longest idle wait between looks at the queue, in seconds (default 1); "
+            "QUEUE=SECONDS sets one queue's own. Repeat for several.",
+        ),
+    ] = None,
+    polling_only: Annotated[
+        bool,
+        typer.Option(
+            "--polling-only",
+            help="Never LISTEN: poll each queue at its interval. For a database behind a "
+            "pooler in transaction mode (PgBouncer).",
+        ),
+    ] = False,
     shutdown_grace: Annotated[
         float,
         typer.Option(help="Seconds in-flight jobs get to finish after SIGTERM/SIGINT."),
@@ -202,7 +238,7 @@ def worker(
                 "change it"
             )
         configure_logging(level=parse_level(log_level, verbose))
-        poll = seconds("--poll-interval", poll_interval)
+        poll, per_queue = poll_flags(poll_interval or [])
         renewal = lease_renewal_interval
         queue_options = QueueOptions(
             lease_duration=seconds("--lease-duration", lease_duration),
@@ -224,6 +260,8 @@ def worker(
             concurrency=concurrency,
             poll_interval=poll,
             min_poll_interval=min(timedelta(milliseconds=50), poll),
+            polling_only=polling_only,
+            poll_intervals=per_queue,
             shutdown_grace=seconds("--shutdown-grace", shutdown_grace),
             heartbeat_interval=seconds("--heartbeat-interval", heartbeat_interval),
             summary_interval=(

@@ -16,6 +16,13 @@ config = context.config
 
 
 def _run(connection: sa.Connection) -> None:
+    if connection.dialect.name == "mariadb":
+        # Refused before anything is created, as the queue refuses it (DatabaseVersionError).
+        from caravel.store.mariadb.connections import check_version
+
+        # The server's own version, as the handshake gave it: no statement, which would open a
+        # transaction before the migration's own.
+        check_version(str(connection.connection.dbapi_connection.get_server_info()))  # type: ignore[union-attr]
     context.configure(
         connection=connection,
         target_metadata=metadata,

@@ -46,7 +46,7 @@ from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retentio
 from caravel.signals import WakeupHub
 from caravel.store import open_store
 from caravel.store.protocol import LimitKind, NewJob, Store
-from caravel.store.prunes import PruneBatch
+from caravel.store.pruning import PruneBatch
 from caravel.validation import check_identifier, check_queue_name, check_schedule_name
 
 if TYPE_CHECKING:
@@ -110,10 +110,10 @@ class DatabaseQueue(AsyncClosing):
         :class:`~caravel.errors.IdempotencyConflictError`.
 
         With ``session`` (a SQLAlchemy ``AsyncSession``, ``AsyncConnection``, ``Session`` or
-        ``Connection``, or a psycopg or ``sqlite3`` connection, on the queue's own database) the
-        job is inserted in the transaction that session has open instead, and exists exactly
-        when that transaction commits: a rollback leaves no job. Workers are woken when it
-        commits, not before.
+        ``Connection``, or a psycopg, PyMySQL or ``sqlite3`` connection, on the queue's own
+        database) the job is inserted in the transaction that session has open instead, and
+        exists exactly when that transaction commits: a rollback leaves no job. Workers are woken
+        when it commits, not before.
         """
         return await self._enqueuer.enqueue(job, dispatch, session=session)
 

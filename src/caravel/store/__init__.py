@@ -25,10 +25,15 @@ __all__ = ["open_outbox_store", "open_reader", "open_store"]
 def _dialect_store(url: str | sa.URL, *, read_only: bool) -> SqlStore[Any]:
     from caravel.store.urls import backend_of
 
-    if backend_of(url) == "postgresql":
+    backend = backend_of(url)
+    if backend == "postgresql":
         from caravel.store import postgresql
 
         return postgresql.PostgresStore(postgresql.create_engine(url, read_only=read_only))
+    if backend == "mariadb":
+        from caravel.store import mariadb
+
+        return mariadb.MariadbStore(mariadb.create_engine(url, read_only=read_only))
     from caravel.store import sqlite
 
     return sqlite.SqliteStore(sqlite.create_engine(url, read_only=read_only))
@@ -49,7 +54,8 @@ def _is_url(target: object) -> bool:
 
 
 def open_store(target: str | sa.URL | Store) -> InstrumentedStore:
-    """The store for a URL (``postgresql://``, ``sqlite:///`` or ``memory://``), instrumented;
+    """The store for a URL (``postgresql://``, ``mariadb://``, ``sqlite:///`` or ``memory://``),
+    instrumented;
     an already opened store is instrumented (once) and used as it is."""
     from caravel.store.instrumented import InstrumentedStore, instrumented
 
@@ -99,13 +105,17 @@ def open_outbox_store(app: AsyncEngine | str | sa.URL, table_name: str) -> Outbo
 
         raise ValidationError(
             "url",
-            "the outbox lives in the application's own database: use its postgresql:// or "
-            "sqlite:// URL, not memory://",
+            "the outbox lives in the application's own database: use its postgresql://, "
+            "mariadb:// or sqlite:// URL, not memory://",
         )
     if backend == "postgresql":
         from caravel.store import postgresql
 
         return OutboxStore(postgresql.create_engine(app), table_name, owns_engine=True)
+    if backend == "mariadb":
+        from caravel.store import mariadb
+
+        return OutboxStore(mariadb.create_engine(app), table_name, owns_engine=True)
     from caravel.store import sqlite
 
     engine = sqlite.create_engine(app, set_wal=False)

@@ -19,10 +19,12 @@ from caravel.attempts import AttemptOutcome
 from caravel.jobs import JobState, Lease
 from caravel.store import attempts, claims, outcomes, queries
 from caravel.store.claims.takeover import expired_before, taking_over
+from caravel.store.inserts.caller import CallerInserts
+from caravel.store.inserts.general import SqlInserts
+from caravel.store.inserts.pending import returning_key, with_key_given_up
 from caravel.store.limited import LimitsStore
-from caravel.store.links_sql import SqlLinks
+from caravel.store.links.statements import SqlLinks
 from caravel.store.pausing import PausingStore
-from caravel.store.pending_sql import returning_key, with_key_given_up
 from caravel.store.plans import Plan, Step, record_plan, run_plan
 from caravel.store.protocol import (
     ClaimBatch,
@@ -34,17 +36,18 @@ from caravel.store.protocol import (
     Recorder,
     SnoozedAttempt,
 )
-from caravel.store.prunes import PruneBatch, PruneRequest
-from caravel.store.pruning import prune_plan
-from caravel.store.reads_sql import SqlReads
-from caravel.store.removal_sql import SqlRemoval
+from caravel.store.pruning import PruneBatch, PruneRequest
+from caravel.store.pruning.plan import prune_plan
+from caravel.store.reads import SqlReads
+from caravel.store.removal.statements import SqlRemoval
 from caravel.store.rows import (
     claimed_from_rows,
 )
-from caravel.store.schedules_sql import ScheduleStateStore
+from caravel.store.scaling import ScalingReads
+from caravel.store.schedules import ScheduleStateStore
 from caravel.store.schema import jobs
 from caravel.store.transactions import ConnectionT
-from caravel.store.workers_sql import WorkerRegistry
+from caravel.store.workers import WorkerRegistry
 
 __all__ = ["SqlStore", "claimed_from_rows"]
 
@@ -69,11 +72,14 @@ def _failure_fields(failure: FailedAttempt) -> dict[str, Any]:
 
 class SqlStore(
     SqlReads[ConnectionT],
+    ScalingReads[ConnectionT],
     PausingStore[ConnectionT],
     LimitsStore[ConnectionT],
     ScheduleStateStore[ConnectionT],
     SqlRemoval[ConnectionT],
     SqlLinks[ConnectionT],
+    SqlInserts[ConnectionT],
+    CallerInserts[ConnectionT],
     WorkerRegistry[ConnectionT],
 ):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
@@ -111,9 +117,10 @@ class SqlStore(
 
     def _claim_statement(
         self, source: ClaimSource, *, literal_limit: bool = True, unlimited: bool = True
-    ) -> sa.Update:
+    ) -> Any:
         """The claim for one source of jobs, picking rows the dialect's way (``unlimited``: of
-        a queue without limits, see :func:`~caravel.store.claims.claim`)."""
+        a queue without limits, see :func:`~caravel.store.claims.claim`): an ``UPDATE ...
+        RETURNING``, or what the dialect's connections run as one."""
         return claims.claim(
             source,
             self._claim_target,

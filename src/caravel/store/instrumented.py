@@ -9,6 +9,7 @@ operation's parameters and result into the plain values they take.
 from __future__ import annotations
 
 import itertools
+import operator
 from asyncio import AbstractEventLoop
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ from caravel.flow.rate import RateLimit
 from caravel.jobs import CancelOutcome, FailureCategory, JobState, JobStatus, Lease
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
 from caravel.store.protocol import (
+    AllInserted,
     ClaimBatch,
     ClaimRequest,
     Committed,
@@ -37,15 +39,17 @@ from caravel.store.protocol import (
     QueueCounts,
     QueueLimit,
     QueueLimitUsage,
+    QueueSignal,
     Recorder,
     ScheduleState,
+    SignalQuery,
     SnoozedAttempt,
     Store,
     ThroughputBucket,
     ThroughputQuery,
     WorkerRecord,
 )
-from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.removal import JobSelection
 
 __all__ = ["InstrumentedStore", "instrumented"]
@@ -263,6 +267,10 @@ class InstrumentedStore:
         with self._span("queue_counts"):
             return await self.inner.queue_counts(queue, now)
 
+    async def queue_signal(self, query: SignalQuery) -> list[QueueSignal]:
+        with self._span("queue_signal"):
+            return await self.inner.queue_signal(query)
+
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
         with self._span("job_throughput"):
             return await self.inner.job_throughput(query)
@@ -384,11 +392,16 @@ def _traced(new_jobs: Sequence[NewJob]) -> Sequence[NewJob]:
     return new_jobs if carrier is None else [_with_trace(job, carrier) for job in new_jobs]
 
 
+_QUEUE_TYPE = operator.attrgetter("queue", "job_type")
+
+
 def _count_enqueued(result: InsertResult) -> None:
     jobs, outcomes = result
     counts: Mapping[tuple[str, str, bool], int]
     if len(jobs) == 1:  # a one-job enqueue, without building a Counter
         counts = {(jobs[0].queue, jobs[0].job_type, not outcomes[0].inserted): 1}
+    elif isinstance(outcomes, AllInserted):  # a bulk insert that created every job: no loop
+        counts = {(q, t, False): n for (q, t), n in Counter(map(_QUEUE_TYPE, jobs)).items()}
     else:
         counts = Counter(
             (job.queue, job.job_type, not outcome.inserted)

@@ -23,7 +23,7 @@ from caravel.flow.rate import RateLimit
 from caravel.jobs import JobStatus, Lease
 from caravel.store.limit_values import KeyUsage, LimitKind, QueueLimit, QueueLimitUsage
 from caravel.store.links import LinkReads, LinkWrites
-from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.removal import RemovalStore
 from caravel.store.values import (
     SHOWN_STATES,
@@ -42,9 +42,11 @@ from caravel.store.values import (
     PausedQueue,
     ProgressUpdate,
     QueueCounts,
+    QueueSignal,
     Recorder,
     ScheduleState,
     ShownState,
+    SignalQuery,
     SnoozedAttempt,
     ThroughputBucket,
     ThroughputQuery,
@@ -73,10 +75,12 @@ __all__ = [
     "QueueCounts",
     "QueueLimit",
     "QueueLimitUsage",
+    "QueueSignal",
     "ReadStore",
     "Recorder",
     "ScheduleState",
     "ShownState",
+    "SignalQuery",
     "SnoozedAttempt",
     "Store",
     "ThroughputBucket",
@@ -125,6 +129,12 @@ class ReadStore(LinkReads, Protocol):
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         """Per-queue counts at ``now``."""
+        ...
+
+    async def queue_signal(self, query: SignalQuery) -> list[QueueSignal]:
+        """What an autoscaler reads of every queue (or only ``query.queue``) with a live job,
+        a job finished in the query's window, or a worker heard from in it, by name: one
+        statement over the jobs table and one over the workers table, in one read."""
         ...
 
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:

@@ -49,6 +49,7 @@ __all__ = [
     "QUEUE_LIMITS_TABLE",
     "QUEUE_STARTS_TABLE",
     "QUEUE_WEIGHTS_TABLE",
+    "RELEASES_TABLE",
     "SCHEDULES_TABLE",
     "TABLE_NAMES",
     "VERSION_TABLE",
@@ -203,9 +204,16 @@ _partial_index(
     "ix_caravel_jobs_chain", jobs.c.chain_id, jobs.c.chain_step, where="chain_id IS NOT NULL"
 )
 _partial_index("ix_caravel_jobs_batch", jobs.c.batch_id, jobs.c.state, where="batch_id IS NOT NULL")
-# Finished jobs by queue and state: queue counts read at most a bounded stretch of it, never
-# the finished rows themselves (see queries.counts).
-_partial_index("ix_caravel_jobs_finished", jobs.c.queue, jobs.c.state, where="available_at IS NULL")
+# Finished jobs by queue, state and finish time: queue counts read at most a bounded stretch of
+# it, never the finished rows themselves (see queries.counts); the autoscaling signal reads the
+# jobs a queue finished lately as a range of it (see scaling.signal_statement).
+_partial_index(
+    "ix_caravel_jobs_finished",
+    jobs.c.queue,
+    jobs.c.state,
+    jobs.c.finished_at,
+    where="available_at IS NULL",
+)
 
 
 #: The order ready jobs are claimed in: the due time moved earlier by the job's priority, each
@@ -242,6 +250,11 @@ def include_object(
 
 
 WORKERS_TABLE = "caravel_workers"
+
+#: MariaDB only: the releases its trigger on the jobs table asks the store to make in the same
+#: transaction (migration 0016, :mod:`caravel.store.mariadb.releases`). Not part of
+#: :data:`metadata`: the other databases release in their triggers.
+RELEASES_TABLE = "caravel_releases"
 
 #: SQLite only: finished jobs per queue and state, kept by triggers on the jobs table in the
 #: same transaction as every change (migration 0005), since SQLite has no statistics to estimate

@@ -100,6 +100,12 @@ class AllInserted(Sequence[InsertOutcome]):
     def __init__(self, jobs: Sequence[NewJob]) -> None:
         self._jobs = jobs
 
+    @property
+    def jobs(self) -> Sequence[NewJob]:
+        """The jobs, every one created: what a caller that handles the common case on its own
+        reads instead of an outcome per job."""
+        return self._jobs
+
     def __len__(self) -> int:
         return len(self._jobs)
 
@@ -369,3 +375,30 @@ class Heartbeat:
     now: int
     in_flight: int
     stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SignalQuery:
+    """What one autoscaling read covers at ``now``: jobs finished at or after
+    ``finished_since`` (and not after ``now``), and workers heard from at or after
+    ``seen_since`` that have not stopped; every queue, or only ``queue``."""
+
+    queue: str | None
+    now: int
+    finished_since: int
+    seen_since: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSignal:
+    """One queue as an autoscaler sees it at one moment: ``ready`` jobs due now (neither
+    delayed nor held), ``running`` jobs with a live lease, when the oldest due job became due
+    (``None`` when none is), ``finished`` jobs (completed or dead-lettered) in the query's
+    window, and the ``workers`` serving the queue that were heard from in its window."""
+
+    queue: str
+    ready: int
+    running: int
+    oldest_ready_due_ms: int | None
+    finished: int
+    workers: int

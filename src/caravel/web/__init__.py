@@ -18,13 +18,16 @@ Starlette or Jinja2. See ``docs/guides/dashboard.md``.
 
 from caravel.web.app import ROUTES, Dashboard, RouteSpec, dashboard
 from caravel.web.auth import Authorize, Principal, local_request
+from caravel.web.metrics import MetricsApp, metrics_app
 
 __all__ = [
     "ROUTES",
     "Authorize",
     "Dashboard",
+    "MetricsApp",
     "Principal",
     "RouteSpec",
     "dashboard",
     "local_request",
+    "metrics_app",
 ]

@@ -2,9 +2,10 @@
 the pieces together.
 
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
-mount it inside any ASGI application; it reads through a read-only connection and writes only
-to replay dead letters, to cancel, delete and prune jobs, to pause or resume queues and
-schedules, and to set or clear queues' limits and rates. Every route is listed in
+mount it inside any ASGI application; it reads through a read-only connection (to a standby,
+given ``read_url``) and writes, always to the queue's own database, only to replay dead
+letters, to cancel, delete and prune jobs, to pause or resume queues and schedules, and to set
+or clear queues' limits and rates. Every route is listed in
 :data:`ROUTES` with the permission it needs, and one guard (:mod:`caravel.web.guard`) checks
 that permission (and, for a POST, the anti-forgery token) before any page
 (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`, :mod:`caravel.web.bulk_pages`,
@@ -34,6 +35,7 @@ from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
 from caravel.web.limit_pages import LimitPages
 from caravel.web.link_pages import LinkPages
+from caravel.web.metrics import MetricsEndpoint
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import queue_pausing, schedule_pausing
 from caravel.web.presentation import Renderer
@@ -99,6 +101,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/schedules/{name}/resume", "schedule_resume", "operate"),
     RouteSpec("GET", "/batches", "batches", "read"),
     RouteSpec("GET", "/batches/{batch_id}", "batch", "read"),
+    # The autoscaling signal (JSON or Prometheus text), behind the same access control.
+    RouteSpec("GET", "/metrics", "metrics", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
 )
 
@@ -183,6 +187,7 @@ class Dashboard:
             "schedule_resume": schedules.resume,
             "batches": links.batches,
             "batch": links.batch,
+            "metrics": MetricsEndpoint(reader, lost_after=lost_after),
             "static": pages.static,
         }
         self.router = Router(
@@ -239,6 +244,7 @@ class Dashboard:
 def dashboard(
     queue_url: str | sa.URL,
     *,
+    read_url: str | sa.URL | None = None,
     authorize: Authorize | None = None,
     title: str = "Caravel",
     refresh_seconds: int = 5,
@@ -250,7 +256,12 @@ def dashboard(
 
     Args:
         queue_url: the queue database (``postgresql://...`` or ``sqlite:///...``), migrated.
-            Pages read through a read-only connection; replays write through a second one.
+            Pages read through a read-only connection; every change (replay, cancel, delete,
+            prune, pause, limits) writes through a second one.
+        read_url: where the pages read from instead, such as a streaming standby of
+            ``queue_url``'s database; they show it as far as it has replayed. Opened read-only,
+            so nothing is ever written there. Changes, and the counts their confirmation pages
+            preview, still go to ``queue_url``.
         authorize: ``authorize(request)`` returns the :class:`~caravel.web.Principal` making
             the request, or ``None`` when it is anonymous; it may be ``async``. Without it, the
             dashboard answers only requests made on this machine to a loopback address, and
@@ -269,7 +280,7 @@ def dashboard(
         "lost_after", lost_after, timedelta.resolution, timedelta.max, "must be positive"
     )
     registry = JobRegistry()  # replay and reads need no handlers
-    reader = QueueInspector(queue_url, clock=clock)
+    reader = QueueInspector(queue_url if read_url is None else read_url, clock=clock)
     writer = DatabaseQueue(queue_url, registry, clock=reader.clock)
     return Dashboard(
         reader,

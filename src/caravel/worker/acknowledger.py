@@ -19,6 +19,7 @@ from uuid import UUID
 
 from caravel._failpoints import failpoint
 from caravel.jobs import ClaimedJob
+from caravel.worker.ending import cancel_and_wait
 from caravel.worker.leases import Leases
 from caravel.worker.outcome import Outcome
 
@@ -60,7 +61,12 @@ class Acknowledger:
         self._drained = asyncio.Event()
         self._writers = writers
         self._flusher: asyncio.Future[list[None]] | None = None
+        self._flush_tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        #: Which flusher is current: abort moves it on, and a flush loop of an earlier one stops
+        #: at its next turn even if the cancel it was sent never reached it (a driver may swallow
+        #: a cancellation that lands inside its own await).
+        self._generation = 0
 
     async def write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
         """Write ``batch`` now and report each outcome; the ids whose lease was still current.
@@ -78,12 +84,13 @@ class Acknowledger:
         """Queue one outcome for writing."""
         if self._flusher is None or self._flusher.done():
             self._closing = False
-            self._flusher = asyncio.gather(
-                *(
-                    asyncio.create_task(self._flush_loop(), name=f"caravel-acknowledger-{n}")
-                    for n in range(self._writers)
+            self._flush_tasks = [
+                asyncio.create_task(
+                    self._flush_loop(self._generation), name=f"caravel-acknowledger-{n}"
                 )
-            )
+                for n in range(self._writers)
+            ]
+            self._flusher = asyncio.gather(*self._flush_tasks)
         self._pending.append((claimed, outcome))
         self._wake.set()
 
@@ -110,17 +117,21 @@ class Acknowledger:
         """Stop the flusher at once, dropping whatever is queued (their jobs run again after
         their leases expire)."""
         flusher, self._flusher = self._flusher, None
+        tasks, self._flush_tasks = self._flush_tasks, []
         self._pending.clear()
+        self._generation += 1
+        self._wake.set()
+        await cancel_and_wait(tasks)
         if flusher is not None:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await flusher
+            # Not awaited: a flush task left running after the stop's patience would hold the
+            # stop up again. What it ends with is taken when it ends.
+            flusher.add_done_callback(_taken)
 
-    async def _flush_loop(self) -> None:
-        while True:
+    async def _flush_loop(self, generation: int) -> None:
+        while generation == self._generation:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending:
+            while self._pending and generation == self._generation:
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
                 self._drained.set()
@@ -138,3 +149,9 @@ class Acknowledger:
     async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
         # Each outcome is its own acknowledgement (it has the fields Leases.record reads).
         return await self._leases.record([outcome for _, outcome in batch])
+
+
+def _taken(flusher: asyncio.Future[list[None]]) -> None:
+    """An aborted flusher's end, taken so asyncio does not log it as never retrieved."""
+    if not flusher.cancelled():
+        flusher.exception()

@@ -158,11 +158,14 @@ class Fetcher:
         self._slots = slots
         self._wakeups = wakeups
         self._clock = clock
-        self._push = push
+        self._push = push and not options.polling_only
+        #: Polling only: every idle wait is the queue's own interval, the cost the operator
+        #: chose, rather than starting short after work and backing off.
+        self._fixed = options.polling_only
         self._stopping = stopping
         self._poll_ms = duration_ms(options.poll_interval)
-        self._min_poll = options.min_poll_interval.total_seconds()
-        self._longest = options.poll_interval.total_seconds()
+        self._longest = options.poll_interval_for(queue).total_seconds()
+        self._min_poll = min(options.min_poll_interval.total_seconds(), self._longest)
         self._refill = max(1, options.concurrency // 4)
         self._batch = max(1, (options.concurrency + 1) // 2)
 
@@ -191,7 +194,7 @@ class Fetcher:
                 # anything may have left due jobs of a key with more than its share.
                 continue
             woken = await self._wakeups.wait(
-                self.queue, self._longest if self._push else idle, self._clock.sleep
+                self.queue, self._longest if self._push or self._fixed else idle, self._clock.sleep
             )
             if not self._push:
                 idle = min(idle * 2, self._longest)

@@ -43,8 +43,10 @@ class PausedQueues:
         *,
         poll_seconds: float,
         limits: LimitedQueues | None = None,
+        listen: bool = True,
     ) -> None:
         self._store = store
+        self._listen = listen
         self._limits = limits
         self._clock = clock
         self._hub = hub
@@ -88,7 +90,7 @@ class PausedQueues:
         """Re-read the set on every pushed change, and every poll interval regardless."""
         feed = (
             self._store.queue_changes(sorted(self._queues))
-            if self._store.supports_listen_notify
+            if self._listen and self._store.supports_listen_notify
             else None
         )
         heard = None if feed is None else asyncio.create_task(self._hear(feed))

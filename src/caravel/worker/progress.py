@@ -31,6 +31,7 @@ from caravel.clock import Clock, duration_ms, woken_or_at
 from caravel.jobs import ClaimedJob
 from caravel.progress import ProgressReport
 from caravel.store.protocol import ProgressUpdate, Store
+from caravel.worker.ending import cancel_and_wait
 
 __all__ = ["ProgressWriter", "Tracked"]
 
@@ -100,9 +101,8 @@ class ProgressWriter:
     async def close(self) -> None:
         loop, self._loop = self._loop, None
         if loop is not None:
-            loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await loop
+            # Its write's driver may swallow the first cancel: cancel_and_wait cancels again.
+            await cancel_and_wait([loop])
 
     def _changed(self, entry: Tracked) -> None:
         """A report arrived while nothing was pending: schedule its write."""

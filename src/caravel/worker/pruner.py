@@ -18,7 +18,7 @@ from caravel.clock import Clock
 from caravel.errors import CaravelError
 from caravel.retention import DEFAULT_PRUNE_BATCH, Retention
 from caravel.store.protocol import Store
-from caravel.store.prunes import PruneBatch
+from caravel.store.pruning import PruneBatch
 
 __all__ = ["Pruner"]
 

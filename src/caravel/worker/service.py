@@ -132,6 +132,7 @@ class QueueWorker(AsyncClosing):
             queue.wakeups,
             poll_seconds=self.options.poll_interval.total_seconds(),
             limits=self._limits,
+            listen=not self.options.polling_only,
         )
 
     async def close(self) -> None:
@@ -262,7 +263,11 @@ class QueueWorker(AsyncClosing):
 
             scheduler = Scheduler(self.queue, schedules)
             loops.start_side(scheduler.run(), "schedules")
-        listener = WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
+        listener = (
+            None
+            if self.options.polling_only
+            else WakeupListener.for_store(self.queue.store, names, self.queue.wakeups)
+        )
         if listener is not None:
             loops.start_side(listener.run(), "listen")
         for name in names:
@@ -307,7 +312,7 @@ class QueueWorker(AsyncClosing):
             self.queue.store, self._watchdog, self.queue.clock, self.options.poll_interval
         )
         loops.start_side(watch.run(), "cancel-poll")
-        notices = watch.notices()
+        notices = None if self.options.polling_only else watch.notices()
         if notices is not None:
             loops.start_side(watch.listen(notices), "cancel-listen")
 

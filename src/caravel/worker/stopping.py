@@ -22,11 +22,15 @@ from uuid import UUID
 
 from caravel.jobs import ClaimedJob, Lease
 from caravel.worker.acknowledger import Acknowledger
+from caravel.worker.ending import cancel_and_wait
 from caravel.worker.reporting import log_job, logger
 from caravel.worker.threads import HandlerThreads
 from caravel.worker.watchdog import LeaseWatchdog
 
 __all__ = ["AbandonedJob", "Shutdown", "Stopping"]
+
+#: How long a cancelled handler may go on before it is cancelled again.
+HANDLER_AGAIN_AFTER = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +155,10 @@ class Shutdown:
                 cancelled.cancel()
         # The leases as last renewed: when the jobs cancelled now become claimable again.
         self._leases_at_stop = watchdog.current_leases()
-        for task in list(running):
-            task.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
+        # Cancelled again while they go on: a handler's driver may swallow the first cancel.
+        # A handler's own tidying after its cancel (a rollback, a close) gets a few seconds
+        # before the second one, more than the worker's own loops get.
+        await cancel_and_wait(list(running), again_after=HANDLER_AGAIN_AFTER)
         # A cancelled synchronous handler's thread runs on until it returns; nothing waits.
         self.threads_abandoned = threads.busy
         if self.fault is None:

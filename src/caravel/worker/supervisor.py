@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from caravel.worker.ending import cancel_and_wait
 from caravel.worker.reporting import logger
 
 __all__ = ["Supervisor"]
@@ -57,7 +58,6 @@ class Supervisor:
         self._tasks.append(asyncio.create_task(guarded(), name=f"caravel-{name}"))
 
     async def cancel(self) -> None:
-        """Cancel every loop and wait for them to end."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Cancel every loop and wait for them to end (a loop that swallowed its cancel is
+        cancelled again; see :mod:`~caravel.worker.ending`)."""
+        await cancel_and_wait(self._tasks)

@@ -31,7 +31,6 @@ Timing uses the queue's clock, so a test's :class:`~caravel.testing.ManualClock`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import heapq
 import itertools
@@ -46,6 +45,7 @@ from caravel.context import JobContext
 from caravel.hooks import StuckEvent
 from caravel.jobs import Lease
 from caravel.telemetry import record_renewal, record_stuck
+from caravel.worker.ending import cancel_and_wait
 from caravel.worker.leases import Leases
 
 __all__ = ["Abandoned", "LeaseWatchdog", "Watched"]
@@ -179,12 +179,8 @@ class LeaseWatchdog:
 
     async def close(self) -> None:
         loop, self._loop = self._loop, None
-        tasks = [*self._renewals, *([loop] if loop is not None else [])]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # A renewal's driver may swallow the first cancel: cancel_and_wait cancels again.
+        await cancel_and_wait([*self._renewals, *([loop] if loop is not None else [])])
 
     @staticmethod
     def _current(item: tuple[int, int, int, Watched]) -> bool:

@@ -4,6 +4,7 @@ environment, cheap password hashes) for the tests that serve it for real."""
 from tests.samples.backend.conftest import (
     _cheap_password_hashes,
     _no_backend_environment,
+    backend_mariadb_url,
     backend_pg_url,
     backend_sqlite_template,
     database,
@@ -13,6 +14,7 @@ from tests.samples.backend.conftest import (
 __all__ = [
     "_cheap_password_hashes",
     "_no_backend_environment",
+    "backend_mariadb_url",
     "backend_pg_url",
     "backend_sqlite_template",
     "database",

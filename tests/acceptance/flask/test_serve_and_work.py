@@ -124,7 +124,7 @@ def test_serve_refuses_an_unmigrated_database(tmp_path: Any) -> None:
         server.wait(timeout=60)
         assert server.returncode == 2
         assert "error: queue:" in _output(log)
-    with _command("serve", "--url", "mysql://nope") as (server, log):
+    with _command("serve", "--url", "oracle://nope") as (server, log):
         server.wait(timeout=60)
         assert server.returncode == 2
         assert "error: --url: must be a database URL" in _output(log)

@@ -82,6 +82,7 @@ def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, T
         ),
         "batches": Target("/batches"),
         "batch": Target(f"/batches/{batch_id}"),
+        "metrics": Target("/metrics"),
         "static": Target("/static/dashboard.css"),
     }
 

@@ -1,6 +1,6 @@
-"""The transactional outbox on real application databases (a SQLite file and a throwaway
-PostgreSQL database): staging in the application's own session, sync and async, and the relay
-that delivers committed intents to the queue."""
+"""The transactional outbox on real application databases (a SQLite file and throwaway
+PostgreSQL and MariaDB databases): staging in the application's own session, sync and async,
+and the relay that delivers committed intents to the queue."""
 
 from __future__ import annotations
 
@@ -38,9 +38,22 @@ from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
 from caravel.testing import ManualClock
 from tests.support import Add, Report, dispatch, make_registry, open_queue
-from tests.support.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
+from tests.support.databases import (
+    SqliteTemplate,
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+    sqlite_url,
+)
 
-APP_BACKENDS = ("sqlite", "postgresql")
+APP_BACKENDS = ("sqlite", "postgresql", "mariadb")
+#: The SQLAlchemy drivers the application uses (sync, async) on each.
+DRIVERS = {
+    "sqlite": ("sqlite+pysqlite", "sqlite+aiosqlite"),
+    "postgresql": ("postgresql+psycopg", "postgresql+psycopg"),
+    "mariadb": ("mariadb+pymysql", "mariadb+asyncmy"),
+}
 
 
 # ----- the application ---------------------------------------------------------------------
@@ -71,7 +84,7 @@ class AppDb:
 
     @property
     def async_url(self) -> str:
-        driver = "sqlite+aiosqlite" if self.backend == "sqlite" else "postgresql+psycopg"
+        driver = DRIVERS[self.backend][1]
         return sa.make_url(self.url).set(drivername=driver).render_as_string(hide_password=False)
 
     def session(self) -> Session:
@@ -111,11 +124,11 @@ def application_database(backend: str, tmp_path: Path) -> Iterator[AppDb]:
     application's own migration)."""
     if backend == "sqlite":
         url = sqlite_url(tmp_path / "app.db")
-        driver = "sqlite+pysqlite"
+    elif backend == "mariadb":
+        url = create_mariadb_database("caravel_app")
     else:
         url = create_pg_database("caravel_app")
-        driver = "postgresql+psycopg"
-    engine = sa.create_engine(sa.make_url(url).set(drivername=driver))
+    engine = sa.create_engine(sa.make_url(url).set(drivername=DRIVERS[backend][0]))
     try:
         AppBase.metadata.create_all(engine)
         yield AppDb(backend, url, engine)
@@ -123,6 +136,8 @@ def application_database(backend: str, tmp_path: Path) -> Iterator[AppDb]:
         engine.dispose()
         if backend == "postgresql":
             drop_pg_database(url)
+        elif backend == "mariadb":
+            drop_mariadb_database(url)
 
 
 @pytest.fixture(params=APP_BACKENDS)
@@ -137,7 +152,7 @@ def queue_url(app_db: AppDb, request: pytest.FixtureRequest, tmp_path: Path) -> 
     if app_db.backend == "sqlite":
         template: SqliteTemplate = request.getfixturevalue("sqlite_template")
         return template.copy_to(tmp_path / "queue.db")
-    url: str = request.getfixturevalue("pg_url")
+    url: str = request.getfixturevalue("mariadb_url" if app_db.backend == "mariadb" else "pg_url")
     return url
 
 
@@ -523,6 +538,30 @@ async def test_relay_from_a_postgresql_application_to_a_sqlite_queue(
     queue_url = sqlite_template.copy_to(tmp_path / "queue.db")
     with application_database("postgresql", tmp_path) as app:
         async with open_queue(queue_url) as queue:
+            await relay_and_check(app.url, app, queue)
+
+
+async def test_relay_from_a_mariadb_application_to_a_postgresql_queue(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with application_database("mariadb", tmp_path) as app:
+        async with open_queue(pg_url) as queue:
+            await relay_and_check(app.url, app, queue)
+
+
+async def test_relay_from_a_postgresql_application_to_a_mariadb_queue(
+    tmp_path: Path, mariadb_url: str
+) -> None:
+    with application_database("postgresql", tmp_path) as app:
+        async with open_queue(mariadb_url) as queue:
+            await relay_and_check(app.url, app, queue)
+
+
+async def test_relay_from_a_sqlite_application_to_a_mariadb_queue(
+    tmp_path: Path, mariadb_url: str
+) -> None:
+    with application_database("sqlite", tmp_path) as app:
+        async with open_queue(mariadb_url) as queue:
             await relay_and_check(app.url, app, queue)
 
 

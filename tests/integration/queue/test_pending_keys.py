@@ -4,11 +4,9 @@ session, the sync facade, status, the conflict error; and the outbox, which refu
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -17,6 +15,7 @@ from caravel import DispatchOptions, PendingKeyConflictError, SyncQueue
 from caravel.store.urls import sync_url
 from caravel.testing import ManualClock
 from tests.support import Add, Report, dispatch, make_registry, open_queue
+from tests.support.databases import dbapi_connection
 
 KEY = "reindex:user-42"
 
@@ -113,10 +112,7 @@ def test_the_sync_facade_and_the_callers_session_settle_keys(db_url: str) -> Non
 
 def test_a_dbapi_connection_settles_keys_in_its_transaction(db_url: str) -> None:
     with SyncQueue(db_url, make_registry()) as queue:
-        if db_url.startswith("sqlite"):
-            raw: Any = sqlite3.connect(sa.make_url(db_url).database or "")
-        else:
-            raw = psycopg.connect(db_url)
+        raw: Any = dbapi_connection(db_url)
         try:
             first = queue.enqueue(Add(1), keep(), session=raw)
             kept = queue.enqueue(Add(2), keep(), session=raw)

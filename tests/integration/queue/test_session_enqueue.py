@@ -3,7 +3,6 @@ of connection: the job exists exactly when the caller's transaction commits."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,12 @@ from caravel import IdempotencyConflictError, JobState, SyncQueue, ValidationErr
 from caravel.store.schema import metadata
 from caravel.store.urls import async_url, sync_url
 from tests.support import Add, dispatch, make_registry, open_queue
-from tests.support.databases import create_pg_database, drop_pg_database, truncate_pg
+from tests.support.databases import (
+    create_database_like,
+    dbapi_connection,
+    drop_database,
+    truncate_pg,
+)
 
 NOTES = sa.table("app_notes", sa.column("body", sa.Text))
 
@@ -108,10 +112,7 @@ def test_a_core_connection_and_a_dbapi_connection(
         core = queue.enqueue(Add(1), dispatch(), session=conn)
         conn.commit()
     assert _state(queue, core.job_id) is JobState.READY
-    if db_url.startswith("sqlite"):
-        raw: Any = sqlite3.connect(engine.url.database or "")
-    else:
-        raw = psycopg.connect(db_url)
+    raw: Any = dbapi_connection(db_url)
     try:
         kept = queue.enqueue(Add(2), dispatch("raw"), session=raw)
         repeat = queue.enqueue(Add(2), dispatch("raw"), session=raw)
@@ -128,10 +129,7 @@ def test_a_core_connection_and_a_dbapi_connection(
 def test_a_session_on_another_database_is_refused(
     db_url: str, queue: SyncQueue, tmp_path: Any
 ) -> None:
-    if db_url.startswith("sqlite"):
-        other = f"sqlite:///{tmp_path / 'other.db'}"
-    else:
-        other = create_pg_database("caravel_other")
+    other = create_database_like(db_url, tmp_path)
     other_engine = sa.create_engine(sync_url(other))
     try:
         with Session(other_engine) as session:
@@ -141,8 +139,7 @@ def test_a_session_on_another_database_is_refused(
             assert "outbox" in caught.value.rule
     finally:
         other_engine.dispose()
-        if not other.startswith("sqlite"):
-            drop_pg_database(other)
+        drop_database(other)
 
 
 def test_not_a_session_is_refused(queue: SyncQueue) -> None:

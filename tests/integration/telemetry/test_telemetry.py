@@ -60,7 +60,7 @@ from caravel.gauges import queue_gauges
 from caravel.queue import PREPARE_CHUNK
 from caravel.store.protocol import JobRef
 from caravel.store.schema import jobs
-from caravel.store.urls import sync_url
+from caravel.store.urls import backend_of, sync_url
 from caravel.testing import ManualClock, drain
 from caravel.worker.presence import gauge_values, limit_values
 from tests.support import (
@@ -77,7 +77,7 @@ from tests.support import (
     until_watching,
     within,
 )
-from tests.support.databases import SqliteTemplate, create_pg_database, drop_pg_database, sqlite_url
+from tests.support.databases import SqliteTemplate, create_database_like, drop_database
 from tests.support.processes import ROOT
 from tests.support.telemetry import Telemetry
 
@@ -108,7 +108,7 @@ def traceparent_of(carrier: str) -> tuple[str, str, bool]:
 
 
 def db_system(url: str) -> str:
-    return "postgresql" if url.startswith("postgresql") else "sqlite"
+    return backend_of(url)
 
 
 async def stored_trace_context(queue: DatabaseQueue, job_id: UUID) -> str | None:
@@ -952,15 +952,14 @@ Envelope = add_outbox(outbox_metadata)
 @pytest.fixture
 def app_url(backend: str, tmp_path: Path) -> Iterator[str]:
     """An application database holding the outbox table, on the queue's backend."""
-    url = sqlite_url(tmp_path / "app.db") if backend == "sqlite" else create_pg_database("app")
+    url = create_database_like(f"{backend}://", tmp_path)
     engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
     try:
         outbox_metadata.create_all(engine)
         yield url
     finally:
         engine.dispose()
-        if backend == "postgresql":
-            drop_pg_database(url)
+        drop_database(url)
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """Fixtures for the backend sample's tests. ``settings`` runs a test once per database: a fresh
-copy of a migrated SQLite file, and a migrated PostgreSQL database emptied before each test."""
+copy of a migrated SQLite file, and a migrated PostgreSQL database and a migrated MariaDB
+database, each emptied before each test."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from argon2 import PasswordHasher
 from caravel_samples.backend import schema, security
 from caravel_samples.backend.settings import Settings
 
+from caravel.store.schema import RELEASES_TABLE
+from caravel.store.schema import metadata as queue_metadata
 from tests.samples.backend.support import APP_TABLES, make_settings
-from tests.support.databases import pg_database, truncate_pg
+from tests.support.databases import mariadb_database, pg_database, truncate_mariadb, truncate_pg
 
 
 @pytest.fixture(autouse=True)
@@ -50,6 +53,13 @@ def backend_pg_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def backend_mariadb_url() -> Iterator[str]:
+    with mariadb_database(migrated=False) as url:
+        schema.migrate_all(make_settings("mariadb", url))
+        yield url
+
+
 @pytest.fixture
 def database(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
     """(provider, identity database) of a migrated, empty database of the parametrized kind."""
@@ -58,6 +68,10 @@ def database(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> tu
         target = tmp_path / "backend.db"
         shutil.copyfile(template, target)
         return "sqlite", str(target)
+    if backend == "mariadb":
+        maria: str = request.getfixturevalue("backend_mariadb_url")
+        truncate_mariadb(maria, (*APP_TABLES, *queue_metadata.tables, RELEASES_TABLE))
+        return "mariadb", maria
     url: str = request.getfixturevalue("backend_pg_url")
     truncate_pg(url, APP_TABLES)
     return "postgres", url

@@ -1,5 +1,5 @@
 """Health probes: liveness without the database, readiness read-only and bounded, and neither
-creating anything. SQLite and PostgreSQL."""
+creating anything. SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pymysql
 import pytest
 import sqlalchemy as sa
 from caravel_samples.backend import health, schema
@@ -18,15 +19,28 @@ from sqlalchemy.engine import make_url
 from caravel import migrate
 from tests.samples.backend.support import make_settings, running
 from tests.support import until
-from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.databases import (
+    create_mariadb_database,
+    create_pg_database,
+    dbapi_connection,
+    drop_mariadb_database,
+    drop_pg_database,
+)
 
 
 @pytest.fixture
 def empty_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A database that exists but holds nothing (a new PostgreSQL database; for SQLite a
-    path whose file does not exist yet)."""
+    """A database that exists but holds nothing (a new PostgreSQL or MariaDB database; for
+    SQLite a path whose file does not exist yet)."""
     if backend == "sqlite":
         yield "sqlite", str(tmp_path / "empty.db")
+        return
+    if backend == "mariadb":
+        maria = create_mariadb_database("caravel_backend_health")
+        try:
+            yield "mariadb", maria
+        finally:
+            drop_mariadb_database(maria)
         return
     url = create_pg_database("caravel_backend_health")
     try:
@@ -41,6 +55,14 @@ def _tables(settings: Settings) -> set[str]:
         with sqlite3.connect(f"file:{url.database}?mode=ro", uri=True) as conn:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         return {r[0] for r in rows}
+    if settings.database_provider == "mariadb":
+        conn = dbapi_connection(settings.database_url)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("SHOW TABLES")
+                return {r[0] for r in cursor.fetchall()}
+        finally:
+            conn.close()
     dsn = url.render_as_string(hide_password=False)
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
@@ -72,6 +94,13 @@ async def test_an_unreachable_postgres_database_is_unhealthy(pg_url: str) -> Non
     assert await _probe(settings) == (200, 503, "Healthy", "Unhealthy")
 
 
+@pytest.mark.mariadb
+async def test_an_unreachable_mariadb_database_is_unhealthy(mariadb_url: str) -> None:
+    gone = make_url(mariadb_url).set(database="caravel_backend_missing_db")
+    settings = make_settings("mariadb", gone.render_as_string(hide_password=False))
+    assert await _probe(settings) == (200, 503, "Healthy", "Unhealthy")
+
+
 async def test_an_empty_database_is_unhealthy_and_stays_empty(
     empty_database: tuple[str, str],
 ) -> None:
@@ -98,8 +127,15 @@ async def test_a_partial_schema_is_unhealthy(empty_database: tuple[str, str]) ->
     assert await _probe(settings) == (200, 200, "Healthy", "Healthy")
 
 
+_DRIVERS = {
+    "sqlite": "sqlite+pysqlite",
+    "postgres": "postgresql+psycopg",
+    "mariadb": "mariadb+pymysql",
+}
+
+
 def _alter(settings: Settings, statement: str) -> None:
-    driver = "sqlite+pysqlite" if settings.database_provider == "sqlite" else "postgresql+psycopg"
+    driver = _DRIVERS[settings.database_provider]
     engine = sa.create_engine(make_url(settings.database_url).set(drivername=driver))
     try:
         with engine.begin() as conn:
@@ -119,16 +155,22 @@ async def test_a_missing_column_is_unhealthy(settings: Settings) -> None:
 
 class Blocker:
     """Another connection that keeps the probe's reads waiting: an exclusive lock on a
-    rollback-journal SQLite file, or an exclusive table lock on PostgreSQL."""
+    rollback-journal SQLite file, or an exclusive table lock on PostgreSQL and MariaDB."""
 
     def __init__(self, settings: Settings) -> None:
         url = make_url(settings.database_url)
         self.sqlite: sqlite3.Connection | None = None
         self.pg: psycopg.Connection[tuple[object, ...]] | None = None
+        self.maria: pymysql.Connection[pymysql.cursors.Cursor] | None = None
         if settings.database_provider == "sqlite":
             self.sqlite = sqlite3.connect(url.database or "", isolation_level=None, timeout=1)
             self.sqlite.execute("PRAGMA journal_mode = DELETE")
             self.sqlite.execute("BEGIN EXCLUSIVE")
+        elif settings.database_provider == "mariadb":
+            self.maria = dbapi_connection(settings.database_url)
+            with self.maria.cursor() as cursor:
+                # A WRITE lock keeps every other session out of the table, reads included.
+                cursor.execute("LOCK TABLES counter_results WRITE")
         else:
             self.pg = psycopg.connect(url.render_as_string(hide_password=False))
             self.pg.execute("LOCK TABLE counter_results IN ACCESS EXCLUSIVE MODE")
@@ -142,6 +184,11 @@ class Blocker:
             self.pg.rollback()
             self.pg.close()
             self.pg = None
+        if self.maria is not None:
+            with self.maria.cursor() as cursor:
+                cursor.execute("UNLOCK TABLES")
+            self.maria.close()
+            self.maria = None
 
 
 async def test_readiness_gives_up_after_its_timeout(
@@ -180,7 +227,7 @@ async def test_the_probes_read_without_writing(settings: Settings) -> None:
     async with running(settings) as run:
         for _ in range(3):
             assert (await run.client.get("/health/ready")).status_code == 200
-    if settings.database_provider == "postgres":
+    if settings.database_provider != "sqlite":
         return
     path = Path(make_url(settings.database_url).database or "")
     before = _contents(path)

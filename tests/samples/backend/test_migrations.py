@@ -1,6 +1,6 @@
 """The application's own Alembic history beside the queue's: upgrading a notes-only schema,
 rolling back the still-empty results table and upgrading again, without losing accounts or
-notes. SQLite and PostgreSQL."""
+notes. SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from caravel_samples.backend.settings import Settings
 
 from caravel import migrate
 from tests.samples.backend.support import add_user, count_rows, drain, make_settings, running
-from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.databases import (
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+)
 
 
 @pytest.fixture
@@ -21,6 +26,13 @@ def fresh(backend: str, tmp_path: Path) -> Iterator[Settings]:
     """Settings for a database nothing was ever applied to."""
     if backend == "sqlite":
         yield make_settings("sqlite", str(tmp_path / "fresh.db"))
+        return
+    if backend == "mariadb":
+        maria = create_mariadb_database("caravel_backend_migrations")
+        try:
+            yield make_settings("mariadb", maria)
+        finally:
+            drop_mariadb_database(maria)
         return
     url = create_pg_database("caravel_backend_migrations")
     try:

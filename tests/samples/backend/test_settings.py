@@ -58,7 +58,7 @@ def test_nested_names_use_double_underscores(monkeypatch: pytest.MonkeyPatch) ->
         ("CARAVEL__LIMITS__LOGIN_PERMIT_LIMIT", "1001", "must be an integer from 1 to 1000"),
         ("CARAVEL__LIMITS__LOGIN_WINDOW_SECONDS", "0", "must be an integer from 1 to 3600"),
         ("CARAVEL__LIMITS__LOGIN_WINDOW_SECONDS", "3601", "must be an integer from 1 to 3600"),
-        ("CARAVEL__DATABASE_PROVIDER", "mysql", "must be sqlite or postgres"),
+        ("CARAVEL__DATABASE_PROVIDER", "oracle", "must be sqlite, postgres or mariadb"),
         ("CARAVEL__RUN_WORKER", "maybe", "must be true or false"),
         ("CARAVEL__SESSION_HOURS", "721", "must be an integer from 1 to 720"),
         ("CARAVEL__LIMITS__CONCURENCY", "5", "is not a known setting"),
@@ -98,6 +98,21 @@ def test_the_database_must_match_the_provider(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("CARAVEL__IDENTITY_DATABASE", "backend.db")
     with pytest.raises(SettingsError, match="must be a postgresql:// URL"):
         load_settings()
+    monkeypatch.setenv("CARAVEL__DATABASE_PROVIDER", "mariadb")
+    monkeypatch.setenv("CARAVEL__IDENTITY_DATABASE", "postgresql://app:secret@db/app")
+    with pytest.raises(SettingsError, match="must be a mariadb:// URL") as caught:
+        load_settings()
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("scheme", ["mariadb", "mysql", "mariadb+pymysql"])
+def test_the_mariadb_provider_takes_a_mariadb_url(
+    monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    monkeypatch.setenv("CARAVEL__DATABASE_PROVIDER", "mariadb")
+    monkeypatch.setenv("CARAVEL__IDENTITY_DATABASE", f"{scheme}://app:secret@db:3306/app")
+    # The queue's form: no driver named, Caravel picks its own.
+    assert load_settings().database_url == "mariadb://app:secret@db:3306/app"
 
 
 @pytest.mark.parametrize(

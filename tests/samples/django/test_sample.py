@@ -1,7 +1,7 @@
 """The Django sample: its own tests under Django's test runner (``python -m
-caravel_samples.django test``) on SQLite and PostgreSQL, and the sample as an operator runs it:
-``migrate``, an order through the view, ``caravel_worker`` as a real process running the
-receipt, the result read back, ``caravel_status``, SIGTERM and exit 0.
+caravel_samples.django test``) on SQLite, PostgreSQL and MariaDB, and the sample as an operator
+runs it: ``migrate``, an order through the view, ``caravel_worker`` as a real process running
+the receipt, the result read back, ``caravel_status``, SIGTERM and exit 0.
 
 Each runs the sample in processes of its own: Django's settings are process-wide, and this
 suite's own Django tests (tests/django) configure them differently."""
@@ -13,12 +13,18 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.databases import (
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+)
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django
@@ -52,13 +58,24 @@ def test_the_samples_tests_pass_on_sqlite(tmp_path: Path) -> None:
     assert "Ran 4 tests" in output
 
 
-@pytest.mark.postgres
-def test_the_samples_tests_pass_on_postgresql(tmp_path: Path) -> None:
-    url = create_pg_database("caravel_django_sample")
+@pytest.mark.parametrize(
+    ("create", "drop"),
+    [
+        pytest.param(create_pg_database, drop_pg_database, marks=pytest.mark.postgres, id="pg"),
+        pytest.param(
+            create_mariadb_database, drop_mariadb_database, marks=pytest.mark.mariadb, id="maria"
+        ),
+    ],
+)
+def test_the_samples_tests_pass_on_a_database_server(
+    tmp_path: Path, create: Callable[[str], str], drop: Callable[[str], None]
+) -> None:
+    # Django's test runner makes (and drops) a test database of its own beside this one.
+    url = create("caravel_django_sample")
     try:
         output = run(["test", "--noinput"], environment(url), tmp_path)
     finally:
-        drop_pg_database(url)
+        drop(url)
     assert "Ran 4 tests" in output
 
 

@@ -1,8 +1,8 @@
 """Fixtures for the Flask sample's tests. ``settings`` runs a test once per database: a copy of
 a migrated SQLite file (the queue's tables and the sample's ``signups`` in the one file), and a
-migrated PostgreSQL database emptied before each test. The application runs on the
-``caravel_clock`` fixture of Caravel's pytest plugin, a :class:`~caravel.testing.ManualClock`, so
-its times are the test's."""
+migrated PostgreSQL database and a migrated MariaDB database, each emptied before each test. The
+application runs on the ``caravel_clock`` fixture of Caravel's pytest plugin, a
+:class:`~caravel.testing.ManualClock`, so its times are the test's."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from caravel import SyncQueue
+from caravel.store.schema import RELEASES_TABLE
+from caravel.store.schema import metadata as queue_metadata
 from caravel.testing import ManualClock
-from tests.support.databases import pg_database, truncate_pg
+from tests.support.databases import mariadb_database, pg_database, truncate_mariadb, truncate_pg
 
 #: Every table a test may have written: the sample's and the queue's.
 TABLES = ("signups", "caravel_jobs")
@@ -40,6 +42,13 @@ def flask_pg_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def flask_mariadb_url() -> Iterator[str]:
+    with mariadb_database(migrated=False) as url:
+        schema.migrate_all(Settings.from_url(url))
+        yield url
+
+
 @pytest.fixture
 def settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """A migrated, empty database of the parametrized kind."""
@@ -48,6 +57,10 @@ def settings(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Se
         target = tmp_path / "signups.db"
         shutil.copyfile(template, target)
         return Settings.from_url(f"sqlite:///{target}")
+    if backend == "mariadb":
+        maria: str = request.getfixturevalue("flask_mariadb_url")
+        truncate_mariadb(maria, (*TABLES, *queue_metadata.tables, RELEASES_TABLE))
+        return Settings.from_url(maria)
     url: str = request.getfixturevalue("flask_pg_url")
     truncate_pg(url, TABLES)
     return Settings.from_url(url)

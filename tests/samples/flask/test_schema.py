@@ -1,7 +1,7 @@
 """The schema is applied deliberately: ``migrate`` brings the queue's and the sample's histories
 to their newest revisions and the table matches the model; an unmigrated database is reported,
-not created. The settings' one URL is checked once, naming the setting. SQLite and PostgreSQL
-for the schema."""
+not created. The settings' one URL is checked once, naming the setting. SQLite, PostgreSQL and
+MariaDB for the schema."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from caravel_samples.flask import schema
 from caravel_samples.flask.settings import URL_VARIABLE, Settings
 
 from caravel import OptionsError, migrate
-from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.databases import (
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+)
 
 
 @pytest.fixture
@@ -21,6 +26,13 @@ def fresh(backend: str, tmp_path: Path) -> Iterator[Settings]:
     """A database nothing was ever applied to (for SQLite, not even created)."""
     if backend == "sqlite":
         yield Settings.from_url(f"sqlite:///{tmp_path / 'fresh.db'}")
+        return
+    if backend == "mariadb":
+        maria = create_mariadb_database("caravel_flask_schema")
+        try:
+            yield Settings.from_url(maria)
+        finally:
+            drop_mariadb_database(maria)
         return
     url = create_pg_database("caravel_flask_schema")
     try:
@@ -73,7 +85,8 @@ def test_a_relative_sqlite_path_is_made_absolute(
         "sqlite://",
         "sqlite:///:memory:",
         "sqlite+aiosqlite:///x.db",
-        "mysql://root@localhost/app",
+        "mysql+mysqldb://root@localhost/app",
+        "mariadb+asyncmy://root@localhost/app",
         "postgresql+asyncpg://u@h/db",
     ],
 )
@@ -81,7 +94,9 @@ def test_a_bad_url_names_the_setting(url: str) -> None:
     with pytest.raises(OptionsError) as caught:
         Settings.from_url(url)
     assert caught.value.field == "--url"
-    assert "sqlite:///path/to/file.db or postgresql://" in caught.value.rule
+    assert "sqlite:///path/to/file.db, postgresql://user@host/name or mariadb://" in (
+        caught.value.rule
+    )
 
 
 def test_the_environment_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,3 +107,5 @@ def test_the_environment_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> 
     assert caught.value.rule.startswith("is required")
     monkeypatch.setenv(URL_VARIABLE, "postgresql+psycopg://app@db/app")
     assert Settings.from_environment().database_url == "postgresql://app@db/app"
+    monkeypatch.setenv(URL_VARIABLE, "mysql://app@db/app")
+    assert Settings.from_environment().database_url == "mariadb://app@db/app"

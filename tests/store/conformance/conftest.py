@@ -31,6 +31,11 @@ def _postgresql(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+def _mariadb(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    url: str = request.getfixturevalue("mariadb_url")  # the session's database, emptied
+    return url
+
+
 def _memory(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     # A name of this test's own: the store, second_store and reader share it, no other test does.
     return f"memory://conformance-{uuid4().hex}"
@@ -40,6 +45,7 @@ def _memory(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 DATABASES: dict[str, Callable[[pytest.FixtureRequest, Path], str]] = {
     "sqlite": _sqlite,
     "postgresql": _postgresql,
+    "mariadb": _mariadb,
     "memory": _memory,
 }
 

@@ -28,7 +28,7 @@ from caravel.store.protocol import (
     SnoozedAttempt,
     Store,
 )
-from caravel.store.prunes import PruneRequest
+from caravel.store.pruning import PruneRequest
 from caravel.store.removal import JobSelection
 from tests.store.conformance.builders import (
     LEASE_MS,

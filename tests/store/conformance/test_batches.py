@@ -15,7 +15,7 @@ from caravel.jobs import CancelOutcome, JobState
 from caravel.limits import HELD_DUE_AT
 from caravel.store.links import BatchRecord, NewBatch
 from caravel.store.protocol import JobFilter, NewJob, Store
-from caravel.store.prunes import PruneRequest
+from caravel.store.pruning import PruneRequest
 from caravel.store.removal import JobSelection
 from tests.store.conformance.builders import (
     QUEUE,

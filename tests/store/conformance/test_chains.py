@@ -14,7 +14,7 @@ from caravel.errors import IdempotencyConflictError
 from caravel.jobs import CancelOutcome, JobState
 from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import JobRef, NewJob, Store
-from caravel.store.prunes import PruneRequest
+from caravel.store.pruning import PruneRequest
 from tests.store.conformance.builders import (
     QUEUE,
     T0,

@@ -218,7 +218,7 @@ async def test_an_id_repeated_in_one_call_makes_one_job(store: Store, size: int)
 
 
 #: The SQL stores, whose shared insert (``SqlStore._outcomes``) has the two known bugs below.
-SQL_STORES = ("postgresql", "sqlite")
+SQL_STORES = ("postgresql", "sqlite", "mariadb")
 
 
 def sql_store_bug(store: Store, request: pytest.FixtureRequest, reason: str) -> None:

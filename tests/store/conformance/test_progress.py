@@ -14,7 +14,7 @@ from caravel.clock import from_ms
 from caravel.jobs import CancelOutcome, JobState, Lease
 from caravel.progress import JobProgress
 from caravel.store.protocol import JobFilter, NewJob, ProgressUpdate, ReadStore, Store
-from caravel.store.prunes import PruneRequest
+from caravel.store.pruning import PruneRequest
 from tests.store.conformance.builders import (
     LEASE_MS,
     T0,

@@ -11,7 +11,7 @@ from caravel.clock import from_ms
 from caravel.errors import IdempotencyConflictError
 from caravel.jobs import JobState
 from caravel.store.protocol import JobFilter, Store
-from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import PruneBatch, PruneRequest
 from tests.store.conformance.builders import (
     QUEUE,
     T0,

@@ -18,6 +18,10 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
+#: MariaDB: utf8mb4 text under a binary collation, whatever the server's default (the models'
+#: MARIADB_TABLE; ignored elsewhere).
+_MARIADB = {"mariadb_charset": "utf8mb4", "mariadb_collate": "utf8mb4_nopad_bin"}
+
 
 def upgrade() -> None:
     op.create_table(
@@ -30,6 +34,7 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "quantity >= 1 AND quantity <= 1000", name="ck_counter_results_quantity"
         ),
+        **_MARIADB,
     )
     op.create_index(
         "ix_counter_results_owner_recorded",

@@ -26,6 +26,10 @@ def upgrade() -> None:
         sa.Column("welcomed_at_ms", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("email"),
+        # MariaDB: utf8mb4 text under a binary collation, as the queue's tables (ignored
+        # elsewhere).
+        mariadb_charset="utf8mb4",
+        mariadb_collate="utf8mb4_nopad_bin",
     )
 
 

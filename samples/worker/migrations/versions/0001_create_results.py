@@ -24,6 +24,10 @@ def upgrade() -> None:
         sa.Column("quantity", sa.Integer(), nullable=False),
         sa.Column("recorded_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("job_id"),
+        # MariaDB: utf8mb4 text under a binary collation, as the queue's tables (ignored
+        # elsewhere).
+        mariadb_charset="utf8mb4",
+        mariadb_collate="utf8mb4_nopad_bin",
     )
 
 

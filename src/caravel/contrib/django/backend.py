@@ -33,7 +33,7 @@ from caravel.contrib.django.compat import (
     normalize_json,
     task_enqueued,
 )
-from caravel.contrib.django.config import BackendConfig
+from caravel.contrib.django.config import BackendConfig, shared_driver_problem
 from caravel.contrib.django.dispatch import dispatch_options
 from caravel.contrib.django.queues import queue_for
 from caravel.contrib.django.results import (
@@ -141,6 +141,9 @@ class CaravelBackend(BaseTaskBackend):
             _ = self.catalog
         except ImproperlyConfigured as exc:
             found.append(checks.Error(str(exc), obj=f"TASKS[{self.alias!r}]", id="caravel.E001"))
+        problem = self._shared_driver_problem()
+        if problem is not None:
+            found.append(checks.Error(problem, obj=f"TASKS[{self.alias!r}]", id="caravel.E002"))
         return found
 
     # ----- Caravel's side ------------------------------------------------------------------
@@ -188,13 +191,29 @@ class CaravelBackend(BaseTaskBackend):
         except InvalidTask:
             return task
 
+    def _shared_driver_problem(self) -> str | None:
+        """Why the queue cannot insert on its shared database's Django connection, if it
+        cannot (:func:`~caravel.contrib.django.config.shared_driver_problem`)."""
+        from django.db import connections
+
+        if not self.config.shares_database or self.config.database not in connections:
+            return None
+        wrapper = connections[self.config.database]
+        return shared_driver_problem(
+            self.config.database, wrapper.vendor, wrapper.Database.__name__
+        )
+
     def _insert(self, queue: SyncQueue, call: Any, dispatch: Any) -> tuple[UUID, bool]:
         """Insert the job: on Django's connection, in its open transaction, when the queue
         shares the database; else at once, or on commit when inside ``atomic()``."""
+        from django.core.exceptions import ImproperlyConfigured
         from django.db import connections, transaction
 
         connection = connections[self.config.database]
         if self.config.shares_database:
+            problem = self._shared_driver_problem()
+            if problem is not None:
+                raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {problem}")
             connection.ensure_connection()
             outcome = queue.enqueue(call, dispatch, session=connection.connection)
             return outcome.job_id, outcome.already_enqueued

@@ -4,9 +4,10 @@ database URL.
 =================== =====================================================================
 ``DATABASE``        the Django database alias the queue shares (default ``"default"``):
                     enqueue runs on that alias's own connection, inside its transaction
-``URL``             a separate queue database instead (``postgresql://...`` or
-                    ``sqlite:///...``); an enqueue inside ``atomic()`` on ``DATABASE`` is then
-                    sent when that transaction commits (``transaction.on_commit``)
+``URL``             a separate queue database instead (``postgresql://...``,
+                    ``mariadb://...`` or ``sqlite:///...``); an enqueue inside ``atomic()`` on
+                    ``DATABASE`` is then sent when that transaction commits
+                    (``transaction.on_commit``)
 ``TASKS``           the dotted paths of the tasks this backend runs; left out, every task in
                     an installed app's ``tasks`` module
 ``MAX_ATTEMPTS``    the attempt budget of each job (1 to 100, default 3)
@@ -25,7 +26,7 @@ from urllib.parse import quote
 
 from caravel.limits import MAX_ATTEMPTS
 
-__all__ = ["BackendConfig", "django_database_url"]
+__all__ = ["BackendConfig", "django_database_url", "shared_driver_problem"]
 
 _KEYS = {"DATABASE", "URL", "TASKS", "MAX_ATTEMPTS", "LOG_TRACEBACKS"}
 
@@ -91,7 +92,10 @@ class BackendConfig:
 
 
 def django_database_url(alias: str, settings: dict[str, Any]) -> str:
-    """The SQLAlchemy URL of a Django database's settings: PostgreSQL or a SQLite file."""
+    """The SQLAlchemy URL of a Django database's settings: PostgreSQL, MariaDB (Django's
+    ``mysql`` engine on a MariaDB server) or a SQLite file. A server's URL carries ``NAME``,
+    ``USER``, ``PASSWORD``, ``HOST`` and ``PORT``; a ``HOST`` that is a path is the server's
+    Unix socket (its folder, on PostgreSQL), as Django reads it."""
     engine = str(settings.get("ENGINE", ""))
     name = settings.get("NAME")
     if engine.endswith("sqlite3"):
@@ -104,12 +108,45 @@ def django_database_url(alias: str, settings: dict[str, Any]) -> str:
             )
         return f"sqlite:///{text}"
     if engine.endswith("postgresql"):
-        user, password = settings.get("USER") or "", settings.get("PASSWORD") or ""
-        auth = quote(str(user), safe="")
-        if password:
-            auth += ":" + quote(str(password), safe="")
-        host = str(settings.get("HOST") or "")
-        port = settings.get("PORT")
-        where = f"{host}:{port}" if port else host
-        return f"postgresql://{auth + '@' if auth else ''}{where}/{quote(str(name or ''))}"
-    raise _improperly(alias, f"Caravel keeps its queue in PostgreSQL or SQLite, not {engine!r}")
+        return _server_url("postgresql", "host", settings)
+    if engine.endswith("mysql"):
+        # Caravel's MariaDB store checks the server when it connects: a MySQL server is
+        # refused there, naming the version it found.
+        return _server_url("mariadb", "unix_socket", settings)
+    raise _improperly(
+        alias, f"Caravel keeps its queue in PostgreSQL, MariaDB or SQLite, not {engine!r}"
+    )
+
+
+def _server_url(scheme: str, socket_parameter: str, settings: dict[str, Any]) -> str:
+    """``scheme://user:password@host:port/name`` from a Django database's settings; a socket
+    path in ``HOST`` goes in the query as ``socket_parameter``, where the drivers read it."""
+    user, password = settings.get("USER") or "", settings.get("PASSWORD") or ""
+    auth = quote(str(user), safe="")
+    if password:
+        auth += ":" + quote(str(password), safe="")
+    host = str(settings.get("HOST") or "")
+    port = settings.get("PORT")
+    query = ""
+    if host.startswith("/"):
+        query, host = f"?{socket_parameter}={quote(host)}", ""
+    where = f"{host}:{port}" if port else host
+    name = quote(str(settings.get("NAME") or ""))
+    return f"{scheme}://{auth + '@' if auth else ''}{where}/{name}{query}"
+
+
+def shared_driver_problem(database: str, vendor: str, driver: str) -> str | None:
+    """Why the queue cannot insert on Django's own connection to ``database``, if it cannot.
+    ``vendor`` is Django's name for the database, ``driver`` the DB-API module Django's backend
+    uses. On MariaDB that must be PyMySQL (Django's ``MySQLdb`` once
+    ``pymysql.install_as_MySQLdb()`` ran): Caravel runs its statements on no other MySQL
+    driver's connection."""
+    if vendor != "mysql" or driver.startswith("pymysql"):
+        return None
+    return (
+        f"the queue shares DATABASES[{database!r}], which Django reaches through {driver} "
+        "(mysqlclient), and Caravel inserts on a MariaDB connection of PyMySQL's only: call "
+        "pymysql.install_as_MySQLdb() at the top of your settings (the mariadb extra installs "
+        "PyMySQL), or give the backend OPTIONS['URL'] (an enqueue inside atomic() is then sent "
+        "when the transaction commits)"
+    )

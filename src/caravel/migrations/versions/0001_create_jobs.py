@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0001"
@@ -32,6 +33,7 @@ LOSSES = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_table(
         "caravel_jobs",
@@ -78,6 +80,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_index("ix_caravel_jobs_claim", table_name="caravel_jobs")
     op.drop_table("caravel_jobs")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0002"
@@ -41,6 +42,7 @@ _VACUUM = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_table(
         "caravel_workers",
@@ -60,6 +62,7 @@ def upgrade() -> None:
         op.execute(f"ALTER TABLE caravel_jobs SET ({_VACUUM})")
 
 
+@before_mariadb
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(

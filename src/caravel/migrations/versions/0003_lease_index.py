@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0003"
@@ -29,6 +30,7 @@ LOSSES: tuple[LossKind, ...] = ()
 _RUNNING = sa.text("state = 'running'")
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_index(
         "ix_caravel_jobs_leases",
@@ -39,5 +41,6 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_index("ix_caravel_jobs_leases", table_name="caravel_jobs")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0004"
@@ -44,6 +45,7 @@ def _create_keyed_index(name: str) -> None:
     )
 
 
+@before_mariadb
 def upgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         with op.batch_alter_table("caravel_jobs", recreate="always") as batch:
@@ -55,6 +57,7 @@ def upgrade() -> None:
     op.execute(f"ALTER INDEX {_NAME}_keyed RENAME TO {_NAME}")
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_index(_NAME, table_name="caravel_jobs")
     if op.get_bind().dialect.name == "sqlite":

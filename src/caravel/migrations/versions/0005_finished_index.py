@@ -29,6 +29,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 from caravel.migrations.sqlite_counts import COUNTS_TABLE, CREATE_TRIGGERS, TRIGGERS
 
@@ -53,6 +54,7 @@ _SQLITE = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_index(
         _INDEX,
@@ -71,6 +73,7 @@ def upgrade() -> None:
             op.execute(statement)
 
 
+@before_mariadb
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(f"DROP STATISTICS IF EXISTS {_STATISTICS}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 from caravel.migrations.sqlite_counts import CREATE_TRIGGERS, TRIGGERS
 
@@ -87,6 +88,7 @@ def _new_columns() -> list[sa.Column[object]]:
     ]
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_table(
         "caravel_queues",
@@ -105,6 +107,7 @@ def upgrade() -> None:
     op.execute(f"ALTER TABLE caravel_jobs VALIDATE CONSTRAINT {_CHECK}")
 
 
+@before_mariadb
 def downgrade() -> None:
     # Cancelled jobs and tombstones have no older state to go back to; they leave with the
     # revision (and with the tombstones, the duplicate protection of their keys).

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 from caravel.migrations.sqlite_counts import CREATE_TRIGGERS, TRIGGERS
 
@@ -38,6 +39,7 @@ _READY = sa.text("state = 'ready'")
 _PENDING = sa.text("pending_key IS NOT NULL AND state = 'ready'")
 
 
+@before_mariadb
 def upgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         # SQLite can add a column with its own check, but not a table constraint.
@@ -70,6 +72,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_index("uq_caravel_jobs_pending", table_name="caravel_jobs")
     op.drop_index("ix_caravel_jobs_ranked", table_name="caravel_jobs")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0008"
@@ -34,6 +35,7 @@ LOSSES = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_table(
         "caravel_schedules",
@@ -45,6 +47,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     # The schedules' slots stay settled by their jobs' idempotency keys; only the saved work
     # (and the pauses) go.

@@ -23,6 +23,7 @@ from alembic import op
 from caravel.clock import SystemClock
 from caravel.limits import HELD_DUE_AT
 from caravel.migrations import release_triggers
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0009"
@@ -70,6 +71,7 @@ _COLUMNS = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     for name, type_ in _COLUMNS:
         op.add_column("caravel_jobs", sa.Column(name, type_, nullable=True))
@@ -106,6 +108,7 @@ def upgrade() -> None:
         op.execute(statement)
 
 
+@before_mariadb
 def downgrade() -> None:
     postgresql = op.get_bind().dialect.name == "postgresql"
     for statement in (

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0010"
@@ -29,9 +30,11 @@ depends_on = None
 LOSSES: tuple[LossKind, ...] = ()
 
 
+@before_mariadb
 def upgrade() -> None:
     op.add_column("caravel_jobs", sa.Column("timeout_ms", sa.Integer(), nullable=True))
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_column("caravel_jobs", "timeout_ms")

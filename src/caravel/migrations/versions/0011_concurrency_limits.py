@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0011"
@@ -38,6 +39,7 @@ LOSSES = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     op.add_column("caravel_jobs", sa.Column("partition_key", sa.String(128), nullable=True))
     op.create_table(
@@ -55,6 +57,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_table("caravel_queue_limits")
     # SQLite 3.35+ drops a column that no index or constraint names, in place.

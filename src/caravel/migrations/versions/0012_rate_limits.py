@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0012"
@@ -51,6 +52,7 @@ _NEW_RULE = (
 )
 
 
+@before_mariadb
 def upgrade() -> None:
     op.add_column("caravel_jobs", sa.Column("weight", sa.Integer(), nullable=True))
     with op.batch_alter_table("caravel_queue_limits") as batch:
@@ -73,6 +75,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_index("ix_caravel_queue_starts_window", table_name="caravel_queue_starts")
     op.drop_table("caravel_queue_starts")

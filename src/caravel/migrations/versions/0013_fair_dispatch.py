@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0013"
@@ -84,6 +85,7 @@ def _limits(*, fair: bool) -> sa.Table:
     )
 
 
+@before_mariadb
 def upgrade() -> None:
     with op.batch_alter_table("caravel_queue_limits", copy_from=_limits(fair=False)) as batch:
         batch.add_column(sa.Column("fair", sa.Boolean(), nullable=False, server_default=sa.false()))
@@ -110,6 +112,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     op.drop_index("ix_caravel_jobs_fair", table_name="caravel_jobs")
     op.drop_table("caravel_queue_weights")

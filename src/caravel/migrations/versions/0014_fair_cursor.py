@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0014"
@@ -28,10 +29,12 @@ depends_on = None
 LOSSES: tuple[LossKind, ...] = ()
 
 
+@before_mariadb
 def upgrade() -> None:
     op.add_column("caravel_queue_limits", sa.Column("fair_cursor", sa.String(128), nullable=True))
 
 
+@before_mariadb
 def downgrade() -> None:
     # Not in the check constraint nor in an index: SQLite drops it in place too.
     op.drop_column("caravel_queue_limits", "fair_cursor")

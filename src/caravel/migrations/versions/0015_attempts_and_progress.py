@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from caravel.migrations.dialects import before_mariadb
 from caravel.migrations.losses import LossKind
 
 revision = "0015"
@@ -59,6 +60,7 @@ LOSSES = (
 _COLUMNS = ("worker_id", "progress", "progress_at", "meta", "attempts_dropped")
 
 
+@before_mariadb
 def upgrade() -> None:
     op.create_table(
         "caravel_attempts",
@@ -91,6 +93,7 @@ def upgrade() -> None:
     )
 
 
+@before_mariadb
 def downgrade() -> None:
     # None of the columns is in a constraint or an index: SQLite drops them in place too.
     for column in reversed(_COLUMNS):

@@ -84,7 +84,7 @@ class LimitsStore(SqlTransactions[ConnectionT]):
 
     def _claim_statement(
         self, source: ClaimSource, *, literal_limit: bool = True, unlimited: bool = True
-    ) -> sa.Update:
+    ) -> Any:
         raise NotImplementedError
 
     def _claim_target(self, candidates: sa.Select[Any]) -> sa.ColumnElement[bool]:
@@ -108,6 +108,14 @@ class LimitsStore(SqlTransactions[ConnectionT]):
         )
         params: dict[str, Any] = {f"b_{name}": value for name, value in fields.items()}
         params.update(b_queue=limit.queue, b_now=now)
+        # Workers store their registry's limits as they start, while others claim under them:
+        # a transaction the database picked as a deadlock's victim changed nothing, and is run
+        # again (the same values set again are the same row).
+        return await self._deadlock_retried(lambda: self._set_limit(limit, stmt, params))
+
+    async def _set_limit(
+        self, limit: ConcurrencyLimit | RateLimit, stmt: Any, params: dict[str, Any]
+    ) -> QueueLimit:
         async with self._write("queue_limit_set") as conn:
             if isinstance(limit, RateLimit):
                 heaviest = self._statement("heaviest_waiting", heaviest_waiting)

@@ -1,4 +1,4 @@
-"""Chains and batches over the in-memory tables, as :mod:`caravel.store.links_sql` does them
+"""Chains and batches over the in-memory tables, as :mod:`caravel.store.links.statements` does them
 in SQL. Releases happen in :meth:`~caravel.store.memory.tables.Tables.track`, as the SQL
 stores' triggers do them in the statement that changes a job's state."""
 

@@ -1,5 +1,5 @@
-""" "One pending per key" in the in-memory store, as :mod:`caravel.store.pending_sql` does it in
-SQL: a job with a pending key settled against the one ready job under its queue, tenant and
+""" "One pending per key" in the in-memory store, as :mod:`caravel.store.inserts.pending` does it
+in SQL: a job with a pending key settled against the one ready job under its queue, tenant and
 key, and a job made ready again giving up a key another job now holds."""
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """A prune of the in-memory store: which finished rows a batch removes, in the SQL batch's
-order (:mod:`caravel.store.pruning`), and what it does to each: deleted, or, for a job that held
-an idempotency key, made a tombstone that keeps the key."""
+order (:mod:`caravel.store.pruning.plan`), and what it does to each: deleted, or, for a job that
+held an idempotency key, made a tombstone that keeps the key."""
 
 from __future__ import annotations
 
 from caravel.jobs import JobState
 from caravel.retention import content_hash
 from caravel.store.memory.tables import JobRow, Tables
-from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import PruneBatch, PruneRequest
 
 __all__ = ["prune"]
 

@@ -24,7 +24,9 @@ from caravel.store.protocol import (
     QueueCounts,
     QueueLimit,
     QueueLimitUsage,
+    QueueSignal,
     ScheduleState,
+    SignalQuery,
     ThroughputBucket,
     ThroughputQuery,
     WorkerRecord,
@@ -173,6 +175,45 @@ class MemoryReader:
                 cancelled=counted["cancelled"],
             )
             for name, counted in sorted(shown.items())
+        ]
+
+    async def queue_signal(self, query: SignalQuery) -> list[QueueSignal]:
+        now = query.now
+        ready: Counter[str] = Counter()
+        running: Counter[str] = Counter()
+        finished: Counter[str] = Counter()
+        oldest: dict[str, int] = {}
+        names: set[str] = set()
+        with self._locked("queue_signal") as tables:
+            for row in tables.jobs.values():
+                if query.queue is not None and row.queue != query.queue:
+                    continue
+                if row.state == JobState.READY.value:
+                    names.add(row.queue)
+                    if row.due_at <= now:
+                        ready[row.queue] += 1
+                        oldest[row.queue] = min(oldest.get(row.queue, row.due_at), row.due_at)
+                elif row.state == JobState.RUNNING.value:
+                    names.add(row.queue)
+                    if row.lease_expires_at is not None and row.lease_expires_at > now:
+                        running[row.queue] += 1
+                elif row.state in _FINISHED and (
+                    query.finished_since <= (row.finished_at or -1) <= now
+                ):
+                    names.add(row.queue)
+                    finished[row.queue] += 1
+            serving: Counter[str] = Counter(
+                name
+                for worker in tables.workers.values()
+                if worker.heartbeat_at >= query.seen_since and worker.stopped_at is None
+                for name in set(worker.queues.split(","))
+                if name and query.queue in (None, name)
+            )
+        return [
+            QueueSignal(
+                name, ready[name], running[name], oldest.get(name), finished[name], serving[name]
+            )
+            for name in sorted(names | set(serving))
         ]
 
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:

@@ -1,6 +1,6 @@
 """The in-memory store's cancels and deletes, row for row as the SQL statements of
-:mod:`caravel.store.removal_sql` change them (the conformance suite holds both to it). Workers
-learn of cancels by looking (:meth:`job_cancelled_among`): there is nothing to push."""
+:mod:`caravel.store.removal.statements` change them (the conformance suite holds both to it).
+Workers learn of cancels by looking (:meth:`job_cancelled_among`): there is nothing to push."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ _DELETABLE = frozenset(state.value for state in DELETABLE)
 
 
 class MemoryRemoval(MemoryReader):
-    """:class:`~caravel.store.removal.RemovalStore` over the in-memory tables."""
+    """:class:`~caravel.store.removal.selection.RemovalStore` over the in-memory tables."""
 
     async def job_cancel(self, ref: JobRef, now: int) -> CancelOutcome:
         with self._locked("job_cancel") as tables:
@@ -83,8 +83,8 @@ class MemoryRemoval(MemoryReader):
 
 
 def _cancel(tables: Tables, row: JobRow, now: int) -> None:
-    """What ``removal_sql.cancel`` does to one waiting or running row (a running one's attempt
-    ends as ``cancelled``, as ``attempts.cancelled`` records it)."""
+    """What ``removal.statements.cancel`` does to one waiting or running row (a running one's
+    attempt ends as ``cancelled``, as ``attempts.cancelled`` records it)."""
     if row.state == RUNNING:
         tables.record_ended(row, AttemptOutcome.CANCELLED.value, now, CANCEL_KEEP, None)
     row.cancel_requested_at = now if row.state == RUNNING else None
@@ -96,7 +96,7 @@ def _cancel(tables: Tables, row: JobRow, now: int) -> None:
 
 
 def _selected(tables: Tables, selection: JobSelection, *, deleting: bool) -> Iterator[JobRow]:
-    """The rows ``removal_sql.selected`` matches."""
+    """The rows ``removal.statements.selected`` matches."""
     allowed = _DELETABLE if deleting else _CANCELLABLE
     states = {state.value for state in selection.states} & allowed
     for row in tables.jobs.values():

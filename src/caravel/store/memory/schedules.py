@@ -1,4 +1,4 @@
-"""The in-memory store's schedule state, with the rules of :mod:`caravel.store.schedules_sql`:
+"""The in-memory store's schedule state, with the rules of :mod:`caravel.store.schedules`:
 the last slot only moves forward, a pause is recorded once and a resume clears it."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from caravel.store.protocol import (
     SnoozedAttempt,
     WorkerRecord,
 )
-from caravel.store.prunes import PruneBatch, PruneRequest
+from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
 from caravel.store.schema import claim_rank_of
 

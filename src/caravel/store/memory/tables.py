@@ -268,7 +268,8 @@ class Tables:
                 self._release_held(batch.callback_id, row.updated_at, json.dumps({"batch": counts}))
 
     def kept_for_chain(self, row: JobRow) -> bool:
-        """``removal_sql.kept_for_chain``: a dead letter whose chain's next step is held."""
+        """``removal.statements.kept_for_chain``: a dead letter whose chain's next step is
+        held."""
         if row.state != "dead_letter" or row.chain_next is None:
             return False
         following = self.jobs.get(row.chain_next)

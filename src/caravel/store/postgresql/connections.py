@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -24,7 +25,7 @@ from caravel.store.blocking import Deadlines
 from caravel.store.errors import ErrorTranslation
 from caravel.store.postgresql.blocking import BlockingUse, blocking_connections
 from caravel.store.postgresql.statements import compile_for_driver, execute
-from caravel.store.urls import async_url
+from caravel.store.urls import PostgresOptions, async_url, hosts_of, postgres_options
 
 __all__ = [
     "CONNECT_ARGS",
@@ -33,6 +34,8 @@ __all__ = [
     "HotConnections",
     "HotUse",
     "create_engine",
+    "driver_dsn",
+    "options_of",
 ]
 
 logger = logging.getLogger("caravel.store")
@@ -56,6 +59,28 @@ CONNECT_ARGS: dict[str, Any] = {
 }
 
 
+#: The URL options each engine was made with (see :class:`~caravel.store.urls.PostgresOptions`).
+_OPTIONS: weakref.WeakKeyDictionary[sa.Engine, PostgresOptions] = weakref.WeakKeyDictionary()
+
+
+def options_of(engine: AsyncEngine) -> PostgresOptions:
+    """The Caravel options of the URL ``engine`` was made from; the defaults for an engine made
+    elsewhere."""
+    return _OPTIONS.get(engine.sync_engine, PostgresOptions())
+
+
+def connect_args_for(options: PostgresOptions) -> dict[str, Any]:
+    """The psycopg connection arguments for every connection the store opens."""
+    if not options.transaction_pooling:
+        return CONNECT_ARGS
+    # Behind transaction pooling a server connection serves another client after each
+    # transaction, so nothing may be kept on it: no prepared statement (psycopg then prepares
+    # none, even where a statement asks for it), and no startup options, which PgBouncer
+    # refuses unless told to ignore them (the statement timeout belongs on the role instead).
+    args = {k: v for k, v in CONNECT_ARGS.items() if k != "options"}
+    return {**args, "prepare_threshold": None}
+
+
 def create_engine(
     url: str | sa.URL, *, pool_size: int = 20, read_only: bool = False
 ) -> AsyncEngine:
@@ -68,20 +93,41 @@ def create_engine(
     With ``read_only`` every session starts with ``default_transaction_read_only``, so the
     server refuses any write on it; it is set again by a statement when the session opens, in
     case something between us and the server (a connection pooler) drops startup options.
+
+    A URL may list several servers (see :mod:`caravel.store.urls`); libpq tries them in order
+    for every new connection. Unless the URL says otherwise, a writing engine asks for
+    ``target_session_attrs=read-write``, so its connections reach whichever server is the
+    primary now.
     """
-    connect_args = CONNECT_ARGS
-    if read_only:
-        options = f"{CONNECT_ARGS['options']} -c default_transaction_read_only=on"
-        connect_args = {**CONNECT_ARGS, "options": options}
+    options = postgres_options(url)
+    url = async_url(url)
+    if len(hosts_of(url)) > 1 and "target_session_attrs" not in url.query and not read_only:
+        # The queue writes on every connection: of the servers listed, only the one that
+        # accepts writes will do, whichever that is now (after a failover, the promoted one).
+        url = url.update_query_dict({"target_session_attrs": "read-write"})
+    connect_args = connect_args_for(options)
+    if read_only and not options.transaction_pooling:
+        startup = f"{CONNECT_ARGS['options']} -c default_transaction_read_only=on"
+        connect_args = {**CONNECT_ARGS, "options": startup}
     engine = create_async_engine(
-        async_url(url),
+        url,
         pool_size=pool_size,
         max_overflow=pool_size,
         connect_args=connect_args,
     )
     if read_only:
         event.listen(engine.sync_engine, "connect", _read_only_session)
+    _OPTIONS[engine.sync_engine] = options
     return engine
+
+
+def driver_dsn(engine: AsyncEngine) -> str:
+    """The engine's URL as a libpq connection string, for connections opened outside its pool
+    (wake-up listeners, callers' threads): built by the dialect that builds the pool's, so a
+    multi-host URL becomes the same host and port lists either way."""
+    _, options = engine.dialect.create_connect_args(engine.url)
+    # The dialect also hands its adapters to psycopg ("context"): not a libpq option.
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in options.items() if k != "context"})
 
 
 def _read_only_session(dbapi_connection: Any, _record: Any) -> None:
@@ -138,8 +184,11 @@ class HotConnections:
     Up to :data:`HOT_CONNECTIONS` of each kind are kept. One left mid-statement is discarded; a
     broken one takes the idle ones with it (a server that went away took them all)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, plan_settings: bool = True) -> None:
         self._engine = engine
+        #: Whether the index-only connections get their session settings: not behind
+        #: transaction pooling, where a session setting would reach other clients' transactions.
+        self.plan_settings = plan_settings
         self.idle: dict[bool, list[Any]] = {False: [], True: []}
         self._closed = False
 
@@ -154,7 +203,7 @@ class HotConnections:
         try:
             driver: psycopg.AsyncConnection[Any] = fairy.driver_connection  # type: ignore[assignment]
             await driver.set_autocommit(True)
-            if index_only:
+            if index_only and self.plan_settings:
                 await driver.execute(_INDEX_ONLY)
         except BaseException:
             await self.give_back(fairy, index_only=index_only)
@@ -177,15 +226,14 @@ class HotConnections:
                 await greenlet_spawn(other.close)
         await self.give_back(fairy, index_only=index_only)
 
-    @staticmethod
-    async def give_back(fairy: Any, *, index_only: bool) -> None:
+    async def give_back(self, fairy: Any, *, index_only: bool) -> None:
         """Return a connection to SQLAlchemy's pool as it lent it, or discard it when it was
         left mid-statement, is broken, or could not be given its default settings back."""
         driver: psycopg.AsyncConnection[Any] = fairy.driver_connection
         reusable = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if reusable:
             try:
-                if index_only:
+                if index_only and self.plan_settings:
                     await driver.execute(_DEFAULT_PLANS)
                 await driver.set_autocommit(False)
             except psycopg.Error:
@@ -261,7 +309,9 @@ class ConnectedStore(SqlStore[AsyncConnection]):
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
-        self._hot = HotConnections(engine)
+        self._options = options_of(engine)
+        self._hot = HotConnections(engine, plan_settings=not self._options.transaction_pooling)
+        connect_args = connect_args_for(self._options)
         # The uses of blocking connections, each cut once past its deadline.
         self._deadlines: Deadlines[psycopg.Connection[Any]] = Deadlines(
             lambda conn: cut(lambda: conn)
@@ -271,14 +321,14 @@ class ConnectedStore(SqlStore[AsyncConnection]):
         pool = engine.sync_engine.pool
         keep = pool.size() if isinstance(pool, sa.pool.QueuePool) else HOT_CONNECTIONS
         self._blocking = blocking_connections(
-            lambda: psycopg.Connection.connect(self._driver_dsn(), autocommit=True, **CONNECT_ARGS),
+            lambda: psycopg.Connection.connect(self._driver_dsn(), autocommit=True, **connect_args),
             keep=keep,
             limit=2 * keep,
         )
 
     def _driver_dsn(self) -> str:
         """The engine's URL as libpq takes it, for connections opened outside its pool."""
-        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        return driver_dsn(self.engine)
 
     def _blocking_use(self, operation: str, loop: asyncio.AbstractEventLoop) -> BlockingUse:
         """A blocking connection in autocommit for a caller's thread (the sync facade's one-job

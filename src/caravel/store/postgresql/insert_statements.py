@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,6 +26,7 @@ __all__ = [
     "ONE_ROW_FIELDS",
     "SEEN_BEFORE",
     "copy_row",
+    "copy_rows",
     "one_row_values",
     "unnest_values",
 ]
@@ -91,63 +93,51 @@ def unnest_values(new_jobs: Sequence[NewJob]) -> dict[str, Any]:
     }
 
 
-#: The columns a COPY of new jobs fills, in the order of :func:`copy_row`, and the binary
-#: format each is sent in.
-COPY_COLUMNS = (
-    ("id", "uuid"),
-    ("queue", "text"),
-    ("job_type", "text"),
-    ("tenant_id", "text"),
-    ("idempotency_key", "text"),
-    ("payload", "text"),
-    ("state", "text"),
-    ("attempt", "int4"),
-    ("max_attempts", "int4"),
-    ("due_at", "int8"),
-    ("available_at", "int8"),
-    ("lease_token", "int8"),
-    ("created_at", "int8"),
-    ("updated_at", "int8"),
-    ("trace_context", "text"),
-    ("tags", "text"),
-    ("priority", "int2"),
-    ("timeout_ms", "int4"),
-    ("partition_key", "text"),
-    ("weight", "int4"),
+_READY = JobState.READY.value
+
+#: The columns a COPY of new jobs fills, in the order of :func:`copy_row`: each with the binary
+#: format it is sent in and the :class:`NewJob` field it takes, those of a new job's constant
+#: values last.
+_COPIED = (
+    ("id", "uuid", "id"),
+    ("queue", "text", "queue"),
+    ("job_type", "text", "job_type"),
+    ("tenant_id", "text", "tenant_id"),
+    ("idempotency_key", "text", "idempotency_key"),
+    ("payload", "text", "payload"),
+    ("max_attempts", "int4", "max_attempts"),
+    ("due_at", "int8", "due_at"),
+    ("available_at", "int8", "due_at"),
+    ("created_at", "int8", "created_at"),
+    ("updated_at", "int8", "created_at"),
+    ("trace_context", "text", "trace_context"),
+    ("tags", "text", "tags"),
+    ("priority", "int2", "priority"),
+    ("timeout_ms", "int4", "timeout_ms"),
+    ("partition_key", "text", "partition_key"),
+    ("weight", "int4", "weight"),
 )
+_CONSTANT = (("state", "text", _READY), ("attempt", "int4", 0), ("lease_token", "int8", 0))
+COPY_COLUMNS = tuple((name, kind) for name, kind, _ in (*_COPIED, *_CONSTANT))
 COPY_SQL = (
     f"COPY {jobs.name} ({', '.join(name for name, _ in COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 )
 COPY_TYPES = [kind for _, kind in COPY_COLUMNS]
 
-
-_READY = JobState.READY.value
+#: A job's copied fields as one tuple (one C call, a field taken twice where two columns
+#: start out equal), and the constant values that follow them.
+_FROM_JOB = operator.itemgetter(*(NewJob._fields.index(field) for _, _, field in _COPIED))
+_CONSTANTS = tuple(value for _, _, value in _CONSTANT)
 
 
 def copy_row(job: NewJob) -> tuple[Any, ...]:
     """A new job's row as COPY sends it: the same values as an INSERT of the job."""
-    return (
-        job.id,
-        job.queue,
-        job.job_type,
-        job.tenant_id,
-        job.idempotency_key,
-        job.payload,
-        _READY,
-        0,
-        job.max_attempts,
-        job.due_at,
-        job.due_at,
-        0,
-        job.created_at,
-        job.created_at,
-        job.trace_context,
-        job.tags,
-        job.priority,
-        job.timeout_ms,
-        job.partition_key,
-        job.weight,
-    )
+    return _FROM_JOB(job) + _CONSTANTS  # type: ignore[no-any-return]
+
+
+def copy_rows(new_jobs: Iterable[NewJob]) -> Iterator[tuple[Any, ...]]:
+    """:func:`copy_row` of each job, with no Python call per job."""
+    return map(operator.add, map(_FROM_JOB, new_jobs), itertools.repeat(_CONSTANTS))
 
 
 #: The fields of a :class:`NewJob` that are columns (named after them), in its order; the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import operator
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
@@ -24,7 +25,7 @@ from caravel.store.postgresql.insert_statements import (
     INSERT_UNNEST,
     INSERTED_HERE,
     SEEN_BEFORE,
-    copy_row,
+    copy_rows,
     one_row_values,
     unnest_values,
 )
@@ -78,8 +79,13 @@ class _Keyed(Exception):
     settle; the call goes to the path that settles each such job against its pending one."""
 
 
+_PENDING_KEY = operator.attrgetter("pending_key")
+_QUEUE_DUE_CREATED = operator.attrgetter("queue", "due_at", "created_at")
+
+
 def _check_unkeyed(chunk: Sequence[NewJob]) -> None:
-    if any(job.pending_key is not None for job in chunk):
+    # No Python call per job: a COPY's chunks have no pending key but are all checked.
+    if any(map(operator.is_not, map(_PENDING_KEY, chunk), itertools.repeat(None))):
         raise _Keyed
 
 
@@ -152,7 +158,12 @@ class InsertingStore(ConnectedStore):
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
-        self._announcer = Announcer(engine)
+        options = self._options
+        # Without wake-ups, workers poll: nothing to LISTEN to, nothing worth a NOTIFY.
+        self.supports_listen_notify = options.wakeups
+        self._announcer = Announcer(engine, enabled=options.wakeups)
+        if options.notify_window is not None:
+            self._announcer.cooldown = options.notify_window
 
     async def job_insert_many(
         self, chunks: Iterable[Sequence[NewJob]], *, total: int
@@ -282,8 +293,8 @@ class InsertingStore(ConnectedStore):
                 # the next is prepared.
                 async with driver.cursor() as cursor, cursor.copy(COPY_SQL) as copy:
                     copy.set_types(COPY_TYPES)
-                    for job in chunk:
-                        await copy.write_row(copy_row(job))
+                    for row in copy_rows(chunk):
+                        await copy.write_row(row)
                     sent.set_result(None)
 
             try:
@@ -346,11 +357,14 @@ class InsertingStore(ConnectedStore):
         (delayed jobs are left to polling). ``loop``: the store's event loop, when called from
         another thread."""
         new_jobs, outcomes = done.result
-        due_now = {
-            job.queue
-            for job, outcome in zip(new_jobs, outcomes, strict=True)
-            if (outcome.inserted or outcome.replaced) and job.due_at <= job.created_at
-        }
+        if isinstance(outcomes, AllInserted):  # the bulk path's: no outcome per job to read
+            due_now = {q for q, due, created in map(_QUEUE_DUE_CREATED, new_jobs) if due <= created}
+        else:
+            due_now = {
+                job.queue
+                for job, outcome in zip(new_jobs, outcomes, strict=True)
+                if (outcome.inserted or outcome.replaced) and job.due_at <= job.created_at
+            }
         for queue in sorted(due_now):
             self._announcer.committed(queue, announced=queue in done.announced, loop=loop)
 

@@ -25,13 +25,13 @@ once would lease jobs from the time read before the stall).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from caravel.errors import StoreError
+from caravel.store.limited.hold import LIMIT_HOLD_TIMEOUT, log_claim_rolled_back
 from caravel.store.plans import Plan
 
 __all__ = [
@@ -43,14 +43,6 @@ __all__ = [
     "tapped",
 ]
 
-logger = logging.getLogger("caravel.store")
-
-#: Seconds a limited claim's transaction may wait for its claimer's next statement. A claim's
-#: own gaps are a network round trip plus the worker's work between statements (choosing among
-#: at most 1,000 due jobs): milliseconds. Two seconds leave a wide margin for a slow link, a busy
-#: event loop or a garbage collection pause, while bounding how long a stalled claimer holds the
-#: queue's other limited claims up.
-LIMIT_HOLD_TIMEOUT = 2.0
 
 #: Whether the transaction ``xact`` (as :func:`bounded_lock` read it) committed: ``committed``,
 #: ``aborted`` or ``in progress``.
@@ -108,14 +100,6 @@ def log_rolled_back(queue: str, timeout: float, exc: StoreError) -> None:
     cause = exc.__cause__
     orig = getattr(cause, "orig", cause)
     timed_out = getattr(orig, "sqlstate", None) == _IDLE_IN_TRANSACTION_TIMEOUT
-    logger.warning(
-        "limited claim rolled back: its database session ended before it committed (the server"
-        " ends a claim that stalls over %gs holding its queue's limits row); nothing was claimed,"
-        " claiming again",
-        timeout,
-        extra={
-            "queue": queue,
-            "operation": "job_claim",
-            "reason": "idle_in_transaction_timeout" if timed_out else "connection_lost",
-        },
+    log_claim_rolled_back(
+        queue, timeout, "idle_in_transaction_timeout" if timed_out else "connection_lost"
     )

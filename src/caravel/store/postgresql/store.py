@@ -20,8 +20,8 @@ from caravel.jobs import Lease
 from caravel.store import queries
 from caravel.store.attempts import trimming
 from caravel.store.base import NOBODY, claimed_from_rows
+from caravel.store.inserts.pending import PENDING_INDEX
 from caravel.store.outcomes import split_results
-from caravel.store.pending_sql import PENDING_INDEX
 from caravel.store.plans import Plan, Step
 from caravel.store.postgresql.attempts import claim_taking_over, recording
 from caravel.store.postgresql.cancels import CANCEL_NOTIFY, listen_cancels, notice_payloads
@@ -167,7 +167,10 @@ class PostgresStore(InsertingStore):
         return _IDENTITY
 
     def _announce_plan(self, queues: set[str]) -> Plan[None]:
-        # NOTIFY inside the caller's transaction: PostgreSQL delivers it when that commits.
+        # NOTIFY inside the caller's transaction: PostgreSQL delivers it when that commits, once
+        # per queue however many enqueues of the transaction sent it (it folds duplicates).
+        if not self._options.wakeups:
+            return
         for queue in sorted(queues):
             yield Step(NOTIFY, {"queue": queue})
 
@@ -375,10 +378,14 @@ class PostgresStore(InsertingStore):
         plan = result.scalar_one()
         return int(plan[0]["Plan"]["Plan Rows"])
 
-    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str]:
+    def wakeups(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        if not self._options.wakeups:
+            return None
         return listen(self._driver_dsn(), frozenset(queues))
 
-    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str]:
+    def queue_changes(self, queues: Sequence[str]) -> AsyncIterator[str] | None:
+        if not self._options.wakeups:
+            return None
         return listen(self._driver_dsn(), frozenset(queues), QUEUES_CHANNEL)
 
     async def _announce_cancelled(self, conn: AsyncConnection, job_ids: list[UUID]) -> None:
@@ -386,5 +393,7 @@ class PostgresStore(InsertingStore):
         for ids in notice_payloads(job_ids):
             await conn.execute(CANCEL_NOTIFY, {"ids": ids})
 
-    def cancel_notices(self) -> AsyncIterator[UUID]:
+    def cancel_notices(self) -> AsyncIterator[UUID] | None:
+        if not self._options.wakeups:
+            return None
         return listen_cancels(self._driver_dsn())

@@ -1,6 +1,7 @@
 """Inserts in a transaction the caller owns, for the SQL stores: which database a connection is
 on, and the two ``job_insert_joined`` operations, which hand the store's insert plan to
-:mod:`caravel.store.joined` (imported only when a caller passes a session, with the ORM)."""
+:mod:`caravel.store.inserts.sessions` (imported only when a caller passes a session, with the
+ORM)."""
 
 from __future__ import annotations
 
@@ -42,10 +43,10 @@ class CallerInserts(SqlTransactions[ConnectionT]):
     async def job_insert_joined(
         self, target: object, new_jobs: Sequence[NewJob], *, on_commit: Committed = None
     ) -> InsertResult:
-        from caravel.store import joined
+        from caravel.store.inserts import sessions
 
         store: Any = self  # a SqlStore: this is one of its bases
-        return await joined.insert_async(store, target, new_jobs, on_commit)
+        return await sessions.insert_async(store, target, new_jobs, on_commit)
 
     def job_insert_joined_sync(
         self,
@@ -55,7 +56,7 @@ class CallerInserts(SqlTransactions[ConnectionT]):
         *,
         on_commit: Committed = None,
     ) -> InsertResult:
-        from caravel.store import joined
+        from caravel.store.inserts import sessions
 
         store: Any = self
-        return joined.insert_sync(store, target, new_jobs, identity, on_commit)
+        return sessions.insert_sync(store, target, new_jobs, identity, on_commit)

@@ -20,8 +20,8 @@ from caravel.jobs import JobState
 from caravel.retention import content_hash
 from caravel.store.attempts import records_deleted
 from caravel.store.plans import Plan, Step
-from caravel.store.prunes import PruneBatch, PruneRequest
-from caravel.store.removal_sql import kept_for_chain
+from caravel.store.pruning.requests import PruneBatch, PruneRequest
+from caravel.store.removal.statements import kept_for_chain
 from caravel.store.schema import jobs
 
 __all__ = ["prune_plan"]
@@ -43,7 +43,7 @@ def _next_queue(after: str | None) -> sa.Select[Any]:
 def _old(queue: str, state: str, cutoff: int) -> list[sa.ColumnElement[bool]]:
     """Rows of ``queue`` in ``state`` that finished (or, for tombstones, were pruned) before
     ``cutoff``; never a dead letter that a held chain step waits for (see
-    :func:`~caravel.store.removal_sql.kept_for_chain`)."""
+    :func:`~caravel.store.removal.statements.kept_for_chain`)."""
     when = jobs.c.pruned_at if state == PRUNED else jobs.c.finished_at
     old = [jobs.c.queue == queue, jobs.c.state == state, _FINISHED, when < cutoff]
     if state == DEAD:
@@ -106,9 +106,9 @@ def _queues_plan(request: PruneRequest) -> Plan[list[str]]:
 
 
 def prune_plan(request: PruneRequest, *, lock_rows: bool) -> Plan[PruneBatch]:
-    """One batch as :class:`~caravel.store.prunes.PruneRequest` says. ``lock_rows``: lock the
-    picked rows, skipping any another transaction holds (PostgreSQL), where the database has
-    more than one writer."""
+    """One batch as :class:`~caravel.store.pruning.requests.PruneRequest` says. ``lock_rows``:
+    lock the picked rows, skipping any another transaction holds (PostgreSQL), where the
+    database has more than one writer."""
     queues = yield from _queues_plan(request)
     if request.dry_run:
         return (yield from _count_plan(request, queues))

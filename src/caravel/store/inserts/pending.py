@@ -17,6 +17,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from caravel.errors import PendingKeyConflictError, StoreError
 from caravel.jobs import JobState
@@ -27,6 +30,8 @@ from caravel.store.values import InsertOutcome, NewJob
 
 __all__ = [
     "PENDING_INDEX",
+    "PENDING_TARGET",
+    "PendingUnder",
     "kept_key",
     "pending_plan",
     "returning_key",
@@ -45,12 +50,42 @@ READY = JobState.READY.value
 _READY_SQL: sa.ColumnElement[str] = sa.literal_column(f"'{READY}'")
 #: The unique index that holds each queue's, tenant's and key's one pending job.
 PENDING_INDEX = "uq_caravel_jobs_pending"
-_TARGET = ("queue", "tenant_id", "pending_key")
+#: The index's columns, as a conflict target names them.
+PENDING_TARGET = ("queue", "tenant_id", "pending_key")
 #: The index's predicate, as its conflict target names it (written as the index is).
 _PREDICATE = sa.text(f"pending_key IS NOT NULL AND state = '{READY}'")
 #: How many times an insert is tried again when the pending job it met was claimed before it
 #: could be read (each retry needs another producer or worker to win a race on the same key).
 _ATTEMPTS = 20
+
+
+class PendingUnder(ColumnElement[bool]):
+    """Whether a row of ``table`` (the jobs table or an alias of it) is the job pending under
+    ``key``: written as the partial unique index's predicate, so the planner matches the index
+    (MariaDB, which indexes the pending key of ready rows as a generated column, writes it as
+    that column's value, see :mod:`caravel.store.mariadb.compiling`)."""
+
+    __visit_name__ = "pending_under"
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012  (SQLAlchemy's own declaration is a list)
+        ("table", InternalTraversal.dp_clauseelement),
+        ("value", InternalTraversal.dp_clauseelement),
+    ]
+    type = sa.Boolean()
+    # A comparison, not a boolean value: written in a WHERE as it is (not as ``... = 1``).
+    _is_implicitly_boolean = True
+
+    def __init__(self, table: sa.FromClause, key: Any) -> None:
+        self.table = table
+        self.value = sa.literal(key, type_=jobs.c.pending_key.type) if isinstance(key, str) else key
+
+
+@compiles(PendingUnder)
+def _pending_under(element: PendingUnder, compiler: Any, **kw: Any) -> str:
+    columns = element.table.c
+    written = sa.and_(columns.pending_key == element.value, columns.state == _READY_SQL)
+    text: str = compiler.process(written, **kw)
+    return text
 
 
 def split_pending(new_jobs: Sequence[NewJob]) -> tuple[list[NewJob], list[NewJob]]:
@@ -96,7 +131,7 @@ def upsert_keep(insert: Any) -> Any:
     """A job's row inserted unless a job is pending under its key (then nothing changes);
     returns the id inserted. Bound by column name, as :func:`~caravel.store.rows.job_row`."""
     return (
-        insert.on_conflict_do_nothing(index_elements=_TARGET, index_where=_PREDICATE)
+        insert.on_conflict_do_nothing(index_elements=PENDING_TARGET, index_where=_PREDICATE)
     ).returning(jobs.c.id)
 
 
@@ -109,7 +144,7 @@ def upsert_replace(insert: Any) -> Any:
     cap = jobs.c.created_at + sa.bindparam("b_debounce", type_=sa.BigInteger())
     due = sa.case((new.due_at < cap, new.due_at), else_=cap)
     return insert.on_conflict_do_update(
-        index_elements=_TARGET,
+        index_elements=PENDING_TARGET,
         index_where=_PREDICATE,
         set_={
             "payload": new.payload,
@@ -127,8 +162,7 @@ def _pending_now(job: NewJob) -> sa.Select[Any]:
     return sa.select(jobs.c.id, jobs.c.job_type).where(
         jobs.c.queue == job.queue,
         jobs.c.tenant_id == job.tenant_id,
-        jobs.c.pending_key == job.pending_key,
-        jobs.c.state == _READY_SQL,
+        PendingUnder(jobs, job.pending_key),
     )
 
 
@@ -168,8 +202,7 @@ def kept_key() -> sa.ColumnElement[Any]:
         .where(
             other.c.queue == jobs.c.queue,
             other.c.tenant_id == jobs.c.tenant_id,
-            other.c.pending_key == jobs.c.pending_key,
-            other.c.state == _READY_SQL,
+            PendingUnder(other, jobs.c.pending_key),
             other.c.id != jobs.c.id,
         )
         .exists()

@@ -3,7 +3,8 @@ delete finished ones, count what a selection would touch, and tell workers which
 were cancelled under them.
 
 Kept apart from :mod:`caravel.store.protocol` (whose :class:`~caravel.store.protocol.Store`
-includes this protocol) so that the whole of one concept reads in one place.
+includes this protocol) so that the whole of one concept reads in one package,
+:mod:`caravel.store.removal`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Inserting jobs on the SQL stores, written once in portable SQLAlchemy Core: the general
 insert every dialect can take (dialects add faster paths of their own), and the same insert as
-a plan for a transaction the caller owns (:mod:`caravel.store.caller_inserts`). Jobs with a
-pending key are settled by :mod:`caravel.store.pending_sql`.
+a plan for a transaction the caller owns (:mod:`caravel.store.inserts.caller`). Jobs with a
+pending key are settled by :mod:`caravel.store.inserts.pending`.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from caravel.store.caller_inserts import CallerInserts
-from caravel.store.pending_sql import settle_plan, upsert_keep, upsert_replace
+from caravel.store.inserts.pending import settle_plan, upsert_keep, upsert_replace
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.rows import job_row
 from caravel.store.schema import jobs
-from caravel.store.transactions import ConnectionT
+from caravel.store.transactions import ConnectionT, SqlTransactions
 from caravel.store.values import InsertOutcome, InsertResult, NewJob
 
 __all__ = ["SqlInserts"]
 
 
-class SqlInserts(CallerInserts[ConnectionT]):
+class SqlInserts(SqlTransactions[ConnectionT]):
     """``job_insert_many`` and the insert plan of the SQL stores."""
 
     #: Rows per multi-row INSERT; dialects lower it to respect their parameter limits.
@@ -65,7 +64,7 @@ class SqlInserts(CallerInserts[ConnectionT]):
 
     def _settle_plan(self, new_jobs: Sequence[NewJob]) -> Plan[list[InsertOutcome]]:
         """Each job inserted, or settled against the row that kept it out (see
-        :func:`~caravel.store.pending_sql.settle_plan`)."""
+        :func:`~caravel.store.inserts.pending.settle_plan`)."""
         keep = self._statement("pending_keep", lambda: upsert_keep(self._insert()))
         replace = self._statement("pending_replace", lambda: upsert_replace(self._insert()))
         return settle_plan(new_jobs, self._plain_plan, keep, replace)

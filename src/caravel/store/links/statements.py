@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from caravel.errors import IdempotencyConflictError
 from caravel.jobs import JobStatus
-from caravel.store.inserts_sql import SqlInserts
-from caravel.store.links import BatchRecord, LinkedJob, NewBatch
+from caravel.store.inserts.general import SqlInserts
+from caravel.store.links.records import BatchRecord, LinkedJob, NewBatch
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.rows import STATUS_COLUMNS, batch_from_row, linked_row, status_from_row
 from caravel.store.schema import batches, jobs
@@ -27,7 +27,9 @@ def _tenant(table: sa.Table, tenant_id: str | None) -> tuple[sa.ColumnElement[bo
 
 
 class SqlLinks(SqlInserts[ConnectionT]):
-    """:class:`~caravel.store.links.LinkReads` and ``LinkWrites`` for the SQL stores."""
+    """:class:`~caravel.store.links.records.LinkReads` and ``LinkWrites`` for the SQL stores.
+    A chain's or a batch's jobs go in through the general insert's statement, chunk size and
+    wake-ups, so this family stands on :class:`SqlInserts` rather than beside it."""
 
     def _linked_plan(self, linked: Sequence[LinkedJob]) -> Plan[list[UUID]]:
         """Insert ``linked`` (the general INSERT, with their link columns); each one's id, its

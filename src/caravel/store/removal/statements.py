@@ -1,5 +1,5 @@
 """Cancellation and deletion on the SQL stores: the statements, in portable SQLAlchemy Core, and
-the operations of :class:`~caravel.store.removal.RemovalStore` that run them.
+the operations of :class:`~caravel.store.removal.selection.RemovalStore` that run them.
 
 A cancel is one UPDATE: a waiting job and a running one alike end in ``cancelled`` with no
 ``available_at`` (so no claim ever sees it again) and a new lease token (so the worker running
@@ -23,7 +23,7 @@ from caravel.limits import HELD_DUE_AT
 from caravel.store import attempts
 from caravel.store.protocol import JobRef
 from caravel.store.queries import owned
-from caravel.store.removal import CANCELLABLE, DELETABLE, JobSelection
+from caravel.store.removal.selection import CANCELLABLE, DELETABLE, JobSelection
 from caravel.store.schema import jobs
 from caravel.store.transactions import Connection, ConnectionT, SqlTransactions
 
@@ -119,7 +119,7 @@ async def _deleted(conn: Connection, statement: sa.Executable) -> list[UUID]:
 
 
 class SqlRemoval(SqlTransactions[ConnectionT]):
-    """:class:`~caravel.store.removal.RemovalStore` for the SQL stores."""
+    """:class:`~caravel.store.removal.selection.RemovalStore` for the SQL stores."""
 
     async def _announce_cancelled(self, conn: ConnectionT, job_ids: list[UUID]) -> None:
         """Tell the workers running ``job_ids`` that they were cancelled, inside the cancel's

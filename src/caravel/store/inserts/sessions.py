@@ -5,7 +5,8 @@ connections of psycopg and ``sqlite3``. Each becomes an ``execute`` a plan
 
 A DB-API connection gets each statement compiled for its dialect, with SQLAlchemy's own bind and
 result processing, so a row reads the same on every kind of connection. Imported only when a
-caller passes a session, so the ORM costs nothing otherwise.
+caller passes a session, so the ORM costs nothing otherwise. (On MariaDB, a PyMySQL connection
+is that DB-API connection.)
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ __all__ = [
 ]
 
 _SESSION_RULE = (
-    "must be a SQLAlchemy Session, AsyncSession, Connection or AsyncConnection, or a psycopg or "
-    "sqlite3 connection, on the queue's own database"
+    "must be a SQLAlchemy Session, AsyncSession, Connection or AsyncConnection, or a psycopg, "
+    "PyMySQL or sqlite3 connection, on the queue's own database"
 )
 
 
@@ -222,8 +223,8 @@ def _inserted(
 
 
 def _dbapi(target: object, *, asynchronous: bool) -> CallerConnection | None:
-    """A psycopg or sqlite3 connection, recognised by its class's module (neither driver is
-    imported to ask)."""
+    """A psycopg, PyMySQL or sqlite3 connection, recognised by its class's module (no driver
+    is imported to ask)."""
     module = type(target).__module__
     if module.startswith("psycopg"):
         from sqlalchemy.dialects.postgresql import psycopg
@@ -233,6 +234,10 @@ def _dbapi(target: object, *, asynchronous: bool) -> CallerConnection | None:
         from sqlalchemy.dialects.sqlite import pysqlite
 
         dialect = pysqlite.dialect()
+    elif module.startswith("pymysql") and not asynchronous:
+        from sqlalchemy.dialects.mysql.mariadb import loader
+
+        dialect = loader("pymysql")()
     else:
         return None
     cursor = getattr(target, "cursor", None)

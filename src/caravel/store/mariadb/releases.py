@@ -1,0 +1,101 @@
+"""Releasing held jobs on MariaDB, in the transaction of the change that releases them.
+
+On the other databases a trigger on the jobs table releases a chain's next step when its step
+completes, cancels a chain's held steps when a step before them is cancelled, and releases a
+batch's callback when its last job finishes (:mod:`caravel.migrations.release_triggers`).
+MariaDB forbids a trigger to change the table that fired it, so its trigger (migration 0016)
+keeps the batch counts and writes what is to be released to ``caravel_releases``, under the
+session's connection id, and sets the session variable ``@caravel_releases``. After each
+statement that changes jobs, the store asks for that variable and, when it is set, makes the
+releases before anything else runs in the transaction: what a job waits for and its release
+still commit together or not at all. A release that changes a job's state (a chain's rest
+cancelled) may ask for more; they are made in turn until none is left.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from caravel.limits import HELD_DUE_AT
+
+__all__ = ["ASKED", "make_releases", "releases_asked"]
+
+_HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
+_RELEASE = "due_at = :at, available_at = :at, updated_at = :at"
+
+#: Whether the statements run so far asked for releases (as a column a read can carry).
+ASKED: sa.Label[Any] = sa.literal_column("@caravel_releases").label("mariadb_releases")
+_ASKED = sa.select(ASKED)
+_CLEAR = sa.text("SET @caravel_releases = NULL")
+_PENDING = sa.text(
+    "SELECT id, kind, job_id, at FROM caravel_releases WHERE conn = CONNECTION_ID() ORDER BY id"
+)
+_DONE = sa.text("DELETE FROM caravel_releases WHERE conn = CONNECTION_ID() AND id <= :last")
+
+#: The step after a completed one gets the completed step's result as its upstream.
+_NEXT_STEP = sa.text(
+    f"UPDATE caravel_jobs AS j JOIN caravel_jobs AS done ON done.id = :job_id"
+    f" SET j.due_at = :at, j.available_at = :at, j.updated_at = :at,"
+    " j.upstream = CONCAT('{\"result\":', COALESCE(done.result, 'null'), '}')"
+    f" WHERE j.id = done.chain_next AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
+)
+_REST_CANCELLED = sa.text(
+    "UPDATE caravel_jobs AS j JOIN caravel_jobs AS cancelled ON cancelled.id = :job_id"
+    " SET j.state = 'cancelled', j.available_at = NULL, j.lease_expires_at = NULL,"
+    " j.finished_at = :at, j.updated_at = :at, j.lease_token = j.lease_token + 1"
+    " WHERE j.chain_id = cancelled.chain_id AND j.chain_step > cancelled.chain_step"
+    f" AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
+)
+_BATCH = sa.text(
+    "SELECT id, total, completed, dead_letter, cancelled, callback_id"
+    " FROM caravel_batches WHERE id = :job_id"
+)
+_CALLBACK = sa.text(
+    f"UPDATE caravel_jobs SET {_RELEASE}, upstream = :upstream WHERE id = :callback AND {_HELD}"
+)
+
+
+async def releases_asked(conn: AsyncConnection) -> bool:
+    """Whether the statements run so far asked for releases not made yet."""
+    return bool((await conn.execute(_ASKED)).scalar())
+
+
+async def make_releases(conn: AsyncConnection) -> None:
+    """Make every release asked for in this transaction, and those they ask for in turn."""
+    while True:
+        await conn.execute(_CLEAR)
+        pending = (await conn.execute(_PENDING)).all()
+        if not pending:
+            return
+        for row in pending:
+            params: dict[str, Any] = {"job_id": row.job_id, "at": row.at}
+            if row.kind == "next":
+                await conn.execute(_NEXT_STEP, params)
+            elif row.kind == "rest":
+                await conn.execute(_REST_CANCELLED, params)
+            else:
+                await _release_callback(conn, params)
+        await conn.execute(_DONE, {"last": pending[-1].id})
+
+
+async def _release_callback(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    batch = (await conn.execute(_BATCH, params)).one_or_none()
+    if batch is None or batch.callback_id is None:
+        return
+    upstream = {
+        "batch": {
+            "batch_id": str(batch.id),
+            "total": batch.total,
+            "completed": batch.completed,
+            "dead_letter": batch.dead_letter,
+            "cancelled": batch.cancelled,
+        }
+    }
+    await conn.execute(
+        _CALLBACK,
+        {"at": params["at"], "callback": batch.callback_id, "upstream": json.dumps(upstream)},
+    )
