@@ -103,6 +103,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> FastAPI:
         BodyDeadlineMiddleware,
         timeout=settings.limits.body_timeout_seconds,
         min_rate=settings.limits.body_min_bytes_per_second,
+        grace=settings.limits.body_grace_seconds,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(HardeningMiddleware)

@@ -6,7 +6,7 @@ the rest, filling the concurrency limit: everyone else, sign-in included, gets 4
 as those clients care to wait. Here, the body is read first (the body limit outside this layer
 caps it at 16 KiB, so buffering it is cheap) and handed to the application in one piece; only
 then does the request take a slot. A body that is not complete within ``timeout`` seconds, or
-that falls below ``min_rate`` bytes per second once the first second has passed, is answered
+that falls below ``min_rate`` bytes per second once a grace period has passed, is answered
 ``408 Request Timeout`` and the connection is closed.
 
 The time rules are in :class:`ReadBudget`, which reads an injected clock; the waiting itself is
@@ -25,8 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 DEFAULT_MIN_RATE = 1024
-#: The minimum rate applies only after this long: a body's first bytes may lag its headers.
-GRACE_SECONDS = 1.0
+#: The minimum rate applies only after this long: a body's first bytes may lag its headers,
+#: by more than a second when the client opens many connections at once on a busy machine.
+GRACE_SECONDS = 5.0
 TOO_SLOW = {"detail": "the request body arrived too slowly"}
 
 _CLOSE = [(b"connection", b"close")]
@@ -35,17 +36,18 @@ _CLOSE = [(b"connection", b"close")]
 @dataclass(frozen=True, slots=True)
 class ReadBudget:
     """When a body being read is too slow: not complete ``timeout`` seconds after ``started``,
-    or, after :data:`GRACE_SECONDS`, fewer than ``min_rate`` bytes per second on average."""
+    or, after ``grace`` seconds, fewer than ``min_rate`` bytes per second on average."""
 
     started: float
     timeout: float
     min_rate: float
+    grace: float = GRACE_SECONDS
 
     def seconds_left(self, now: float, received: int) -> float:
         """How long the next part of the body may take to arrive (``<= 0``: too slow now).
         By time ``t`` the rate rule wants ``min_rate * (t - grace)`` bytes, so with
         ``received`` bytes in hand the next ones are due by ``grace + received / min_rate``."""
-        by_rate = GRACE_SECONDS + received / self.min_rate
+        by_rate = self.grace + received / self.min_rate
         return min(self.timeout, by_rate) - (now - self.started)
 
 
@@ -56,16 +58,18 @@ class BodyDeadlineMiddleware:
         *,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         min_rate: float = DEFAULT_MIN_RATE,
+        grace: float = GRACE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
         self.timeout = timeout
         self.min_rate = min_rate
+        self.grace = grace
         self.clock = clock
 
     async def _read(self, receive: Receive) -> list[Message] | None:
         """Every message of the body, or ``None`` when it was too slow."""
-        budget = ReadBudget(self.clock(), self.timeout, self.min_rate)
+        budget = ReadBudget(self.clock(), self.timeout, self.min_rate, self.grace)
         messages: list[Message] = []
         received = 0
         while True:

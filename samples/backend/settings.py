@@ -34,6 +34,7 @@ RULES: dict[str, str] = {
     "limits.login_window_seconds": "must be an integer from 1 to 3600",
     "limits.body_timeout_seconds": "must be a number of seconds above 0 and at most 300",
     "limits.body_min_bytes_per_second": "must be an integer from 1 to 1048576",
+    "limits.body_grace_seconds": "must be a number of seconds from 0 to 60",
     "worker.concurrency": "must be an integer from 1 to 1024",
     "worker.lease_seconds": "must be an integer from 1 to 3600",
 }
@@ -58,8 +59,10 @@ class Limits(BaseModel):
     login_window_seconds: int = Field(60, ge=1, le=3600)
     #: A request body must arrive whole within this long (else 408)...
     body_timeout_seconds: float = Field(10.0, gt=0, le=300)
-    #: ...and, after its first second, at least this fast on average.
+    #: ...and, after its grace period, at least this fast on average.
     body_min_bytes_per_second: int = Field(1024, ge=1, le=1024 * 1024)
+    #: How long a body's first bytes may lag its headers before the minimum rate applies.
+    body_grace_seconds: float = Field(5.0, ge=0, le=60)
 
 
 class WorkerSettings(BaseModel):

@@ -165,9 +165,10 @@ async def _never_called(scope: object, receive: object, send: object) -> None:
 
 
 def test_the_read_budget_wants_the_whole_body_in_time_and_a_minimum_rate() -> None:
-    budget = ReadBudget(started=100.0, timeout=10, min_rate=1000)
-    assert budget.seconds_left(100.0, 0) == GRACE_SECONDS  # the first bytes may lag
-    assert budget.seconds_left(100.0 + GRACE_SECONDS, 0) == 0  # ... not longer
+    assert ReadBudget(started=0.0, timeout=60, min_rate=1000).seconds_left(0.0, 0) == GRACE_SECONDS
+    budget = ReadBudget(started=100.0, timeout=10, min_rate=1000, grace=1.0)
+    assert budget.seconds_left(100.0, 0) == 1.0  # the first bytes may lag
+    assert budget.seconds_left(101.0, 0) == 0  # ... not longer
     assert budget.seconds_left(103.0, 5000) == 3.0  # 5000 bytes buy 5 s after the grace
     assert budget.seconds_left(107.0, 5000) < 0  # too slow on average
     assert budget.seconds_left(105.0, 16 * 1024) == 5.0  # fast enough: the deadline rules
