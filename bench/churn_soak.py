@@ -85,7 +85,7 @@ def _postgresql(autovacuum: str) -> Iterator[tuple[str, Any]]:
             migrations.upgrade(url)
             if autovacuum == "default":
                 with psycopg.connect(postgres_dsn(url), autocommit=True) as conn:
-                    for (table,) in conn.execute(_PG_OPTIONS).fetchall():
+                    for table, _options in conn.execute(_PG_OPTIONS).fetchall():
                         conn.execute(  # type: ignore[call-overload]
                             f"ALTER TABLE {table} RESET ({', '.join(VACUUM_PARAMETERS)})"
                         )
@@ -335,8 +335,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out) if args.out else RESULTS / _name(args, started)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(show(report))
     print(f"report: {out}")
     return report
+
+
+def show(report: dict[str, Any]) -> str:
+    """The summary as a few lines of text (``--show REPORT`` prints it for a saved report)."""
+    summary = report["summary"]
+    lines = [
+        f"{report['backend']} {report.get('autovacuum') or ''} {report['minutes']} min:"
+        f" {summary['enqueued']} jobs, {summary['enqueued_per_second']:.1f} enqueued/s,"
+        f" {summary['completed_per_second']:.1f} completed/s, backlog max"
+        f" {summary['backlog_max']} final {summary['backlog_final']}"
+    ]
+    if "tables" not in summary:
+        for key in ("file_bytes", "page_count", "freelist_count", "wal_bytes"):
+            figures = summary[key]
+            lines.append(
+                f"  {key:15} start {figures['start']:>11} end {figures['end']:>11}"
+                f" max {figures['max']:>11} max in last third {figures['max_last_third']:>11}"
+            )
+        return "\n".join(lines)
+    for name, t in summary["tables"].items():
+        if not (t["dead_max"] or t["autovacuums"] or t["total_bytes_end"] > 65536):
+            continue  # the tables this run leaves alone
+        thirds = "/".join(str(d) for d in t["dead_max_by_third"])
+        lines.append(
+            f"  {name:22} dead max {t['dead_max']:>7} (by third {thirds}) final"
+            f" {t['dead_final']:>7} live {t['live_final']:>7}"
+            f" MiB {t['total_bytes_start'] / 2**20:.1f} -> {t['total_bytes_end'] / 2**20:.1f}"
+            f" (max {t['total_bytes_max'] / 2**20:.1f}) autovacuums {t['autovacuums']}"
+        )
+    return "\n".join(lines)
 
 
 def _name(args: argparse.Namespace, started: datetime) -> str:
@@ -357,6 +388,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", default="5m", help="the workers' --completed age")
     p.add_argument("--prune-interval", default="1m")
     p.add_argument("--out", default="", help="the report's path (default: bench/results/)")
+    p.add_argument("--show", default="", metavar="REPORT", help="print a saved report's summary")
     return p
 
 
@@ -369,7 +401,11 @@ def main(argv: list[str] | None = None) -> None:
     # its workers and removes its cluster.
     signal.signal(signal.SIGINT, _interrupted)
     signal.signal(signal.SIGTERM, _interrupted)
-    run(parser().parse_args(argv))
+    args = parser().parse_args(argv)
+    if args.show:
+        print(show(json.loads(Path(args.show).read_text(encoding="utf-8"))))
+        return
+    run(args)
 
 
 if __name__ == "__main__":
