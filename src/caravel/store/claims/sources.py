@@ -125,9 +125,10 @@ def claim_update(
     """The ``UPDATE`` claiming the rows ``target(candidates)`` names (with ``still_due``, only
     those still due at ``now``): each becomes running under a new lease, token and nonce
     (``b_nonce``, :mod:`caravel.store.claims.nonces`) held by the worker ``b_worker``, or,
-    when its last attempt's lease expired, is dead-lettered; returns :data:`CLAIM_RETURNING`. With ``takes_over`` (the candidates may include expired leases),
-    a row whose lease expired counts what the trim of its attempt history under ``b_keep``
-    drops when its lost attempt is recorded (see :mod:`caravel.store.claims.takeover`)."""
+    when its last attempt's lease expired, is dead-lettered; returns :data:`CLAIM_RETURNING`.
+    With ``takes_over`` (the candidates may include expired leases), a row whose lease expired
+    counts what the trim of its attempt history under ``b_keep`` drops when its lost attempt is
+    recorded (see :mod:`caravel.store.claims.takeover`)."""
     expires = sa.bindparam("b_expires", type_=sa.BigInteger())
     exhausted = sa.and_(jobs.c.state == RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
