@@ -375,6 +375,13 @@ def main() -> None:
         default=1_000,
         help="replication: bare one-row commits timed in each mode",
     )
+    parser.add_argument(
+        "--replication-modes",
+        nargs="+",
+        choices=list(replication_cost.MODES),
+        default=list(replication_cost.MODES),
+        help="replication: the modes measured (no_standby always)",
+    )
     parser.add_argument("--memory-jobs", type=int, default=500_000)
     parser.add_argument(
         "--prune-drain-jobs", type=int, default=200_000, help="ready jobs drained during a prune"
@@ -592,7 +599,7 @@ def _sitting(
                 figures = notify_cost.notify_cost(args.single * 2, args.notify_producers, args.runs)
             elif name == "replication":
                 # A private primary and standby of its own (bench/replication_cost.py).
-                figures = replication_cost.replication_cost(args)
+                figures = replication_cost.replication_cost(args, args.replication_modes)
             else:
                 figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures
