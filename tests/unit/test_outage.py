@@ -83,8 +83,9 @@ def test_an_error_that_is_not_an_outage_raises_at_once() -> None:
     assert raised.value is WRONG
     assert outage.since_ms is None
     bug = ValueError("a bug")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a bug") as bugged:
         outage.pause(bug, 0)
+    assert bugged.value is bug
 
 
 def test_a_window_of_zero_stops_at_the_first_failure_saying_nothing_more(
@@ -185,5 +186,5 @@ def test_the_window_is_thirty_seconds_by_default_and_checked_once() -> None:
             WorkerOptions(outage_window=bad)
         assert raised.value.field == "outage_window"
         assert "must be from 0 to 1 hour" in str(raised.value)
-    with pytest.raises(OptionsError, match="outage_window: must be a datetime.timedelta"):
+    with pytest.raises(OptionsError, match=r"outage_window: must be a datetime\.timedelta"):
         WorkerOptions(outage_window=30)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ lost or refused connection). Time is a :class:`ManualClock`'s.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -142,15 +143,17 @@ async def test_claims_back_off_through_an_outage_shorter_than_the_window_and_the
         running = await s.start()
         s.store.down = True
         await s.advance_until(
-            lambda: s.clock.now_ms() - s.store.failures("job_claim")[0] >= 8000
-            if s.store.failures("job_claim")
-            else False,
+            lambda: (
+                s.clock.now_ms() - s.store.failures("job_claim")[0] >= 8000
+                if s.store.failures("job_claim")
+                else False
+            ),
             most=timedelta(seconds=12),
             what="eight seconds of failed claims",
         )
         assert not running.done(), "the worker stopped inside its outage window"
         claims = s.store.failures("job_claim")
-        gaps = [b - a for a, b in zip(claims, claims[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(claims)]
         # Pauses of 100 ms doubling to 2 s, each in the upper half of its ceiling (plus up to a
         # step of this test's clock): no busy retrying, no pause beyond the cap.
         assert all(50 <= gap <= 2000 + 100 for gap in gaps), gaps
