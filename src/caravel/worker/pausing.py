@@ -112,9 +112,9 @@ class PausedQueues:
                     failures += 1
                     self._changed.set()  # read again at once, not a poll interval later
                     continue
+                # A read that succeeds does not end the outage: only a write does (a read-only
+                # server answers reads), so it is left to the claims and acknowledgements.
                 failures = 0
-                if self._outage is not None:
-                    self._outage.ended()
         finally:
             if heard is not None:
                 heard.cancel()

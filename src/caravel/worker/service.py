@@ -257,6 +257,7 @@ class QueueWorker(AsyncClosing):
         for fetcher in self._fetchers(names):
             loops.start(fetcher.run(), f"fetch-{fetcher.queue}")
         loops.start(self._paused.run(), "paused")
+        loops.start(self.outage.run(), "outage")
         loops.start_side(self._presence.run(), "heartbeat")
         loops.start_side(self._summary.run(), "summary")
         interval = self.options.queue_metrics_interval

@@ -196,7 +196,7 @@ async def test_an_outage_longer_than_the_window_stops_the_worker_once_it_is_used
     finally:
         await s.close()
     errors = [r.getMessage() for r in caplog_worker.records if r.levelno >= logging.ERROR]
-    assert errors[0].startswith("database unavailable for 5s (StoreError during job_")
+    assert errors[0].startswith("database unavailable for 5s (StoreError during ")
     assert "exit code 1" in errors[0]
     assert errors[1] == "worker stopping: StoreError"
 
