@@ -42,6 +42,7 @@ from caravel.store.postgresql.limit_hold import (
     tapped,
 )
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
+from caravel.store.postgresql.outages import is_outage
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest, Recorder
 from caravel.store.schema import jobs
@@ -180,6 +181,9 @@ class PostgresStore(InsertingStore):
 
     def _is_deadlock(self, exc: BaseException) -> bool:
         return getattr(getattr(exc, "orig", exc), "sqlstate", None) == "40P01"
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        return is_outage(exc)
 
     def _is_pending_conflict(self, exc: BaseException) -> bool:
         diag = getattr(getattr(exc, "orig", exc), "diag", None)
