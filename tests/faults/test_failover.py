@@ -187,12 +187,19 @@ def test_the_primary_killed_and_the_standby_promoted_under_load(
     migrate.upgrade(url)
     app_url = create_app_database("sqlite", tmp_path)
     logs = tmp_path / "logs"
-    producers = [Producer(url, f"p{n}", JOBS_PER_PRODUCER).start() for n in range(PRODUCERS)]
     cut_at: float | None = None
     with Supervisor(
         url, app_url, logs, workers=2, concurrency=4, lease_duration=LEASE
     ) as supervisor:
         primary_url = pair.database_url(pair.primary, "queue")
+        # Producers start once both workers have registered, so the kill lands while they
+        # are still enqueueing (each needs about 6 s) and they must carry on through it.
+        wait_until(
+            lambda: query(primary_url, "SELECT count(*) FROM caravel_workers")[0][0] >= 2,
+            timeout=60,
+            what="the workers to start",
+        )
+        producers = [Producer(url, f"p{n}", JOBS_PER_PRODUCER).start() for n in range(PRODUCERS)]
         wait_until(
             lambda: job_states(primary_url)["completed"] >= 60, timeout=60, what="work to flow"
         )
@@ -205,6 +212,7 @@ def test_the_primary_killed_and_the_standby_promoted_under_load(
             time.sleep(1.0)  # the standby falls a second of enqueues and claims behind
         completed_before = job_states(primary_url)["completed"]
         lag = pair.behind_bytes()
+        producing = sum(p.thread is not None and p.thread.is_alive() for p in producers)
         promotion = pair.fail_over()
         assert pair.killed_at is not None
         killed_at = pair.killed_at
@@ -229,12 +237,16 @@ def test_the_primary_killed_and_the_standby_promoted_under_load(
         f"\n[{mode}] kill -> promoted {promotion:.2f}s; kill -> first job completed on the "
         f"promoted standby {first:.2f}s; completed before the kill {completed_before}; "
         f"standby {lag} WAL bytes behind just before the kill; acknowledged "
-        f"{len(acknowledged)}, lost {len(lost)}; enqueue errors {len(errors)} "
+        f"{len(acknowledged)}, lost {len(lost)}; producers enqueueing at the kill {producing}; "
+        f"enqueue errors {len(errors)} "
         f"({sorted(set(errors))}), keys retried "
         f"{len(retried)} (found already committed {sum(a.already for a in retried)}); worker "
         f"exits {exits}, restarts {supervisor.restarts}, exit codes at the stop {stopped}"
     )
     assert completed_before < len(acknowledged), "the kill came after the work was done"
+    # The producers were still enqueueing at the kill and went on through the failover.
+    assert producing == PRODUCERS, "the producers had finished before the kill"
+    assert any(a.at > killed_at for a in acknowledged)
     assert 0 <= first < RECOVERY_BOUND
     # The same worker processes throughout: none exited, none was restarted, and each stopped
     # cleanly at the end.
