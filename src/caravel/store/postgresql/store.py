@@ -74,14 +74,17 @@ _RELAXED = sa.select(sa.func.set_config("synchronous_commit", "off", True))
 
 
 def _held_rows(*, with_results: bool) -> Any:
-    """The leases of a batch as rows ``held(id, token[, result])``, unnested from arrays."""
+    """The leases of a batch as rows ``held(id, token, nonce[, result])``, unnested from
+    arrays."""
     ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
     tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
+    nonces = sa.bindparam("b_nonces", type_=ARRAY(sa.BigInteger()))
     if not with_results:
-        return sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived("held")
+        unnested = sa.func.unnest(ids, tokens, nonces)
+        return unnested.table_valued("id", "token", "nonce").render_derived("held")
     texts = sa.bindparam("b_results", type_=ARRAY(sa.Text()))
-    unnested = sa.func.unnest(ids, tokens, texts)
-    return unnested.table_valued("id", "token", "result").render_derived("held")
+    unnested = sa.func.unnest(ids, tokens, nonces, texts)
+    return unnested.table_valued("id", "token", "nonce", "result").render_derived("held")
 
 
 def _held_by(held: Any) -> sa.ColumnElement[bool]:
@@ -89,6 +92,7 @@ def _held_by(held: Any) -> sa.ColumnElement[bool]:
     return sa.and_(
         jobs.c.id == held.c.id,
         jobs.c.lease_token == held.c.token,
+        jobs.c.lease_nonce == held.c.nonce,
         jobs.c.state == "running",
     )
 
@@ -368,6 +372,7 @@ class PostgresStore(InsertingStore):
         return {
             "b_ids": [lease.job_id for lease in leases],
             "b_tokens": [lease.token for lease in leases],
+            "b_nonces": [lease.nonce for lease in leases],
         }
 
     async def _finished_estimate(self, conn: AsyncConnection, queue: str, state: str) -> int:
