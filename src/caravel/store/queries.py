@@ -262,6 +262,28 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
 FINISHED_EXACT_LIMIT = 10_000
 
 
+def finished_queues(queue: sa.ColumnElement[Any] | None) -> sa.CTE:
+    """The queues that have finished jobs (only ``queue`` when given), found by skipping through
+    the finished index: one probe per queue, never a read of the finished rows themselves. A
+    recursive CTE of one column ``queue``, whose last row is NULL."""
+    finished_rows = jobs.c.available_at.is_(None)
+
+    def next_finished_queue(after: sa.ColumnElement[Any] | None) -> sa.ScalarSelect[Any]:
+        found = sa.select(jobs.c.queue).where(finished_rows)
+        if after is not None:
+            found = found.where(jobs.c.queue > after)
+        if queue is not None:
+            found = found.where(jobs.c.queue == queue)
+        # Ordered as the finished index is (queue, state): read in that order it stops at its
+        # first entry, where a scan of the table would have to sort what it found.
+        return found.order_by(jobs.c.queue, jobs.c.state).limit(1).scalar_subquery()
+
+    seen = sa.select(next_finished_queue(None).label("queue")).cte("finished", recursive=True)
+    return seen.union_all(
+        sa.select(next_finished_queue(seen.c.queue)).where(seen.c.queue.is_not(None))
+    )
+
+
 def counts(one_queue: bool) -> sa.Select[Any]:
     """Per queue (or for the queue bound as ``b_queue`` when ``one_queue``): ready, delayed,
     held, running, expired, dead_letter, completed and the oldest due time of a ready job, at
@@ -293,20 +315,7 @@ def counts(one_queue: bool) -> sa.Select[Any]:
         live = live.where(jobs.c.queue == queue)
     live_cte = live.group_by(jobs.c.queue).cte("live")
 
-    def next_finished_queue(after: sa.ColumnElement[Any] | None) -> sa.ScalarSelect[Any]:
-        found = sa.select(jobs.c.queue).where(finished_rows)
-        if after is not None:
-            found = found.where(jobs.c.queue > after)
-        if queue is not None:
-            found = found.where(jobs.c.queue == queue)
-        # Ordered as the finished index is (queue, state): read in that order it stops at its
-        # first entry, where a scan of the table would have to sort what it found.
-        return found.order_by(jobs.c.queue, jobs.c.state).limit(1).scalar_subquery()
-
-    seen = sa.select(next_finished_queue(None).label("queue")).cte("finished", recursive=True)
-    seen = seen.union_all(
-        sa.select(next_finished_queue(seen.c.queue)).where(seen.c.queue.is_not(None))
-    )
+    seen = finished_queues(queue)
     names = sa.union(
         sa.select(live_cte.c.queue),
         sa.select(seen.c.queue).where(seen.c.queue.is_not(None)),
@@ -350,18 +359,29 @@ def finished_count(queue: str, state: str) -> sa.Select[Any]:
 
 
 def throughput(query: ThroughputQuery) -> sa.Select[Any]:
-    """Finished jobs per queue and bucket (only buckets with a job), ordered."""
+    """Finished jobs per queue and bucket (only buckets with a job), ordered.
+
+    Each queue's jobs finished within the window are a range of the finished index (queue,
+    state, finish time), one per state; the queues are found by skipping through that index
+    (:func:`finished_queues`), so the statement reads the window's entries and never the rest
+    of the retained history."""
     finished = jobs.c.finished_at
+    one = None if query.queue is None else sa.literal(query.queue, jobs.c.queue.type)
+    names = finished_queues(one)
     conditions = [
+        jobs.c.state.in_((COMPLETED, DEAD)),
+        jobs.c.available_at.is_(None),
         finished >= query.since,
         finished < query.until,
-        jobs.c.state.in_((COMPLETED, DEAD)),
     ]
-    if query.queue is not None:
-        conditions.append(jobs.c.queue == query.queue)
     # Integer division on both databases (finished_at - since is never negative here).
     bucket = ((finished - query.since) // query.bucket_ms).label("bucket")
-    inner = sa.select(jobs.c.queue, jobs.c.state, bucket).where(*conditions).subquery()
+    inner = (
+        sa.select(jobs.c.queue, jobs.c.state, bucket)
+        .select_from(names.join(jobs, jobs.c.queue == names.c.queue))
+        .where(*conditions)
+        .subquery()
+    )
     return (
         sa.select(
             inner.c.queue,

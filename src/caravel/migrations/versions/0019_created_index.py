@@ -1,0 +1,40 @@
+"""Jobs indexed by creation time, so a listing reads one page instead of sorting the table.
+
+Revision ID: 0019
+Revises: 0017
+Create Date: 2026-12-07
+
+``ix_caravel_jobs_created`` (``created_at``, ``id``), on every database: the job listings (the
+dashboard's jobs and dead-letter pages, ``caravel jobs list``, ``QueueInspector.list_jobs``)
+are ordered by it, newest or oldest first, and read one page of it (their filters checked along
+the way) where they sorted every retained job before: 1.3 s for a page at 1,000,000 finished
+jobs on PostgreSQL. Every new job adds one entry (on PostgreSQL also each claim and
+acknowledgement, which write a new row version).
+
+Building it reads the jobs table once; on PostgreSQL writes to the table wait meanwhile. The
+downgrade drops it.
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from caravel.migrations.losses import LossKind
+
+revision = "0019"
+down_revision = "0017"
+branch_labels = None
+depends_on = None
+
+#: What this downgrade deletes: nothing, an index is derived from the jobs.
+LOSSES: tuple[LossKind, ...] = ()
+
+_INDEX = "ix_caravel_jobs_created"
+
+
+def upgrade() -> None:
+    op.create_index(_INDEX, "caravel_jobs", ["created_at", "id"])
+
+
+def downgrade() -> None:
+    op.drop_index(_INDEX, table_name="caravel_jobs")
