@@ -47,7 +47,7 @@ from caravel.web import Principal, dashboard
 from caravel.web.app import ROUTES
 from caravel.web.assets import load_assets
 
-__all__ = ["churn", "rates", "reads"]
+__all__ = ["churn", "cli_reads", "rates"]
 
 #: Calls per read; the median is reported.
 CALLS = 5
@@ -105,11 +105,35 @@ def _rates_once(url: str, jobs: int, single: int, concurrency: int) -> dict[str,
     }
 
 
-def _rates(url: str, jobs: int, single: int, concurrency: int, runs_: int) -> dict[str, Any]:
-    measured = [_rates_once(url, jobs, single, concurrency) for _ in range(runs_)]
-    return {
-        f"{rate}_jobs_per_second": statistics.median(m[rate] for m in measured) for rate in RATES
-    } | {f"{rate}_runs": [round(m[rate]) for m in measured] for rate in RATES}
+def _forget_bench(url: str) -> None:
+    """Delete every job of the bench queue (what the rates left in the empty twin)."""
+    _sql(url, f"DELETE FROM caravel_jobs WHERE queue = '{QUEUE}'")
+    if backend_of(url) == "postgresql":
+        _sql(url, "VACUUM ANALYZE caravel_jobs")
+
+
+def _rates(
+    empty: str, full: str, jobs: int, single: int, concurrency: int, runs_: int
+) -> dict[str, Any]:
+    """The rates on ``full`` and on the empty twin ``empty``, the runs alternating (so other
+    work on the machine weighs on both alike); the twin emptied again afterwards."""
+    measured: dict[str, list[dict[str, float]]] = {"empty": [], "full": []}
+    for _ in range(runs_):
+        measured["empty"].append(_rates_once(empty, jobs, single, concurrency))
+        measured["full"].append(_rates_once(full, jobs, single, concurrency))
+    _forget_bench(empty)
+    found: dict[str, Any] = {}
+    for rate in RATES:
+        for side, runs_measured in measured.items():
+            median = statistics.median(m[rate] for m in runs_measured)
+            found[f"{rate}_jobs_per_second" + ("" if side == "full" else "_empty")] = median
+            found[f"{rate}_runs" + ("" if side == "full" else "_empty")] = [
+                round(m[rate]) for m in runs_measured
+            ]
+        found[f"{rate}_change"] = (
+            found[f"{rate}_jobs_per_second"] / found[f"{rate}_jobs_per_second_empty"] - 1
+        )
+    return found
 
 
 def rates(
@@ -122,47 +146,45 @@ def rates(
     runs_: int,
     *,
     stops: tuple[int, ...] = (),
-    between: Callable[[str, int], None] | None = None,
+    between: Callable[[str, str, int], None] | None = None,
 ) -> dict[str, Any]:
     """The three rates at 0 and each of ``sizes`` finished jobs (one database, growing), and on
-    a second database at 0 and ``tombstones`` tombstones. The database also grows to each of
-    ``stops`` (no rates there), and ``between(url, rows)`` runs at each size and stop before
-    its rates (the reads, say)."""
+    a third database after seeding ``tombstones`` tombstones, each beside the same rates on an
+    empty twin measured in turn with them (``*_change``: -0.1 is 10% slower). The database also
+    grows to each of ``stops`` (no rates there), and ``between(empty, full, rows)`` runs at
+    each size and stop before its rates (the reads, say)."""
     stages: dict[str, dict[str, Any]] = {}
     seeded = 0
-    with database(backend) as url:
+    with database(backend) as empty, database(backend) as url:
         for rows in sorted({0, *sizes, *stops}):
             seconds = _seed_finished(url, rows - seeded)
             seeded = rows
             print(f"  churn: {rows:,} finished rows ({seconds:.0f} s to seed)", flush=True)
             if between is not None:
-                between(url, rows)
+                between(empty, url, rows)
             if rows not in (0, *sizes):
                 continue
             stages[f"finished_{rows}"] = {"seed_seconds": seconds, **_rates(
-                url, jobs, single, concurrency, runs_
+                empty, url, jobs, single, concurrency, runs_
             )}  # fmt: skip
             print(f"  churn rates at {rows:,} finished: {_shown(stages[f'finished_{rows}'])}")
-    with database(backend) as url:
-        stages["empty_again"] = _rates(url, jobs, single, concurrency, runs_)
-        started = time.perf_counter()
-        retention.seed(url, "tombstone", tombstones)
-        stages[f"tombstones_{tombstones}"] = {
-            "seed_seconds": time.perf_counter() - started,
-            **_rates(url, jobs, single, concurrency, runs_),
-        }
-    empty = stages["finished_0"]
-    for name, stage in stages.items():
-        if name == "finished_0":
-            continue
-        for rate in RATES:
-            key = f"{rate}_jobs_per_second"
-            stage[f"{rate}_change"] = stage[key] / empty[key] - 1
+        with database(backend) as kept:
+            started = time.perf_counter()
+            retention.seed(kept, "tombstone", tombstones)
+            name = f"tombstones_{tombstones}"
+            stages[name] = {
+                "seed_seconds": time.perf_counter() - started,
+                **_rates(empty, kept, jobs, single, concurrency, runs_),
+            }
+            print(f"  churn rates at {tombstones:,} tombstones: {_shown(stages[name])}")
     return {"jobs": jobs, "single": single, "concurrency": concurrency, "stages": stages}
 
 
 def _shown(stage: dict[str, Any]) -> str:
-    return ", ".join(f"{rate} {stage[f'{rate}_jobs_per_second']:,.0f}/s" for rate in RATES)
+    return ", ".join(
+        f"{rate} {stage[f'{rate}_jobs_per_second']:,.0f}/s ({stage[f'{rate}_change']:+.1%})"
+        for rate in RATES
+    )
 
 
 # ----- reads ------------------------------------------------------------------------------------
@@ -225,7 +247,7 @@ def _paths(f: Fixtures) -> dict[str, str]:
     queries = {
         "jobs": "",
         "job": job,
-        "replay_one_confirm": f"?queue=history&tenant=bench",
+        "replay_one_confirm": "?queue=history&tenant=bench",
         "cancel_one_confirm": job,
         "delete_one_confirm": job,
         "cancel_matching_confirm": f"?queue={READ_QUEUE}",
@@ -251,35 +273,32 @@ def _operator(request: Any) -> Principal:
     return Principal.operator("bench")
 
 
-async def _median_ms(call: Callable[[], Awaitable[Any]], calls: int) -> float:
-    await call()  # warm: connections, statement caches, the page's template
-    times = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await call()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+#: One read of one database: it answers an HTTP status, a CLI exit code, or ``None``.
+Read = Callable[[], Awaitable[int | None]]
+SIDES = ("empty", "full")
 
 
-async def _dashboard_reads(url: str, f: Fixtures, calls: int) -> dict[str, Any]:
+async def _dashboard_reads(
+    url: str, f: Fixtures, stack: contextlib.AsyncExitStack
+) -> dict[str, Read]:
     app = dashboard(url, authorize=_operator, refresh_seconds=0)
-    timed: dict[str, Any] = {}
+    stack.push_async_callback(app.close)
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            for name, path in _paths(f).items():
-                status = (await client.get(path)).status_code
+    client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
+    await stack.enter_async_context(client)
+    found: dict[str, Read] = {}
+    for name, path in _paths(f).items():
 
-                async def get(path: str = path) -> None:
-                    await client.get(path)
+        async def get(path: str = path) -> int:
+            return (await client.get(path)).status_code
 
-                timed[f"page {name}"] = {"ms": await _median_ms(get, calls), "status": status}
-    finally:
-        await app.close()
-    return timed
+        found[f"page {name}"] = get
+    return found
 
 
-async def _inspector_reads(url: str, f: Fixtures, calls: int) -> dict[str, Any]:
+async def _inspector_reads(
+    url: str, f: Fixtures, stack: contextlib.AsyncExitStack
+) -> dict[str, Read]:
     q, t = READ_QUEUE, "bench"
     reads: dict[str, Callable[[QueueInspector], Awaitable[Any]]] = {
         "check_schema": lambda r: r.check_schema(),
@@ -313,15 +332,49 @@ async def _inspector_reads(url: str, f: Fixtures, calls: int) -> dict[str, Any]:
         "scaling_signal(queue)": lambda r: r.scaling_signal(q),
         "list_workers": lambda r: r.list_workers(),
     }
+    reader = await stack.enter_async_context(QueueInspector(url))
+    found: dict[str, Read] = {}
+    for name, read in reads.items():
+
+        async def call(read: Callable[[QueueInspector], Awaitable[Any]] = read) -> None:
+            await read(reader)
+
+        found[f"inspector {name}"] = call
+    return found
+
+
+async def _alternate(sides: dict[str, dict[str, Read]], calls: int) -> dict[str, Any]:
+    """Each read on each side in turn, ``calls`` times (after one call to warm connections,
+    statement caches and templates): per read and side, the median milliseconds and what the
+    first call answered."""
     timed: dict[str, Any] = {}
-    async with QueueInspector(url) as reader:
-        for name, read in reads.items():
-
-            async def call(read: Callable[[QueueInspector], Awaitable[Any]] = read) -> None:
-                await read(reader)
-
-            timed[f"inspector {name}"] = {"ms": await _median_ms(call, calls)}
+    for name in sides["empty"]:
+        row: dict[str, Any] = {}
+        times: dict[str, list[float]] = {side: [] for side in sides}
+        for side, reads_ in sides.items():
+            row[f"{side}_answer"] = await reads_[name]()
+        for _ in range(calls):
+            for side, reads_ in sides.items():
+                started = time.perf_counter()
+                await reads_[name]()
+                times[side].append((time.perf_counter() - started) * 1000)
+        for side in sides:
+            row[f"{side}_ms"] = statistics.median(times[side])
+        timed[name] = row
     return timed
+
+
+async def _async_reads(
+    urls: dict[str, str], fixtures: dict[str, Fixtures], calls: int
+) -> dict[str, Any]:
+    async with contextlib.AsyncExitStack() as stack:
+        sides = {}
+        for side, url in urls.items():
+            sides[side] = {
+                **await _dashboard_reads(url, fixtures[side], stack),
+                **await _inspector_reads(url, fixtures[side], stack),
+            }
+        return await _alternate(sides, calls)
 
 
 def cli_reads(f: Fixtures) -> dict[str, list[str]]:
@@ -343,46 +396,50 @@ def cli_reads(f: Fixtures) -> dict[str, list[str]]:
         "chains show": ["chains", "show", str(f.chain_id)],
         "jobs cancel --dry-run": ["jobs", "cancel", "--queue", READ_QUEUE, "--dry-run"],
         "jobs delete --dry-run": [
-            "jobs", "delete", "--queue", READ_QUEUE, "--state", "completed", "--dry-run",
-        ],  # fmt: skip
+            "jobs",
+            "delete",
+            "--queue",
+            READ_QUEUE,
+            "--state",
+            "completed",
+            "--dry-run",
+        ],
     }
 
 
-def _cli_reads(url: str, f: Fixtures, calls: int) -> dict[str, Any]:
+def _cli_reads(urls: dict[str, str], fixtures: dict[str, Fixtures], calls: int) -> dict[str, Any]:
+    """The CLI reads, in this process, on each side in turn (as :func:`_alternate`)."""
     tree = command()
     runner = CliRunner()
     timed: dict[str, Any] = {}
-    for name, argv in cli_reads(f).items():
-        full = [*argv, "--url", url]
-        first = runner.invoke(tree, full)
-        times = []
+    commands = {side: cli_reads(fixtures[side]) for side in urls}
+    for name in commands["empty"]:
+        row: dict[str, Any] = {}
+        times: dict[str, list[float]] = {side: [] for side in urls}
+        argv = {side: [*commands[side][name], "--url", url] for side, url in urls.items()}
+        for side in urls:
+            first = runner.invoke(tree, argv[side])
+            row[f"{side}_answer"] = first.exit_code
+            if first.exit_code != 0:
+                row[f"{side}_output"] = first.output[-300:]
         for _ in range(calls):
-            started = time.perf_counter()
-            runner.invoke(tree, full)
-            times.append((time.perf_counter() - started) * 1000)
-        timed[f"cli {name}"] = {"ms": statistics.median(times), "exit_code": first.exit_code}
-        if first.exit_code != 0:
-            timed[f"cli {name}"]["output"] = first.output[-300:]
+            for side in urls:
+                started = time.perf_counter()
+                runner.invoke(tree, argv[side])
+                times[side].append((time.perf_counter() - started) * 1000)
+        for side in urls:
+            row[f"{side}_ms"] = statistics.median(times[side])
+        timed[f"cli {name}"] = row
     return timed
 
 
-def _reads_at(url: str, f: Fixtures, calls: int) -> dict[str, Any]:
+def _reads_at(urls: dict[str, str], fixtures: dict[str, Fixtures], calls: int) -> dict[str, Any]:
     with contextlib.redirect_stdout(io.StringIO()):
-        found = asyncio.run(_dashboard_reads(url, f, calls))
-        found.update(asyncio.run(_inspector_reads(url, f, calls)))
-    found.update(_cli_reads(url, f, calls))
+        found = asyncio.run(_async_reads(urls, fixtures, calls))
+    found.update(_cli_reads(urls, fixtures, calls))
+    for row in found.values():
+        row["ratio"] = row["full_ms"] / row["empty_ms"]
     return found
-
-
-def reads(empty: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
-    """Each read's empty and full milliseconds and their ratio."""
-    table = {}
-    for name, before in empty.items():
-        after = full[name]
-        row = {"empty_ms": before["ms"], "full_ms": after["ms"], "ratio": after["ms"] / before["ms"]}
-        row.update({k: v for k, v in after.items() if k != "ms"})
-        table[name] = row
-    return table
 
 
 def churn(
@@ -396,20 +453,23 @@ def churn(
     runs_: int,
     calls: int = CALLS,
 ) -> dict[str, Any]:
-    """The rates (see :func:`rates`) and the read table: the reads are timed in the rates'
-    database before its first rates (empty) and once it holds ``read_rows`` finished jobs
-    (the database grows to it between two of ``sizes``)."""
-    taken: dict[str, Any] = {}
-    fixtures: list[Fixtures] = []
+    """The rates (see :func:`rates`) and the read table: each read timed on the rates' database
+    once it holds ``read_rows`` finished jobs (it grows to that between two of ``sizes``) and
+    on its empty twin, in turn (``ratio``: full over empty). Both hold the same few live jobs,
+    batch, chain and worker."""
+    table: dict[str, Any] = {}
+    fixtures: dict[str, Fixtures] = {}
 
-    def between(url: str, rows: int) -> None:
+    def between(empty: str, full: str, rows: int) -> None:
+        urls = {"empty": empty, "full": full}
         if rows == 0:
-            fixtures.append(_seed_reads(url))
-            taken["empty"] = _reads_at(url, fixtures[0], calls)
-            print(f"  churn reads timed empty ({len(taken['empty'])} reads)", flush=True)
+            fixtures.update({side: _seed_reads(url) for side, url in urls.items()})
         if rows == read_rows:
-            taken["full"] = _reads_at(url, fixtures[0], calls)
-            print(f"  churn reads timed at {rows:,} finished", flush=True)
+            table.update(_reads_at(urls, fixtures, calls))
+            print(f"  churn: {len(table)} reads timed at {rows:,} finished", flush=True)
+            for name, row in table.items():
+                print(f"    {name:48} {row['empty_ms']:9.2f} {row['full_ms']:9.2f} ms"
+                      f" {row['ratio']:6.2f}x", flush=True)  # fmt: skip
 
     measured = rates(
         backend,
@@ -422,7 +482,6 @@ def churn(
         stops=(read_rows,),
         between=between,
     )
-    table = reads(taken["empty"], taken["full"])
     return {
         **measured,
         "read_rows": read_rows,
