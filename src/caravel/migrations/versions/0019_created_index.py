@@ -33,8 +33,10 @@ _INDEX = "ix_caravel_jobs_created"
 
 
 def upgrade() -> None:
-    op.create_index(_INDEX, "caravel_jobs", ["created_at", "id"])
+    # IF NOT EXISTS: MariaDB commits DDL as it goes, so an upgrade cut off after this step but
+    # before the version row moved runs it again.
+    op.create_index(_INDEX, "caravel_jobs", ["created_at", "id"], if_not_exists=True)
 
 
 def downgrade() -> None:
-    op.drop_index(_INDEX, table_name="caravel_jobs")
+    op.drop_index(_INDEX, table_name="caravel_jobs", if_exists=True)
