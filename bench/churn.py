@@ -121,7 +121,10 @@ def _rates(
     for _ in range(runs_):
         measured["empty"].append(_rates_once(empty, jobs, single, concurrency))
         measured["full"].append(_rates_once(full, jobs, single, concurrency))
+    # Both lose the bench queue's jobs again, the drained ones too: what differs between the
+    # two is then the retained history alone.
     _forget_bench(empty)
+    _forget_bench(full)
     found: dict[str, Any] = {}
     for rate in RATES:
         for side, runs_measured in measured.items():
