@@ -33,6 +33,7 @@ from caravel.web.auth import Authorize, remember_principal
 from caravel.web.bulk_pages import BulkPages
 from caravel.web.csrf import CsrfSigner
 from caravel.web.guard import Guard, Handler, Need, Refusal
+from caravel.web.lifespan import serve_lifespan
 from caravel.web.limit_pages import LimitPages
 from caravel.web.link_pages import LinkPages
 from caravel.web.metrics import MetricsEndpoint
@@ -208,7 +209,7 @@ class Dashboard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send, self.close)
             return
         if scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})
@@ -223,16 +224,6 @@ class Dashboard:
             return
         remember_principal(scope, principal)
         await self.router(scope, receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def close(self) -> None:
         """Stop replays in progress and release the database connections."""

@@ -28,6 +28,7 @@ from caravel.errors import CaravelError, PrincipalTypeError, ValidationError
 from caravel.inspector import QueueInspector
 from caravel.validation import check_duration
 from caravel.web.auth import Authorize, Principal, refusal_reason
+from caravel.web.lifespan import serve_lifespan
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -109,14 +110,8 @@ class MetricsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await self.close()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send, self.close)
+            return
         if scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})
             return
