@@ -7,6 +7,7 @@
     python -m bench --quick                 # smaller sizes, for a first look
     python -m bench --only counts           # queue_counts over 1,000,000 finished rows
     python -m bench --only scrape           # the autoscaling signal over 1,000,000 finished rows
+    python -m bench --only replication      # a standby's cost, async and synchronous (PostgreSQL)
     python -m bench --only notify --backends postgresql   # 32 producers, wake-ups on and off
     python -m bench --only retention        # drain/enqueue with tombstones; a prune while draining
     python -m bench --only churn            # rates at 0, 1M, 5M finished rows and 1M tombstones;
@@ -64,6 +65,7 @@ from bench import (
     limits_cost,
     notify_cost,
     page,
+    replication_cost,
     retention,
     runs,
     scrape_cost,
@@ -97,6 +99,7 @@ ALL = (
     "durability",
     "counts",
     "scrape",
+    "replication",
     "notify",
     "retention",
     "churn",
@@ -113,6 +116,7 @@ ONLY_ON = {
     "commit": ("sqlite", "mariadb"),
     "durability": ("postgresql",),
     "notify": ("postgresql",),
+    "replication": ("postgresql",),
 }
 
 
@@ -330,7 +334,7 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
         "commit": commit,
         "durability": lambda url: ceilings.durability(url),
         "counts": lambda url: counts.counts(url, args.history),
-        "scrape": lambda url: scrape_cost.scrape(url, args.history),
+        "scrape": lambda url: scrape_cost.scrape(url, args.history, scrapes=args.scrapes),
     }
 
 
@@ -394,6 +398,22 @@ def main() -> None:
     )
     parser.add_argument(
         "--churn-tombstones", type=int, default=1_000_000, help="churn: tombstones for the rates"
+    )
+    parser.add_argument(
+        "--scrapes", type=int, default=1_000, help="scrape: requests to the served endpoint"
+    )
+    parser.add_argument(
+        "--replication-commits",
+        type=int,
+        default=1_000,
+        help="replication: bare one-row commits timed in each mode",
+    )
+    parser.add_argument(
+        "--replication-modes",
+        nargs="+",
+        choices=list(replication_cost.MODES),
+        default=list(replication_cost.MODES),
+        help="replication: the modes measured (no_standby always)",
     )
     parser.add_argument("--memory-jobs", type=int, default=500_000)
     parser.add_argument(
@@ -477,6 +497,7 @@ def main() -> None:
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
         args.poll_jobs, args.idle_jobs = 50, 6
         args.prune_drain_jobs = 20_000
+        args.scrapes, args.replication_commits = 200, 200
         args.fairness_backlog = 10_000
         args.limits_plan_backlog = 10_000
         args.churn_sizes, args.churn_read_rows, args.churn_tombstones = [20_000], 10_000, 10_000
@@ -612,6 +633,9 @@ def _sitting(
             elif name == "notify":
                 # Its own fresh databases, one per setting and run (bench/notify_cost.py).
                 figures = notify_cost.notify_cost(args.single * 2, args.notify_producers, args.runs)
+            elif name == "replication":
+                # A private primary and standby of its own (bench/replication_cost.py).
+                figures = replication_cost.replication_cost(args, args.replication_modes)
             else:
                 figures = _measure(backend, 1 if name == "memory" else args.runs, scenarios[name])
             report["results"].setdefault(backend, {})[name] = figures

@@ -6,7 +6,10 @@ and wake-up readings come from a real worker process. The flow-control scenario
 Node.js peer (graphile-worker) is driven through the same harness, its CPU counted as the
 client's. Two sittings of a tiny comparison run end to end, the second at the first one's
 sweep's settings. MariaDB's rows run end to end at a tiny size, and a MariaDB server that does
-not answer is left out only where that is allowed (never under ``CI=true``)."""
+not answer is left out only where that is allowed (never under ``CI=true``). The autoscaling
+scrape's reading (bench/scrape_cost.py) reads the CPU of the served endpoint and of its database
+sessions, and the replication scenario (bench/replication_cost.py) runs at a tiny size on a
+private primary and standby."""
 
 from __future__ import annotations
 
@@ -21,8 +24,10 @@ from pathlib import Path
 
 import bench.__main__ as cli
 import pytest
-from bench import compare, harness, limits_cost, notify_cost
+from bench import compare, harness, limits_cost, notify_cost, replication_cost, scrape_cost
+from bench.databases import database
 
+from tests.faults.pgserver import cluster_unavailable
 from tests.support.databases import IN_CI
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -105,6 +110,59 @@ def test_the_flow_control_scenario_drains_every_setting_and_plans_every_limited_
             # The read of the limits row and the claim at least, each with its plan.
             assert len(statements) >= 2, (taken, limit)
             assert all(found["plan"] for found in statements), (taken, limit)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_scrape_reads_the_cpu_of_the_endpoint_and_of_its_database_sessions(
+    backend: str,
+) -> None:
+    """Tiny: the served endpoint answers every scrape, and its CPU and (on PostgreSQL) its
+    sessions' are read; the share of a core is derived from them."""
+    with database(backend) as url:
+        figures = scrape_cost.scrape(url, 500, calls=5, scrapes=30)
+    assert figures["reported_ready"] == 2000
+    assert figures["reported_finished_last_minute"] == 1000
+    assert figures["served_scrapes"] == 30
+    for name in ("every_queue", "one_queue"):
+        endpoint = figures[f"served_endpoint_cpu_ms_{name}"]
+        sessions = figures[f"served_backend_cpu_ms_{name}"]
+        # CPU time is read in clock ticks (10 ms): 30 scrapes of a Python endpoint take some.
+        assert endpoint > 0, name
+        if backend == "sqlite":
+            assert sessions == 0, name  # no server: the endpoint's process is everything
+        assert figures[f"served_server_cpu_ms_{name}"] == pytest.approx(endpoint + sessions)
+        assert figures[f"server_core_percent_at_1000_per_minute_{name}"] == pytest.approx(
+            (endpoint + sessions) * 1000 / 60_000 * 100
+        )
+    if backend == "postgresql":
+        assert figures["backend_cpu_ms_every_queue"] >= 0
+        assert "backend_cpu_ms_one_queue_live_only" in figures
+
+
+@pytest.mark.serial
+def test_the_replication_scenario_measures_each_mode_on_a_private_pair() -> None:
+    """Tiny, two of the modes: every drain finishes its jobs (the scenario checks), each mode
+    has every figure, and what the synchronous one adds is derived from them."""
+    reason = cluster_unavailable()
+    if reason is not None:
+        if IN_CI:
+            pytest.fail(f"cannot make a private primary and standby: {reason}", pytrace=False)
+        pytest.skip(f"cannot make a private primary and standby: {reason}")
+    args = argparse.Namespace(
+        runs=1, jobs=100, single=10, producers=4, concurrency=10, replication_commits=10
+    )
+    figures = replication_cost.replication_cost(args, modes=["sync"])
+    measured = ("bare_commit_ms", "enqueue_one_jobs_per_second", "bulk_jobs_per_second")
+    measured += ("enqueue_parallel_jobs_per_second", "drain_async_acks_jobs_per_second")
+    measured += ("drain_durable_acks_jobs_per_second",)
+    for mode in ("no_standby", "sync"):
+        for key in measured:
+            assert figures[f"{key}_{mode}"] > 0, (key, mode)
+    assert "bare_commit_ms_async" not in figures
+    assert figures["added_commit_ms_sync"] == pytest.approx(
+        figures["bare_commit_ms_sync"] - figures["bare_commit_ms_no_standby"]
+    )
+    assert figures["settings"]["fsync"] == "on"
 
 
 def test_sittings_reuse_the_first_sweep_and_end_with_the_page(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""A throwaway PostgreSQL primary with a streaming standby, for the failover tests.
+"""A throwaway PostgreSQL primary with a streaming standby, for the failover tests and for the
+benchmark of what replication costs (``bench/replication_cost.py``, which imports this module
+without pytest: only :func:`pair_for_test` needs it).
 
 :meth:`ReplicatedPair.create` makes a primary (a :class:`~tests.faults.pgserver.PrivateCluster`
 set up to stream its WAL) with a replication role, takes a base backup of it with
@@ -56,14 +58,15 @@ class ReplicatedPair:
         self.killed_at: float | None = None
 
     @classmethod
-    def create(cls, *, synchronous: bool) -> ReplicatedPair:
-        """Both clusters, streaming (and, with ``synchronous``, the standby synchronous).
+    def create(cls, *, synchronous: bool, settings: dict[str, str] | None = None) -> ReplicatedPair:
+        """Both clusters, streaming (and, with ``synchronous``, the standby synchronous), each
+        with ``settings`` on top of its own (the benchmark turns ``fsync`` back on).
         Raises ``RuntimeError`` when a cluster cannot be made."""
-        primary = PrivateCluster.create(settings=PRIMARY_SETTINGS)
+        primary = PrivateCluster.create(settings={**PRIMARY_SETTINGS, **(settings or {})})
         standby: PrivateCluster | None = None
         try:
             primary.admin_query(f"CREATE ROLE {REPLICATION_USER} WITH REPLICATION LOGIN")
-            standby = PrivateCluster.make(lambda new: _base_backup(primary, new))
+            standby = PrivateCluster.make(lambda new: _base_backup(primary, new), settings=settings)
             pair = cls(primary, standby, synchronous)
             pair.wait_streaming()
             if synchronous:

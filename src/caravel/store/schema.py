@@ -162,6 +162,10 @@ jobs = sa.Table(
     sa.Column("meta", sa.Text(), nullable=True),
     # Attempts whose records were deleted to keep the job's history within its bound.
     sa.Column("attempts_dropped", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    # A random number each claim draws and every write under its lease presents with the
+    # token: a claim lost with an asynchronous primary hands out the same token again on the
+    # promoted standby, never the same nonce (see :mod:`caravel.store.claims.nonces`).
+    sa.Column("lease_nonce", sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",

@@ -1,7 +1,7 @@
 """Jobs indexed by creation time, so a listing reads one page instead of sorting the table.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-07
 
 ``ix_caravel_jobs_created`` (``created_at``, ``id``), on every database: the job listings (the
@@ -28,7 +28,7 @@ from alembic import op
 from caravel.migrations.losses import LossKind
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
