@@ -43,7 +43,7 @@ from caravel import migrate as migrations
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-#: The per-table storage parameters a ``default`` run resets (those 0002 and 0019 set).
+#: The per-table storage parameters a ``default`` run resets (those 0002 and 0020 set).
 VACUUM_PARAMETERS = (
     "autovacuum_vacuum_scale_factor",
     "autovacuum_analyze_scale_factor",

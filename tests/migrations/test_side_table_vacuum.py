@@ -1,4 +1,4 @@
-"""Revision 0019: on PostgreSQL the tables that churn with every job (attempt records, rate-limit
+"""Revision 0020: on PostgreSQL the tables that churn with every job (attempt records, rate-limit
 starts, batch counters) get caravel_jobs' autovacuum settings, and lose them on downgrade; on
 SQLite and MariaDB the revision changes nothing. ``caravel db check`` stays clean either way."""
 
@@ -40,10 +40,10 @@ def _schema(url: str) -> dict[str, list[str]]:
 
 
 def test_upgrade_tunes_the_churning_tables_and_downgrade_resets_them(empty_url: str) -> None:
-    migrate.upgrade(empty_url, "0018")
+    migrate.upgrade(empty_url, "0019")
     before = _schema(empty_url)
     migrate.upgrade(empty_url)
-    assert migrate.current(empty_url) == "0019"
+    assert migrate.current(empty_url) == "0020"
     assert migrate.check(empty_url).differences == ()
     if empty_url.startswith("postgresql"):
         options = _options(empty_url)
@@ -53,8 +53,8 @@ def test_upgrade_tunes_the_churning_tables_and_downgrade_resets_them(empty_url: 
     else:  # nothing to change: the schema is the same
         assert _schema(empty_url) == before
 
-    migrate.downgrade(empty_url, "0018")
-    assert migrate.current(empty_url) == "0018"
+    migrate.downgrade(empty_url, "0019")
+    assert migrate.current(empty_url) == "0019"
     if empty_url.startswith("postgresql"):
         options = _options(empty_url)
         for table in TABLES:

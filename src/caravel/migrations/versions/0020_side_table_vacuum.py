@@ -1,8 +1,8 @@
 """Tune autovacuum, on PostgreSQL, for the tables that churn with every job besides the jobs
 table: attempt records, rate-limit starts and batch counters.
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-07
 
 A queue table's whole live set turns over constantly: each job adds an attempt record (deleted
@@ -23,8 +23,8 @@ from alembic import op
 
 from caravel.migrations.losses import LossKind
 
-revision = "0019"
-down_revision = "0018"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
