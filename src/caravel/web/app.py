@@ -37,7 +37,6 @@ from caravel.web.lifespan import serve_lifespan
 from caravel.web.limit_pages import LimitPages
 from caravel.web.link_pages import LinkPages
 from caravel.web.metrics import MetricsEndpoint
-from caravel.web.shared_signal import MAX_AGE, check_max_age
 from caravel.web.pages import DEAD_LETTERS, JOBS, Pages
 from caravel.web.pausing_pages import queue_pausing, schedule_pausing
 from caravel.web.presentation import Renderer
@@ -46,6 +45,7 @@ from caravel.web.removal_pages import RemovalPages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
 from caravel.web.security import SecurityHeaders
+from caravel.web.shared_signal import MAX_AGE, check_max_age
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
