@@ -10,6 +10,9 @@
     python -m bench --only replication      # a standby's cost, async and synchronous (PostgreSQL)
     python -m bench --only notify --backends postgresql   # 32 producers, wake-ups on and off
     python -m bench --only retention        # drain/enqueue with tombstones; a prune while draining
+    python -m bench --only churn            # rates at 0, 1M, 5M finished rows and 1M tombstones;
+                                            # every dashboard, inspector and CLI read, empty and
+                                            # at 3M finished rows
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
@@ -55,6 +58,7 @@ from typing import Any
 
 from bench import (
     ceilings,
+    churn,
     compare,
     counts,
     fairness,
@@ -98,6 +102,7 @@ ALL = (
     "replication",
     "notify",
     "retention",
+    "churn",
     "fairness",
     "limits",
     "compare",
@@ -249,6 +254,21 @@ def _retention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return {**figures, **{f"prune_{k}": v for k, v in during.items()}}
 
 
+def _churn(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Rates and reads as finished jobs and tombstones pile up (bench/churn.py), in one run
+    (the rates the median of ``--runs`` rounds at each size)."""
+    return churn.churn(
+        backend,
+        args.churn_sizes,
+        args.churn_read_rows,
+        args.churn_tombstones,
+        args.jobs,
+        args.single,
+        args.concurrency,
+        args.runs,
+    )
+
+
 def _fairness(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """A small tenant's waits behind a large backlog, fairness on and off, in one run."""
     with database(backend) as fair_url, database(backend) as plain_url:
@@ -367,6 +387,19 @@ def main() -> None:
     )
     parser.add_argument("--history", type=int, default=1_000_000, help="retained rows")
     parser.add_argument(
+        "--churn-sizes",
+        nargs="+",
+        type=int,
+        default=[1_000_000, 5_000_000],
+        help="churn: finished rows the rates are measured at (besides 0)",
+    )
+    parser.add_argument(
+        "--churn-read-rows", type=int, default=3_000_000, help="churn: finished rows for the reads"
+    )
+    parser.add_argument(
+        "--churn-tombstones", type=int, default=1_000_000, help="churn: tombstones for the rates"
+    )
+    parser.add_argument(
         "--scrapes", type=int, default=1_000, help="scrape: requests to the served endpoint"
     )
     parser.add_argument(
@@ -467,6 +500,7 @@ def main() -> None:
         args.scrapes, args.replication_commits = 200, 200
         args.fairness_backlog = 10_000
         args.limits_plan_backlog = 10_000
+        args.churn_sizes, args.churn_read_rows, args.churn_tombstones = [20_000], 10_000, 10_000
         args.compare_sizes = [5_000]
 
     args.backends = _reachable(parser, args.backends, args.if_reachable)
@@ -590,6 +624,8 @@ def _sitting(
                 figures = _retention(backend, args)
             elif name == "fairness":
                 figures = _fairness(backend, args)
+            elif name == "churn":
+                figures = _churn(backend, args)
             elif name == "limits":
                 figures = _limits(backend, args)
             elif name == "latency" and backend == "mariadb":

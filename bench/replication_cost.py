@@ -152,7 +152,7 @@ def _round(pair: ReplicatedPair, args: Any) -> Figures:
             found = asyncio.run(measure(url))
         figures[f"{name}_jobs_per_second"] = found["jobs_per_second"]
         if "completed" in found:
-            # Handler calls are what the drain counts; the rows completed are read after it.
+            # Handler calls are what the drain counts; rows completed are counted after it.
             figures[f"{name}_completed"] = found["completed"]
     return figures
 

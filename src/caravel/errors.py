@@ -216,11 +216,21 @@ class StoreError(CaravelError):
     ``__cause__``. The message names the operation and, when the driver's reason is about the
     connection or the schema (connection refused to host and port, a database or role that does
     not exist, a read-only database), that reason in one line; a reason that could quote stored
-    values (a constraint or data error) is left out."""
+    values (a constraint or data error) is left out.
 
-    def __init__(self, operation: str, reason: str | None = None) -> None:
+    ``outage`` says the database was unreachable rather than the operation wrong: the
+    connection was lost or refused, the server is shutting down or starting up, or it is
+    read-only (a demoted primary, a standby reached during a failover). A continuous worker
+    retries such an operation for :attr:`~caravel.WorkerOptions.outage_window` before it
+    stops; any other database error stops it at once."""
+
+    #: Set on instances; the subclasses below are never outages.
+    outage = False
+
+    def __init__(self, operation: str, reason: str | None = None, *, outage: bool = False) -> None:
         self.operation = operation
         self.reason = reason
+        self.outage = outage
         message = f"database error during {operation}"
         super().__init__(message if reason is None else f"{message}: {reason}")
 

@@ -367,8 +367,11 @@ class JobStatus:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """Proof of one claim. ``token`` is the fencing token: it changes on every claim of the job,
-    and every write after the claim must present it."""
+    """Proof of one claim. ``token`` and ``nonce`` are its fence: every write after the claim
+    must present both. The token counts the job's claims up (the attempt history is keyed by
+    it); the nonce is a random number the claim drew, so a claim lost with an asynchronous
+    primary and the claim of the same job on the promoted standby, which count to the same
+    token, still have different fences (see docs/guides/high-availability.md)."""
 
     job_id: UUID
     token: int
@@ -376,6 +379,8 @@ class Lease:
     claimed_at_ms: int
     attempt: int
     max_attempts: int
+    nonce: int = 0
+    """The claim's random draw; 0 for a lease no claim handed out (it holds nothing)."""
 
     @property
     def expires_at(self) -> datetime:

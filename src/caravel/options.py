@@ -257,6 +257,15 @@ class WorkerOptions:
             queue: ``{"emails": 0.5, "reports": 30}``. Empty by default.
         shutdown_grace: after a stop request, how long in-flight handlers may run to completion
             and be acknowledged before they are cancelled (0 to 1 hour, default 30 s).
+        outage_window: how long the worker lives through its database being unreachable (0 to
+            1 hour, default 30 s). A claim, acknowledgement, lease renewal or read of the paused
+            set that fails because the connection was lost or refused, the server is shutting
+            down or starting, or it is read-only (a failover under way) is tried again after a
+            pause (100 ms doubling to 2 s, jittered) while handlers in flight keep running under
+            their leases; once an operation succeeds the worker carries on, reconnected. An
+            outage that lasts longer, or any other database error, stops the worker as
+            :meth:`~caravel.QueueWorker.run` documents (the command line exits 1). 0 stops at
+            the first failure.
         heartbeat_interval: how often the worker records that it is alive in the worker
             registry (``caravel workers``, the dashboard); 1 second to 5 minutes, default 10 s.
         queue_metrics_interval: when set (1 second to 1 hour), this worker reads the queue
@@ -332,6 +341,7 @@ class WorkerOptions:
         default_factory=lambda: MappingProxyType({})
     )
     shutdown_grace: timedelta = timedelta(seconds=30)
+    outage_window: timedelta = timedelta(seconds=30)
     queue_metrics_interval: timedelta | None = None
     heartbeat_interval: timedelta = timedelta(seconds=10)
     log_tracebacks: bool = False
@@ -404,6 +414,13 @@ class WorkerOptions:
         _duration(
             "shutdown_grace",
             self.shutdown_grace,
+            timedelta(0),
+            timedelta(hours=1),
+            "must be from 0 to 1 hour",
+        )
+        _duration(
+            "outage_window",
+            self.outage_window,
             timedelta(0),
             timedelta(hours=1),
             "must be from 0 to 1 hour",

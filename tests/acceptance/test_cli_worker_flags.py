@@ -44,6 +44,7 @@ def worker(url: str, *extra: str) -> tuple[int, list[str]]:
             "--poll-interval must be from 10 milliseconds to 60 seconds",
         ),
         (["--shutdown-grace", "-1"], "--shutdown-grace must be from 0 to 1 hour"),
+        (["--outage-window", "3601"], "--outage-window must be from 0 to 1 hour"),
         (["--heartbeat-interval", "0"], "--heartbeat-interval must be from 1 second to 5 minutes"),
         (
             ["--summary-interval", "0.5"],

@@ -156,27 +156,53 @@ def test_unmigrated_database_exits_2_naming_the_upgrade_command(
     assert "processing" not in err
 
 
-def test_worker_whose_postgres_sessions_are_terminated_exits_1(pg_url: str, evidence: Path) -> None:
+def terminate_worker_sessions(pg_url: str) -> None:
+    """Wait until the worker holds its connections (a pooled one and the listener), then
+    terminate them all, as an administrator or a server shutting down does."""
     database = make_url(pg_url).database
     dsn = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+
+        def connected() -> bool:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND application_name = 'caravel' AND pid <> pg_backend_pid()",
+                (database,),
+            ).fetchone()
+            return row is not None and row[0] >= 2  # a pooled connection and the listener
+
+        wait_until(connected, what="the worker to connect")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND application_name = 'caravel' AND pid <> pg_backend_pid()",
+            (database,),
+        )
+
+
+def test_worker_whose_postgres_sessions_are_terminated_reconnects_and_goes_on(
+    pg_url: str, evidence: Path
+) -> None:
+    """A terminated session is an outage (``57P01``): within its window (30 s by default) the
+    worker reconnects and carries on, and exits 0 when stopped."""
     worker = WorkerProcess(pg_url, evidence, [QUEUE], *FAST)
     try:
-        with psycopg.connect(dsn, autocommit=True) as admin:
+        terminate_worker_sessions(pg_url)
+        ids = enqueue(pg_url, Nap(0))
+        wait_until(lambda: completed(pg_url, ids), what="a job enqueued after the terminations")
+        worker.signal(signal.SIGTERM)
+        code, err = worker.wait()
+    finally:
+        worker.kill()
+    assert code == 0, err
+    assert "worker stopping" not in err
 
-            def connected() -> bool:
-                row = admin.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
-                    "AND application_name = 'caravel' AND pid <> pg_backend_pid()",
-                    (database,),
-                ).fetchone()
-                return row is not None and row[0] >= 2  # a pooled connection and the listener
 
-            wait_until(connected, what="the worker to connect")
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND application_name = 'caravel' AND pid <> pg_backend_pid()",
-                (database,),
-            )
+def test_worker_whose_postgres_sessions_are_terminated_exits_1_without_an_outage_window(
+    pg_url: str, evidence: Path
+) -> None:
+    worker = WorkerProcess(pg_url, evidence, [QUEUE], *FAST, "--outage-window", "0")
+    try:
+        terminate_worker_sessions(pg_url)
         code, err = worker.wait()
     finally:
         worker.kill()

@@ -9,13 +9,18 @@ PostgreSQL and MariaDB.
   seconds, for up to 45 s;
 * (7) the queue database turned read-only mid-run, then writable again (MariaDB: the server's
   ``read_only``, which binds the workers' user, not root);
-* (12) a worker on its own network host (a network namespace) whose link is cut mid-job.
+* (12) a worker on its own network host (a network namespace) whose link is cut mid-job;
+* (13) the server stopped for a while: shorter than the workers' outage window, they live
+  through it without exiting; longer, they exit 1 once the window is used up.
 
 Each run ends with the fault suite's checker (:func:`tests.faults.harness.check`): every
 acknowledged enqueue exists, every job is terminal, at most one effect per job, the final state
 was written by the holder of the last claim, and so on. The documented contract under test: a
 database failure while claiming, acknowledging or renewing stops the worker with exit code 1 and
-is never recorded as a job failure; the job's lease expires and it runs again.
+is never recorded as a job failure; the job's lease expires and it runs again. A database that
+is only unreachable (a lost or refused connection, a shutdown, read-only) stops it once its
+outage window (``--outage-window``, 30 s by default) is used up: the tests that prove a bounded
+exit give it a short window (:data:`NO_WINDOW`, :data:`SHORT_WINDOW`) and still see exit 1.
 
 Every database here lives on a server of this test process's own (``pg_cluster``, see
 :mod:`tests.faults.pgserver`; ``mariadb_server``, see :mod:`tests.faults.mariaserver`), never on
@@ -65,6 +70,11 @@ SERVERS = [
 
 LEASE = 2.0
 RENEW = ("--lease-renewal-interval", "0.5")
+#: Stop at the first failure, as before the outage window: the tests of what a stopped worker
+#: leaves behind at an exact point of the conversation.
+NO_WINDOW = ("--outage-window", "0")
+#: A short window: the worker retries for a moment, then must still stop with exit code 1.
+SHORT_WINDOW = ("--outage-window", "2")
 #: The documented detection time of a dead link is about 25-35 s (keepalives after 10 s idle
 #: plus 3 probes 5 s apart; tcp_user_timeout 20 s; statement_timeout 30 s). Margin on top.
 DETECTION_BOUND = 90.0
@@ -113,6 +123,14 @@ def nonzero_exits(supervisor: Supervisor) -> list[int]:
         for e in supervisor.exits
         if e.returncode != 0 and not getattr(e, "at_stop", False)
     ]
+
+
+def assert_stopped_after_the_window(log: str) -> None:
+    """The worker's log shows it met an outage, retried for its window, then stopped."""
+    assert "database unavailable (" in log, log
+    assert "database unavailable for " in log, log
+    assert "worker stopping: StoreError" in log, log
+    assert "database error during" in log, log
 
 
 def failures(queue_url: str) -> dict[str, str]:
@@ -210,7 +228,7 @@ def test_a_connection_reset_mid_operation_stops_the_worker_and_the_job_is_settle
             workers=2,
             concurrency=1,
             lease_duration=LEASE,
-            extra_args=RENEW,
+            extra_args=(*RENEW, *NO_WINDOW),
         ) as supervisor:
             assert trigger.wait(30), f"no {kind} was seen: {dict(proxy.seen)}"
             wait_until(
@@ -275,7 +293,11 @@ def test_a_silently_stalled_connection_is_detected_in_bounded_time(
     with FaultProxy.to(queue_url) as proxy:
         trigger = proxy.arm(Trigger("complete", Timing.REQUEST, Action.BLACKHOLE, everywhere=True))
         stalled = start_worker(
-            proxy.url(queue_url), server_app_url, logs / "stalled.log", lease_duration=LEASE
+            proxy.url(queue_url),
+            server_app_url,
+            logs / "stalled.log",
+            lease_duration=LEASE,
+            extra_args=SHORT_WINDOW,
         )
         try:
             assert trigger.wait(30), f"no acknowledgement was seen: {dict(proxy.seen)}"
@@ -296,6 +318,7 @@ def test_a_silently_stalled_connection_is_detected_in_bounded_time(
     )
     assert code == 1, stalled.log()
     assert took < DETECTION_BOUND
+    assert_stopped_after_the_window(stalled.log())
 
 
 @pytest.mark.parametrize("backend", SERVERS)
@@ -432,7 +455,13 @@ def test_a_read_only_database_fails_no_job(
     url = own_queue_url
     ids = enqueue_effects(url, 80, sleep=0.2)
     with Supervisor(
-        url, server_app_url, logs, workers=2, concurrency=2, lease_duration=LEASE
+        url,
+        server_app_url,
+        logs,
+        workers=2,
+        concurrency=2,
+        lease_duration=LEASE,
+        extra_args=SHORT_WINDOW,
     ) as sup:
         wait_until(lambda: job_states(url)["completed"] >= 10, timeout=60, what="work to flow")
         with server.read_only(url):
@@ -463,6 +492,12 @@ def test_a_read_only_database_fails_no_job(
     for worker in newcomers:
         assert "database error during" in worker.log(), worker.log()
     assert set(crashed) == {1}, sup.logs()
+    # Read-only is an outage (a demoted primary is read-only): the workers running when it
+    # began retried for their window, then stopped.
+    first = [w for w in sup.workers_ever() if w.pid in entered and w.poll() == 1]
+    assert first, sup.logs()
+    for worker in first:
+        assert_stopped_after_the_window(worker.log())
     figures = check(url, server_app_url, ids, logs=sup.logs(), lease_seconds=LEASE)
     assert figures.completed == len(ids)
     assert failures(url) == {}, "the read-only database was recorded as a job failure"
@@ -504,6 +539,7 @@ def test_a_worker_whose_network_link_is_cut_mid_job_is_taken_over(
                 logs / "remote.log",
                 lease_duration=LEASE,
                 prefix=host.command(),
+                extra_args=SHORT_WINDOW,
             )
             # Up: listening for wake-ups (PostgreSQL), polling with claims (MariaDB).
             ready = "listen" if backend == "postgresql" else "claim"
@@ -592,3 +628,88 @@ def test_a_worker_whose_network_link_is_cut_mid_job_is_taken_over(
     assert read_effects(app_url)[job_id]["attempt"] == first_end.attempt
     figures = check(queue_url, app_url, [job_id], logs=[remote.log(), local.log()])
     assert figures.rejected_acks == (1 if rejected else 0)
+
+
+# ----- (13) the server down for a while ------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+def test_workers_live_through_a_server_down_for_less_than_their_outage_window(
+    server: Server, queue_url: str, tmp_path: Path, logs: Path
+) -> None:
+    """The server stops (PostgreSQL's fast shutdown, which terminates every session; MariaDB's
+    SIGTERM) while two workers run jobs, and starts again a few seconds later: inside their
+    window (60 s here) the workers keep running, retry, reconnect and finish every job. Neither
+    exits until it is stopped, with 0. The application database is a SQLite file, so the
+    handlers' own writes are not part of the outage."""
+    app_url = create_app_database("sqlite", tmp_path)
+    ids = enqueue_effects(queue_url, 60, sleep=0.1)
+    window = ("--outage-window", "60")
+    with (
+        server.kept_running(),
+        Supervisor(
+            queue_url,
+            app_url,
+            logs,
+            workers=2,
+            concurrency=2,
+            lease_duration=LEASE,
+            extra_args=(*RENEW, *window),
+        ) as supervisor,
+    ):
+        wait_until(lambda: job_states(queue_url)["completed"] >= 10, timeout=60, what="work")
+        pids = sorted(w.pid for w in supervisor.alive())
+        server.stop()
+        time.sleep(3.0)  # an outage of a few seconds, as a restart or a failover makes
+        server.start()
+        more = enqueue_effects(queue_url, 20, sleep=0.1)
+        wait_until(lambda: all_completed(queue_url, [*ids, *more]), timeout=90, what="every job")
+        alive = sorted(w.pid for w in supervisor.alive())
+        crashed = nonzero_exits(supervisor)
+    print(f"worker exits {crashed}; restarts {supervisor.restarts}")
+    assert (crashed, supervisor.restarts) == ([], 0), supervisor.logs()
+    assert alive == pids
+    assert [e.returncode for e in supervisor.exits] == [0, 0], supervisor.logs()
+    assert "database unavailable (" in supervisor.logs()
+    assert "database reachable again after" in supervisor.logs()
+    figures = check(queue_url, app_url, [*ids, *more], logs=supervisor.logs(), lease_seconds=LEASE)
+    assert figures.completed == len(ids) + len(more)
+    assert failures(queue_url) == {}, "the outage was recorded as a job failure"
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+def test_a_server_down_for_longer_than_the_outage_window_stops_the_worker_with_1(
+    server: Server, queue_url: str, tmp_path: Path, logs: Path
+) -> None:
+    """The server stops and stays down past the worker's window (2 s here): the worker exits 1
+    once the window is used up (a bounded time: the window, plus the last try's connect), its
+    log naming the outage and the next step. Once the server is back a fresh worker settles
+    every job, none of them recorded as failed."""
+    app_url = create_app_database("sqlite", tmp_path)
+    ids = enqueue_effects(queue_url, 20, sleep=0.2)
+    worker = start_worker(
+        queue_url, app_url, logs / "worker.log", lease_duration=LEASE, extra_args=SHORT_WINDOW
+    )
+    try:
+        wait_until(lambda: job_states(queue_url)["completed"] >= 3, timeout=60, what="work")
+        stopping = time.monotonic()
+        server.stop()
+        try:
+            code, _ = wait_for_exit(worker, 60.0)
+            took = time.monotonic() - stopping
+        finally:
+            server.start()
+    finally:
+        worker.kill()
+    print(f"the worker exited {code} {took:.1f}s after the server stopped")
+    assert code == 1, worker.log()
+    assert took >= 2.0, worker.log()  # not before its window was used up
+    assert_stopped_after_the_window(worker.log())
+    assert "restart it once the database is reachable" in worker.log()
+    clean = start_worker(queue_url, app_url, logs / "clean.log", lease_duration=LEASE)
+    try:
+        wait_until(lambda: all_completed(queue_url, ids), timeout=60, what="recovery")
+    finally:
+        assert clean.terminate() == 0, clean.log()
+    check(queue_url, app_url, ids, logs=[worker.log(), clean.log()], lease_seconds=LEASE)
+    assert failures(queue_url) == {}

@@ -98,6 +98,8 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "progress_at": None,
         "meta": None,
         "attempts_dropped": 0,
+        # Drawn by each claim (revision 0018).
+        "lease_nonce": None,
     }
     for job in new_jobs:
         assert stored[job.id] == {**SqlStore._row_values(job), **untouched, "last_failure": None}

@@ -37,6 +37,7 @@ FLAGS = {
     "min_poll_interval": "--poll-interval",
     "poll_intervals": "--poll-interval",
     "shutdown_grace": "--shutdown-grace",
+    "outage_window": "--outage-window",
     "heartbeat_interval": "--heartbeat-interval",
     "summary_interval": "--summary-interval",
     "lease_duration": "--lease-duration",
@@ -109,6 +110,13 @@ def worker(
     shutdown_grace: Annotated[
         float,
         typer.Option(help="Seconds in-flight jobs get to finish after SIGTERM/SIGINT."),
+    ] = 30.0,
+    outage_window: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the worker keeps retrying while its database is unreachable (a "
+            "failover, a restart) before it exits 1 (0-3600; 0 exits at the first failure)."
+        ),
     ] = 30.0,
     lease_duration: Annotated[
         float, typer.Option(help="Lease length in seconds (1-3600).")
@@ -227,8 +235,8 @@ def worker(
     and gives in-flight jobs --shutdown-grace seconds to finish; a second signal cancels them
     at once (cancelled jobs run again after their leases expire).
     Exit code 0 after a normal shutdown; 2 for invalid options, a bad --app, a SQLite file that
-    does not exist or a queue that is not migrated; 1 when the database fails while it runs, so a
-    service manager restarts it.
+    does not exist or a queue that is not migrated; 1 when the database fails while it runs (or
+    stays unreachable for longer than --outage-window), so a service manager restarts it.
     """
     try:
         if max_attempts is not None:
@@ -263,6 +271,7 @@ def worker(
             polling_only=polling_only,
             poll_intervals=per_queue,
             shutdown_grace=seconds("--shutdown-grace", shutdown_grace),
+            outage_window=seconds("--outage-window", outage_window),
             heartbeat_interval=seconds("--heartbeat-interval", heartbeat_interval),
             summary_interval=(
                 None if summary_interval == 0 else seconds("--summary-interval", summary_interval)

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from caravel.attempts import AttemptOutcome
 from caravel.jobs import JobState, Lease
 from caravel.store import attempts, claims, outcomes, queries
+from caravel.store.claims import nonces
 from caravel.store.claims.takeover import expired_before, taking_over
 from caravel.store.inserts.caller import CallerInserts
 from caravel.store.inserts.general import SqlInserts
@@ -137,6 +138,7 @@ class SqlStore(
             "b_now": now,
             "b_expires": now + request.lease_ms,
             "b_worker": request.worker_id,
+            "b_nonce": nonces.draw(),
         }
         if request.source != "ready":
             params["b_keep"] = request.attempt_history
@@ -169,20 +171,23 @@ class SqlStore(
 
     def _held_clause(self) -> sa.ColumnElement[bool]:
         """Rows still held by the leases bound as ``b_ids``/``b_pairs``: same id, same token,
-        still running. The ``id IN`` part lets the database answer from the primary key."""
+        same nonce (:mod:`~caravel.store.claims.nonces`), still running. The ``id IN`` part lets
+        the database answer from the primary key."""
         pairs = sa.bindparam(
-            "b_pairs", expanding=True, type_=sa.TupleType(sa.Uuid(), sa.BigInteger())
+            "b_pairs",
+            expanding=True,
+            type_=sa.TupleType(sa.Uuid(), sa.BigInteger(), sa.BigInteger()),
         )
         return sa.and_(
             jobs.c.id.in_(sa.bindparam("b_ids", expanding=True, type_=sa.Uuid())),
-            sa.tuple_(jobs.c.id, jobs.c.lease_token).in_(pairs),
+            sa.tuple_(jobs.c.id, jobs.c.lease_token, jobs.c.lease_nonce).in_(pairs),
             jobs.c.state == _RUNNING,
         )
 
     def _held_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {
             "b_ids": [lease.job_id for lease in leases],
-            "b_pairs": [(lease.job_id, lease.token) for lease in leases],
+            "b_pairs": [(lease.job_id, lease.token, lease.nonce) for lease in leases],
         }
 
     def _complete_statement(self) -> sa.Update:
@@ -360,6 +365,7 @@ class SqlStore(
             claimed_at_ms=lease.claimed_at_ms,
             attempt=lease.attempt,
             max_attempts=lease.max_attempts,
+            nonce=lease.nonce,
         )
 
     async def job_set_progress(self, update: ProgressUpdate) -> bool:

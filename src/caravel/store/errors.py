@@ -6,6 +6,7 @@ as its ``__cause__``. The queue's dialect stores and the outbox store all go thr
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from types import TracebackType
 
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 
 from caravel.errors import SchemaNotReadyError, StoreError
 
-__all__ = ["ErrorTranslation", "driver_reason"]
+__all__ = ["ErrorTranslation", "driver_reason", "lost_connection"]
 
 #: Driver errors whose text can quote stored values (a key, a too-long string): never shown.
 _QUOTING = frozenset({"IntegrityError", "DataError"})
@@ -32,6 +33,38 @@ def driver_reason(exc: BaseException) -> str | None:
     return printable[:_LONGEST_REASON] or None
 
 
+#: Socket errors that say the server cannot be reached now, not that anything was asked wrong.
+_UNREACHABLE = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+    }
+)
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to the server was lost or could not be made, in
+    terms every dialect shares: SQLAlchemy found the connection dead (its dialect's own test of
+    a disconnect), the pool gave up waiting for a connection, or a socket error of an
+    unreachable server. Each dialect adds its own codes (its ``outages`` module)."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sa.exc.TimeoutError):  # the pool: every connection stuck on a dead link
+        return True
+    for found in (exc, getattr(exc, "orig", None), exc.__cause__):
+        if isinstance(found, (ConnectionError, TimeoutError)):
+            return True
+        if isinstance(found, OSError) and found.errno in _UNREACHABLE:
+            return True
+    return False
+
+
 class ErrorTranslation:
     """Translates database errors raised in its block, entered with ``with`` or ``async with``.
 
@@ -40,9 +73,12 @@ class ErrorTranslation:
     missing. Any other exception propagates as it is.
 
     A plain class, not a generator-based context manager: stores enter one per operation, the
-    one-job enqueue included."""
+    one-job enqueue included.
 
-    __slots__ = ("driver_errors", "explain", "operation", "schema_missing")
+    ``outage`` says whether an error means the database is unreachable for now (see
+    :attr:`StoreError.outage <caravel.errors.StoreError>`); the dialect decides."""
+
+    __slots__ = ("driver_errors", "explain", "operation", "outage", "schema_missing")
 
     def __init__(
         self,
@@ -51,6 +87,7 @@ class ErrorTranslation:
         driver_errors: tuple[type[Exception], ...] = (),
         schema_missing: Callable[[BaseException], bool] | None = None,
         explain: Callable[[str], StoreError | None] | None = None,
+        outage: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.operation = operation
         self.driver_errors = driver_errors
@@ -58,6 +95,7 @@ class ErrorTranslation:
         #: A better error for a failed operation, where the store can tell why (a SQLite file
         #: that does not exist); asked only once an operation has failed.
         self.explain = explain
+        self.outage = outage
 
     def __enter__(self) -> None:
         return None
@@ -77,7 +115,8 @@ class ErrorTranslation:
             raise explained from exc
         if self.schema_missing is not None and self.schema_missing(exc):
             raise SchemaNotReadyError(f"{self.operation} found no queue table") from exc
-        raise StoreError(self.operation, driver_reason(exc)) from exc
+        outage = self.outage is not None and self.outage(exc)
+        raise StoreError(self.operation, driver_reason(exc), outage=outage) from exc
 
     async def __aenter__(self) -> None:
         return None

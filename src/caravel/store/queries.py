@@ -32,6 +32,8 @@ __all__ = [
     "existing_by_key",
     "fail",
     "finished_count",
+    "finished_queue_names",
+    "finished_queues",
     "job_list",
     "owned",
     "payload",
@@ -222,7 +224,14 @@ def _shown(state: ShownState, now: int) -> sa.ColumnElement[bool]:
     if state in ("running", "expired"):
         lease = jobs.c.lease_expires_at
         return sa.and_(jobs.c.state == RUNNING, lease > now if state == "running" else lease <= now)
-    return jobs.c.state == {"dead_letter": DEAD, "cancelled": CANCELLED}.get(state, COMPLETED)
+    return _state_is({"dead_letter": DEAD, "cancelled": CANCELLED}.get(state, COMPLETED))
+
+
+def _state_is(state: str) -> sa.ColumnElement[bool]:
+    """``state = '<state>'`` with the state written into the statement, not bound: only then
+    can the planner (PostgreSQL's generic plan, SQLite's) use an index whose predicate names
+    that state, such as ``ix_caravel_jobs_dead``. The states are the schema's own words."""
+    return jobs.c.state == sa.literal_column(f"'{JobState(state).value}'", jobs.c.state.type)
 
 
 def job_list(where: JobFilter) -> sa.Select[Any]:
@@ -232,7 +241,7 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
     if where.tenant_id is not None:
         conditions.append(jobs.c.tenant_id == where.tenant_id)
     if where.state is not None:
-        conditions.append(jobs.c.state == where.state.value)
+        conditions.append(_state_is(where.state.value))
     if where.job_type is not None:
         conditions.append(jobs.c.job_type == where.job_type)
     if where.shown is not None:
@@ -260,6 +269,28 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
 #: state; past it the dialect estimates (``SqlStore._finished_estimate``), so a count never
 #: reads more of the retained history than this.
 FINISHED_EXACT_LIMIT = 10_000
+
+
+def finished_queues(queue: sa.ColumnElement[Any] | None) -> sa.CTE:
+    """The queues that have finished jobs (only ``queue`` when given), found by skipping through
+    the finished index: one probe per queue, never a read of the finished rows themselves. A
+    recursive CTE of one column ``queue``, whose last row is NULL."""
+    finished_rows = jobs.c.available_at.is_(None)
+
+    def next_finished_queue(after: sa.ColumnElement[Any] | None) -> sa.ScalarSelect[Any]:
+        found = sa.select(jobs.c.queue).where(finished_rows)
+        if after is not None:
+            found = found.where(jobs.c.queue > after)
+        if queue is not None:
+            found = found.where(jobs.c.queue == queue)
+        # Ordered as the finished index is (queue, state): read in that order it stops at its
+        # first entry, where a scan of the table would have to sort what it found.
+        return found.order_by(jobs.c.queue, jobs.c.state).limit(1).scalar_subquery()
+
+    seen = sa.select(next_finished_queue(None).label("queue")).cte("finished", recursive=True)
+    return seen.union_all(
+        sa.select(next_finished_queue(seen.c.queue)).where(seen.c.queue.is_not(None))
+    )
 
 
 def counts(one_queue: bool) -> sa.Select[Any]:
@@ -293,20 +324,7 @@ def counts(one_queue: bool) -> sa.Select[Any]:
         live = live.where(jobs.c.queue == queue)
     live_cte = live.group_by(jobs.c.queue).cte("live")
 
-    def next_finished_queue(after: sa.ColumnElement[Any] | None) -> sa.ScalarSelect[Any]:
-        found = sa.select(jobs.c.queue).where(finished_rows)
-        if after is not None:
-            found = found.where(jobs.c.queue > after)
-        if queue is not None:
-            found = found.where(jobs.c.queue == queue)
-        # Ordered as the finished index is (queue, state): read in that order it stops at its
-        # first entry, where a scan of the table would have to sort what it found.
-        return found.order_by(jobs.c.queue, jobs.c.state).limit(1).scalar_subquery()
-
-    seen = sa.select(next_finished_queue(None).label("queue")).cte("finished", recursive=True)
-    seen = seen.union_all(
-        sa.select(next_finished_queue(seen.c.queue)).where(seen.c.queue.is_not(None))
-    )
+    seen = finished_queues(queue)
     names = sa.union(
         sa.select(live_cte.c.queue),
         sa.select(seen.c.queue).where(seen.c.queue.is_not(None)),
@@ -349,16 +367,28 @@ def finished_count(queue: str, state: str) -> sa.Select[Any]:
     )
 
 
-def throughput(query: ThroughputQuery) -> sa.Select[Any]:
-    """Finished jobs per queue and bucket (only buckets with a job), ordered."""
+def finished_queue_names() -> sa.Select[Any]:
+    """The queues that have finished jobs, found by skipping through the finished index."""
+    names = finished_queues(None)
+    return sa.select(names.c.queue).where(names.c.queue.is_not(None))
+
+
+def throughput(query: ThroughputQuery, queues: Sequence[str]) -> sa.Select[Any]:
+    """Finished jobs of ``queues`` per queue and bucket (only buckets with a job), ordered.
+
+    Each queue's jobs finished within the window are a range of the finished index (queue,
+    state, finish time), one per queue and state: the queues are named (the caller finds them
+    with :func:`finished_queue_names`), so the statement reads the window's entries and never
+    the rest of the retained history. Joined to a query of the names instead, PostgreSQL may
+    read the whole index once rather than probe it per queue."""
     finished = jobs.c.finished_at
     conditions = [
+        jobs.c.queue.in_(queues),
+        jobs.c.state.in_((COMPLETED, DEAD)),
+        jobs.c.available_at.is_(None),
         finished >= query.since,
         finished < query.until,
-        jobs.c.state.in_((COMPLETED, DEAD)),
     ]
-    if query.queue is not None:
-        conditions.append(jobs.c.queue == query.queue)
     # Integer division on both databases (finished_at - since is never negative here).
     bucket = ((finished - query.since) // query.bucket_ms).label("bucket")
     inner = sa.select(jobs.c.queue, jobs.c.state, bucket).where(*conditions).subquery()

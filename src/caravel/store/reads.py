@@ -119,7 +119,14 @@ class SqlReads(SqlTransactions[ConnectionT]):
 
     async def job_throughput(self, query: ThroughputQuery) -> list[ThroughputBucket]:
         async with self._read("job_throughput") as conn:
-            rows = (await conn.execute(queries.throughput(query))).all()
+            if query.queue is not None:
+                queues = [query.queue]
+            else:
+                names = await conn.execute(queries.finished_queue_names())
+                queues = [name for (name,) in names.all()]
+            if not queues:
+                return []
+            rows = (await conn.execute(queries.throughput(query, queues))).all()
         return [throughput_from_row(row, query.since, query.bucket_ms) for row in rows]
 
     async def schema_revision(self) -> str | None:

@@ -94,6 +94,7 @@ CLAIM_RETURNING = (
     jobs.c.upstream,
     jobs.c.timeout_ms,
     jobs.c.partition_key,
+    jobs.c.lease_nonce,
 )
 
 
@@ -167,7 +168,8 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
     dead = 0
     for row in rows:
         (job_id, state, queue, tenant, job_type, payload, attempt, max_attempts, token, expires,
-         started, due, trace, snoozes, priority, upstream, timeout_ms, key) = row  # fmt: skip
+         started, due, trace, snoozes, priority, upstream, timeout_ms, key,
+         nonce) = row  # fmt: skip
         if state != RUNNING:
             dead += 1
             continue
@@ -178,6 +180,7 @@ def claimed_from_rows(rows: Sequence[Sequence[Any]]) -> ClaimBatch:
             claimed_at_ms=started,
             attempt=attempt,
             max_attempts=max_attempts,
+            nonce=nonce,
         )
         claimed.append(
             ClaimedJob(

@@ -162,6 +162,10 @@ jobs = sa.Table(
     sa.Column("meta", sa.Text(), nullable=True),
     # Attempts whose records were deleted to keep the job's history within its bound.
     sa.Column("attempts_dropped", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    # A random number each claim draws and every write under its lease presents with the
+    # token: a claim lost with an asynchronous primary hands out the same token again on the
+    # promoted standby, never the same nonce (see :mod:`caravel.store.claims.nonces`).
+    sa.Column("lease_nonce", sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -214,6 +218,13 @@ _partial_index(
     jobs.c.finished_at,
     where="available_at IS NULL",
 )
+# Every job by creation time: a listing (the dashboard's, ``caravel jobs list``, the inspector's)
+# reads one page of it, newest or oldest first, instead of sorting the whole table; its
+# filters are checked along the way.
+sa.Index("ix_caravel_jobs_created", jobs.c.created_at, jobs.c.id)
+# Dead letters by creation time: the dead-letter listings read a page of it, however many jobs
+# completed since the last one. Only a job that dead-letters gets an entry.
+_partial_index("ix_caravel_jobs_dead", jobs.c.created_at, jobs.c.id, where="state = 'dead_letter'")
 
 
 #: The order ready jobs are claimed in: the due time moved earlier by the job's priority, each

@@ -51,6 +51,12 @@ class SqlTransactions(Generic[ConnectionT]):
         """Whether a driver error means the queue's tables or columns are missing."""
         return False
 
+    def _is_outage(self, exc: BaseException) -> bool:
+        """Whether a driver error means the database is unreachable for now rather than the
+        operation wrong (see :attr:`StoreError.outage <caravel.errors.StoreError>`): none, unless
+        the dialect says so."""
+        return False
+
     def _is_deadlock(self, exc: BaseException) -> bool:
         """Whether a driver error means the database rolled the transaction back to break a
         deadlock (never, with one writer at a time)."""
@@ -95,6 +101,7 @@ class SqlTransactions(Generic[ConnectionT]):
                 driver_errors=self.driver_errors,
                 schema_missing=self._is_schema_missing,
                 explain=self._explain,
+                outage=self._is_outage,
             )
         return found
 

@@ -8,6 +8,12 @@ being executed while the other's reply and commit travel), and when idle an outc
 once. Every row is still guarded by its own lease token: a stale lease in a batch changes nothing
 and is reported back to its job alone. A crash that loses queued acknowledgements only means those
 jobs run again once their leases expire, which at-least-once delivery already allows.
+
+A batch whose write failed because the database is unreachable (see
+:mod:`~caravel.worker.outage`) goes back to the front of the queue and is written again after a
+pause, within the worker's outage window. Its lease tokens fence the retry as they fence the
+first try: an outcome whose job another worker took over meanwhile is refused and reported as
+not held (a lost lease), and so is one whose first try had committed before its reply was lost.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from collections.abc import Callable
 from uuid import UUID
 
 from caravel._failpoints import failpoint
+from caravel.errors import StoreError
 from caravel.jobs import ClaimedJob
 from caravel.worker.ending import cancel_and_wait
 from caravel.worker.leases import Leases
+from caravel.worker.outage import Outage, is_outage
 from caravel.worker.outcome import Outcome
 
 __all__ = ["Acknowledger"]
@@ -38,7 +46,9 @@ class Acknowledger:
     outcome is reported through ``on_written(claimed, outcome, held)``
     (``held`` is false when the lease was no longer current and nothing changed). A write that
     fails because the database failed goes to ``on_error`` and stops its flusher; the outcomes it
-    carried are lost, so those jobs run again once their leases expire.
+    carried are lost, so those jobs run again once their leases expire. With an ``outage``
+    window, a write that failed because the database is unreachable is tried again within it
+    first.
     """
 
     def __init__(
@@ -50,8 +60,10 @@ class Acknowledger:
         max_batch: int = 1000,
         max_pending: int = 5000,
         writers: int = 2,
+        outage: Outage | None = None,
     ) -> None:
         self._leases = leases
+        self._outage = outage
         self._on_written = on_written
         self._on_error = on_error
         self._max_batch = max_batch
@@ -128,6 +140,7 @@ class Acknowledger:
             flusher.add_done_callback(_taken)
 
     async def _flush_loop(self, generation: int) -> None:
+        failures = 0  # writes failed in a row by an outage
         while generation == self._generation:
             await self._wake.wait()
             self._wake.clear()
@@ -138,13 +151,34 @@ class Acknowledger:
                 try:
                     held = await self._write(batch)
                 except Exception as exc:
+                    if await self._retried(exc, failures, batch):
+                        failures += 1
+                        continue
                     self._pending.clear()
                     self._drained.set()
                     self._on_error(exc)
                     return
+                failures = 0
+                if self._outage is not None:
+                    self._outage.ended()
                 self._written(batch, held)
             if self._closing:
                 return
+
+    async def _retried(
+        self, exc: Exception, failures: int, batch: list[tuple[ClaimedJob, Outcome]]
+    ) -> bool:
+        """Whether ``batch``, whose write failed with ``exc``, is to be written again: when the
+        database is unreachable and the outage window is not used up, it goes back to the front
+        of the queue after the pause."""
+        if self._outage is None or not is_outage(exc):
+            return False
+        self._pending[:0] = batch
+        try:
+            await self._outage.wait(exc, failures)
+        except StoreError:  # the window is used up: the worker stops
+            return False
+        return True
 
     async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
         # Each outcome is its own acknowledgement (it has the fields Leases.record reads).

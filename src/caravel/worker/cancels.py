@@ -13,6 +13,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from caravel.clock import Clock
+from caravel.errors import StoreError
 from caravel.store.protocol import Store
 from caravel.worker.watchdog import LeaseWatchdog
 
@@ -43,7 +44,13 @@ class CancelWatch:
 
     async def run(self) -> None:
         while True:
-            await self.run_once()
+            try:
+                await self.run_once()
+            except StoreError as exc:
+                if not exc.outage:
+                    raise
+                # The database is away (the fetchers keep the outage's time): look again at
+                # the next interval.
             await self._clock.sleep(self._interval)
 
     def notices(self) -> AsyncIterator[UUID] | None:

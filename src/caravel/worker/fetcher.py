@@ -33,11 +33,13 @@ from typing import Any
 
 from caravel._failpoints import failpoint
 from caravel.clock import Clock, duration_ms
+from caravel.errors import StoreError
 from caravel.flow.following import LimitedQueues
 from caravel.jobs import ClaimedJob
 from caravel.options import WorkerOptions
 from caravel.signals import WakeupHub
 from caravel.worker.leases import Leases
+from caravel.worker.outage import Outage
 from caravel.worker.pausing import PausedQueues
 
 __all__ = ["Fetcher", "Slots"]
@@ -148,8 +150,12 @@ class Fetcher:
         stopping: asyncio.Event,
         paused: PausedQueues | None = None,
         limits: LimitedQueues | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.queue = queue
+        #: The worker's outage window: a claim the database could not answer is tried again
+        #: within it (without one, every database error propagates at once).
+        self._outage = outage
         #: The worker's view of its queues' concurrency limits.
         self._limits = limits
         #: The worker's paused set: nothing is claimed from this queue while it is in it.
@@ -171,10 +177,13 @@ class Fetcher:
 
     async def run(self) -> None:
         """Claim while there are free slots; wait for a wake-up or the poll interval whenever
-        the queue is drained for now. Database errors propagate."""
+        the queue is drained for now. A claim that failed because the database is unreachable
+        is tried again after a pause, within the worker's outage window; other database errors,
+        and an outage that outlasts the window, propagate."""
         idle = self._min_poll
         event = self._wakeups.event(self.queue)
         woken = True  # a starting worker claims what is waiting first, as after a wake-up
+        failures = 0  # claims failed in a row by an outage
         while not self._stopping.is_set():
             if self._slots.free < self._refill:
                 await self._slots.freed()
@@ -184,7 +193,18 @@ class Fetcher:
                 # Claim nothing; a resume, once read, signals the event (as a wake-up does).
                 await self._wakeups.wait(self.queue, self._longest, self._clock.sleep)
                 continue
-            asked, claimed, _ = await self._step(ready_first=woken)
+            try:
+                asked, claimed, _ = await self._step(ready_first=woken)
+            except StoreError as exc:
+                if self._outage is None:
+                    raise
+                await self._outage.wait(exc, failures)
+                failures += 1
+                woken = True  # back: claim what waits first, as after a wake-up
+                continue
+            failures = 0
+            if self._outage is not None:
+                self._outage.ended()
             woken = False
             if claimed:
                 idle = self._min_poll

@@ -23,9 +23,11 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 from caravel.clock import Clock
+from caravel.errors import StoreError
 from caravel.flow.following import LimitedQueues
 from caravel.signals import WakeupHub
 from caravel.store.protocol import Store
+from caravel.worker.outage import Outage
 
 __all__ = ["PausedQueues"]
 
@@ -44,8 +46,10 @@ class PausedQueues:
         poll_seconds: float,
         limits: LimitedQueues | None = None,
         listen: bool = True,
+        outage: Outage | None = None,
     ) -> None:
         self._store = store
+        self._outage = outage
         self._listen = listen
         self._limits = limits
         self._clock = clock
@@ -87,16 +91,30 @@ class PausedQueues:
         return paused
 
     async def run(self) -> None:
-        """Re-read the set on every pushed change, and every poll interval regardless."""
+        """Re-read the set on every pushed change, and every poll interval regardless. A read
+        the database could not answer is tried again after a pause, within the worker's outage
+        window (:mod:`~caravel.worker.outage`); other errors propagate."""
         feed = (
             self._store.queue_changes(sorted(self._queues))
             if self._listen and self._store.supports_listen_notify
             else None
         )
         heard = None if feed is None else asyncio.create_task(self._hear(feed))
+        failures = 0  # reads failed in a row by an outage
         try:
             while True:
-                await self.run_once()
+                try:
+                    await self.run_once()
+                except StoreError as exc:
+                    if self._outage is None:
+                        raise
+                    await self._outage.wait(exc, failures)
+                    failures += 1
+                    self._changed.set()  # read again at once, not a poll interval later
+                    continue
+                # A read that succeeds does not end the outage: only a write does (a read-only
+                # server answers reads), so it is left to the claims and acknowledgements.
+                failures = 0
         finally:
             if heard is not None:
                 heard.cancel()

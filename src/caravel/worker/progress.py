@@ -13,8 +13,9 @@ the runner hands the outcome on, so the last report is always stored before the 
 would fence it off). Every write presents the job's lease, as an acknowledgement does: once the
 job was taken over, finished or cancelled the write changes nothing, and the writer logs it and
 sends nothing more for that attempt. A write the database fails is logged (its error type only)
-and tried again an interval later; the last one, in :meth:`~ProgressWriter.finish`, raises, as
-a failed acknowledgement does.
+and tried again an interval later; the last one, in :meth:`~ProgressWriter.finish`, is tried
+again within the worker's outage window when the database is unreachable (as an acknowledgement
+is, :mod:`~caravel.worker.outage`), and otherwise raises, as a failed acknowledgement does.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from caravel.clock import Clock, duration_ms, woken_or_at
+from caravel.errors import StoreError
 from caravel.jobs import ClaimedJob
 from caravel.progress import ProgressReport
 from caravel.store.protocol import ProgressUpdate, Store
 from caravel.worker.ending import cancel_and_wait
+from caravel.worker.outage import Outage
 
 __all__ = ["ProgressWriter", "Tracked"]
 
@@ -60,8 +63,11 @@ class ProgressWriter:
     """Writes the reports of every job a worker runs through ``store``, at most once per
     ``interval`` per job. The loop (:meth:`run`) starts with the first report."""
 
-    def __init__(self, store: Store, clock: Clock, interval: timedelta) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, interval: timedelta, *, outage: Outage | None = None
+    ) -> None:
         self._store = store
+        self._outage = outage
         self._clock = clock
         self._interval_ms = duration_ms(interval)
         self._heap: list[tuple[int, int, Tracked]] = []
@@ -90,8 +96,17 @@ class ProgressWriter:
         entry.report.listen(None)
         if entry.writing is not None:
             await asyncio.shield(entry.writing)
-        if write and not entry.refused:
-            await self._write(entry, final=True)
+        failures = 0  # final writes failed in a row by an outage
+        while write and not entry.refused:
+            try:
+                await self._write(entry, final=True)
+            except StoreError as exc:
+                if self._outage is None:
+                    raise
+                await self._outage.wait(exc, failures)  # raises once the window is used up
+                failures += 1
+                continue
+            return
 
     def drop(self, entry: Tracked) -> None:
         """Track ``entry`` no more, writing nothing (its task is being cancelled)."""
@@ -159,10 +174,11 @@ class ProgressWriter:
                 ProgressUpdate(claimed.lease, now, progress, meta)
             )
         except Exception as exc:
+            # Kept for the next write (unless newer values came): an interval from this one, or
+            # the final write's retry.
+            entry.report.put_back(progress, meta)
             if final:
                 raise
-            # Kept for the next write, an interval from this one (unless newer values came).
-            entry.report.put_back(progress, meta)
             logger.warning(
                 "job progress not written: %s",
                 type(exc).__name__,

@@ -34,6 +34,7 @@ from caravel.worker.cancels import CancelWatch
 from caravel.worker.fetcher import Fetcher, Slots
 from caravel.worker.hooks import Hooks, dead_letter_event
 from caravel.worker.leases import Leases
+from caravel.worker.outage import Outage
 from caravel.worker.outcome import Outcome
 from caravel.worker.pausing import PausedQueues
 from caravel.worker.presence import Presence, QueueGaugeCollector
@@ -86,6 +87,8 @@ class QueueWorker(AsyncClosing):
         #: This process's id in the worker registry (``caravel workers``).
         self.worker_id = uuid4()
         self._threads = HandlerThreads(self.options.concurrency)
+        #: The window within which the database may be unreachable without stopping the run.
+        self.outage = Outage(queue.clock, self.options.outage_window.total_seconds())
         self.leases = Leases(
             queue,
             durable_acks=self.options.durable_acks,
@@ -97,8 +100,11 @@ class QueueWorker(AsyncClosing):
             self.leases,
             timeout_grace=self.options.timeout_grace,
             on_stuck=None if self.options.on_stuck is None else self._stuck,
+            outage=self.outage,
         )
-        self._progress = ProgressWriter(queue.store, queue.clock, self.options.progress_interval)
+        self._progress = ProgressWriter(
+            queue.store, queue.clock, self.options.progress_interval, outage=self.outage
+        )
         self._runner = JobRunner(
             queue.registry,
             queue.clock,
@@ -114,7 +120,7 @@ class QueueWorker(AsyncClosing):
         self._report = OutcomeReport(self._summary)
         self._shutdown = Shutdown(self.options.shutdown_grace)
         self._acker = Acknowledger(
-            self.leases, on_written=self._written, on_error=self._shutdown.fail
+            self.leases, on_written=self._written, on_error=self._shutdown.fail, outage=self.outage
         )
         self._slots = Slots(self.options.concurrency, self._job)
         self._presence = Presence(
@@ -133,6 +139,7 @@ class QueueWorker(AsyncClosing):
             poll_seconds=self.options.poll_interval.total_seconds(),
             limits=self._limits,
             listen=not self.options.polling_only,
+            outage=self.outage,
         )
 
     async def close(self) -> None:
@@ -222,6 +229,13 @@ class QueueWorker(AsyncClosing):
     async def run(self, queues: str | Sequence[str]) -> None:
         """Process ``queues`` until :meth:`stop` is called or the database fails.
 
+        While the database is unreachable (a lost or refused connection, a server restarting,
+        a failover under way) the run carries on for up to ``outage_window``
+        (:attr:`~caravel.WorkerOptions.outage_window`): claims, acknowledgements, renewals and
+        the paused set's reads are tried again after pauses, handlers in flight keep running
+        under their leases, and the run reconnects once the database answers again. An outage
+        that lasts longer, or any other database error, stops it.
+
         Checks first that the schema is migrated (raising
         :class:`~caravel.errors.SchemaNotReadyError` otherwise). Returns normally after a stop;
         raises the error that stopped it otherwise. It may be called again afterwards (a
@@ -243,6 +257,7 @@ class QueueWorker(AsyncClosing):
         for fetcher in self._fetchers(names):
             loops.start(fetcher.run(), f"fetch-{fetcher.queue}")
         loops.start(self._paused.run(), "paused")
+        loops.start(self.outage.run(), "outage")
         loops.start_side(self._presence.run(), "heartbeat")
         loops.start_side(self._summary.run(), "summary")
         interval = self.options.queue_metrics_interval
@@ -329,6 +344,7 @@ class QueueWorker(AsyncClosing):
                 stopping=self._shutdown.requested,
                 paused=self._paused,
                 limits=self._limits,
+                outage=self.outage,
             )
             for name in names
         ]

@@ -8,7 +8,8 @@ their leases expire (:class:`AbandonedJob`). A second stop request cancels at on
 that raises ``KeyboardInterrupt`` is a stop request too (its own job is abandoned, like those
 cancelled at the stop); one that raises ``SystemExit`` only failed its attempt. A database
 failure while claiming, acknowledging or renewing stops the worker too (the fault), and ``run``
-raises it.
+raises it: at once, or, when the database is only unreachable, once the worker's outage window
+is used up (:mod:`~caravel.worker.outage`).
 """
 
 from __future__ import annotations

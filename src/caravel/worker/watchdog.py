@@ -7,8 +7,10 @@ entry instead of a timer of its own. At that moment the loop:
 * renews the lease (``lease_renewal_interval``), never as an attempt;
 * or cancels the job's task, marking why: the lease ran out, a renewal was rejected (the job was
   taken over or finished), or the claim reached ``max_lease_lifetime``;
-* or, when a renewal fails because the database failed, cancels the job's task with that error
-  attached, so the job raises it and the worker stops;
+* or, when a renewal fails because the database is unreachable, tries it again after a pause
+  (see :mod:`~caravel.worker.outage`), the handler running on until its lease's deadline;
+* or, when a renewal fails otherwise (or the outage outlasts the worker's window), cancels the
+  job's task with that error attached, so the job raises it and the worker stops;
 * or, at the job's execution timeout, asks its handler to stop (its cancellation signal is set,
   an async handler's task is cancelled; a synchronous handler's thread cannot be interrupted),
   marking the attempt timed out. Renewal goes on while the handler stops. A handler still
@@ -42,11 +44,13 @@ from uuid import UUID
 
 from caravel.clock import duration_ms, woken_or_at
 from caravel.context import JobContext
+from caravel.errors import StoreError
 from caravel.hooks import StuckEvent
 from caravel.jobs import Lease
 from caravel.telemetry import record_renewal, record_stuck
 from caravel.worker.ending import cancel_and_wait
 from caravel.worker.leases import Leases
+from caravel.worker.outage import Outage, is_outage
 
 __all__ = ["Abandoned", "LeaseWatchdog", "Watched"]
 
@@ -95,6 +99,8 @@ class Watched:
     stuck: bool = False
     #: How many times the watchdog cancelled the job's task (the runner takes them all back).
     cancels: int = 0
+    #: Renewals failed in a row because the database was unreachable.
+    renew_failures: int = 0
 
 
 class LeaseWatchdog:
@@ -107,8 +113,10 @@ class LeaseWatchdog:
         *,
         timeout_grace: timedelta = DEFAULT_TIMEOUT_GRACE,
         on_stuck: Callable[[StuckEvent], None] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self._leases = leases
+        self._outage = outage
         self._on_stuck = on_stuck
         self._clock = leases.clock
         renewal = leases.options.lease_renewal_interval
@@ -327,15 +335,20 @@ class LeaseWatchdog:
     async def _renew(self, entry: Watched, now: int) -> None:
         try:
             renewed = await self._leases.renew(entry.lease, now=now)
-        except Exception as exc:  # the database failed: the job raises it, the worker stops
+        except Exception as exc:
             entry.renewing = False
-            if entry.active:
+            if entry.active and self._retry_later(entry, exc):
+                return
+            if entry.active:  # the database failed: the job raises it, the worker stops
                 entry.error = exc
                 self.release(entry)
                 entry.context.cancelled.set()
                 self._cancel_task(entry)
             return
         entry.renewing = False
+        entry.renew_failures = 0
+        if self._outage is not None:
+            self._outage.ended()
         if not entry.active:
             return
         if renewed is None:
@@ -348,3 +361,19 @@ class LeaseWatchdog:
         # a stuck handler's lease is renewed no more.
         entry.renew_at = None if entry.stuck else now + self._renew_every
         self._schedule(entry)
+
+    def _retry_later(self, entry: Watched, exc: Exception) -> bool:
+        """Whether a renewal that failed with ``exc`` is tried again after a pause: the
+        database is unreachable and the worker's outage window is not used up. The lease's
+        deadline still holds meanwhile."""
+        if self._outage is None or not is_outage(exc):
+            return False
+        try:
+            pause = self._outage.pause(exc, entry.renew_failures)
+        except StoreError:
+            return False
+        entry.renew_failures += 1
+        later = self._clock.now_ms() + max(1, round(pause * 1000))
+        entry.renew_at = None if entry.stuck else later
+        self._schedule(entry)
+        return True

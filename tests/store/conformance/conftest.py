@@ -4,13 +4,15 @@ Each test runs once per entry of :data:`DATABASES`: ``store`` is the dialect's s
 instrumented wrapper :func:`~caravel.store.open_store` returns, for a fresh, migrated, empty queue
 of that kind (the wrapper adds the current trace context to new jobs when a tracer provider is
 installed; the telemetry tests cover that), and ``reader`` what :func:`~caravel.store.open_reader`
-returns for the same queue. A new store joins
-the suite by adding its entry here; no test names a store.
+returns for the same queue; ``another_store`` is a store on a second queue of the same kind. A
+new store joins the suite by adding its entry here (and its case to :func:`_another`); no test
+names a store.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from uuid import uuid4
 
@@ -18,7 +20,7 @@ import pytest
 
 from caravel.store import open_reader, open_store
 from caravel.store.protocol import ReadStore, Store
-from tests.support.databases import SqliteTemplate
+from tests.support.databases import SqliteTemplate, mariadb_database, pg_database
 
 
 def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -48,6 +50,22 @@ DATABASES: dict[str, Callable[[pytest.FixtureRequest, Path], str]] = {
     "mariadb": _mariadb,
     "memory": _memory,
 }
+
+
+@contextmanager
+def _another(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A second migrated, empty queue of ``backend``'s kind, apart from ``db_url``'s."""
+    if backend == "postgresql":
+        with pg_database(migrated=True) as url:
+            yield url
+    elif backend == "mariadb":
+        with mariadb_database(migrated=True) as url:
+            yield url
+    elif backend == "sqlite":
+        template: SqliteTemplate = request.getfixturevalue("sqlite_template")
+        yield template.copy_to(tmp_path / "another.db")
+    else:
+        yield _memory(request, tmp_path)
 
 
 @pytest.fixture(params=tuple(DATABASES))
@@ -87,3 +105,18 @@ async def reader(db_url: str) -> AsyncIterator[ReadStore]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture
+async def another_store(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Store]:
+    """A store on another queue of the same kind, empty and migrated (its own database, created
+    for the test and dropped after it): what a test makes a copy of the queue's history up to a
+    point, as a promoted standby or a restored backup holds it."""
+    with _another(backend, request, tmp_path) as url:
+        opened = open_store(url)
+        try:
+            yield opened.inner
+        finally:
+            await opened.close()

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from caravel.jobs import FailureCategory, JobState
 from caravel.limits import MAX_PRIORITY, PRIORITY_AGING_MS
 from caravel.store.attempts import dropped
+from caravel.store.claims.nonces import NONCE
 from caravel.store.rows import CLAIM_RETURNING
 from caravel.store.schema import claim_rank, jobs, partition, queue_limits
 from caravel.store.values import ClaimSource
@@ -122,11 +123,12 @@ def claim_update(
     candidates: sa.Select[Any], now: Any, target: Any, *, still_due: bool, takes_over: bool = True
 ) -> sa.Update:
     """The ``UPDATE`` claiming the rows ``target(candidates)`` names (with ``still_due``, only
-    those still due at ``now``): each becomes running under a new lease and token held by the
-    worker ``b_worker``, or, when its last attempt's lease expired, is dead-lettered; returns
-    :data:`CLAIM_RETURNING`. With ``takes_over`` (the candidates may include expired leases),
-    a row whose lease expired counts what the trim of its attempt history under ``b_keep``
-    drops when its lost attempt is recorded (see :mod:`caravel.store.claims.takeover`)."""
+    those still due at ``now``): each becomes running under a new lease, token and nonce
+    (``b_nonce``, :mod:`caravel.store.claims.nonces`) held by the worker ``b_worker``, or,
+    when its last attempt's lease expired, is dead-lettered; returns :data:`CLAIM_RETURNING`.
+    With ``takes_over`` (the candidates may include expired leases), a row whose lease expired
+    counts what the trim of its attempt history under ``b_keep`` drops when its lost attempt is
+    recorded (see :mod:`caravel.store.claims.takeover`)."""
     expires = sa.bindparam("b_expires", type_=sa.BigInteger())
     exhausted = sa.and_(jobs.c.state == RUNNING, jobs.c.attempt >= jobs.c.max_attempts)
 
@@ -148,6 +150,7 @@ def claim_update(
         "last_failure": pick(FailureCategory.LEASE_EXPIRED.value, jobs.c.last_failure),
         "updated_at": now,
         "worker_id": pick(jobs.c.worker_id, sa.bindparam("b_worker", type_=sa.Uuid())),
+        "lease_nonce": pick(jobs.c.lease_nonce, NONCE),
     }
     if takes_over:
         lost = sa.case((jobs.c.state == RUNNING, dropped()), else_=sa.literal_column("0"))

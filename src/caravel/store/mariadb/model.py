@@ -37,6 +37,8 @@ _INDEXES: tuple[tuple[str, tuple[str, ...], bool], ...] = (
         False,
     ),
     ("ix_caravel_jobs_finished", ("queue", "state", "available_at", "finished_at"), False),
+    # No partial index: the state leads instead.
+    ("ix_caravel_jobs_dead", ("state", "created_at", "id"), False),
 )
 
 

@@ -23,6 +23,7 @@ from caravel.store.mariadb.connections import cut
 from caravel.store.mariadb.execution import PICKED, MariaConnection, Picked, expanded
 from caravel.store.mariadb.key_jobs import numbered_key_jobs
 from caravel.store.mariadb.limit_hold import HELD, HOLD, UNHOLD, held_params, hold_seconds
+from caravel.store.mariadb.outages import is_outage
 from caravel.store.mariadb.upserts import MariaInsert
 from caravel.store.plans import Plan, run_plan
 from caravel.store.protocol import ClaimRequest
@@ -180,6 +181,9 @@ class MariadbStore(SqlStore[MariaConnection]):
 
     def _is_deadlock(self, exc: BaseException) -> bool:
         return _error_number(exc) in (_DEADLOCK, _LOCK_WAIT_TIMEOUT)
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        return is_outage(exc)
 
     def _is_pending_conflict(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", exc)

@@ -18,6 +18,7 @@ from caravel.attempts import AttemptOutcome
 from caravel.errors import StoreError, ValidationError
 from caravel.jobs import FailureCategory, JobState, Lease
 from caravel.store import attempts
+from caravel.store.claims import nonces
 from caravel.store.memory.inserts import insert_all
 from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts
 from caravel.store.memory.links import MemoryLinks
@@ -110,6 +111,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
             # Leases are judged by the claim's own clock; a rated claim's starts and leases run
             # from its window clock (``limited.claim``).
             at = claim_clock(tables, queue, now) if request.limited else now
+            nonce = nonces.draw()
 
             def due(state: str) -> list[JobRow]:
                 return [
@@ -138,7 +140,7 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
                         request.attempt_history,
                         FailureCategory.LEASE_EXPIRED.value,
                     )
-                _claim(row, at, at + request.lease_ms, request.worker_id)
+                _claim(row, at, at + request.lease_ms, request.worker_id, nonce)
                 tables.track(row)
                 returned.append(tuple(getattr(row, name) for name in _CLAIM_FIELDS))
             if request.limited:
@@ -354,16 +356,19 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
 
 
 def _held(tables: Tables, lease: Lease) -> JobRow | None:
-    """The running job ``lease`` still holds (same id, same token), if any."""
+    """The running job ``lease`` still holds (same id, same token, same nonce), if any."""
     row = tables.jobs.get(lease.job_id)
-    if row is None or row.state != RUNNING or row.lease_token != lease.token:
+    if row is None or row.state != RUNNING:
+        return None
+    if row.lease_token != lease.token or row.lease_nonce != lease.nonce:
         return None
     return row
 
 
-def _claim(row: JobRow, now: int, expires: int, worker_id: UUID | None) -> None:
-    """What one claim does to a picked row: lease it to ``worker_id``, or dead-letter it when
-    its expired lease was its last attempt (``claims.claim``'s two branches)."""
+def _claim(row: JobRow, now: int, expires: int, worker_id: UUID | None, nonce: int) -> None:
+    """What one claim does to a picked row: lease it to ``worker_id`` under the claim's
+    ``nonce``, or dead-letter it when its expired lease was its last attempt
+    (``claims.claim``'s two branches)."""
     row.lease_token += 1
     row.updated_at = now
     if row.state == RUNNING and row.attempt >= row.max_attempts:
@@ -378,3 +383,4 @@ def _claim(row: JobRow, now: int, expires: int, worker_id: UUID | None) -> None:
     row.started_at = now
     row.finished_at = None
     row.worker_id = worker_id
+    row.lease_nonce = nonce

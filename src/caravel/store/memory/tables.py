@@ -71,6 +71,7 @@ class JobRow:
     meta: str | None = None
     worker_id: UUID | None = None
     attempts_dropped: int = 0
+    lease_nonce: int | None = None
     #: The state the tables last saw (see :meth:`Tables.track`): not a column, the trigger's
     #: ``OLD.state``.
     seen_state: str = "ready"

@@ -42,6 +42,7 @@ from caravel.store.postgresql.limit_hold import (
     tapped,
 )
 from caravel.store.postgresql.notifications import NOTIFY, QUEUE_CHANGED, QUEUES_CHANNEL, listen
+from caravel.store.postgresql.outages import is_outage
 from caravel.store.postgresql.statements import execute
 from caravel.store.protocol import ClaimBatch, ClaimRequest, Recorder
 from caravel.store.schema import jobs
@@ -74,14 +75,17 @@ _RELAXED = sa.select(sa.func.set_config("synchronous_commit", "off", True))
 
 
 def _held_rows(*, with_results: bool) -> Any:
-    """The leases of a batch as rows ``held(id, token[, result])``, unnested from arrays."""
+    """The leases of a batch as rows ``held(id, token, nonce[, result])``, unnested from
+    arrays."""
     ids = sa.bindparam("b_ids", type_=ARRAY(sa.Uuid()))
     tokens = sa.bindparam("b_tokens", type_=ARRAY(sa.BigInteger()))
+    nonces = sa.bindparam("b_nonces", type_=ARRAY(sa.BigInteger()))
     if not with_results:
-        return sa.func.unnest(ids, tokens).table_valued("id", "token").render_derived("held")
+        unnested = sa.func.unnest(ids, tokens, nonces)
+        return unnested.table_valued("id", "token", "nonce").render_derived("held")
     texts = sa.bindparam("b_results", type_=ARRAY(sa.Text()))
-    unnested = sa.func.unnest(ids, tokens, texts)
-    return unnested.table_valued("id", "token", "result").render_derived("held")
+    unnested = sa.func.unnest(ids, tokens, nonces, texts)
+    return unnested.table_valued("id", "token", "nonce", "result").render_derived("held")
 
 
 def _held_by(held: Any) -> sa.ColumnElement[bool]:
@@ -89,6 +93,7 @@ def _held_by(held: Any) -> sa.ColumnElement[bool]:
     return sa.and_(
         jobs.c.id == held.c.id,
         jobs.c.lease_token == held.c.token,
+        jobs.c.lease_nonce == held.c.nonce,
         jobs.c.state == "running",
     )
 
@@ -176,6 +181,9 @@ class PostgresStore(InsertingStore):
 
     def _is_deadlock(self, exc: BaseException) -> bool:
         return getattr(getattr(exc, "orig", exc), "sqlstate", None) == "40P01"
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        return is_outage(exc)
 
     def _is_pending_conflict(self, exc: BaseException) -> bool:
         diag = getattr(getattr(exc, "orig", exc), "diag", None)
@@ -368,6 +376,7 @@ class PostgresStore(InsertingStore):
         return {
             "b_ids": [lease.job_id for lease in leases],
             "b_tokens": [lease.token for lease in leases],
+            "b_nonces": [lease.nonce for lease in leases],
         }
 
     async def _finished_estimate(self, conn: AsyncConnection, queue: str, state: str) -> int:
