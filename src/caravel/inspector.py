@@ -398,8 +398,9 @@ class QueueInspector(AsyncClosing):
         queue with a concurrency limit, how it stands against it with its ``keys`` busiest
         partition keys (0 to 1,000).
 
-        One read of the jobs and workers tables (two statements, each served by an index);
-        with any queue limits stored, the limits' read as :meth:`queue_limit_usage` makes it."""
+        One statement over the jobs, workers and limits tables, each part served by an index;
+        when a queue listed has a limit, the limits' read as :meth:`queue_limit_usage` makes
+        it besides."""
         if queue is not None:
             check_queue_name(queue)
         check_int("keys", keys, 0, 1000)
@@ -409,8 +410,10 @@ class QueueInspector(AsyncClosing):
         now = self.clock.now_ms()
         query = SignalQuery(queue, now, now - 60_000, now - lost_ms)
         found = await self.store.queue_signal(query)
-        limited = await self.store.queue_limit_usage(queue, now, keys=keys)
-        usage = {u.limit.queue: u for u in limited}
+        usage = {}
+        if any(s.limited for s in found):  # most queues have no limit: no second read then
+            limited = await self.store.queue_limit_usage(queue, now, keys=keys)
+            usage = {u.limit.queue: u for u in limited}
         if queue is not None and not found:
             found = [QueueSignal(queue, 0, 0, None, 0, 0)]
         return ScalingSignal(

@@ -138,6 +138,8 @@ async def test_serves_the_signal_until_ctrl_c(db_url: str) -> None:
         (["--format", "xml"], "--format: must be json or prometheus"),
         (["--keys", "5000"], "--keys: must be an integer from 0 to 1000"),
         (["--lost-after", "0"], "--lost-after: must be positive"),
+        (["--max-age", "-1"], "--max-age: must be from 0 to 300 seconds"),
+        (["--max-age", "301"], "--max-age: must be from 0 to 300 seconds"),
     ],
 )
 def test_bad_input_is_one_typed_line(tmp_path: object, args: list[str], message: str) -> None:

@@ -93,6 +93,14 @@ def metrics(
             "Without it only requests from this machine are answered.",
         ),
     ] = None,
+    max_age: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="With --serve: answer from a signal read at most this long ago (0-300; 0 "
+            "reads for every request). Requests during a read share it.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Print or serve the autoscaling signal.
 
@@ -109,11 +117,14 @@ def metrics(
         check_int("--keys", keys, 0, 1000)
         if not lost_after > 0:
             raise ValidationError("--lost-after", "must be positive")
+        if not 0 <= max_age <= 300:
+            raise ValidationError("--max-age", "must be from 0 to 300 seconds")
     except ValidationError as exc:
         # Errors are JSON unless text was asked for: what reads the output reads them too.
         raise fail("metrics", exc, as_json=output != "prometheus") from None
     if serve:
-        _serve(url, bind, allow_remote, authorize, timedelta(seconds=lost_after))
+        ages = (timedelta(seconds=lost_after), timedelta(seconds=max_age))
+        _serve(url, bind, allow_remote, authorize, *ages)
         return
     try:
         signal = asyncio.run(read_signal(url, queue, keys, timedelta(seconds=lost_after)))
@@ -126,7 +137,12 @@ def metrics(
 
 
 def _serve(
-    url: str, bind: str, allow_remote: bool, authorize: str | None, lost_after: timedelta
+    url: str,
+    bind: str,
+    allow_remote: bool,
+    authorize: str | None,
+    lost_after: timedelta,
+    max_age: timedelta,
 ) -> None:
     from caravel.cli.dashboard import checked_bind, load_authorize, serve
 
@@ -148,7 +164,7 @@ def _serve(
 
     try:
         asyncio.run(schema_ready())
-        app = metrics_app(url, authorize=check, lost_after=lost_after)
+        app = metrics_app(url, authorize=check, lost_after=lost_after, max_age=max_age)
     except CaravelError as exc:  # 2 for a missing file or an unmigrated queue, 1 otherwise
         typer.echo(f"caravel metrics: {explain(exc, url) or exc}", err=True)
         raise typer.Exit(exit_code(exc)) from None

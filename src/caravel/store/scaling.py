@@ -1,25 +1,30 @@
 """The autoscaling read of a SQL store (:meth:`~caravel.store.protocol.ReadStore.queue_signal`):
-per queue, the jobs due now, the jobs running, the oldest due time, the jobs finished lately and
-the workers serving it, in one read transaction of two statements (one over the jobs table, one
-over the workers table), each built once per store."""
+per queue, the jobs due now, the jobs running, the oldest due time, the jobs finished lately, the
+workers serving it and whether it has a limits row, in one statement built once per store (the
+jobs' counts, the queue lists of the workers heard from and the limited queues' names, told
+apart by a ``kind`` column), run without an explicit transaction: one round trip per read."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 
 from caravel.jobs import JobState
-from caravel.store.schema import jobs, workers
+from caravel.store.schema import jobs, queue_limits, workers
 from caravel.store.transactions import ConnectionT, SqlTransactions
 from caravel.store.values import QueueSignal, SignalQuery
 
-__all__ = ["ScalingReads", "signal_statement", "workers_statement"]
+__all__ = ["ScalingReads", "signal_read", "signal_statement", "workers_statement"]
 
 READY = JobState.READY.value
 RUNNING = JobState.RUNNING.value
 FINISHED = (JobState.COMPLETED.value, JobState.DEAD_LETTER.value)
+
+# The kinds of rows of :func:`signal_read`.
+_JOBS, _WORKERS, _LIMITED = 0, 1, 2
 
 
 def _count(condition: sa.ColumnElement[bool]) -> sa.ColumnElement[int]:
@@ -130,23 +135,70 @@ def workers_statement() -> sa.Select[Any]:
     )
 
 
+def signal_read(one_queue: bool) -> sa.CompoundSelect[Any]:
+    """:func:`signal_statement` (rows of kind 0), the queue lists of the workers of
+    :func:`workers_statement` with how many workers have each (kind 1, the list in ``queue``,
+    the count in ``ready``), and the queues with a limits row (kind 2), as one statement."""
+    counts = signal_statement(one_queue).subquery("counts")
+    zero = sa.literal(0, sa.BigInteger())
+    jobs_rows = sa.select(
+        sa.literal(_JOBS, sa.Integer()).label("kind"),
+        counts.c.queue,
+        counts.c.ready,
+        counts.c.running,
+        counts.c.oldest,
+        counts.c.finished,
+    )
+    lists = workers_statement().subquery("serving")
+    worker_rows = sa.select(
+        sa.literal(_WORKERS, sa.Integer()).label("kind"),
+        lists.c.queues,
+        sa.func.count(),
+        zero,
+        sa.null(),
+        zero,
+    ).group_by(lists.c.queues)
+    limited = sa.select(
+        sa.literal(_LIMITED, sa.Integer()).label("kind"),
+        queue_limits.c.queue,
+        zero,
+        zero,
+        sa.null(),
+        zero,
+    )
+    if one_queue:
+        limited = limited.where(
+            queue_limits.c.queue == sa.bindparam("b_queue", type_=jobs.c.queue.type)
+        )
+    return sa.union_all(jobs_rows, worker_rows, limited)
+
+
 class ScalingReads(SqlTransactions[ConnectionT]):
     """The ``queue_signal`` operation of :class:`~caravel.store.protocol.ReadStore`."""
 
     async def queue_signal(self, query: SignalQuery) -> list[QueueSignal]:
         one = query.queue is not None
-        jobs_read = self._statement(f"signal_{one}", lambda: signal_statement(one))
-        workers_read = self._statement("signal_workers", workers_statement)
-        params: dict[str, Any] = {"b_now": query.now, "b_since": query.finished_since}
+        read = self._statement(f"signal_read_{one}", lambda: signal_read(one))
+        params: dict[str, Any] = {
+            "b_now": query.now,
+            "b_since": query.finished_since,
+            "b_seen": query.seen_since,
+        }
         if query.queue is not None:
             params["b_queue"] = query.queue
-        async with self._read("queue_signal", single=False) as conn:
-            rows = (await conn.execute(jobs_read, params)).all()
-            lists = (await conn.execute(workers_read, {"b_seen": query.seen_since})).scalars()
-            serving: Counter[str] = Counter(
-                name for names in lists for name in set(names.split(",")) if name
-            )
-        return signals(rows, serving, query.queue)
+        async with self._read("queue_signal") as conn:
+            rows = (await conn.execute(read, params)).all()
+        serving: Counter[str] = Counter()
+        limited: set[str] = set()
+        for row in rows:
+            if row.kind == _WORKERS:
+                for name in set(row.queue.split(",")):
+                    if name:
+                        serving[name] += int(row.ready)
+            elif row.kind == _LIMITED:
+                limited.add(row.queue)
+        found = signals([r for r in rows if r.kind == _JOBS], serving, query.queue)
+        return [replace(s, limited=True) if s.queue in limited else s for s in found]
 
 
 def signals(rows: Any, serving: Counter[str], queue: str | None) -> list[QueueSignal]:

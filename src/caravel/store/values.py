@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, get_args, overload
 from uuid import UUID
 
@@ -394,7 +394,9 @@ class QueueSignal:
     """One queue as an autoscaler sees it at one moment: ``ready`` jobs due now (neither
     delayed nor held), ``running`` jobs with a live lease, when the oldest due job became due
     (``None`` when none is), ``finished`` jobs (completed or dead-lettered) in the query's
-    window, and the ``workers`` serving the queue that were heard from in its window."""
+    window, and the ``workers`` serving the queue that were heard from in its window.
+    ``limited``: whether the queue has a limits row, so that its usage is worth reading (not
+    compared: it says where to look next, not what the queue holds)."""
 
     queue: str
     ready: int
@@ -402,3 +404,4 @@ class QueueSignal:
     oldest_ready_due_ms: int | None
     finished: int
     workers: int
+    limited: bool = field(default=False, compare=False)

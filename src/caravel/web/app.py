@@ -45,6 +45,7 @@ from caravel.web.removal_pages import RemovalPages
 from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
 from caravel.web.security import SecurityHeaders
+from caravel.web.shared_signal import MAX_AGE, check_max_age
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -126,6 +127,7 @@ class Dashboard:
         refresh_seconds: int,
         csrf_secret: bytes | None,
         lost_after: timedelta,
+        metrics_max_age: timedelta = MAX_AGE,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -188,7 +190,7 @@ class Dashboard:
             "schedule_resume": schedules.resume,
             "batches": links.batches,
             "batch": links.batch,
-            "metrics": MetricsEndpoint(reader, lost_after=lost_after),
+            "metrics": MetricsEndpoint(reader, lost_after=lost_after, max_age=metrics_max_age),
             "static": pages.static,
         }
         self.router = Router(
@@ -241,6 +243,7 @@ def dashboard(
     refresh_seconds: int = 5,
     csrf_secret: bytes | None = None,
     lost_after: timedelta = timedelta(seconds=60),
+    metrics_max_age: timedelta = MAX_AGE,
     clock: Clock | None = None,
 ) -> Dashboard:
     """The operations dashboard for the queue at ``queue_url``, as an ASGI application.
@@ -262,6 +265,8 @@ def dashboard(
         csrf_secret: the key of the anti-forgery tokens (at least 16 bytes). Random per process
             by default; give every process behind one address the same secret.
         lost_after: a worker whose heartbeat is older than this is shown as lost.
+        metrics_max_age: how old a signal ``/metrics`` may answer from (0 to 5 minutes; 0
+            reads for every request).
         clock: the queue's clock (tests pass a :class:`~caravel.testing.ManualClock`).
     """
     check_int("refresh_seconds", refresh_seconds, 0, 3600)
@@ -270,6 +275,7 @@ def dashboard(
     check_duration(
         "lost_after", lost_after, timedelta.resolution, timedelta.max, "must be positive"
     )
+    check_max_age(metrics_max_age, "metrics_max_age")
     registry = JobRegistry()  # replay and reads need no handlers
     reader = QueueInspector(queue_url if read_url is None else read_url, clock=clock)
     writer = DatabaseQueue(queue_url, registry, clock=reader.clock)
@@ -281,4 +287,5 @@ def dashboard(
         refresh_seconds=refresh_seconds,
         csrf_secret=csrf_secret,
         lost_after=lost_after,
+        metrics_max_age=metrics_max_age,
     )

@@ -6,6 +6,10 @@ JSON by default (what KEDA's metrics-api scaler reads); Prometheus's text format
 included), ``?keys=N`` the busiest N partition keys of a limited queue (0 to 1,000; 20 by
 default).
 
+A signal read less than ``max_age`` ago (1 second by default) is answered again, and requests
+arriving while it is read share that read (:mod:`caravel.web.shared_signal`): any number of
+scrapers cost one read of the database per ``max_age``.
+
 The dashboard serves it as a ``read`` route, behind its own access control. :func:`metrics_app`
 serves it alone, with the same rule: ``authorize`` decides, and without it only requests made
 on this machine to a loopback address are answered.
@@ -29,6 +33,7 @@ from caravel.inspector import QueueInspector
 from caravel.validation import check_duration
 from caravel.web.auth import Authorize, Principal, refusal_reason
 from caravel.web.lifespan import serve_lifespan
+from caravel.web.shared_signal import MAX_AGE, SharedSignal, check_max_age
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -70,18 +75,22 @@ def _keys(request: Request) -> int:
 
 class MetricsEndpoint:
     """The ``/metrics`` handler over one reader: what each worker counts as lost after
-    ``lost_after`` without a heartbeat is no longer counted."""
+    ``lost_after`` without a heartbeat is no longer counted, and a signal read less than
+    ``max_age`` ago is answered again (0: every request reads)."""
 
-    def __init__(self, reader: QueueInspector, *, lost_after: timedelta) -> None:
+    def __init__(
+        self, reader: QueueInspector, *, lost_after: timedelta, max_age: timedelta = MAX_AGE
+    ) -> None:
         self.reader = reader
         self.lost_after = lost_after
+        self.signal = SharedSignal(reader, max_age=max_age)
 
     async def __call__(self, request: Request) -> Response:
         """The signal, or a one-line JSON error: 400 for a bad parameter, 503 when the
         database is not migrated or not answering."""
         try:
             shape = wanted_format(request)
-            signal = await self.reader.scaling_signal(
+            signal = await self.signal.read(
                 request.query_params.get("queue"),
                 lost_after=self.lost_after,
                 keys=_keys(request),
@@ -102,11 +111,16 @@ class MetricsApp:
     runs on its own, the server's lifespan closes it; mounted elsewhere, call :meth:`close`."""
 
     def __init__(
-        self, reader: QueueInspector, *, authorize: Authorize | None, lost_after: timedelta
+        self,
+        reader: QueueInspector,
+        *,
+        authorize: Authorize | None,
+        lost_after: timedelta,
+        max_age: timedelta = MAX_AGE,
     ) -> None:
         self.reader = reader
         self._authorize = authorize
-        self._endpoint = MetricsEndpoint(reader, lost_after=lost_after)
+        self._endpoint = MetricsEndpoint(reader, lost_after=lost_after, max_age=max_age)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -160,6 +174,7 @@ def metrics_app(
     *,
     authorize: Authorize | None = None,
     lost_after: timedelta = timedelta(seconds=60),
+    max_age: timedelta = MAX_AGE,
     clock: Clock | None = None,
 ) -> MetricsApp:
     """The autoscaling signal of the queue at ``queue_url`` alone, at ``/metrics``, as an ASGI
@@ -171,6 +186,8 @@ def metrics_app(
             the request, who needs ``can_read``. Without it only requests made on this machine
             to a loopback address are answered.
         lost_after: a worker not heard from for this long is not counted.
+        max_age: how old a signal a request may be answered from (0 to 5 minutes; 0 reads
+            for every request). Requests during a read share it.
         clock: the queue's clock (tests pass a :class:`~caravel.testing.ManualClock`).
     """
     if authorize is not None and not callable(authorize):
@@ -178,6 +195,10 @@ def metrics_app(
     check_duration(
         "lost_after", lost_after, timedelta.resolution, timedelta.max, "must be positive"
     )
+    check_max_age(max_age)
     return MetricsApp(
-        QueueInspector(queue_url, clock=clock), authorize=authorize, lost_after=lost_after
+        QueueInspector(queue_url, clock=clock),
+        authorize=authorize,
+        lost_after=lost_after,
+        max_age=max_age,
     )

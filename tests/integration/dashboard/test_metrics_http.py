@@ -11,6 +11,7 @@ from uuid import uuid4
 import httpx
 import pytest
 
+from caravel.errors import ValidationError
 from caravel.flow import ConcurrencyLimit
 from caravel.store import open_store
 from caravel.store.protocol import Heartbeat, Store, WorkerRecord
@@ -234,3 +235,58 @@ async def test_the_dashboard_serves_it_to_readers(queue: Queue) -> None:
                 "/metrics", params={"format": "prometheus"}, headers={USER_HEADER: "reader"}
             )
     assert 'caravel_queue_ready{queue="emails"} 3' in text.text.splitlines()
+
+
+async def _ready(client: httpx.AsyncClient) -> int:
+    found = (await client.get("/metrics", params={"queue": "emails"})).json()["queues"]
+    return int(found[0]["ready"])
+
+
+async def _one_more_due(url: str) -> None:
+    store: Store = open_store(url).inner
+    try:
+        await insert(store, [new_job(20, queue="emails", created_at=T - SECOND)])
+    finally:
+        await store.close()
+
+
+async def test_a_signal_read_less_than_max_age_ago_is_answered_again(queue: Queue) -> None:
+    with serving(metrics_app(queue.url, clock=queue.clock)) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert await _ready(client) == 3
+            await _one_more_due(queue.url)
+            await queue.clock.advance(timedelta(milliseconds=999))
+            assert await _ready(client) == 3  # read 0.999 s ago: answered again
+            await queue.clock.advance(timedelta(milliseconds=1))
+            assert await _ready(client) == 4  # a second old: read again
+
+
+async def test_max_age_zero_reads_for_every_request(queue: Queue) -> None:
+    app = metrics_app(queue.url, clock=queue.clock, max_age=timedelta(0))
+    with serving(app) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            assert await _ready(client) == 3
+            await _one_more_due(queue.url)
+            assert await _ready(client) == 4
+
+
+async def test_the_dashboard_answers_from_its_own_max_age(queue: Queue) -> None:
+    app = dashboard(
+        queue.url, authorize=authorize, clock=queue.clock, metrics_max_age=timedelta(seconds=5)
+    )
+    with serving(app) as base:
+        async with httpx.AsyncClient(base_url=base, headers={USER_HEADER: "reader"}) as client:
+            assert await _ready(client) == 3
+            await _one_more_due(queue.url)
+            await queue.clock.advance(timedelta(seconds=4))
+            assert await _ready(client) == 3
+            await queue.clock.advance(timedelta(seconds=1))
+            assert await _ready(client) == 4
+
+
+@pytest.mark.parametrize("max_age", [timedelta(seconds=-1), timedelta(minutes=5, seconds=1), 1])
+def test_a_bad_max_age_is_refused_naming_it(max_age: object) -> None:
+    with pytest.raises(ValidationError, match=r"^max_age: "):
+        metrics_app("sqlite:///unused.db", max_age=max_age)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"^metrics_max_age: "):
+        dashboard("sqlite:///unused.db", metrics_max_age=max_age)  # type: ignore[arg-type]

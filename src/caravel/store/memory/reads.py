@@ -209,9 +209,16 @@ class MemoryReader:
                 for name in set(worker.queues.split(","))
                 if name and query.queue in (None, name)
             )
+            limited = set(tables.limits)
         return [
             QueueSignal(
-                name, ready[name], running[name], oldest.get(name), finished[name], serving[name]
+                name,
+                ready[name],
+                running[name],
+                oldest.get(name),
+                finished[name],
+                serving[name],
+                name in limited,
             )
             for name in sorted(names | set(serving))
         ]
