@@ -345,7 +345,7 @@ def finished_queues(queue: sa.ColumnElement[Any] | None) -> sa.CTE:
     )
 
 
-def counts(one_queue: bool) -> sa.Select[Any]:
+def counts(one_queue: bool, kept: sa.TableClause | None = None) -> sa.Select[Any]:
     """Per queue (or for the queue bound as ``b_queue`` when ``one_queue``): ready, delayed,
     held, running, expired, dead_letter, completed and the oldest due time of a ready job, at
     ``b_now``. Built once per store and reused (building it costs more than running it).
@@ -354,7 +354,9 @@ def counts(one_queue: bool) -> sa.Select[Any]:
     NULL``), finished ones from the partial index over finished rows, each at most
     :data:`FINISHED_EXACT_LIMIT` (NULL when there are more), so the statement never reads the
     finished history beyond that. Queues with finished jobs are found by skipping through that
-    index, one probe per queue."""
+    index, one probe per queue. Where the dialect keeps exact finished counts per queue and
+    state in a table (``kept``, columns ``queue``, ``state``, ``jobs``), they are read from it
+    instead: one row each, where the bounded stretch is up to that many index entries."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     queue = sa.bindparam("b_queue", type_=jobs.c.queue.type) if one_queue else None
     live_rows = jobs.c.available_at.is_not(None)
@@ -383,6 +385,10 @@ def counts(one_queue: bool) -> sa.Select[Any]:
     ).subquery("names")
 
     def capped(state: str) -> sa.ColumnElement[Any]:
+        if kept is not None:
+            # No row: no job of the queue has finished in that state.
+            found = sa.select(kept.c.jobs).where(kept.c.queue == names.c.queue)
+            return sa.func.coalesce(found.where(kept.c.state == state).scalar_subquery(), 0)
         where = (jobs.c.queue == names.c.queue, jobs.c.state == state, finished_rows)
         beyond = sa.select(sa.literal(1)).where(*where).offset(FINISHED_EXACT_LIMIT).limit(1)
         exact = sa.select(sa.func.count()).select_from(jobs).where(*where).scalar_subquery()

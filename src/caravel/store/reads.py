@@ -43,6 +43,9 @@ class SqlReads(SqlTransactions[ConnectionT]):
 
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
+    #: The table of exact finished counts per queue and state, where the dialect keeps one
+    #: (see :func:`~caravel.store.queries.counts`).
+    _kept_counts: sa.TableClause | None = None
 
     async def job_get(self, ref: JobRef) -> JobStatus | None:
         async with self._read("job_get") as conn:
@@ -86,7 +89,7 @@ class SqlReads(SqlTransactions[ConnectionT]):
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         one = queue is not None
-        stmt = self._statement(f"counts_{one}", lambda: queries.counts(one))
+        stmt = self._statement(f"counts_{one}", lambda: queries.counts(one, self._kept_counts))
         params: dict[str, Any] = (
             {"b_now": now} if queue is None else {"b_now": now, "b_queue": queue}
         )
