@@ -10,6 +10,7 @@ attempt numbers may repeat after a snooze).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,10 +31,13 @@ PREFIX = "last_"
 _NAMES = tuple(column.name for column in attempts.c)
 
 
-def listing_with_last_attempt(where: JobFilter) -> sa.Select[Any]:
-    """The jobs ``where`` lists, in its order, each with its latest attempt record's columns
-    (named with :data:`PREFIX`; all null for a job without records)."""
-    page = queries.job_list(where).subquery("page")
+def listing_with_last_attempt(
+    where: JobFilter, queues: Sequence[str] | None = None
+) -> sa.Select[Any]:
+    """The jobs ``where`` lists (``queues`` as :func:`caravel.store.queries.job_list` takes
+    them), in its order, each with its latest attempt record's columns (named with
+    :data:`PREFIX`; all null for a job without records)."""
+    page = queries.job_list(where, queues).subquery("page")
     newer = attempts.alias("newer")
     latest = (
         sa.select(sa.func.max(newer.c.lease_token))

@@ -25,6 +25,7 @@ from caravel.store.schema import VERSION_TABLE, attempts, jobs
 
 __all__ = [
     "FINISHED_EXACT_LIMIT",
+    "MERGED_QUEUES_LIMIT",
     "attempt_history",
     "complete",
     "counts",
@@ -35,6 +36,8 @@ __all__ = [
     "finished_queue_names",
     "finished_queues",
     "job_list",
+    "listed_by_queue",
+    "listed_queue_names",
     "owned",
     "payload",
     "renew",
@@ -234,7 +237,43 @@ def _state_is(state: str) -> sa.ColumnElement[bool]:
     return jobs.c.state == sa.literal_column(f"'{JobState(state).value}'", jobs.c.state.type)
 
 
-def job_list(where: JobFilter) -> sa.Select[Any]:
+#: Past this many queues an unfiltered listing is one statement over the whole table (sorted),
+#: not a merge of per-queue pages: a statement of that many parts costs more to plan than it saves.
+MERGED_QUEUES_LIMIT = 100
+
+
+def listed_by_queue(where: JobFilter) -> bool:
+    """Whether :func:`job_list` needs the queue names (:func:`listed_queue_names`): a listing of
+    no one queue that ``ix_caravel_jobs_dead`` does not serve merges one page per queue of
+    ``ix_caravel_jobs_created`` (queue, created_at, id)."""
+    dead = where.state == JobState.DEAD_LETTER or where.shown == "dead_letter"
+    return where.queue is None and not dead
+
+
+def listed_queue_names() -> sa.Select[Any]:
+    """Every queue holding a job, in order, found by skipping through ``ix_caravel_jobs_created``
+    (queue first): one probe per queue, never a read of the jobs themselves."""
+
+    def next_queue(after: sa.ColumnElement[Any] | None) -> sa.ScalarSelect[Any]:
+        found = sa.select(jobs.c.queue)
+        if after is not None:
+            found = found.where(jobs.c.queue > after)
+        return found.order_by(jobs.c.queue).limit(1).scalar_subquery()
+
+    seen = sa.select(next_queue(None).label("queue")).cte("listed", recursive=True)
+    seen = seen.union_all(sa.select(next_queue(seen.c.queue)).where(seen.c.queue.is_not(None)))
+    return sa.select(seen.c.queue).where(seen.c.queue.is_not(None))
+
+
+def job_list(where: JobFilter, queues: Sequence[str] | None = None) -> sa.Select[Any]:
+    """One page of the jobs ``where`` matches, newest (or oldest) first.
+
+    With ``queues`` (every queue holding a job, from :func:`listed_queue_names`, when
+    :func:`listed_by_queue` says the listing needs them) the page is merged from each queue's
+    first ``limit + offset`` matches, each a stretch of ``ix_caravel_jobs_created``, so a queue
+    with few jobs behind millions of another's is read as quickly as a busy one. Without, the
+    listing is one queue's (its stretch of that index) or the dead letters' (a page of
+    ``ix_caravel_jobs_dead``)."""
     conditions: list[sa.ColumnElement[bool]] = []
     if where.queue is not None:
         conditions.append(jobs.c.queue == where.queue)
@@ -251,18 +290,31 @@ def job_list(where: JobFilter) -> sa.Select[Any]:
         conditions.append(jobs.c.tags.contains(f",{where.tag},", autoescape=True))
     if where.batch_id is not None:
         conditions.append(jobs.c.batch_id == where.batch_id)
-    order = (
-        (jobs.c.created_at.asc(), jobs.c.id.asc())
-        if where.oldest_first
-        else (jobs.c.created_at.desc(), jobs.c.id.desc())
-    )
-    return (
-        sa.select(*STATUS_COLUMNS)
-        .where(*conditions)
-        .order_by(*order)
-        .limit(where.limit)
-        .offset(where.offset)
-    )
+    matching = sa.select(*STATUS_COLUMNS).where(*conditions)
+    if queues is None or len(queues) > MERGED_QUEUES_LIMIT:
+        return _page(matching, where, matching.selected_columns)
+    # Each part is a subquery of its own: a compound member's ORDER BY and LIMIT are its own
+    # only inside one (SQLite, MariaDB).
+    reach = where.limit + where.offset
+    parts = []
+    for queue in queues:
+        one = matching.where(jobs.c.queue == queue)
+        part = _order(one, where, one.selected_columns).limit(reach).subquery()
+        parts.append(sa.select(*part.c))
+    if not parts:  # no job at all: a page that finds nothing, without reading the table
+        return _page(matching.where(sa.false()), where, matching.selected_columns)
+    merged = sa.union_all(*parts).subquery("listed") if len(parts) > 1 else parts[0].subquery()
+    return _page(sa.select(*merged.c), where, merged.c)
+
+
+def _order(stmt: sa.Select[Any], where: JobFilter, columns: Any) -> sa.Select[Any]:
+    if where.oldest_first:
+        return stmt.order_by(columns.created_at.asc(), columns.id.asc())
+    return stmt.order_by(columns.created_at.desc(), columns.id.desc())
+
+
+def _page(stmt: sa.Select[Any], where: JobFilter, columns: Any) -> sa.Select[Any]:
+    return _order(stmt, where, columns).limit(where.limit).offset(where.offset)
 
 
 #: Finished jobs (completed, dead letters) are counted exactly up to this many per queue and
@@ -293,7 +345,7 @@ def finished_queues(queue: sa.ColumnElement[Any] | None) -> sa.CTE:
     )
 
 
-def counts(one_queue: bool) -> sa.Select[Any]:
+def counts(one_queue: bool, kept: sa.TableClause | None = None) -> sa.Select[Any]:
     """Per queue (or for the queue bound as ``b_queue`` when ``one_queue``): ready, delayed,
     held, running, expired, dead_letter, completed and the oldest due time of a ready job, at
     ``b_now``. Built once per store and reused (building it costs more than running it).
@@ -302,7 +354,9 @@ def counts(one_queue: bool) -> sa.Select[Any]:
     NULL``), finished ones from the partial index over finished rows, each at most
     :data:`FINISHED_EXACT_LIMIT` (NULL when there are more), so the statement never reads the
     finished history beyond that. Queues with finished jobs are found by skipping through that
-    index, one probe per queue."""
+    index, one probe per queue. Where the dialect keeps exact finished counts per queue and
+    state in a table (``kept``, columns ``queue``, ``state``, ``jobs``), they are read from it
+    instead: one row each, where the bounded stretch is up to that many index entries."""
     now = sa.bindparam("b_now", type_=sa.BigInteger())
     queue = sa.bindparam("b_queue", type_=jobs.c.queue.type) if one_queue else None
     live_rows = jobs.c.available_at.is_not(None)
@@ -331,6 +385,10 @@ def counts(one_queue: bool) -> sa.Select[Any]:
     ).subquery("names")
 
     def capped(state: str) -> sa.ColumnElement[Any]:
+        if kept is not None:
+            # No row: no job of the queue has finished in that state.
+            found = sa.select(kept.c.jobs).where(kept.c.queue == names.c.queue)
+            return sa.func.coalesce(found.where(kept.c.state == state).scalar_subquery(), 0)
         where = (jobs.c.queue == names.c.queue, jobs.c.state == state, finished_rows)
         beyond = sa.select(sa.literal(1)).where(*where).offset(FINISHED_EXACT_LIMIT).limit(1)
         exact = sa.select(sa.func.count()).select_from(jobs).where(*where).scalar_subquery()

@@ -43,6 +43,9 @@ class SqlReads(SqlTransactions[ConnectionT]):
 
     #: A statement the counts' read transaction runs first, where the dialect needs one.
     _counts_preamble: str | None = None
+    #: The table of exact finished counts per queue and state, where the dialect keeps one
+    #: (see :func:`~caravel.store.queries.counts`).
+    _kept_counts: sa.TableClause | None = None
 
     async def job_get(self, ref: JobRef) -> JobStatus | None:
         async with self._read("job_get") as conn:
@@ -66,18 +69,27 @@ class SqlReads(SqlTransactions[ConnectionT]):
 
     async def job_list(self, where: JobFilter) -> list[JobStatus]:
         async with self._read("job_list") as conn:
-            return [status_from_row(row) for row in await conn.execute(queries.job_list(where))]
+            stmt = queries.job_list(where, await self._listed_queues(conn, where))
+            return [status_from_row(row) for row in await conn.execute(stmt)]
 
     async def job_list_with_last_attempt(
         self, where: JobFilter
     ) -> list[tuple[JobStatus, AttemptRecord | None]]:
-        stmt = listing_with_last_attempt(where)
         async with self._read("job_list_with_last_attempt") as conn:
+            stmt = listing_with_last_attempt(where, await self._listed_queues(conn, where))
             return [listed_from_row(row) for row in await conn.execute(stmt)]
+
+    async def _listed_queues(self, conn: ConnectionT, where: JobFilter) -> list[str] | None:
+        """The queue names a listing merges its page from, read in its own transaction (so
+        the page and the names agree); ``None`` when it reads no per-queue pages."""
+        if not queries.listed_by_queue(where):
+            return None
+        names = await conn.execute(queries.listed_queue_names())
+        return [name for (name,) in names.all()]
 
     async def queue_counts(self, queue: str | None, now: int) -> list[QueueCounts]:
         one = queue is not None
-        stmt = self._statement(f"counts_{one}", lambda: queries.counts(one))
+        stmt = self._statement(f"counts_{one}", lambda: queries.counts(one, self._kept_counts))
         params: dict[str, Any] = (
             {"b_now": now} if queue is None else {"b_now": now, "b_queue": queue}
         )

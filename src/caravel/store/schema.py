@@ -218,10 +218,11 @@ _partial_index(
     jobs.c.finished_at,
     where="available_at IS NULL",
 )
-# Every job by creation time: a listing (the dashboard's, ``caravel jobs list``, the inspector's)
-# reads one page of it, newest or oldest first, instead of sorting the whole table; its
-# filters are checked along the way.
-sa.Index("ix_caravel_jobs_created", jobs.c.created_at, jobs.c.id)
+# Every job by queue and creation time: a listing (the dashboard's, ``caravel jobs list``, the
+# inspector's) reads one page of a queue's stretch, newest or oldest first, instead of sorting
+# the whole table, its filters checked along the way; a listing of every queue merges a page per
+# queue, the queues found by skipping through it (see queries.job_list).
+sa.Index("ix_caravel_jobs_created", jobs.c.queue, jobs.c.created_at, jobs.c.id)
 # Dead letters by creation time: the dead-letter listings read a page of it, however many jobs
 # completed since the last one. Only a job that dead-letters gets an entry.
 _partial_index("ix_caravel_jobs_dead", jobs.c.created_at, jobs.c.id, where="state = 'dead_letter'")

@@ -140,6 +140,40 @@ async def test_pages_never_repeat_or_skip_jobs_created_in_the_same_millisecond(
     assert sorted(i for page in pages for i in page) == sorted(ids(jobs))
 
 
+@pytest.mark.parametrize("oldest_first", [False, True])
+async def test_a_listing_of_every_queue_pages_as_one_ordered_list(
+    store: Store, oldest_first: bool
+) -> None:
+    # Three queues interleaved in creation time: the page merged from each queue's own is the
+    # one an order of every job by creation gives.
+    jobs = [new_job(n, queue="abc"[n % 3], created_at=T0 + 10 * n) for n in range(14)]
+    await insert(store, jobs)
+    every = ids(jobs) if oldest_first else list(reversed(ids(jobs)))
+    pages = [
+        ids(await store.job_list(JobFilter(limit=4, offset=o, oldest_first=oldest_first)))
+        for o in (0, 4, 8, 12)
+    ]
+    assert pages == [every[0:4], every[4:8], every[8:12], every[12:]]
+    assert await store.job_list(JobFilter(limit=4, offset=14, oldest_first=oldest_first)) == []
+    tenant = await store.job_list(JobFilter(tenant_id=TENANT, limit=5, offset=3))
+    assert ids(tenant) == list(reversed(ids(jobs)))[3:8]
+
+
+@pytest.mark.parametrize("oldest_first", [False, True])
+async def test_pages_of_every_queue_never_repeat_or_skip_jobs_created_together(
+    store: Store, oldest_first: bool
+) -> None:
+    jobs = [new_job(n, queue="abc"[n % 3]) for n in range(11)]  # all created at T0
+    await insert(store, jobs)
+    whole = ids(await store.job_list(JobFilter(limit=20, oldest_first=oldest_first)))
+    pages = [
+        ids(await store.job_list(JobFilter(limit=4, offset=o, oldest_first=oldest_first)))
+        for o in (0, 4, 8)
+    ]
+    assert [i for page in pages for i in page] == whole
+    assert sorted(whole) == sorted(ids(jobs))
+
+
 # ----- counts ---------------------------------------------------------------------------------
 
 
