@@ -8,8 +8,9 @@ in the queue's database to commit with the completion). Its tables, made by
 fence can keep a second effect out:
 
 * ``joined_effects(job_id, attempt, pid)``: one row per committed execution;
-* ``joined_starts(job_id, attempt, pid)``: one row per execution begun, in its own transaction
-  (the reruns the kills caused).
+* ``joined_events(job_id, attempt, pid, event)``: ``start`` for each execution begun, ``lost``
+  for each whose completion found its lease taken over (``LeaseLostError``), each in its own
+  transaction.
 
 The handler pauses (a seeded, real sleep) before its completion and between the completion and
 the commit, so that kills and stops land inside the transaction as well as around it.
@@ -27,41 +28,51 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from caravel import JobContext, JobRegistry
+from caravel import JobContext, JobRegistry, LeaseLostError
 from caravel.store.urls import sync_url
 from tests.faults.effects_app import APP_URL_ENV, backend_of
 
-__all__ = ["EFFECTS", "STARTS", "Joined", "create_joined_schema", "drop_joined_schema", "registry"]
+__all__ = ["EFFECTS", "EVENTS", "Joined", "create_joined_schema", "drop_joined_schema", "registry"]
 
 registry = JobRegistry()
 
 EFFECTS = "joined_effects"
-STARTS = "joined_starts"
+EVENTS = "joined_events"
 
 _effects = sa.table(EFFECTS, sa.column("job_id", sa.String), sa.column("attempt"), sa.column("pid"))
-_starts = sa.table(STARTS, sa.column("job_id", sa.String), sa.column("attempt"), sa.column("pid"))
+_events = sa.table(
+    EVENTS,
+    sa.column("job_id", sa.String),
+    sa.column("attempt"),
+    sa.column("pid"),
+    sa.column("event", sa.String),
+)
+_SCHEMA = {
+    EFFECTS: "job_id VARCHAR(36), attempt INT, pid INT",
+    EVENTS: "job_id VARCHAR(36), attempt INT, pid INT, event VARCHAR(8)",
+}
 
 
 @dataclass(frozen=True)
 class Joined:
     """One job: ``before`` and ``after`` are the longest pauses (seconds) before the completion
-    and between it and the commit, drawn per attempt from ``seed``."""
+    and between it and the commit, drawn per attempt from ``seed``; with ``stall``, attempt 1
+    pauses that long before its completion instead."""
 
     value: int = 0
     before: float = 0.0
     after: float = 0.0
     seed: int = 0
+    stall: float = 0.0
 
 
 def create_joined_schema(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            for table in (EFFECTS, STARTS):
+            for table, columns in _SCHEMA.items():
                 conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-                conn.execute(
-                    sa.text(f"CREATE TABLE {table} (job_id VARCHAR(36), attempt INT, pid INT)")
-                )
+                conn.execute(sa.text(f"CREATE TABLE {table} ({columns})"))
     finally:
         engine.dispose()
 
@@ -70,7 +81,7 @@ def drop_joined_schema(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as conn:
-            for table in (EFFECTS, STARTS):
+            for table in _SCHEMA:
                 conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
     finally:
         engine.dispose()
@@ -111,10 +122,19 @@ def joined(job: Joined, ctx: JobContext[object]) -> None:
     pid = os.getpid()
     row = {"job_id": str(ctx.job_id), "attempt": ctx.attempt, "pid": pid}
     draw = random.Random(f"{job.seed}:{ctx.job_id}:{ctx.attempt}")
+    _event(engine, row, "start")
+    try:
+        with Session(engine) as session, session.begin():
+            session.execute(_effects.insert().values(row))
+            stall = job.stall if job.stall and ctx.attempt == 1 else draw.uniform(0, job.before)
+            time.sleep(stall)
+            ctx.complete_in_sync(session, result={"attempt": ctx.attempt, "pid": pid})
+            time.sleep(draw.uniform(0, job.after))
+    except LeaseLostError:
+        _event(engine, row, "lost")  # the effect rolled back with the transaction
+        raise
+
+
+def _event(engine: sa.Engine, row: dict[str, Any], event: str) -> None:
     with engine.begin() as conn:
-        conn.execute(_starts.insert().values(row))
-    with Session(engine) as session, session.begin():
-        session.execute(_effects.insert().values(row))
-        time.sleep(draw.uniform(0, job.before))
-        ctx.complete_in_sync(session, result={"attempt": ctx.attempt, "pid": pid})
-        time.sleep(draw.uniform(0, job.after))
+        conn.execute(_events.insert().values({**row, "event": event}))
