@@ -56,9 +56,7 @@ async def test_the_completion_commits_with_the_callers_transaction(
     lease, other = by_job[joined.id], by_job[plain.id]
 
     async with caller.connect() as conn:
-        held = await store.job_complete_joined(
-            conn, lease, T0 + 10, result='{"n":1}', recorder=BY
-        )
+        held = await store.job_complete_joined(conn, lease, T0 + 10, result='{"n":1}', recorder=BY)
         assert held is True
         # Not before the caller commits.
         assert (await status(store, joined)).state is JobState.RUNNING
@@ -73,9 +71,7 @@ async def test_the_completion_commits_with_the_callers_transaction(
     assert await store.job_complete_many([other], T0 + 10, recorder=BY) == {plain.id}
     (mine,) = await store.job_attempts(ref(joined)) or []
     (theirs,) = await store.job_attempts(ref(plain)) or []
-    assert dataclasses.replace(mine, lease_token=0) == dataclasses.replace(
-        theirs, lease_token=0
-    )
+    assert dataclasses.replace(mine, lease_token=0) == dataclasses.replace(theirs, lease_token=0)
 
 
 async def test_a_rollback_leaves_the_lease_held(store: Store, caller: AsyncEngine) -> None:
