@@ -26,8 +26,14 @@ from caravel.options import RetryPolicy
 from caravel.worker.leases import Leases
 from caravel.worker.outcome import Outcome
 from caravel.worker.results import encode_result
+from caravel.worker.watchdog import Abandoned
 
 __all__ = ["AttemptCompletion", "settled"]
+
+#: Why the watchdog abandons an attempt whose commit may have finished its job first.
+_LEASE_ENDED = frozenset(
+    {Abandoned.LEASE_LOST, Abandoned.LEASE_EXPIRED, Abandoned.LIFETIME_REACHED}
+)
 
 _ON_LOOP = (
     "complete_in_sync is for synchronous handlers, in their own thread; an async handler "
@@ -90,9 +96,13 @@ async def settled(
     retry: RetryPolicy | None,
 ) -> Outcome:
     """The attempt's outcome once its handler stopped, given what it did with
-    ``completion`` (see the module's docstring). An attempt abandoned without an outcome stays
-    so: it writes nothing either way."""
-    if completion is None or not completion.made or outcome.abandoned is not None:
+    ``completion`` (see the module's docstring). A handler still running after its commit is
+    cancelled at the lease's next renewal (the job is finished: the renewal is refused); that
+    attempt succeeded all the same. Any other attempt abandoned without an outcome stays so:
+    it writes nothing either way."""
+    if completion is None or not completion.made:
+        return outcome
+    if outcome.abandoned is not None and outcome.abandoned not in _LEASE_ENDED:
         return outcome
     if await leases.completed_under(outcome.lease):
         return Outcome(outcome.lease, committed=True)

@@ -156,7 +156,14 @@ class JobRunner:
         outcome = await self._handle(claimed, span, report, joined)
         entry = self._registry.get(claimed.job_type)
         retry = None if entry is None else entry.retry
-        return await settled(joined, outcome, leases, retry)
+        outcome = await settled(joined, outcome, leases, retry)
+        if outcome.failure is FailureCategory.COMPLETION_NOT_COMMITTED:
+            logger.warning(
+                "job completed in the handler's transaction, which did not commit",
+                extra=_job_fields(claimed, outcome.lease),
+            )
+            telemetry.mark_failure(span, "CompletionNotCommitted", outcome.failure)
+        return outcome
 
     async def _handle(
         self,

@@ -34,7 +34,7 @@ from caravel.queue import DatabaseQueue
 from caravel.store.schema import jobs
 from caravel.store.urls import async_url, sync_url
 from caravel.testing import ManualClock, drain
-from tests.support import dispatch, open_queue
+from tests.support import LEASE, SteppingClock, dispatch, open_queue, until_watching, within
 from tests.support.databases import dbapi_connection
 
 EFFECTS = sa.table("app_effects", sa.column("job_id", sa.String), sa.column("note", sa.String))
@@ -67,6 +67,12 @@ def effects(engine: sa.Engine) -> list[tuple[str, str]]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(EFFECTS.c.job_id, EFFECTS.c.note)).all()
     return sorted((str(row[0]), str(row[1])) for row in rows)
+
+
+async def write_and_complete(session: AsyncSession, ctx: JobContext[Any]) -> None:
+    """The handlers' effect, and the job's completion in its transaction."""
+    await session.execute(EFFECTS.insert().values(job_id=str(ctx.job_id), note="x"))
+    await ctx.complete_in(session)
 
 
 def registry_with(handler: Any, retry: RetryPolicy | None = None) -> JobRegistry:
@@ -249,8 +255,7 @@ async def test_raising_after_a_committed_completion_changes_nothing(
 ) -> None:
     async def handle(job: Pay, ctx: JobContext[Any]) -> None:
         async with AsyncSession(app_async) as session, session.begin():
-            await session.execute(EFFECTS.insert().values(job_id=str(ctx.job_id), note="x"))
-            await ctx.complete_in(session)
+            await write_and_complete(session, ctx)
         raise RuntimeError("after the commit")
 
     async with open_queue(db_url, registry_with(handle), clock=ManualClock()) as queue:
@@ -260,13 +265,46 @@ async def test_raising_after_a_committed_completion_changes_nothing(
         assert await state_of(queue, made.job_id) is JobState.COMPLETED
 
 
+async def test_running_on_after_the_commit_ends_at_the_next_renewal_as_a_success(
+    db_url: str, app_engine: sa.Engine, app_async: AsyncEngine
+) -> None:
+    """Once the commit finished the job, the lease's next renewal is refused and the watchdog
+    cancels the handler: the attempt is still the completion it committed."""
+    clock = SteppingClock()
+    committed, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handle(job: Pay, ctx: JobContext[Any]) -> None:
+        async with AsyncSession(app_async) as session, session.begin():
+            await write_and_complete(session, ctx)
+        committed.set()
+        try:
+            await asyncio.Event().wait()  # more work after the commit
+        finally:
+            cancelled.set()
+
+    async with open_queue(db_url, registry_with(handle), clock=clock) as queue:
+        made = await queue.enqueue(Pay(), dispatch())
+        async with QueueWorker(queue) as worker:
+            task = asyncio.ensure_future(worker.step("default"))
+            await within(committed.wait())
+            await until_watching(clock, task)
+            await clock.advance(LEASE)  # past the renewal, which is refused
+            step = await within(task)
+        assert cancelled.is_set()
+        assert step is not None
+        assert step.outcome is not None
+        assert (step.outcome.committed, step.held, step.abandoned) == (True, True, None)
+        assert await state_of(queue, made.job_id) is JobState.COMPLETED
+        history = await queue.get_attempts(made.job_id, "default", "tenant-a") or []
+        assert [r.outcome for r in history] == [AttemptOutcome.COMPLETED]
+
+
 async def test_raising_inside_the_transaction_fails_as_the_handler(
     db_url: str, app_engine: sa.Engine, app_async: AsyncEngine
 ) -> None:
     async def handle(job: Pay, ctx: JobContext[Any]) -> None:
         async with AsyncSession(app_async) as session, session.begin():
-            await session.execute(EFFECTS.insert().values(job_id=str(ctx.job_id), note="x"))
-            await ctx.complete_in(session)
+            await write_and_complete(session, ctx)
             if ctx.attempt == 1:
                 raise RuntimeError("before the commit: the transaction rolls back")
 
