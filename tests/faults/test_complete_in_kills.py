@@ -44,7 +44,7 @@ SEED = 20261207
 LEASE = 1.0
 #: Jobs and the handlers' longest pauses per database: SQLite has one writer, so a handler's
 #: transaction holds up every other write for its length.
-WORKLOAD = {"sqlite": (220, 0.02), "postgresql": (400, 0.12), "mariadb": (400, 0.12)}
+WORKLOAD = {"sqlite": (150, 0.02), "postgresql": (200, 0.1), "mariadb": (200, 0.1)}
 KILLS = 6
 STOPS = 5
 
@@ -237,8 +237,11 @@ def test_a_transaction_stopped_past_its_lease_loses_to_the_takeover(
         codes = [worker.terminate() for worker in workers]
         drop_joined_schema(db_url)
     assert codes == [0, 0], [w.log() for w in workers]
-    assert events == sorted(
-        [("start", 1, stale.pid), ("start", 2, other.pid), ("lost", 1, stale.pid)]
-    )
-    assert [tuple(row) for row in effects] == [(2, other.pid)]
+    # The frozen attempt began and lost its completion; the other worker's attempts (one, or
+    # more when a loaded machine let a one-second lease lapse) wrote the one effect.
+    assert [(e, a) for e, a, p in events if p == stale.pid] == [("lost", 1), ("start", 1)], events
+    theirs = [(e, a) for e, a, p in events if p == other.pid]
+    assert theirs, events
+    assert all(e == "start" and a >= 2 for e, a in theirs), events
+    assert [tuple(row) for row in effects] == [(max(a for _, a in theirs), other.pid)]
     assert (figures.effects, figures.lease_lost) == (1, 1)
