@@ -59,9 +59,7 @@ class Graph:
         for index in indexes:
             job = new_job(len(self.steps), tenant=tenant)
             self.steps.append(
-                NewStep(
-                    job, name, index, parents, on_failure, wait_signal, delay_ms, timeout_ms
-                )
+                NewStep(job, name, index, parents, on_failure, wait_signal, delay_ms, timeout_ms)
             )
             self.ids.setdefault(name, []).append(job.id)
         return self.ids[name]
@@ -189,7 +187,8 @@ async def test_diamond(store: Store) -> None:
     assert await leases(store, FAR) == {}
     assert await wf_state(store, workflow_id) == "completed"
     record = await store.workflow_get(workflow_id, TENANT)
-    assert record is not None and record.finished_at == T0 + 2
+    assert record is not None
+    assert record.finished_at == T0 + 2
 
 
 async def test_stop_and_continue_on_dead_letter_and_replay(store: Store) -> None:
@@ -203,14 +202,14 @@ async def test_stop_and_continue_on_dead_letter_and_replay(store: Store) -> None
     assert await state_of(store, s) == ("ready", True)
     assert set(await leases(store, T0 + 1)) == {c}
     failed = await store.workflow_dependencies(c, True, 10)
-    assert [(d.job_id, d.step, d.index, d.state) for d in failed] == [
-        (a, "a", None, "dead_letter")
-    ]
+    assert [(d.job_id, d.step, d.index, d.state) for d in failed] == [(a, "a", None, "dead_letter")]
     assert [d.step for d in await store.workflow_dependencies(s, False, 10)] == ["a"]
     steps = {x.step: x for x in await store.workflow_steps(workflow_id, TENANT, 10)}
-    assert steps["s"].blocked and not steps["c"].blocked
+    assert steps["s"].blocked
+    assert not steps["c"].blocked
     record = await store.workflow_get(workflow_id, TENANT)
-    assert record is not None and (record.blocked, record.running) == (1, 1)
+    assert record is not None
+    assert (record.blocked, record.running) == (1, 1)
     # Replaying the failed step resumes the graph: the stop step once, the other not again.
     assert await store.job_replay(ref(g.steps[0].job), T0 + 2)
     await run(store, [a], T0 + 3)
@@ -220,7 +219,7 @@ async def test_stop_and_continue_on_dead_letter_and_replay(store: Store) -> None
 
 async def test_cancelled_dependency(store: Store) -> None:
     g = Graph()
-    (a,) = g.add("a")
+    (_a,) = g.add("a")
     (s,) = g.add("s", after=["a"])
     (c,) = g.add("c", after=["a"], on_failure="continue")
     workflow_id, _ = await store.workflow_insert(g.workflow())
@@ -267,7 +266,8 @@ async def test_signal_idempotent_and_tenant_scoped(store: Store) -> None:
     assert not await store.workflow_signal(workflow_id, TENANT, "go", "2", T0 + 1)
     assert set(await leases(store, T0)) == {w}
     wait = await store.workflow_wait(w)
-    assert wait is not None and wait.signal_payload == "1"
+    assert wait is not None
+    assert wait.signal_payload == "1"
 
 
 async def test_timer_delay(store: Store) -> None:
@@ -277,7 +277,9 @@ async def test_timer_delay(store: Store) -> None:
     await store.workflow_insert(g.workflow())
     await run(store, [a], T1)
     found = await store.job_find(t)
-    assert found is not None and found.due_at == from_ms(T1 + 5_000) and not found.held
+    assert found is not None
+    assert found.due_at == from_ms(T1 + 5_000)
+    assert not found.held
     assert await leases(store, T1 + 4_999) == {}
     assert set(await leases(store, T1 + 5_000)) == {t}
 
@@ -291,12 +293,14 @@ async def test_signal_timeout(store: Store) -> None:
     assert await leases(store, T1 + 9_999) == {}
     assert set(await leases(store, T1 + 10_000)) == {w}
     wait = await store.workflow_wait(w)
-    assert wait is not None and (wait.signal, wait.timed_out) == (None, True)
+    assert wait is not None
+    assert (wait.signal, wait.timed_out) == (None, True)
     # The claim won: a signal now changes nothing of the running step.
     assert await store.workflow_signal(workflow_id, TENANT, "go", "1", T1 + 10_001)
     assert await state_of(store, w) == ("running", False)
     wait = await store.workflow_wait(w)
-    assert wait is not None and wait.timed_out
+    assert wait is not None
+    assert wait.timed_out
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["before-timeout", "after-timeout"])
@@ -309,10 +313,12 @@ async def test_signal_before_claim_wins_over_timeout(store: Store, late: bool) -
     at = T1 + (20_000 if late else 3_000)
     assert await store.workflow_signal(workflow_id, TENANT, "go", '"yes"', at)
     found = await store.job_find(w)
-    assert found is not None and found.due_at == from_ms(at)
+    assert found is not None
+    assert found.due_at == from_ms(at)
     assert set(await leases(store, at)) == {w}
     wait = await store.workflow_wait(w)
-    assert wait is not None and (wait.signal, wait.signal_payload) == ("go", '"yes"')
+    assert wait is not None
+    assert (wait.signal, wait.signal_payload) == ("go", '"yes"')
     assert not wait.timed_out
 
 
@@ -339,7 +345,8 @@ async def test_cancel_workflow(store: Store) -> None:
     for job_id in (b, c, d):
         assert (await state_of(store, job_id))[0] == "cancelled"
     record = await store.workflow_get(workflow_id, TENANT)
-    assert record is not None and record.cancelled_at == T0 + 1
+    assert record is not None
+    assert record.cancelled_at == T0 + 1
     assert workflow_state(record) == "cancelled"
     assert await leases(store, FAR) == {}
 
@@ -367,9 +374,7 @@ async def test_results_paging(store: Store, reader: ReadStore) -> None:
     assert await reader.workflow_results(workflow_id, TENANT, "fan", 4, 2) == []
     assert await reader.workflow_results(workflow_id, "tenant-b", "fan", None, 2) == []
     single = await reader.workflow_results(workflow_id, TENANT, "join", None, 2)
-    assert [(r.job_id, r.index, r.state, r.result) for r in single] == [
-        (join, None, "ready", None)
-    ]
+    assert [(r.job_id, r.index, r.state, r.result) for r in single] == [(join, None, "ready", None)]
 
 
 async def test_states_listing_and_get(store: Store, reader: ReadStore) -> None:
@@ -406,5 +411,6 @@ async def test_states_listing_and_get(store: Store, reader: ReadStore) -> None:
     assert record.finished_at == T1 + 1
     assert await reader.workflow_get(failed, "tenant-b") is None
     blocked_record = await reader.workflow_get(blocked, TENANT)
-    assert blocked_record is not None and blocked_record.finished_at is None
+    assert blocked_record is not None
+    assert blocked_record.finished_at is None
     assert JobState.DEAD_LETTER.value == "dead_letter"
