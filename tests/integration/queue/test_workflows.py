@@ -9,11 +9,15 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from caravel import (
     DispatchOptions,
     JobContext,
     JobRegistry,
     QueueInspector,
+    SyncQueue,
+    ValidationError,
     Workflow,
 )
 from caravel.testing import ManualClock, drain
@@ -172,3 +176,22 @@ async def test_a_signal_wait_times_out(store_url: str) -> None:
         assert len(runs) == 1
         (wait,) = seen.waits
         assert (wait.signal, wait.timed_out) == (None, True)
+
+
+def test_the_sync_queue_enqueues_signals_and_reads(store_url: str) -> None:
+    seen = Seen()
+    with SyncQueue(store_url, registry_of(seen), clock=ManualClock()) as queue:
+        wf = Workflow(tenant_id="tenant-a")
+        wf.add("fetch", Fetch("b.png"))
+        wf.add("join", Join("signed"), after=["fetch"], wait_for="ok")
+        made = queue.enqueue_workflow(wf)
+        assert len(drain(queue)) == 1
+        assert queue.signal(made.workflow_id, "ok", [1, 2], tenant_id="tenant-a")
+        assert len(drain(queue)) == 1
+        status = queue.get_workflow(made.workflow_id, "tenant-a")
+        assert status is not None
+        assert status.state == "completed"
+        assert queue.cancel_workflow(made.workflow_id, "tenant-a") == 0
+        with pytest.raises(ValidationError) as raised:
+            queue.enqueue_workflow(wf, session=object())
+        assert raised.value.field == "session"
