@@ -18,6 +18,7 @@ from caravel.errors import IdempotencyConflictError
 from caravel.jobs import JobState, Lease
 from caravel.limits import HELD_DUE_AT
 from caravel.store.protocol import ReadStore, Store
+from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.workflows.records import NewStep, NewWorkflow, OnFailure
 from caravel.workflows import workflow_state
 from tests.store.conformance.builders import (
@@ -414,3 +415,27 @@ async def test_states_listing_and_get(store: Store, reader: ReadStore) -> None:
     assert blocked_record is not None
     assert blocked_record.finished_at is None
     assert JobState.DEAD_LETTER.value == "dead_letter"
+
+
+async def test_prune_takes_whole_finished_workflows_only(store: Store) -> None:
+    day = 86_400_000
+    g = Graph()
+    (a,) = g.add("a")
+    (b,) = g.add("b", after=["a"])
+    workflow_id, _ = await store.workflow_insert(g.workflow(key="w"))
+    await run(store, [a], T0)
+    old = PruneRequest(now=T0 + 10 * day, limit=1_000, completed_before=T0 + 9 * day)
+    # b is still ready (released): a, finished long ago, stays with its live workflow.
+    assert await store.job_prune(old) == PruneBatch()
+    assert await store.job_find(a) is not None
+    await run(store, [b], T0 + 8 * day + 1)
+    assert await store.job_prune(old) == PruneBatch(deleted=2)
+    assert await store.workflow_get(workflow_id, TENANT) is None
+    assert await store.workflow_list(None, 10) == []
+    # The key outlives the workflow: the same graph is the pruned workflow, another conflicts.
+    again = Graph()
+    again.add("a")
+    again.add("b", after=["a"])
+    assert await store.workflow_insert(again.workflow(key="w")) == (workflow_id, False)
+    with pytest.raises(IdempotencyConflictError):
+        await store.workflow_insert(again.workflow(key="w", content="d" * 64))

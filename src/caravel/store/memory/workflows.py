@@ -180,6 +180,11 @@ class MemoryWorkflows(MemoryWorkflowReads, MemoryLinks):
                     if flows.workflows[holder].content_hash != workflow.content_hash:
                         raise IdempotencyConflictError(holder)
                     return holder, False
+                pruned = flows.tombstones.get((workflow.tenant_id, key))
+                if pruned is not None:
+                    if pruned[1] != workflow.content_hash:
+                        raise IdempotencyConflictError(pruned[0])
+                    return pruned[0], False
                 flows.keys[(workflow.tenant_id, key)] = workflow.id
             _insert(tables, workflow)
         return workflow.id, True
