@@ -332,8 +332,8 @@ class QueueInspector(AsyncClosing):
     ) -> list[WorkflowStatus]:
         """Workflows newest first (of one tenant, or of every tenant when ``None``), each with
         its state and counts; ``steps`` is left empty (:meth:`get_workflow` reads them)."""
-        check_int("limit", limit, 1, 1_000)
-        check_int("offset", offset, 0, 2**31 - 1)
+        check_int("limit", limit, 1, 10_000)
+        check_int("offset", offset, 0, 1_000_000)
         tenant = None if tenant_id is None else check_identifier(tenant_id, "tenant_id")
         records = await self.store.workflow_list(tenant, limit, offset)
         return [workflow_status(record, []) for record in records]
