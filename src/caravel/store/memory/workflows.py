@@ -54,7 +54,8 @@ def _record(tables: Tables, workflow: WorkflowRow) -> WorkflowRecord:
             continue
         state = job.state
         if state == "ready" and is_held(job):
-            state = "blocked" if flows.blocked(tables, flows.steps[job_id]) else "held"
+            state = "held"  # blocked ones included, and counted apart too
+            counts["blocked"] += flows.blocked(tables, flows.steps[job_id])
         if state in counts:
             counts[state] += 1
         live = live or job.state in _LIVE
