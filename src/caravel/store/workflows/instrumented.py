@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from caravel import telemetry
-from caravel.store.values import NewJob
+from caravel.store.values import Committed, NewJob
 from caravel.store.workflows.records import (
     NewWorkflow,
     StepDependency,
@@ -37,18 +37,37 @@ class InstrumentedWorkflows:
 
     async def workflow_insert(self, workflow: NewWorkflow) -> tuple[UUID, bool]:
         with telemetry.enqueue_span(workflow.steps[0].job.queue, len(workflow.steps)):
-            carrier = telemetry.carrier_for_current_context() if telemetry.tracing() else None
-            if carrier is not None:
-                steps = [
-                    dataclasses.replace(step, job=_traced(step.job, carrier))
-                    for step in workflow.steps
-                ]
-                workflow = dataclasses.replace(workflow, steps=steps)
+            workflow = _traced_workflow(workflow)
             with self._span("workflow_insert"):
                 found, created = await self.inner.workflow_insert(workflow)
-        counts = Counter((step.job.queue, step.job.job_type) for step in workflow.steps)
-        for (queue, job_type), count in counts.items():
-            telemetry.record_enqueued(queue, job_type, repeated=not created, count=count)
+        _count_enqueued(workflow, created)
+        return found, created
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        workflow = _traced_workflow(workflow)
+        with self._span("workflow_insert_joined"):
+            found, created = await self.inner.workflow_insert_joined(
+                target, workflow, on_commit=on_commit
+            )
+        _count_enqueued(workflow, created)
+        return found, created
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
+        workflow = _traced_workflow(workflow)
+        with self._span("workflow_insert_joined"):
+            found, created = self.inner.workflow_insert_joined_sync(
+                target, workflow, identity, on_commit=on_commit
+            )
+        _count_enqueued(workflow, created)
         return found, created
 
     async def workflow_signal(
@@ -103,3 +122,18 @@ class InstrumentedWorkflows:
 
 def _traced(job: NewJob, carrier: str) -> NewJob:
     return job._replace(trace_context=carrier)
+
+
+def _traced_workflow(workflow: NewWorkflow) -> NewWorkflow:
+    """``workflow`` with the caller's trace context on every step's job, when tracing."""
+    carrier = telemetry.carrier_for_current_context() if telemetry.tracing() else None
+    if carrier is None:
+        return workflow
+    steps = [dataclasses.replace(step, job=_traced(step.job, carrier)) for step in workflow.steps]
+    return dataclasses.replace(workflow, steps=steps)
+
+
+def _count_enqueued(workflow: NewWorkflow, created: bool) -> None:
+    counts = Counter((step.job.queue, step.job.job_type) for step in workflow.steps)
+    for (queue, job_type), count in counts.items():
+        telemetry.record_enqueued(queue, job_type, repeated=not created, count=count)
