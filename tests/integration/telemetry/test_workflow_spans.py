@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from caravel.store.values import NewJob
-from caravel.store.workflow_traces import traced_workflow
+from caravel.store.workflows.traces import traced_workflow
 from caravel.store.workflows.records import NewStep, NewWorkflow
 from tests.support.telemetry import Telemetry, span_texts
 
