@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from caravel.store.values import NewJob
-from caravel.store.workflows.traces import traced_workflow
 from caravel.store.workflows.records import NewStep, NewWorkflow
+from caravel.store.workflows.traces import traced_workflow
 from tests.support.telemetry import Telemetry, span_texts
 
 SECRET = "s3cr3t-payload-value"
@@ -164,3 +164,34 @@ def test_no_payload_tenant_or_key_becomes_telemetry(otel: Telemetry) -> None:
         assert SECRET not in text
         assert "tenant-x" not in text
         assert "key-1" not in text
+
+
+async def test_each_run_of_a_step_is_a_child_of_its_step_span(otel: Telemetry) -> None:
+    """End to end on the memory store: enqueue a workflow inside a request's span, run every
+    step, and find one trace: request -> workflow -> steps -> their runs."""
+    from caravel import QueueWorker, Workflow
+    from tests.support import Add, open_queue
+
+    tracer = trace.get_tracer("test")
+    async with open_queue("memory://") as queue, QueueWorker(queue) as worker:
+        workflow = Workflow("fan")
+        workflow.add("fetch", Add(1))
+        workflow.add_many("resize", [Add(i) for i in range(3)], after=["fetch"])
+        workflow.add("merge", Add(9), after=["resize"])
+        with tracer.start_as_current_span("request") as request:
+            enqueued = await queue.enqueue_workflow(workflow)
+        while await worker.run_once("default"):
+            pass
+    trace_id = request.get_span_context().trace_id
+    root = otel.one("caravel.workflow")
+    assert root.context.trace_id == trace_id
+    assert (root.attributes or {})["caravel.workflow.id"] == str(enqueued.workflow_id)
+    steps = _by_step(otel)
+    job_step = {job_id: name for name, ids in enqueued.step_ids.items() for job_id in ids}
+    runs = otel.spans("process default")
+    assert len(runs) == 5
+    for run in runs:
+        name = job_step[UUID(str((run.attributes or {})["messaging.message.id"]))]
+        assert run.context.trace_id == trace_id
+        assert run.parent is not None
+        assert run.parent.span_id == steps[name].context.span_id
