@@ -43,14 +43,16 @@ NODE_STATES: tuple[str, ...] = (
     "completed",
 )
 _FAILED = ("dead_letter", "cancelled")
-_FINISHED = ("completed", "dead_letter", "cancelled")
 
 
 def step_shown_state(step: WorkflowStep) -> str:
-    """``blocked``, ``held``, or the step's job's state."""
+    """``blocked``, ``held``, or the step's job's state. A step its timeout released is still
+    waiting for its signal (its job is ready, due when the timeout passes): ``held`` too."""
     if step.blocked:
         return "blocked"
     if step.held:
+        return "held"
+    if step.state == "ready" and step.wait_signal is not None and not step.signal_received:
         return "held"
     return step.state
 
@@ -221,7 +223,7 @@ _NAMED = 3
 def _labels(steps: Sequence[WorkflowStep], with_state: bool) -> str:
     def one(step: WorkflowStep) -> str:
         label = step.step if step.index is None else f"{step.step}[{step.index}]"
-        return f"{label} ({step_shown_state(step).replace('_', ' ')})" if with_state else label
+        return f"{label} ({STATE_WORDS[step_shown_state(step)]})" if with_state else label
 
     named = ", ".join(one(s) for s in steps[:_NAMED])
     more = len(steps) - _NAMED
@@ -253,10 +255,18 @@ def _reasons(
         failed = _dependencies(group, by_job, _FAILED)
         who = "" if len(group) == 1 else f"{counts['blocked']} of {len(group)} members "
         if failed:
-            reasons.append(
-                f"{who}blocked: {_labels(failed, True)} failed; replay "
-                f"{'it' if len(failed) == 1 else 'them'} to resume (on_failure is stop)"
+            replayable = any(f.state == "dead_letter" for f in failed)
+            what = (
+                f"{_labels(failed, False)} was {STATE_WORDS[failed[0].state]}"
+                if len(failed) == 1
+                else f"{len(failed)} dependencies failed: {_labels(failed, True)}"
             )
+            then = (
+                f"replay {'it' if len(failed) == 1 else 'the dead-lettered'} to resume"
+                if replayable
+                else "a cancelled step does not run again"
+            )
+            reasons.append(f"{who}blocked: {what}; {then} (on_failure is stop)")
         else:
             reasons.append(f"{who}blocked: a dependency failed (on_failure is stop)")
     if counts["held"]:
@@ -265,25 +275,25 @@ def _reasons(
             reasons.append(f"waits for {_labels(unfinished, True)}")
         wanted = first.wait_signal
         if wanted is not None and not first.signal_received:
-            limit = (
-                ""
-                if first.timeout is None
-                else f", at most {wait_words(first.timeout)} after its dependencies finished"
-            )
-            reasons.append(f"waits for signal {wanted!r}{limit}")
+            reasons.append(_signal_words(first, wanted))
     if first.delay is not None and (counts["held"] or counts["ready"]):
         reasons.append(
             f"timer: runs no earlier than {wait_words(first.delay)} after its dependencies finished"
         )
-    if (
-        first.wait_signal is not None
-        and first.timeout is not None
-        and not first.signal_received
-        and counts["ready"]
-        and not counts["held"]
-    ):
-        reasons.append(
-            f"waits for signal {first.wait_signal!r} until its timeout "
-            f"({wait_words(first.timeout)}), then runs timed out"
-        )
     return tuple(reasons)
+
+
+def _signal_words(step: WorkflowStep, wanted: str) -> str:
+    """What a step waiting for signal ``wanted`` waits for, and what its timeout does."""
+    if step.timeout is None:
+        return f"waits for signal {wanted!r}"
+    limit = wait_words(step.timeout)
+    if step.held:
+        return (
+            f"waits for signal {wanted!r}, at most {limit} after its dependencies finish "
+            "(then it runs timed out)"
+        )
+    return (
+        f"waits for signal {wanted!r}: its dependencies finished, so it runs timed out "
+        f"{limit} after that unless the signal comes first"
+    )
