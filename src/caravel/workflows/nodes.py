@@ -131,17 +131,19 @@ def wait_words(span: timedelta) -> str:
 
 
 def step_nodes(status: WorkflowStatus) -> list[StepNode]:
-    """The nodes of ``status``'s steps, in the order the steps were added."""
+    """The nodes of ``status``'s steps, by layer (a step after those it runs after), in a
+    layer in the order the store lists them."""
     members: dict[str, list[WorkflowStep]] = {}
     for one in status.steps:
         members.setdefault(one.step, []).append(one)
     by_job = {one.job_id: one for one in status.steps}
     names_after = {name: _names_after(group, by_job, name) for name, group in members.items()}
     layers = _layers(names_after)
-    return [
+    nodes = [
         _node(status.tenant_id, name, group, by_job, names_after[name], layers[name])
         for name, group in members.items()
     ]
+    return sorted(nodes, key=lambda node: node.layer)  # stable: in a layer, as stored
 
 
 def _names_after(
