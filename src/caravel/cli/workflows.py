@@ -301,6 +301,9 @@ def signal_workflow(
     one (nothing changed)."""
 
     async def go() -> tuple[WorkflowStatus, bool]:
+        from caravel.workflows.operations import workflow_signal_name
+
+        workflow_signal_name(name)  # checked before the database is opened
         value = None
         if payload is not None:
             try:
