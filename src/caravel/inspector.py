@@ -350,25 +350,6 @@ class QueueInspector(AsyncClosing):
         found = parse_job_id(chain_id, "chain_id")
         return chain_status(found, await self.store.chain_steps(found, None))
 
-    async def list_workflows(
-        self, limit: int = 50, offset: int = 0, tenant_id: str | None = None
-    ) -> list[WorkflowStatus]:
-        """Workflows newest first, of every tenant or of ``tenant_id``, with their state and
-        counts (``steps`` empty: :meth:`get_workflow` reads them). ``limit`` is 1 to 10000;
-        ``offset`` skips that many first, for paging (0 to 1000000)."""
-        check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        check_int("offset", offset, 0, MAX_LIST_OFFSET)
-        if tenant_id is not None:
-            check_identifier(tenant_id, "tenant_id")
-        found = await self.store.workflow_list(tenant_id, limit, offset)
-        return [workflow_status(record, []) for record in found]
-
-    async def get_workflow(self, workflow_id: UUID | str) -> WorkflowStatus | None:
-        """Workflow ``workflow_id`` with its steps, whatever its tenant, without results (they
-        are the application's data); ``None`` when there is none."""
-        found = parse_job_id(workflow_id, "workflow_id")
-        return await read_workflow(self.store, found, None, results=False)
-
     async def find_job(
         self, job_id: UUID | str, *, queue: str | None = None, tenant_id: str | None = None
     ) -> JobStatus | None:

@@ -45,7 +45,9 @@ YesOpt = Annotated[bool, typer.Option("--yes", help="Confirm without asking.")]
 
 
 def workflow_fields(workflow: WorkflowStatus) -> dict[str, Any]:
-    """A workflow's document: its id, name, tenant, state, total, counts by state and times."""
+    """A workflow's document: its id, name, tenant, state, total, counts by state (as
+    :attr:`WorkflowStatus.counts <caravel.workflows.WorkflowStatus.counts>` has them: ``held``
+    includes ``blocked``) and times."""
     return {
         "workflow_id": workflow.id,
         "name": workflow.name,
@@ -135,22 +137,24 @@ def list_workflows(
     from rich.text import Text
 
     from caravel.cli.render import console, utc
+    from caravel.workflows.nodes import NODE_STATES, STATE_WORDS, shown_counts
 
     table = Table(title="Workflows")
     for name in ("workflow id", "name", "tenant", "state"):
         table.add_column(name)
     table.add_column("steps", justify="right")
-    for name in COUNTS:
-        table.add_column(name.replace("_", " "), justify="right")
+    for name in NODE_STATES:
+        table.add_column(STATE_WORDS[name], justify="right")
     table.add_column("created (UTC)")
     for w in found:
+        shown = shown_counts(w.counts)
         table.add_row(
             str(w.id),
             Text(w.name or ""),
             Text(w.tenant_id),
             w.state,
             str(w.total),
-            *(str(w.counts.get(name, 0)) for name in COUNTS),
+            *(str(shown[name]) for name in NODE_STATES),
             utc(w.created_at),
         )
     console().print(table)
@@ -184,14 +188,10 @@ def _print(workflow: WorkflowStatus, nodes: list[StepNode]) -> None:
     from rich.text import Text
 
     from caravel.cli.render import console
-    from caravel.workflows.nodes import node_words
+    from caravel.workflows.nodes import counts_words, node_words
 
     out = console()
-    counts = ", ".join(
-        f"{workflow.counts.get(name, 0)} {name.replace('_', ' ')}"
-        for name in COUNTS
-        if workflow.counts.get(name, 0)
-    )
+    counts = counts_words(workflow.counts)
     lines = [
         f"workflow {workflow.id} (tenant {workflow.tenant_id}"
         + (f", name {workflow.name})" if workflow.name else ")"),
@@ -241,7 +241,8 @@ def cancel_workflow(
     Exit 1 when nothing was cancelled."""
     try:
         workflow = asyncio.run(_find(url, workflow_id))
-        waiting = sum(workflow.counts.get(n, 0) for n in ("ready", "held", "blocked"))
+        # Not started: ready and held (which includes blocked).
+        waiting = workflow.counts.get("ready", 0) + workflow.counts.get("held", 0)
         running = workflow.counts.get("running", 0)
         matched = {"waiting": waiting, "running": running}
         summary = f"{waiting} not started, {running} running"

@@ -25,7 +25,7 @@ from caravel.web.guard import Refusal
 from caravel.web.presentation import Renderer, short_id
 from caravel.web.workflow_graph import MAX_DRAWN, graph_svg, node_anchor
 from caravel.workflows import WorkflowStatus
-from caravel.workflows.nodes import NODE_STATES, STATE_WORDS, node_words, step_nodes
+from caravel.workflows.nodes import counts_words, node_words, shown_counts, step_nodes
 
 __all__ = ["FAILED_SHOWN", "WorkflowPages", "WorkflowPaging"]
 
@@ -85,7 +85,7 @@ class WorkflowPages:
             "workflows.html",
             nav="workflows",
             page_title="Workflows",
-            workflows=found[: paging.per_page],
+            workflows=[(w, shown_counts(w.counts)) for w in found[: paging.per_page]],
             paging=paging,
             more=len(found) > paging.per_page,
             problems=problems,
@@ -138,11 +138,7 @@ class WorkflowPages:
             failed_shown=FAILED_SHOWN,
             live=status.state in _LIVE,
             notice=notice,
-            counts_text=", ".join(
-                f"{status.counts[key]} {STATE_WORDS[key]}"
-                for key in NODE_STATES
-                if status.counts.get(key)
-            ),
+            counts_text=counts_words(status.counts),
             cancel_url=self._url(request, status.id, "/cancel"),
         )
 

@@ -24,7 +24,9 @@ __all__ = [
     "STATE_WORDS",
     "FailedMember",
     "StepNode",
+    "counts_words",
     "node_words",
+    "shown_counts",
     "step_nodes",
     "step_shown_state",
     "wait_words",
@@ -119,6 +121,23 @@ def node_words(node: StepNode) -> str:
     if not node.group:
         return STATE_WORDS[node.state]
     return ", ".join(f"{node.counts[s]:,} {STATE_WORDS[s]}" for s in NODE_STATES if node.counts[s])
+
+
+def shown_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """A workflow's step counts (:attr:`WorkflowStatus.counts
+    <caravel.workflows.WorkflowStatus.counts>`, whose ``held`` includes ``blocked``) as the
+    :data:`NODE_STATES` show them: each step in one state, ``held`` the waiting ones that are
+    not blocked."""
+    shown = {state: counts.get(state, 0) for state in NODE_STATES}
+    shown["held"] = max(0, shown["held"] - shown["blocked"])
+    return shown
+
+
+def counts_words(counts: Mapping[str, int]) -> str:
+    """``1 ready, 2 waiting, 1 blocked, 4 completed``: :func:`shown_counts` in words, the
+    states with none left out, most urgent first."""
+    shown = shown_counts(counts)
+    return ", ".join(f"{shown[s]:,} {STATE_WORDS[s]}" for s in NODE_STATES if shown[s])
 
 
 def wait_words(span: timedelta) -> str:

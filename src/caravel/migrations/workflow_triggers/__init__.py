@@ -26,7 +26,15 @@ from __future__ import annotations
 
 from caravel.limits import HELD_DUE_AT
 
-__all__ = ["FINISHED", "HELD", "SATISFIES", "SATISFIES_EDGE", "due_after", "releasable", "with_result"]
+__all__ = [
+    "FINISHED",
+    "HELD",
+    "SATISFIES",
+    "SATISFIES_EDGE",
+    "due_after",
+    "releasable",
+    "with_result",
+]
 
 #: A workflow job moving into an end state (a prune's ``pruned`` is not one).
 FINISHED = (
