@@ -89,7 +89,12 @@ def test_show_explains_every_step_without_payloads(db_url: str, made: Made) -> N
     )
     assert (resize["counts"]["completed"], resize["counts"]["dead_letter"]) == (3, 1)
     assert resize["failed"] == [
-        {"job_id": str(made.failed), "queue": WORKFLOW_QUEUE, "index": 2, "state": "dead_letter"}
+        {
+            "job_id": str(made.failed),
+            "queue": WORKFLOW_QUEUE,
+            "label": "resize[2]",
+            "state": "dead_letter",
+        }
     ]
     merge = steps["merge"]
     assert (merge["state"], merge["after"], merge["on_failure"]) == ("blocked", ["resize"], "stop")
@@ -97,14 +102,14 @@ def test_show_explains_every_step_without_payloads(db_url: str, made: Made) -> N
         "blocked: resize[2] was dead-lettered; replay it to resume (on_failure is stop)"
     ]
     approve = steps["approve"]
-    assert (approve["wait_signal"], approve["signal_received"], approve["timeout"]) == (
+    assert (approve["wait_signal"], approve["signal_received"], approve["timeout_seconds"]) == (
         "approved",
         False,
         259200.0,
     )
     assert "waits for signal 'approved'" in approve["reasons"][0]
     publish = steps["publish"]
-    assert publish["delay"] == 300.0
+    assert publish["delay_seconds"] == 300.0
     assert publish["reasons"] == [
         "waits for approve (waiting)",
         "timer: runs no earlier than 5 min after its dependencies finished",

@@ -77,11 +77,11 @@ def node_fields(node: StepNode) -> dict[str, Any]:
         "on_failure": node.on_failure,
         "wait_signal": node.wait_signal,
         "signal_received": node.signal_received,
-        "delay": node.delay,
-        "timeout": node.timeout,
+        "delay_seconds": node.delay,
+        "timeout_seconds": node.timeout,
         "reasons": list(node.reasons),
         "failed": [
-            {"job_id": m.job_id, "queue": m.queue, "index": m.index, "state": m.state}
+            {"job_id": m.job_id, "queue": m.queue, "label": m.label, "state": m.state}
             for m in node.failed
         ],
     }

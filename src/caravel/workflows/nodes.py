@@ -72,6 +72,7 @@ class FailedMember:
 
     @property
     def label(self) -> str:
+        """``resize[2]`` for a group's member, ``fetch`` for a single step."""
         return self.step if self.index is None else f"{self.step}[{self.index}]"
 
 
@@ -269,9 +270,13 @@ def _dependencies(
 def _reasons(
     group: Sequence[WorkflowStep], counts: Mapping[str, int], by_job: Mapping[UUID, WorkflowStep]
 ) -> tuple[str, ...]:
-    """Why the node's members are not running, in the order an operator acts on them."""
+    """Why the node's members are not running (or did not complete), in the order an
+    operator acts on them."""
     first = group[0]
     reasons: list[str] = []
+    if counts["dead_letter"]:
+        who = "" if len(group) == 1 else f"{counts['dead_letter']} of {len(group)} members "
+        reasons.append(f"{who}dead-lettered; replaying resumes the steps it stopped")
     if counts["blocked"]:
         failed = _dependencies(group, by_job, _FAILED)
         who = "" if len(group) == 1 else f"{counts['blocked']} of {len(group)} members "
