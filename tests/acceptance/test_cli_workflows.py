@@ -120,7 +120,7 @@ def test_show_explains_every_step_without_payloads(db_url: str, made: Made) -> N
     assert SECRET not in table.stdout
     assert f"workflow {made.workflow_id} (tenant {TENANT}, name thumbnails)" in table.stdout
     assert "resize[2] was dead-lettered" in table.stdout
-    assert f"failed: resize[2] {made.failed}" in table.stdout
+    assert f"  resize[2] {made.failed} dead_letter (queue {WORKFLOW_QUEUE})" in table.stdout
     assert "1 dead-lettered, 3 completed" in table.stdout
 
 

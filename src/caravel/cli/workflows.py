@@ -40,6 +40,9 @@ app = typer.Typer(
 #: The counts of a workflow's steps, in the order they are shown.
 COUNTS = ("ready", "held", "blocked", "running", "completed", "dead_letter", "cancelled")
 
+#: The failed jobs ``show`` lists as text; ``--json`` has them all.
+_FAILED_LINES = 20
+
 WorkflowIdArg = Annotated[str, typer.Argument(help="The workflow id.")]
 YesOpt = Annotated[bool, typer.Option("--yes", help="Confirm without asking.")]
 
@@ -209,20 +212,25 @@ def _print(workflow: WorkflowStatus, nodes: list[StepNode]) -> None:
         table.add_column(name, overflow="fold")
     for node in nodes:
         jobs = f"group of {node.members}" if node.group else str(node.job_id)
-        why = [*node.reasons]
-        if node.failed:
-            failed = ", ".join(f"{m.label} {m.job_id}" for m in node.failed[:5])
-            more = len(node.failed) - 5
-            why.append(f"failed: {failed}" + (f" and {more} more" if more > 0 else ""))
         table.add_row(
             Text(node.step),
             Text(jobs),
             Text(node.queue),
             node_words(node),
             Text(", ".join(node.after)),
-            Text("; ".join(why)),
+            Text("; ".join(node.reasons)),
         )
     out.print(table)
+    failed = [member for node in nodes for member in node.failed]
+    if failed:
+        # One a line, whole: an id is pasted into `caravel jobs replay`.
+        out.print(Text(f"failed jobs ({len(failed)}), to replay with caravel jobs replay ID:"))
+        for member in failed[:_FAILED_LINES]:
+            line = f"  {member.label} {member.job_id} {member.state} (queue {member.queue})"
+            out.print(Text(line), soft_wrap=True)
+        if len(failed) > _FAILED_LINES:
+            more = len(failed) - _FAILED_LINES
+            out.print(Text(f"  and {more} more (--json lists them all)"))
 
 
 @app.command("cancel")
