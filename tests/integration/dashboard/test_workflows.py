@@ -44,6 +44,13 @@ async def made(store_url: str) -> Made:
     return await make_workflow(store_url)
 
 
+async def reader_page(board: Dashboard, path: str) -> str:
+    async with client_for(board, "reader") as reader:
+        found = await reader.get(path)
+    assert found.status_code == 200, found.text
+    return found.text
+
+
 def _row(page: str, marker: str) -> str:
     row = page[page.index(marker) :]
     return row[: row.index("</tr>")]
@@ -177,11 +184,14 @@ async def test_replaying_the_failed_step_resumes_the_workflow(
                 replay, data={"csrf_token": token, "queue": WORKFLOW_QUEUE, "tenant": TENANT}
             )
             assert done.status_code == 303
+            job_page = (await operator.get(done.headers["location"])).text
             assert await run_ready(store_url) == 2  # resize[2], then merge
             page = await operator.get(f"/workflows/{made.workflow_id}")
     finally:
         FAILING.add(BROKEN)
     states = dict(re.findall(r'data-step="([^"]+)" data-state="([^"]+)"', page.text))
+    # The replayed job's page, where the replay lands, links its workflow back.
+    assert f'href="/workflows/{made.workflow_id}"' in job_page
     assert states["resize"] == "completed"
     assert states["merge"] == "completed"
     assert "blocked:" not in page.text
@@ -201,6 +211,11 @@ async def test_a_ten_thousand_member_group_is_one_node(board: Dashboard, store_u
     assert "fan \u00d710,000" in _node(page.text, "fan")
     assert "10,000 waiting" in _node(page.text, "fan")
     assert "waits for start (ready)" in _row(page.text, 'id="step-fan"')
+    # A held step's own page says what it waits for, and links its workflow.
+    fan = made.step_ids["fan"][0]
+    job = await reader_page(board, f"/jobs/{fan}?queue=default&tenant=default")
+    assert "the steps it runs after in" in job
+    assert f'<a href="/workflows/{made.workflow_id}">its workflow</a>' in job
 
 
 async def test_the_nav_links_the_workflows(board: Dashboard) -> None:
