@@ -126,7 +126,8 @@ async def test_a_failed_dependency_blocks_stop_steps_and_releases_continue_ones(
     record = await store.workflow_get(wf.id, TENANT)
     assert (record.blocked, record.dead_letter) == (1, 1)
     (blocked,) = [s for s in await store.workflow_steps(wf.id, TENANT, 10) if s.step == "stop"]
-    assert blocked.blocked and blocked.held
+    assert blocked.blocked
+    assert blocked.held
     failed = await store.workflow_dependencies(go.job.id, True, 10)
     assert [(f.step, f.state, f.satisfied) for f in failed] == [("a", "dead_letter", True)]
 

@@ -16,6 +16,7 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
+from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session
 from caravel.errors import ValidationError
 from caravel.store.plans import run_plan, run_plan_sync
 from caravel.store.protocol import Committed, InsertOutcome, InsertResult, NewJob
+from caravel.store.workflows.records import NewWorkflow
 
 if TYPE_CHECKING:
     from caravel.store.base import SqlStore
@@ -36,6 +38,8 @@ __all__ = [
     "insert_async",
     "insert_sync",
     "on_commit_hook",
+    "workflow_async",
+    "workflow_sync",
 ]
 
 _SESSION_RULE = (
@@ -124,14 +128,34 @@ def insert_sync(
     """Insert ``new_jobs`` in the transaction ``target`` (a blocking session or connection)
     has open, after checking that it is on the queue's database (``identity``, from
     :meth:`~caravel.store.base.SqlStore.database_identity`). Nothing is committed here."""
+    caller = _checked_sync(store, target, identity)
+    outcomes = run_plan_sync(caller.execute, store._insert_plan(new_jobs))
+    return _inserted(store, caller, new_jobs, outcomes, on_commit)
+
+
+def _checked_sync(store: SqlStore[Any], target: object, identity: str) -> CallerConnection:
+    """``target`` as a blocking caller connection, once it is known to be on the queue's
+    database (``identity``)."""
     caller = caller_connection(target)
     _same_kind(store, caller)
     seen = _remembered(caller)
     if seen is None:
         seen = _remember(caller, run_plan_sync(caller.execute, store._identity_plan()))
     _same_database(seen, identity)
-    outcomes = run_plan_sync(caller.execute, store._insert_plan(new_jobs))
-    return _inserted(store, caller, new_jobs, outcomes, on_commit)
+    return caller
+
+
+async def _checked_async(store: SqlStore[Any], target: object) -> CallerConnection:
+    """``target`` (async) as a caller connection, once it is known to be on the queue's
+    database."""
+    identity = await store.database_identity()
+    caller = await caller_connection_async(target)
+    _same_kind(store, caller)
+    seen = _remembered(caller)
+    if seen is None:
+        seen = _remember(caller, await run_plan(caller.execute, store._identity_plan()))
+    _same_database(seen, identity)
+    return caller
 
 
 async def insert_async(
@@ -139,17 +163,69 @@ async def insert_async(
 ) -> InsertResult:
     """:func:`insert_sync` for an async session or connection; a blocking one is accepted too
     (it runs on the event loop's thread, as the caller's own statements do)."""
-    identity = await store.database_identity()
     if not _is_async(target):
+        identity = await store.database_identity()
         return insert_sync(store, target, new_jobs, identity, on_commit)
-    caller = await caller_connection_async(target)
-    _same_kind(store, caller)
-    seen = _remembered(caller)
-    if seen is None:
-        seen = _remember(caller, await run_plan(caller.execute, store._identity_plan()))
-    _same_database(seen, identity)
+    caller = await _checked_async(store, target)
     outcomes = await run_plan(caller.execute, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
+
+
+def workflow_sync(
+    store: SqlStore[Any],
+    target: object,
+    workflow: NewWorkflow,
+    identity: str,
+    on_commit: Committed,
+) -> tuple[UUID, bool]:
+    """Insert ``workflow`` in the transaction ``target`` (a blocking session or connection)
+    has open, as :func:`insert_sync` inserts jobs: its id and whether it was created."""
+    caller = _checked_sync(store, target, identity)
+    found, created = run_plan_sync(caller.execute, store._workflow_plan(workflow))
+    _wake_on_commit(store, caller, workflow, created, on_commit)
+    return found, created
+
+
+async def workflow_async(
+    store: SqlStore[Any], target: object, workflow: NewWorkflow, on_commit: Committed
+) -> tuple[UUID, bool]:
+    """:func:`workflow_sync` for an async session or connection (a blocking one is accepted
+    too)."""
+    if not _is_async(target):
+        identity = await store.database_identity()
+        return workflow_sync(store, target, workflow, identity, on_commit)
+    caller = await _checked_async(store, target)
+    found, created = await run_plan(caller.execute, store._workflow_plan(workflow))
+    _wake_on_commit(store, caller, workflow, created, on_commit)
+    return found, created
+
+
+def _wake_on_commit(
+    store: SqlStore[Any],
+    caller: CallerConnection,
+    workflow: NewWorkflow,
+    created: bool,
+    on_commit: Committed,
+) -> None:
+    """Attach the wake-ups for a new workflow's steps due at once to the commit of the
+    caller's session (as :func:`_inserted` does for jobs)."""
+    due = {
+        step.job.queue
+        for step in workflow.steps
+        if created
+        and not step.after
+        and step.wait_signal is None
+        and not step.delay_ms
+        and step.job.due_at <= step.job.created_at
+    }
+    if due:
+
+        def committed() -> None:
+            store._announce_committed(due)
+            if on_commit is not None:
+                on_commit(due)
+
+        on_commit_hook(caller.committing, committed)
 
 
 _IDENTITY = "caravel.database_identity"

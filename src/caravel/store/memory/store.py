@@ -45,6 +45,7 @@ from caravel.store.protocol import (
 from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
 from caravel.store.schema import claim_rank_of
+from caravel.store.workflows.records import NewWorkflow
 
 __all__ = ["MemoryStore"]
 
@@ -352,6 +353,21 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryWorkflows)
         *,
         on_commit: Committed = None,
     ) -> InsertResult:
+        raise _no_session()
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        raise _no_session()
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
         raise _no_session()
 
 

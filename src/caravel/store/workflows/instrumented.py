@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from caravel import telemetry
+from caravel.store.values import Committed
 from caravel.store.workflows.records import (
     NewWorkflow,
     StepDependency,
@@ -41,9 +42,36 @@ class InstrumentedWorkflows:
             with self._span("workflow_insert"):
                 found, created = await self.inner.workflow_insert(traced.workflow)
             traced.inserted(found, created)
-        counts = Counter((step.job.queue, step.job.job_type) for step in workflow.steps)
-        for (queue, job_type), count in counts.items():
-            telemetry.record_enqueued(queue, job_type, repeated=not created, count=count)
+        _count_enqueued(workflow, created)
+        return found, created
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        with traced_workflow(workflow) as traced:
+            with self._span("workflow_insert_joined"):
+                found, created = await self.inner.workflow_insert_joined(
+                    target, traced.workflow, on_commit=on_commit
+                )
+            traced.inserted(found, created)
+        _count_enqueued(workflow, created)
+        return found, created
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
+        with traced_workflow(workflow) as traced:
+            with self._span("workflow_insert_joined"):
+                found, created = self.inner.workflow_insert_joined_sync(
+                    target, traced.workflow, identity, on_commit=on_commit
+                )
+            traced.inserted(found, created)
+        _count_enqueued(workflow, created)
         return found, created
 
     async def workflow_signal(
@@ -94,3 +122,9 @@ class InstrumentedWorkflows:
     async def workflow_wait(self, job_id: UUID) -> StepWait | None:
         with self._span("workflow_wait"):
             return await self.inner.workflow_wait(job_id)
+
+
+def _count_enqueued(workflow: NewWorkflow, created: bool) -> None:
+    counts = Counter((step.job.queue, step.job.job_type) for step in workflow.steps)
+    for (queue, job_type), count in counts.items():
+        telemetry.record_enqueued(queue, job_type, repeated=not created, count=count)
