@@ -7,15 +7,19 @@ Read with the OpenTelemetry SDK's in-memory exporter (``conftest.py``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from uuid import UUID, uuid4
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
+from caravel.store.urls import async_url
 from caravel.store.values import NewJob
 from caravel.store.workflows.records import NewStep, NewWorkflow
 from caravel.store.workflows.traces import traced_workflow
+from tests.support.databases import SqliteTemplate
 from tests.support.telemetry import Telemetry, span_texts
 
 SECRET = "s3cr3t-payload-value"
@@ -195,3 +199,33 @@ async def test_each_run_of_a_step_is_a_child_of_its_step_span(otel: Telemetry) -
         assert run.context.trace_id == trace_id
         assert run.parent is not None
         assert run.parent.span_id == steps[name].context.span_id
+
+
+async def test_a_workflow_saved_in_the_callers_transaction_is_one_trace_too(
+    otel: Telemetry, tmp_path: Path, sqlite_template: SqliteTemplate
+) -> None:
+    """``enqueue_workflow(session=...)``: the same root and step spans, the steps' jobs
+    carrying their step's context once the caller's transaction commits."""
+    from caravel import Workflow
+    from tests.support import Add, open_queue
+
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    workflow = Workflow("joined")
+    workflow.add("first", Add(1))
+    workflow.add("second", Add(2), after=["first"])
+    engine = create_async_engine(async_url(url))
+    try:
+        async with open_queue(url) as queue, AsyncSession(engine) as session:
+            made = await queue.enqueue_workflow(workflow, session=session)
+            await session.commit()
+            status = await queue.get_workflow(made.workflow_id)
+    finally:
+        await engine.dispose()
+    assert status is not None
+    root = otel.one("caravel.workflow")
+    assert (root.attributes or {})["caravel.workflow.id"] == str(made.workflow_id)
+    steps = _by_step(otel)
+    assert {link.context.span_id for link in steps["second"].links} == {
+        steps["first"].context.span_id
+    }
+    assert otel.spans("caravel.store.workflow_insert_joined")
