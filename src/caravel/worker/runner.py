@@ -96,8 +96,8 @@ class JobRunner:
         tracebacks: bool = False,
         max_result_bytes: int = 64 * 1024,
         redactor: Redactor | None = None,
-        reads: WorkflowReads | None = None,
         leases: Leases | None = None,
+        reads: WorkflowReads | None = None,
     ) -> None:
         self._leases = leases
         self._progress = progress

@@ -115,8 +115,8 @@ class QueueWorker(AsyncClosing):
             tracebacks=self.options.log_tracebacks,
             max_result_bytes=queue.options.max_result_bytes,
             redactor=self.options.redactor,
-            reads=queue.store,
             leases=self.leases,
+            reads=queue.store,
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)
         self._report = OutcomeReport(self._summary)

@@ -363,21 +363,6 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryWorkflows)
     ) -> InsertResult:
         raise _no_session()
 
-    async def workflow_insert_joined(
-        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
-    ) -> tuple[UUID, bool]:
-        raise _no_session()
-
-    def workflow_insert_joined_sync(
-        self,
-        target: object,
-        workflow: NewWorkflow,
-        identity: str,
-        *,
-        on_commit: Committed = None,
-    ) -> tuple[UUID, bool]:
-        raise _no_session()
-
     async def job_complete_joined(
         self,
         target: object,
@@ -408,6 +393,21 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryWorkflows)
             and row.state == JobState.COMPLETED.value
             and (row.lease_token, row.lease_nonce) == (lease.token, lease.nonce)
         )
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        raise _no_session()
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
+        raise _no_session()
 
 
 def _held(tables: Tables, lease: Lease) -> JobRow | None:
