@@ -162,9 +162,10 @@ class OutboxStore:
         async with self._transaction("outbox_read") as conn:
             return await self._pending(conn, now, limit), await self._backlog(conn)
 
-    async def outbox_mark_dispatched(self, job_ids: Mapping[UUID, UUID], now: int) -> None:
-        """Record, for each envelope id, the queue job that now carries it, dispatched at
-        ``now``; an envelope already marked dispatched is left as it is."""
+    async def outbox_mark_dispatched(self, job_ids: Mapping[UUID, UUID | None], now: int) -> None:
+        """Record, for each envelope id, the queue job that now carries it (``None``: a message
+        broker took it), dispatched at ``now``; an envelope already marked dispatched is left as
+        it is."""
         await self.outbox_record_pass(job_ids, [], now)
 
     async def outbox_mark_undeliverable(self, envelopes: Sequence[Undeliverable]) -> None:
@@ -173,7 +174,7 @@ class OutboxStore:
         await self.outbox_record_pass({}, envelopes, 0)
 
     async def outbox_record_pass(
-        self, job_ids: Mapping[UUID, UUID], undeliverable: Sequence[Undeliverable], now: int
+        self, job_ids: Mapping[UUID, UUID | None], undeliverable: Sequence[Undeliverable], now: int
     ) -> None:
         """What one relay pass records, in one transaction (all of it or none):
         :meth:`outbox_mark_dispatched` and :meth:`outbox_mark_undeliverable` together."""
