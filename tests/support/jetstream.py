@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,8 +27,10 @@ from tests.support.databases import IN_CI
 __all__ = [
     "NATS_URL",
     "ScratchNames",
+    "consumer_info",
     "delete_stream",
     "nats_reachable",
+    "read_stream",
     "require_nats",
     "scratch_names",
 ]
@@ -104,3 +106,32 @@ def delete_stream(url: str, stream: str) -> None:
             await connection.close()
 
     asyncio.run(delete())
+
+
+async def read_stream(url: str, stream: str) -> list[Any]:
+    """Every message ``stream`` holds, in order (read by sequence, acknowledging nothing)."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    connection = await nats.connect(url, connect_timeout=5, allow_reconnect=False)
+    try:
+        js = connection.jetstream()
+        info = await js.stream_info(stream)
+        found = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            with contextlib.suppress(NotFoundError):  # a deleted message leaves a gap
+                found.append(await js.get_msg(stream, seq))
+        return found
+    finally:
+        await connection.close()
+
+
+async def consumer_info(url: str, stream: str, durable: str) -> Any:
+    """The durable consumer's state: ``num_ack_pending``, ``num_pending``, ``config``, ..."""
+    import nats
+
+    connection = await nats.connect(url, connect_timeout=5, allow_reconnect=False)
+    try:
+        return await connection.jetstream().consumer_info(stream, durable)
+    finally:
+        await connection.close()

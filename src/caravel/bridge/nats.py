@@ -214,7 +214,7 @@ class JetStreamBroker:
             "subscribe", self._js.pull_subscribe_bind(durable, stream=stream)
         )
         bound = min(max_in_flight, consumer.config.max_ack_pending or max_in_flight)
-        return JetStreamSubscription(self, subscription, bound)
+        return JetStreamSubscription(self, subscription, source, bound)
 
     async def _consumer(self, stream: str, durable: str, max_in_flight: int) -> Any:
         with contextlib.suppress(nats.js.errors.NotFoundError):
@@ -355,22 +355,29 @@ class JetStreamDelivery:
 class JetStreamSubscription:
     """Deliveries from one durable pull consumer."""
 
-    def __init__(self, broker: JetStreamBroker, subscription: Any, max_in_flight: int) -> None:
+    def __init__(
+        self, broker: JetStreamBroker, subscription: Any, source: str, max_in_flight: int
+    ) -> None:
         self.broker = broker
         self._subscription = subscription
+        self._source = source
         self._max_in_flight = max_in_flight
         self._unsettled: set[JetStreamDelivery] = set()
+
+    @property
+    def source(self) -> str:
+        return self._source
 
     @property
     def max_in_flight(self) -> int:
         return self._max_in_flight
 
-    async def fetch(self, limit: int, timeout: float) -> list[Delivery]:
+    async def fetch(self, limit: int, wait: float) -> list[Delivery]:
         room = min(limit, self._max_in_flight - len(self._unsettled))
         if room < 1:
             return []
         try:
-            msgs = await self._subscription.fetch(room, timeout=timeout)
+            msgs = await self._subscription.fetch(room, timeout=wait)
         except (TimeoutError, nats.errors.TimeoutError):
             return []  # nothing came; also what a fetch across a server restart ends in
         except (OSError, nats.errors.Error) as exc:
