@@ -33,10 +33,11 @@ from caravel.bridge.messages import (
     HEADER_TRACESTATE,
     OutgoingMessage,
 )
+from caravel.bridge.outages import DEFAULT_OUTAGE_WINDOW, Outage
 from caravel.bridge.ports import Publisher
 from caravel.bridge.routing import EgressRoutes
 from caravel.clock import Clock, SystemClock, duration_ms
-from caravel.errors import OptionsError
+from caravel.errors import BrokerError, OptionsError
 from caravel.outbox import OUTBOX_TABLE
 from caravel.retry import exponential_backoff
 from caravel.store import open_outbox_store
@@ -98,7 +99,8 @@ class BrokerRelay:
     :class:`~caravel.outbox.OutboxRelay` on the same table would take the same intents).
     ``routes`` says where each intent goes. ``batch_size`` (1 to 1,000, default 100) bounds one
     pass and one confirmed publish; ``poll_interval`` (default 1 s) is the pause after a pass
-    that found nothing more to do.
+    that found nothing more to do; ``outage_window`` (default 1 minute) how long :meth:`run`
+    rides out a broker that cannot be reached.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class BrokerRelay:
         batch_size: int = 100,
         poll_interval: timedelta = timedelta(seconds=1),
         clock: Clock | None = None,
+        outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
     ) -> None:
         check_int("batch_size", batch_size, 1, MAX_BATCH, error=OptionsError)
         check_duration(
@@ -129,6 +132,15 @@ class BrokerRelay:
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         self.clock: Clock = clock if clock is not None else SystemClock()
+        check_duration(
+            "outage_window",
+            outage_window,
+            timedelta(0),
+            timedelta(days=1),
+            "must be from 0 to 1 day",
+            error=OptionsError,
+        )
+        self._outage = Outage(outage_window)
         self._stop = asyncio.Event()
         self._last_pass_full = False
         self.published = 0
@@ -147,11 +159,17 @@ class BrokerRelay:
         self._stop.set()
 
     async def run(self) -> None:
-        """Relay until :meth:`stop`. Database and broker errors propagate
-        (:class:`~caravel.errors.StoreError`, :class:`~caravel.errors.BrokerError`) and stop the
-        relay; a restart picks up every intent not recorded as dispatched."""
+        """Relay until :meth:`stop`. A broker failure pauses the relay and it tries again, for
+        up to ``outage_window``; after that the :class:`~caravel.errors.BrokerError`
+        propagates, and a database error (:class:`~caravel.errors.StoreError`) at once. A
+        restart picks up every intent not recorded as dispatched."""
         while not self._stop.is_set():
-            await self.run_once()
+            try:
+                await self.run_once()
+            except BrokerError as error:
+                await self._outage.pause(error, self._stop)
+                continue
+            self._outage.clear()
             if self._last_pass_full:
                 continue  # more may be waiting right behind
             try:

@@ -35,9 +35,10 @@ from caravel.bridge.messages import (
     HEADER_TRACESTATE,
     IncomingMessage,
 )
+from caravel.bridge.outages import DEFAULT_OUTAGE_WINDOW, Outage
 from caravel.bridge.ports import Delivery, Subscription
 from caravel.bridge.routing import IngressRoutes
-from caravel.errors import IdempotencyConflictError, OptionsError, ValidationError
+from caravel.errors import BrokerError, IdempotencyConflictError, OptionsError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, DispatchOptions
 from caravel.limits import MAX_KEY_LENGTH, MAX_TRACE_CONTEXT_LENGTH
 from caravel.preparation import prepare_job
@@ -96,7 +97,8 @@ class BrokerConsumer:
     lacking one goes to the default tenant. ``batch_size`` (1 to 1,000, default 100) bounds the
     deliveries one pass settles (and one database transaction inserts); it is at most the
     subscription's in-flight bound. ``fetch_timeout`` (default 1 s) is how long a pass waits for
-    a first message.
+    a first message; ``outage_window`` (default 1 minute) how long :meth:`run` rides out a
+    broker that cannot be reached.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class BrokerConsumer:
         require_tenant: bool = True,
         batch_size: int = 100,
         fetch_timeout: timedelta = timedelta(seconds=1),
+        outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
     ) -> None:
         check_int("batch_size", batch_size, 1, MAX_BATCH, error=OptionsError)
         check_duration(
@@ -126,6 +129,15 @@ class BrokerConsumer:
         self.require_tenant = require_tenant
         self.batch_size = min(batch_size, subscription.max_in_flight)
         self.fetch_timeout = fetch_timeout
+        check_duration(
+            "outage_window",
+            outage_window,
+            timedelta(0),
+            timedelta(days=1),
+            "must be from 0 to 1 day",
+            error=OptionsError,
+        )
+        self._outage = Outage(outage_window)
         self._stop = asyncio.Event()
         self.created = 0
         self.repeated = 0
@@ -136,11 +148,17 @@ class BrokerConsumer:
         self._stop.set()
 
     async def run(self) -> None:
-        """Consume until :meth:`stop`. Database and broker errors propagate
-        (:class:`~caravel.errors.StoreError`, :class:`~caravel.errors.BrokerError`); what the
-        failing pass fetched is not acknowledged, and the broker delivers it again."""
+        """Consume until :meth:`stop`. A broker failure pauses the consumer and it tries
+        again, for up to ``outage_window``; after that the :class:`~caravel.errors.BrokerError`
+        propagates, and a database error (:class:`~caravel.errors.StoreError`) at once. What a
+        failing pass fetched and did not settle is delivered again by the broker."""
         while not self._stop.is_set():
-            await self.run_once()
+            try:
+                await self.run_once()
+            except BrokerError as error:
+                await self._outage.pause(error, self._stop)
+                continue
+            self._outage.clear()
 
     async def run_once(self) -> IngressPass:
         """One pass: fetch, enqueue, then settle every delivery fetched."""
