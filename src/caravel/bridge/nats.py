@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
 
 __all__ = ["HEADER_MSG_ID", "JetStreamBroker", "JetStreamOptions", "open_broker"]
+
+logger = logging.getLogger("caravel.bridge")
 
 #: JetStream's own dedupe header: the stream drops a second message with the same id inside
 #: its duplicate window.
@@ -89,16 +92,19 @@ def _check_subject(value: object, field: str, *, wildcards: bool) -> str:
 class JetStreamOptions:
     """How the adapter uses JetStream.
 
-    ``stream`` and ``subjects``: a stream to declare at connection when it does not exist (an
-    existing one is left as it is: the operator's settings win), capturing ``subjects``, with
-    ``duplicate_window`` (1 second to 1 day). ``ack_wait`` (1 second to 1 hour): how long a
-    delivered message may stay unsettled before JetStream delivers it again; it applies to the
-    durable consumers this adapter creates. ``dead_letter_subject``: where rejected messages go
-    (default: the message's subject and ``.dlq``). ``filter_subject``: what a durable consumer
-    this adapter creates reads (default: the whole stream). ``publish_timeout``: how long a
-    publish waits for its acknowledgements before the pass fails.
+    ``declare`` (default): create what is missing, as described here; without it every stream
+    and durable consumer must exist already. ``stream`` and ``subjects``: a stream to declare at
+    connection when it does not exist (an existing one is left as it is: the operator's
+    settings win), capturing ``subjects``, with ``duplicate_window`` (1 second to 1 day).
+    ``ack_wait`` (1 second to 1 hour): how long a delivered message may stay unsettled before
+    JetStream delivers it again; it applies to the durable consumers this adapter creates.
+    ``dead_letter_subject``: where rejected messages go (default: the message's subject and
+    ``.dlq``). ``filter_subject``: what a durable consumer this adapter creates reads (default:
+    the whole stream). ``publish_timeout``: how long a publish waits for its acknowledgements
+    before the pass fails.
     """
 
+    declare: bool = True
     stream: str | None = None
     subjects: tuple[str, ...] = ()
     duplicate_window: timedelta = timedelta(minutes=10)
@@ -150,17 +156,33 @@ async def open_broker(url: str, **options: Any) -> JetStreamBroker:
             allow_reconnect=True,
             max_reconnect_attempts=-1,  # a server restart is waited out, never fatal
             reconnect_time_wait=0.25,
+            # The client's default callbacks print tracebacks to stderr; these log one line.
+            error_cb=_connection_error,
+            disconnected_cb=_disconnected,
+            reconnected_cb=_reconnected,
         )
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         raise BrokerError("connect", f"cannot reach {shown}") from exc
     broker = JetStreamBroker(connection, settings, shown)
     try:
-        if settings.stream is not None and settings.subjects:
+        if settings.declare and settings.stream is not None and settings.subjects:
             await broker.declare_stream(settings.stream, list(settings.subjects))
     except BaseException:
         await broker.close()
         raise
     return broker
+
+
+async def _connection_error(error: Exception) -> None:
+    logger.warning("NATS connection error", extra={"error": type(error).__name__})
+
+
+async def _disconnected() -> None:
+    logger.warning("NATS connection lost; reconnecting")
+
+
+async def _reconnected() -> None:
+    logger.info("NATS connection restored")
 
 
 class JetStreamBroker:
@@ -185,14 +207,14 @@ class JetStreamBroker:
         """Create stream ``name`` capturing ``subjects`` with the configured duplicate window,
         unless a stream of that name exists (left as it is)."""
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self._call("declare", self._js.stream_info(name))
+            await self.call("declare", self._js.stream_info(name))
             return
         config = StreamConfig(
             name=name,
             subjects=subjects,
             duplicate_window=self.options.duplicate_window.total_seconds(),
         )
-        await self._call("declare", self._js.add_stream(config))
+        await self.call("declare", self._js.add_stream(config))
 
     async def publisher(self) -> JetStreamPublisher:
         return JetStreamPublisher(self._js, self.options, self._url)
@@ -207,18 +229,22 @@ class JetStreamBroker:
         if consumer.config.filter_subject:
             reads = [consumer.config.filter_subject]
         else:
-            info = await self._call("subscribe", self._js.stream_info(stream))
+            info = await self.call("subscribe", self._js.stream_info(stream))
             reads = list(info.config.subjects or [])
         await self._dead_letter_stream(stream, reads)
-        subscription = await self._call(
+        subscription = await self.call(
             "subscribe", self._js.pull_subscribe_bind(durable, stream=stream)
         )
         bound = min(max_in_flight, consumer.config.max_ack_pending or max_in_flight)
         return JetStreamSubscription(self, subscription, source, bound)
 
     async def _consumer(self, stream: str, durable: str, max_in_flight: int) -> Any:
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            return await self._call("subscribe", self._js.consumer_info(stream, durable))
+        try:
+            return await self.call("subscribe", self._js.consumer_info(stream, durable))
+        except nats.js.errors.NotFoundError as exc:
+            if not self.options.declare:
+                reason = "no such stream or durable consumer (create it, or declare)"
+                raise BrokerError("subscribe", reason) from exc
         config = ConsumerConfig(
             durable_name=durable,
             ack_policy=AckPolicy.EXPLICIT,
@@ -226,7 +252,7 @@ class JetStreamBroker:
             max_ack_pending=max_in_flight,
             filter_subject=self.options.filter_subject,
         )
-        return await self._call("subscribe", self._js.add_consumer(stream, config))
+        return await self.call("subscribe", self._js.add_consumer(stream, config))
 
     async def _dead_letter_stream(self, stream: str, reads: list[str]) -> None:
         """Check that the dead letters of a consumer reading ``reads`` do not come back to it,
@@ -239,9 +265,12 @@ class JetStreamBroker:
                 rule = "must be a subject the consumer does not read (set one outside it)"
                 raise OptionsError("dead_letter_subject", rule)
             try:
-                await self._call("subscribe", self._js.find_stream_name_by_subject(probe))
+                await self.call("subscribe", self._js.find_stream_name_by_subject(probe))
             except nats.js.errors.NotFoundError:
                 missing.append(pattern)
+        if missing and not self.options.declare:
+            reason = "no stream keeps the dead-letter subject (create one, or declare)"
+            raise BrokerError("subscribe", reason)
         if missing:
             await self.declare_stream(f"{stream}_DLQ", sorted(set(missing)))
 
@@ -253,9 +282,9 @@ class JetStreamBroker:
         headers.setdefault(HEADER_MSG_ID, _sequence_id(msg))
         subject = self.options.dead_letters_for(msg.subject)
         timeout = self.options.publish_timeout.total_seconds()
-        await self._call("reject", self._js.publish(subject, msg.data, timeout, headers=headers))
+        await self.call("reject", self._js.publish(subject, msg.data, timeout, headers=headers))
 
-    async def _call(self, operation: str, call: Any) -> Any:
+    async def call(self, operation: str, call: Any) -> Any:
         """Await ``call``, translating the client's failures to :class:`BrokerError`."""
         try:
             return await call
@@ -373,9 +402,10 @@ class JetStreamSubscription:
         return self._max_in_flight
 
     async def fetch(self, limit: int, wait: float) -> list[Delivery]:
-        room = min(limit, self._max_in_flight - len(self._unsettled))
-        if room < 1:
-            return []
+        # The consumer settles a pass's deliveries before it fetches again; what is left is
+        # what a failed pass abandoned: handed back now rather than after ack_wait.
+        await self._release_unsettled()
+        room = min(limit, self._max_in_flight)
         try:
             msgs = await self._subscription.fetch(room, timeout=wait)
         except (TimeoutError, nats.errors.TimeoutError):
@@ -389,12 +419,19 @@ class JetStreamSubscription:
         return list(deliveries)
 
     async def settle(self, delivery: JetStreamDelivery, call: Any) -> None:
-        await self.broker._call("ack", call)
-        self._unsettled.discard(delivery)
+        try:
+            await self.broker.call("ack", call)
+        finally:
+            # Settled, or failed with the connection: the server redelivers it after
+            # ack_wait either way, so it no longer counts against this subscription.
+            self._unsettled.discard(delivery)
 
-    async def close(self) -> None:
+    async def _release_unsettled(self) -> None:
         for delivery in list(self._unsettled):
             with contextlib.suppress(BrokerError):
                 await delivery.release()
+
+    async def close(self) -> None:
+        await self._release_unsettled()
         with contextlib.suppress(OSError, TimeoutError, nats.errors.Error):
             await self._subscription.unsubscribe()
