@@ -174,6 +174,7 @@ def test_leaves_import_only_leaves() -> None:
         ("pytest", ("caravel.testing.plugin",)),
         ("aio_pika", ("caravel.bridge.rabbitmq",)),
         ("aiormq", ("caravel.bridge.rabbitmq",)),
+        ("yarl", ("caravel.bridge.rabbitmq",)),
         ("nats", ("caravel.bridge.nats",)),
     ],
 )
