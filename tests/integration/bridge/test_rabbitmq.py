@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from caravel import DatabaseQueue, DispatchOptions, OptionsError
 from caravel.bridge import (
@@ -28,10 +27,8 @@ from caravel.bridge import (
 from caravel.bridge.failures import HEADER_FAILURE, INGRESS_FAILURES
 from caravel.bridge.ports import Broker
 from caravel.bridge.rabbitmq import RabbitBroker
-from caravel.store.schema import jobs
-from caravel.store.urls import sync_url
-from tests.integration.bridge.conftest import TABLE, AppDb
 from tests.support import Add, Report, make_registry, open_queue
+from tests.support.bridge import TABLE, AppDb, queue_rows
 from tests.support.rabbitmq import RABBITMQ_URL, Names, count, publish_raw, read_all
 
 FAST = timedelta(milliseconds=200)
@@ -44,27 +41,6 @@ async def broker(**options: Any) -> AsyncIterator[Broker]:
         yield opened
     finally:
         await opened.close()
-
-
-def queue_rows(url: str) -> list[Any]:
-    engine = sa.create_engine(sync_url(url), poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return list(
-                conn.execute(
-                    sa.select(
-                        jobs.c.id,
-                        jobs.c.queue,
-                        jobs.c.tenant_id,
-                        jobs.c.job_type,
-                        jobs.c.payload,
-                        jobs.c.idempotency_key,
-                        jobs.c.trace_context,
-                    )
-                )
-            )
-    finally:
-        engine.dispose()
 
 
 # ----- egress ------------------------------------------------------------------------------
@@ -82,8 +58,9 @@ async def test_egress_publishes_every_intent_with_its_id_and_records_it_after_th
 ) -> None:
     await names.declare_sink()
     staged = app_db.stage(
+        make_registry(),
         [(Add(i, note="n"), DispatchOptions(queue="adds", tenant_id="t1")) for i in range(25)]
-        + [(Report(report_id="r"), DispatchOptions(queue="reports", tenant_id="t2"))]
+        + [(Report(report_id="r"), DispatchOptions(queue="reports", tenant_id="t2"))],
     )
     async with broker() as opened:
         relay = BrokerRelay(
@@ -119,11 +96,12 @@ async def test_egress_leaves_unroutable_and_unrouted_intents_pending_and_goes_on
         by_queue={"adds": Destination("adds.made", names.exchange)},
     )
     staged = app_db.stage(
+        make_registry(),
         [
             (Report(report_id="r"), DispatchOptions(queue="reports")),
             (Add(1), DispatchOptions(queue="elsewhere")),  # no route for this queue
             (Add(2), DispatchOptions(queue="adds")),
-        ]
+        ],
     )
     async with broker() as opened:
         relay = BrokerRelay(app_db.url, await opened.publisher(), routes, table_name=TABLE)
@@ -147,7 +125,7 @@ async def test_egress_to_a_missing_exchange_without_declaring_fails_and_records_
 ) -> None:
     from caravel.errors import BrokerError
 
-    staged = app_db.stage([(Add(1), DispatchOptions(queue="adds"))])
+    staged = app_db.stage(make_registry(), [(Add(1), DispatchOptions(queue="adds"))])
     async with broker(declare=False) as opened:
         relay = BrokerRelay(
             app_db.url,
