@@ -227,3 +227,19 @@ def close_connections_of(pid: int) -> int:
             )
             closed += 1
     return closed
+
+
+def held(queue: str) -> int:
+    """How many messages ``queue`` holds, ready or delivered and not yet acknowledged (the
+    server's own count, which a passive declare does not give)."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "name", "messages", "--formatter", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    for entry in json.loads(listed.stdout or "[]"):
+        if entry["name"] == queue:
+            return int(entry["messages"])
+    raise AssertionError(f"no queue {queue}")
