@@ -230,7 +230,9 @@ class BrokerConsumer:
             except MessageRejected as failure:
                 rejected.append((delivery, failure.category))
         with telemetry.bridge_consume_span(len(deliveries)):
+            failpoint("bridge_before_commit")
             created, repeated = await self._insert(ready, rejected)
+            # Committed and not acknowledged yet: a crash here has the broker deliver them again.
             failpoint("bridge_after_commit")
             refused = {id(delivery) for delivery, _ in rejected}
             for delivery, job in ready:
