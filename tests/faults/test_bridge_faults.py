@@ -262,7 +262,7 @@ def test_connection_resets_mid_stream_lose_and_double_nothing(
     try:
         wait_until(lambda: _exists(names.queue), what="the consumer's queue")
         sent = 0
-        for _ in range(4):
+        for _ in range(3):
             stage(app_db, 60, offset=sent)
             asyncio.run(publish_raw(names.exchange, messages(sent, 60)))
             sent += 60

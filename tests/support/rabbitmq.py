@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -195,37 +196,28 @@ def close_connections_of(pid: int) -> int:
     """Close, on the server, every connection the process ``pid`` opened through the bridge
     (named ``caravel-bridge HOST:PID``): a connection reset as the client sees it. Returns how
     many it closed. Never touches another process's connections."""
+    # The plain listing: its pids are in the form close_connection takes (the JSON one's are
+    # not), one connection a line, the connection name quoted inside the properties.
     listed = subprocess.run(
-        [
-            "rabbitmqctl",
-            "-q",
-            "list_connections",
-            "pid",
-            "client_properties",
-            "--formatter",
-            "json",
-        ],
+        ["rabbitmqctl", "-q", "--no-table-headers", "list_connections", "pid", "client_properties"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
     closed = 0
-    for connection in json.loads(listed.stdout or "[]"):
-        properties = {entry[0]: entry[2] for entry in connection["client_properties"]}
-        name = properties.get("connection_name", "")
-        if (
-            isinstance(name, str)
-            and name.startswith("caravel-bridge ")
-            and name.endswith(f":{pid}")
-        ):
-            subprocess.run(
-                ["rabbitmqctl", "-q", "close_connection", connection["pid"], "test: reset"],
-                capture_output=True,
-                timeout=60,
-                check=True,
-            )
-            closed += 1
+    for line in listed.stdout.splitlines():
+        connection, _, properties = line.partition("\t")
+        match = re.search(r'\{"connection_name","caravel-bridge [^":]*:(\d+)"\}', properties)
+        if match is None or int(match.group(1)) != pid:
+            continue
+        done = subprocess.run(
+            ["rabbitmqctl", "-q", "close_connection", connection, "test: reset"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        closed += done.returncode == 0  # not when it closed meanwhile
     return closed
 
 
