@@ -43,7 +43,7 @@ def _adapter_module(url: str) -> Any:
         importlib.import_module(client)
     except ImportError:
         raise ValidationError(
-            "broker", f"{scheme}:// needs the {extra!r} extra: pip install 'caravel[{extra}]'"
+            "broker", f"{scheme}:// needs the {extra!r} extra: pip install 'caravel-queue[{extra}]'"
         ) from None
     return importlib.import_module(module)  # a fixed module from the table above
 

@@ -194,8 +194,10 @@ class BrokerRelay:
                 stuck.append((row, "NoRoute"))
             else:
                 ready.append((row, message))
+        failpoint("bridge_before_publish")
         with telemetry.bridge_publish_span(len(ready)):
             refused = await self.publisher.publish([message for _, message in ready])
+        # Confirmed by the broker and not recorded yet: a crash here sends these again.
         failpoint("bridge_after_confirm")
         by_id = {r.message_id: r.category for r in refused}
         delivered: list[PendingEnvelope] = []

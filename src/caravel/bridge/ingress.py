@@ -40,13 +40,13 @@ from caravel.bridge.ports import Delivery, Subscription
 from caravel.bridge.routing import IngressRoutes
 from caravel.errors import BrokerError, IdempotencyConflictError, OptionsError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, DispatchOptions
-from caravel.limits import MAX_KEY_LENGTH, MAX_TRACE_CONTEXT_LENGTH
+from caravel.limits import MAX_TRACE_CONTEXT_LENGTH
 from caravel.preparation import prepare_job
 from caravel.queue import DatabaseQueue
 from caravel.store.protocol import NewJob
 from caravel.validation import check_duration, check_identifier, check_int
 
-__all__ = ["BrokerConsumer", "IngressPass"]
+__all__ = ["BrokerConsumer", "IngressPass", "MessageRejected", "job_for"]
 
 logger = logging.getLogger("caravel.bridge")
 
@@ -67,8 +67,8 @@ class IngressPass:
         return self.created + self.repeated + self.rejected
 
 
-class _Rejected(Exception):
-    """A message that cannot become a job (internal: carries its category)."""
+class MessageRejected(Exception):
+    """A message that cannot become a job; ``category`` says why."""
 
     def __init__(self, category: IngressFailure) -> None:
         super().__init__(category)
@@ -87,6 +87,53 @@ def _trace_context(headers: Mapping[str, str]) -> str | None:
         carrier[HEADER_TRACESTATE] = state
     text = json.dumps(carrier, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= MAX_TRACE_CONTEXT_LENGTH else None
+
+
+def job_for(
+    message: IncomingMessage,
+    routes: IngressRoutes,
+    queue: DatabaseQueue,
+    *,
+    require_tenant: bool,
+    now: int,
+) -> NewJob:
+    """The job ``message`` stands for in ``queue``, validated and serialized as an enqueue
+    would, with the message id as its idempotency key; :class:`MessageRejected` with the
+    category when it cannot be one. Writes nothing."""
+    if not message.message_id:
+        raise MessageRejected("MissingMessageId")
+    try:
+        key = check_identifier(message.message_id, "message_id")
+    except ValidationError:
+        raise MessageRejected("InvalidMessageId") from None
+    tenant = message.headers.get(HEADER_TENANT)
+    if tenant is None:
+        if require_tenant:
+            raise MessageRejected("MissingTenant")
+        tenant = DEFAULT_TENANT
+    else:
+        try:
+            check_identifier(tenant, "tenant_id")
+        except ValidationError:
+            raise MessageRejected("InvalidTenant") from None
+    if len(message.body) > queue.options.max_payload_bytes:
+        raise MessageRejected("PayloadTooLarge")
+    target = routes.target_for(message)
+    if target is None:
+        raise MessageRejected("UnknownJobType")
+    try:
+        value = json.loads(message.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise MessageRejected("MalformedJson") from None
+    try:
+        job = target.registration.adapter.validate_python(value)
+        dispatch = DispatchOptions(queue=target.queue, tenant_id=tenant, idempotency_key=key)
+        prepared = prepare_job(queue.registry, queue.options, job, dispatch, now)
+    except (PydanticValidationError, ValidationError) as error:
+        too_large = isinstance(error, ValidationError) and error.field == "payload"
+        raise MessageRejected("PayloadTooLarge" if too_large else "InvalidPayload") from None
+    trace = _trace_context(message.headers)
+    return prepared if trace is None else prepared._replace(trace_context=trace)
 
 
 class BrokerConsumer:
@@ -172,11 +219,20 @@ class BrokerConsumer:
         rejected: list[tuple[Delivery, IngressFailure]] = []
         for delivery in deliveries:
             try:
-                ready.append((delivery, self._job_for(delivery.message, now)))
-            except _Rejected as failure:
+                job = job_for(
+                    delivery.message,
+                    self.routes,
+                    self.queue,
+                    require_tenant=self.require_tenant,
+                    now=now,
+                )
+                ready.append((delivery, job))
+            except MessageRejected as failure:
                 rejected.append((delivery, failure.category))
         with telemetry.bridge_consume_span(len(deliveries)):
+            failpoint("bridge_before_commit")
             created, repeated = await self._insert(ready, rejected)
+            # Committed and not acknowledged yet: a crash here has the broker deliver them again.
             failpoint("bridge_after_commit")
             refused = {id(delivery) for delivery, _ in rejected}
             for delivery, job in ready:
@@ -189,45 +245,6 @@ class BrokerConsumer:
         self.repeated += repeated
         self.rejected += len(rejected)
         return IngressPass(created, repeated, len(rejected))
-
-    def _job_for(self, message: IncomingMessage, now: int) -> NewJob:
-        """The job ``message`` stands for, validated and serialized, or :class:`_Rejected`."""
-        if message.message_id is None or message.message_id == "":
-            raise _Rejected("MissingMessageId")
-        if len(message.message_id) > MAX_KEY_LENGTH:
-            raise _Rejected("InvalidMessageId")
-        try:
-            key = check_identifier(message.message_id, "message_id")
-        except ValidationError:
-            raise _Rejected("InvalidMessageId") from None
-        tenant = message.headers.get(HEADER_TENANT)
-        if tenant is None:
-            if self.require_tenant:
-                raise _Rejected("MissingTenant")
-            tenant = DEFAULT_TENANT
-        else:
-            try:
-                check_identifier(tenant, "tenant_id")
-            except ValidationError:
-                raise _Rejected("InvalidTenant") from None
-        if len(message.body) > self.queue.options.max_payload_bytes:
-            raise _Rejected("PayloadTooLarge")
-        target = self.routes.target_for(message)
-        if target is None:
-            raise _Rejected("UnknownJobType")
-        try:
-            value = json.loads(message.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise _Rejected("MalformedJson") from None
-        try:
-            job = target.registration.adapter.validate_python(value)
-            dispatch = DispatchOptions(queue=target.queue, tenant_id=tenant, idempotency_key=key)
-            prepared = prepare_job(self.queue.registry, self.queue.options, job, dispatch, now)
-        except (PydanticValidationError, ValidationError) as error:
-            too_large = isinstance(error, ValidationError) and error.field == "payload"
-            raise _Rejected("PayloadTooLarge" if too_large else "InvalidPayload") from None
-        trace = _trace_context(message.headers)
-        return prepared if trace is None else prepared._replace(trace_context=trace)
 
     async def _insert(
         self,

@@ -30,11 +30,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aio_pika
 import aiormq.exceptions
+import yarl
 from aio_pika.abc import (
     AbstractChannel,
     AbstractExchange,
@@ -364,20 +367,25 @@ async def open_broker(
     declare: bool = True,
     bindings: Sequence[tuple[str, str]] = (),
     dead_letter_exchange: str | None = None,
-    connection_name: str = "caravel-bridge",
+    connection_name: str | None = None,
 ) -> RabbitBroker:
     """Connect to the RabbitMQ server at ``url`` (``amqp://user:password@host:port/vhost``).
 
     ``declare`` (default) declares what the module's documentation lists; ``bindings`` are
     ``(exchange, pattern)`` pairs a consumed queue is bound to; ``dead_letter_exchange``
     overrides ``Q.dlx`` (with ``declare``) or names the exchange rejects go to (without).
-    ``connection_name`` is shown in RabbitMQ's connection list."""
+    ``connection_name`` is shown in RabbitMQ's connection list (default ``caravel-bridge
+    HOST:PID``, so an operator can tell which process holds which connection); a ``name`` in
+    the URL's query wins."""
     public = redacted(url)
+    located = yarl.URL(url)
+    if "name" not in located.query:
+        name = connection_name or f"caravel-bridge {socket.gethostname()}:{os.getpid()}"
+        located = located.update_query(name=name)
     try:
         async with asyncio.timeout(OPERATION_TIMEOUT):
-            connection = await aio_pika.connect_robust(
-                url, client_properties={"connection_name": connection_name}
-            )
+            # The URL carries the name: aio-pika drops client_properties given beside a URL.
+            connection = await aio_pika.connect_robust(located)
     except _BROKER_FAILURES as error:
         raise _failure("connect", public, error) from error
     return RabbitBroker(
