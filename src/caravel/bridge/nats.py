@@ -149,18 +149,10 @@ async def open_broker(url: str, **options: Any) -> JetStreamBroker:
     settings = JetStreamOptions(**options)
     shown = redacted(url)
     try:
-        connection = await nats.connect(
-            url,
-            name="caravel-bridge",
-            connect_timeout=settings.connect_timeout.total_seconds(),
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,  # a server restart is waited out, never fatal
-            reconnect_time_wait=0.25,
-            # The client's default callbacks print tracebacks to stderr; these log one line.
-            error_cb=_connection_error,
-            disconnected_cb=_disconnected,
-            reconnected_cb=_reconnected,
-        )
+        # The client retries its first connection as often as later ones (forever, so that a
+        # server restart is waited out); an unreachable server is an error after the timeout.
+        async with asyncio.timeout(settings.connect_timeout.total_seconds() * 2):
+            connection = await _connect(url, settings)
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         raise BrokerError("connect", f"cannot reach {shown}") from exc
     broker = JetStreamBroker(connection, settings, shown)
@@ -171,6 +163,21 @@ async def open_broker(url: str, **options: Any) -> JetStreamBroker:
         await broker.close()
         raise
     return broker
+
+
+async def _connect(url: str, settings: JetStreamOptions) -> Client:
+    return await nats.connect(
+        url,
+        name="caravel-bridge",
+        connect_timeout=settings.connect_timeout.total_seconds(),
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,  # a server restart is waited out, never fatal
+        reconnect_time_wait=0.25,
+        # The client's default callbacks print tracebacks to stderr; these log one line.
+        error_cb=_connection_error,
+        disconnected_cb=_disconnected,
+        reconnected_cb=_reconnected,
+    )
 
 
 async def _connection_error(error: Exception) -> None:

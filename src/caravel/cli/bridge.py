@@ -45,6 +45,12 @@ FLAGS = {
     "fetch_timeout": "--fetch-timeout",
     "max_in_flight": "--prefetch",
     "broker": "--broker",
+    "stream": "--stream",
+    "subjects": "--subject",
+    "duplicate_window": "--duplicate-window",
+    "dead_letter_subject": "--dead-letter-subject",
+    "filter_subject": "--filter-subject",
+    "ack_wait": "--ack-wait",
 }
 
 BrokerUrl = Annotated[
@@ -95,6 +101,31 @@ LogLevel = Annotated[
     str | None,
     typer.Option(
         "--log-level", metavar="LEVEL", help="debug, info (the default), warning or error."
+    ),
+]
+
+
+Stream = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NAME",
+        help="NATS: the JetStream stream to declare (with --subject) when it does not exist.",
+    ),
+]
+StreamSubjects = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--subject",
+        metavar="SUBJECT",
+        help="NATS: a subject the declared --stream captures (wildcards allowed); repeatable.",
+    ),
+]
+DuplicateWindow = Annotated[
+    float | None,
+    typer.Option(
+        metavar="SECONDS",
+        help="NATS: the declared streams' duplicate window, in which a re-sent message id is "
+        "dropped (default 600).",
     ),
 ]
 
@@ -161,13 +192,47 @@ def ingress_routes(
         raise FlagError(f"--route {exc.field} {exc.rule}") from None
 
 
+def nats_options(
+    *,
+    stream: str | None = None,
+    subject: list[str] | None = None,
+    duplicate_window: float | None = None,
+    dead_letter_subject: str | None = None,
+    filter_subject: str | None = None,
+    ack_wait: float | None = None,
+) -> dict[str, Any]:
+    """The NATS-only flags given (and only those) as the JetStream adapter's options."""
+    options: dict[str, Any] = {
+        "stream": stream,
+        "subjects": tuple(subject) if subject else None,
+        "dead_letter_subject": dead_letter_subject,
+        "filter_subject": filter_subject,
+    }
+    if duplicate_window is not None:
+        options["duplicate_window"] = seconds("--duplicate-window", duplicate_window)
+    if ack_wait is not None:
+        options["ack_wait"] = seconds("--ack-wait", ack_wait)
+    return {name: value for name, value in options.items() if value is not None}
+
+
 def broker_options(
-    broker: str, *, declare: bool, bind: list[str], dead_letter_exchange: str | None
+    broker: str,
+    *,
+    declare: bool,
+    bind: list[str],
+    dead_letter_exchange: str | None,
+    nats: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the adapter of ``broker``'s scheme is opened with; the RabbitMQ-only flags are
-    refused for another broker."""
+    refused for another broker, and the NATS-only ones (``nats``) likewise."""
     scheme = urlsplit(broker).scheme.lower()
     options: dict[str, Any] = {"declare": declare}
+    if nats and scheme not in ("nats", "tls"):
+        raise FlagError(
+            "--stream, --subject, --duplicate-window, --dead-letter-subject, --filter-subject "
+            "and --ack-wait are for nats:// brokers only"
+        )
+    options.update(nats or {})
     if scheme in ("amqp", "amqps"):
         bindings: list[tuple[str, str]] = []
         for spec in bind:
@@ -283,6 +348,9 @@ def publish(
     ] = 1.0,
     outage_window: OutageWindow = 60.0,
     declare: Declare = True,
+    stream: Stream = None,
+    subject: StreamSubjects = None,
+    duplicate_window: DuplicateWindow = None,
     once: Once = False,
     progress: Progress = 10.0,
     as_json: AsJson = False,
@@ -302,7 +370,10 @@ def publish(
     try:
         configure_logging(level=parse_level(log_level, verbose))
         routes = egress_routes(route)
-        options = broker_options(broker, declare=declare, bind=[], dead_letter_exchange=None)
+        nats = nats_options(stream=stream, subject=subject, duplicate_window=duplicate_window)
+        options = broker_options(
+            broker, declare=declare, bind=[], dead_letter_exchange=None, nats=nats
+        )
         poll = seconds("--poll-interval", poll_interval)
         window = seconds("--outage-window", outage_window)
     except (FlagError, CaravelError) as exc:
@@ -433,6 +504,32 @@ def consume(
             help="RabbitMQ: the exchange rejected messages go to (default: SOURCE.dlx).",
         ),
     ] = None,
+    stream: Stream = None,
+    subject: StreamSubjects = None,
+    duplicate_window: DuplicateWindow = None,
+    dead_letter_subject: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SUBJECT",
+            help="NATS: where rejected messages are published (default: their subject + .dlq); "
+            "kept by a stream STREAM_DLQ declared when none captures it.",
+        ),
+    ] = None,
+    filter_subject: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SUBJECT",
+            help="NATS: what a durable consumer declared here reads (default: its whole stream).",
+        ),
+    ] = None,
+    ack_wait: Annotated[
+        float | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="NATS: how long a delivery may stay unsettled before JetStream delivers it "
+            "again, for a durable consumer declared here (default 30).",
+        ),
+    ] = None,
     outage_window: OutageWindow = 60.0,
     declare: Declare = True,
     once: Once = False,
@@ -459,8 +556,20 @@ def consume(
         routes = ingress_routes(
             registry, route or [], queue=queue, type_header=type_header, accept=accept or []
         )
+        nats = nats_options(
+            stream=stream,
+            subject=subject,
+            duplicate_window=duplicate_window,
+            dead_letter_subject=dead_letter_subject,
+            filter_subject=filter_subject,
+            ack_wait=ack_wait,
+        )
         options = broker_options(
-            broker, declare=declare, bind=bind or [], dead_letter_exchange=dead_letter_exchange
+            broker,
+            declare=declare,
+            bind=bind or [],
+            dead_letter_exchange=dead_letter_exchange,
+            nats=nats,
         )
         window = seconds("--outage-window", outage_window)
     except (FlagError, CaravelError) as exc:
