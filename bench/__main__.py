@@ -14,6 +14,7 @@
                                             # every dashboard, inspector and CLI read, empty and
                                             # at 3M finished rows
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
+    python -m bench --only bridge           # RabbitMQ egress and ingress beside the raw client
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
     python -m bench --only drain_batch   # the same backlog as plain jobs and as batches
@@ -57,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    bridge_cost,
     ceilings,
     churn,
     compare,
@@ -105,6 +107,7 @@ ALL = (
     "churn",
     "fairness",
     "limits",
+    "bridge",
     "compare",
 )
 #: The parts of the comparison with the peers (``--compare``).
@@ -117,6 +120,7 @@ ONLY_ON = {
     "durability": ("postgresql",),
     "notify": ("postgresql",),
     "replication": ("postgresql",),
+    "bridge": ("sqlite", "postgresql"),
 }
 
 
@@ -325,6 +329,7 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
             runs.enqueue_single(url, args.single * 2, args.producers)
         ),
         "sync": lambda url: sync_cost.measure(url, args.single, 5),
+        "bridge": lambda url: asyncio.run(bridge_cost.measure(url, args.jobs // 2)),
         "bulk": bulk,
         "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
         "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),

@@ -12,7 +12,8 @@ Points: ``after_claim``, ``after_handler_before_ack``, ``after_ack``, ``relay_af
 queue's limits row still locked), ``bridge_before_publish`` and ``bridge_after_confirm`` (a broker
 relay's pass, before publishing and after the broker confirmed, before recording),
 ``bridge_before_commit`` and ``bridge_after_commit`` (a broker consumer's pass, before the jobs'
-transaction and after it committed, before acknowledging). For tests only; never set it in production.
+transaction and after it committed, before acknowledging). For tests only; never set it in
+production.
 """
 
 from __future__ import annotations

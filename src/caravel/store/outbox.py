@@ -125,6 +125,18 @@ class OutboxStore:
                 retry_at=None,
             )
         )
+        # An intent a broker took is carried by no queue job: the pass's such rows share every
+        # value, so one statement settles them all.
+        self._published = (
+            sa.update(t)
+            .where(t.c.id.in_(sa.bindparam("b_ids", expanding=True)), pending)
+            .values(
+                dispatched_at=sa.bindparam("b_now"),
+                queue_job_id=None,
+                relay_failure=None,
+                retry_at=None,
+            )
+        )
         self._undeliverable = (
             sa.update(t)
             .where(t.c.id == sa.bindparam("b_id"), pending)
@@ -181,9 +193,14 @@ class OutboxStore:
         if not job_ids and not undeliverable:
             return
         async with self._transaction("outbox_mark") as conn:
-            if job_ids:
-                rows = [{"b_id": env, "b_job": job, "b_now": now} for env, job in job_ids.items()]
-                await conn.execute(self._dispatched, rows)
+            carried = [
+                {"b_id": e, "b_job": j, "b_now": now} for e, j in job_ids.items() if j is not None
+            ]
+            if carried:
+                await conn.execute(self._dispatched, carried)
+            published = [envelope for envelope, job in job_ids.items() if job is None]
+            if published:
+                await conn.execute(self._published, {"b_ids": published, "b_now": now})
             if undeliverable:
                 stuck: list[dict[str, Any]] = [
                     {"b_id": e.envelope_id, "b_reason": e.reason, "b_retry_at": e.retry_at}
