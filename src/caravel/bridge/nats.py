@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import nats
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from caravel.bridge.brokers import redacted
@@ -50,7 +51,6 @@ from caravel.errors import BrokerError, OptionsError
 from caravel.validation import check_duration
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
     from nats.aio.msg import Msg
     from nats.js.client import JetStreamContext
 
@@ -166,30 +166,31 @@ async def open_broker(url: str, **options: Any) -> JetStreamBroker:
 
 
 async def _connect(url: str, settings: JetStreamOptions) -> Client:
-    return await nats.connect(
-        url,
-        name="caravel-bridge",
-        connect_timeout=settings.connect_timeout.total_seconds(),
-        allow_reconnect=True,
-        max_reconnect_attempts=-1,  # a server restart is waited out, never fatal
-        reconnect_time_wait=0.25,
-        # The client's default callbacks print tracebacks to stderr; these log one line.
-        error_cb=_connection_error,
-        disconnected_cb=_disconnected,
-        reconnected_cb=_reconnected,
-    )
+    client = Client()
 
+    # The client's default callbacks print tracebacks to stderr; these log one line each.
+    async def error(exc: Exception) -> None:
+        logger.warning("NATS connection error", extra={"error": type(exc).__name__})
 
-async def _connection_error(error: Exception) -> None:
-    logger.warning("NATS connection error", extra={"error": type(error).__name__})
+    async def disconnected() -> None:
+        if not client.is_closed:  # not our own close
+            logger.warning("NATS connection lost; reconnecting")
 
+    async def reconnected() -> None:
+        logger.info("NATS connection restored")
 
-async def _disconnected() -> None:
-    logger.warning("NATS connection lost; reconnecting")
-
-
-async def _reconnected() -> None:
-    logger.info("NATS connection restored")
+    options: dict[str, Any] = {  # typed as the client's keywords are not (seconds are floats)
+        "name": "caravel-bridge",
+        "connect_timeout": settings.connect_timeout.total_seconds(),
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,  # a server restart is waited out, never fatal
+        "reconnect_time_wait": 0.25,
+        "error_cb": error,
+        "disconnected_cb": disconnected,
+        "reconnected_cb": reconnected,
+    }
+    await client.connect(url, **options)
+    return client
 
 
 class JetStreamBroker:
