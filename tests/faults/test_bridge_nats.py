@@ -22,19 +22,16 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from uuid import UUID
 
 import pytest
-import sqlalchemy as sa
 
 from caravel.bridge import Destination, OutgoingMessage
 from caravel.bridge.messages import HEADER_TENANT
 from caravel.bridge.nats import HEADER_MSG_ID, open_broker
 from caravel.errors import BrokerError
-from caravel.store.schema import jobs
 from tests.faults.natsserver import PrivateNats
-from tests.support import Add, dispatch
-from tests.support.bridge_app import OutboxApp, outbox_app, sync_url_of
+from tests.support import Add, dispatch, make_registry
+from tests.support.bridge import TABLE, AppDb, app_database, queue_rows
 from tests.support.jetstream import (
     ScratchNames,
     consumer_info,
@@ -173,11 +170,8 @@ def _stream_ids(url: str, stream: str) -> list[str]:
     return [m.headers[HEADER_MSG_ID] for m in asyncio.run(read_stream(url, stream))]
 
 
-def _dispatched(app: OutboxApp) -> set[str]:
-    table = sa.Table(app.table, sa.MetaData(), autoload_with=app.engine)
-    with app.engine.connect() as conn:
-        query = sa.select(table.c.id).where(table.c.dispatched_at.is_not(None))
-        return {str(UUID(str(row.id))) for row in conn.execute(query)}  # SQLite: hex text
+def _dispatched(app: AppDb) -> set[str]:
+    return {str(i) for i, row in app.envelopes().items() if row.dispatched_at is not None}
 
 
 async def _declare(url: str, stream: str, subjects: tuple[str, ...]) -> None:
@@ -186,22 +180,23 @@ async def _declare(url: str, stream: str, subjects: tuple[str, ...]) -> None:
 
 
 def test_relay_kills_and_broker_restarts_publish_every_intent_once(
-    db_url: str, nats_server: PrivateNats, names: ScratchNames, tmp_path: Path
+    backend: str, nats_server: PrivateNats, names: ScratchNames, tmp_path: Path
 ) -> None:
     nats_server.ensure_running()
     rng = random.Random(37)
+    registry = make_registry()
     asyncio.run(_declare(nats_server.url, names.stream, (names.subject("*"),)))
-    with outbox_app(db_url) as app:
+    with app_database(backend, tmp_path) as app:
         staged: set[str] = set()
 
         def stage(start: int, count: int) -> None:
-            items = [Add(i) for i in range(start, start + count)]
-            staged.update(str(i) for i in app.stage(items, dispatch(queue="out")))
+            items = [(Add(i), dispatch(queue="out")) for i in range(start, start + count)]
+            staged.update(str(i) for i in app.stage(registry, items))
 
         feeder = Feeder(stage)
         feeder.start()
         log = tmp_path / "relay.log"
-        args = [nats_server.url, app.async_url, app.table, names.subject("jobs")]
+        args = [nats_server.url, app.url, TABLE, names.subject("jobs")]
         endings: list[str] = []
         for number in range(ROUNDS):
             failpoint = number % 2 == 0
@@ -215,7 +210,7 @@ def test_relay_kills_and_broker_restarts_publish_every_intent_once(
             held = set(_stream_ids(nats_server.url, names.stream))
             assert _dispatched(app) <= held, _log_tail(log)
         total = feeder.finish()
-        Bridge("egress", args, log, None).finish(lambda: not app.pending())
+        Bridge("egress", args, log, None).finish(lambda: app.pending() == 0)
         ids = _stream_ids(nats_server.url, names.stream)
     assert endings.count("failpoint") >= ROUNDS // 2 - 1, (endings, _log_tail(log))
     # Every intent delivered, and the stream holds each id once: the re-sends after the
@@ -228,12 +223,7 @@ def test_relay_kills_and_broker_restarts_publish_every_intent_once(
 
 
 def _job_keys(db_url: str) -> list[str]:
-    engine = sa.create_engine(sync_url_of(db_url))
-    try:
-        with engine.connect() as conn:
-            return [row[0] for row in conn.execute(sa.select(jobs.c.idempotency_key))]
-    finally:
-        engine.dispose()
+    return [row.idempotency_key for row in queue_rows(db_url)]
 
 
 def _messages(start: int, count: int, subject: str) -> list[OutgoingMessage]:
