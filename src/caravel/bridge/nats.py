@@ -201,6 +201,7 @@ class JetStreamBroker:
         self._js: JetStreamContext = connection.jetstream()
         self.options = options
         self._url = url
+        self._subscriptions: list[JetStreamSubscription] = []
 
     @property
     def url(self) -> str:
@@ -222,7 +223,15 @@ class JetStreamBroker:
             subjects=subjects,
             duplicate_window=self.options.duplicate_window.total_seconds(),
         )
-        await self.call("declare", self._js.add_stream(config))
+        try:
+            await self.call("declare", self._js.add_stream(config))
+        except BrokerError:
+            # Another process (a second consumer, the publishing application) may have made
+            # it meanwhile: then it is there, whatever its settings.
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await self.call("declare", self._js.stream_info(name))
+                return
+            raise
 
     async def publisher(self) -> JetStreamPublisher:
         return JetStreamPublisher(self._js, self.options, self._url)
@@ -244,7 +253,9 @@ class JetStreamBroker:
             "subscribe", self._js.pull_subscribe_bind(durable, stream=stream)
         )
         bound = min(max_in_flight, consumer.config.max_ack_pending or max_in_flight)
-        return JetStreamSubscription(self, subscription, source, bound)
+        opened = JetStreamSubscription(self, subscription, source, bound)
+        self._subscriptions.append(opened)
+        return opened
 
     async def _consumer(self, stream: str, durable: str, max_in_flight: int) -> Any:
         try:
@@ -305,7 +316,10 @@ class JetStreamBroker:
             raise BrokerError(operation, f"no answer from {self._url}") from exc
 
     async def close(self) -> None:
-        """Flush what is buffered (acknowledgements) and close the connection."""
+        """Hand back what the subscriptions hold unsettled, flush what is buffered
+        (acknowledgements) and close the connection."""
+        for subscription in self._subscriptions:
+            await subscription.close()
         with contextlib.suppress(OSError, TimeoutError, nats.errors.Error):
             await self._connection.flush(timeout=2)
         with contextlib.suppress(OSError, TimeoutError, nats.errors.Error):
