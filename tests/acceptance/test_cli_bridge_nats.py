@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 from caravel import DispatchOptions
 from caravel.bridge import Destination, OutgoingMessage
 from caravel.bridge.nats import HEADER_MSG_ID, open_broker
+from tests.acceptance.test_cli_bridge import APP, finish, run, start
 from tests.support.apps.workload import Nap, registry
 from tests.support.bridge import TABLE, AppDb, app_database, queue_rows
 from tests.support.jetstream import (
@@ -27,11 +27,9 @@ from tests.support.jetstream import (
     require_nats,
     scratch_names,
 )
-from tests.support.processes import CARAVEL, PYTHONPATH, ROOT, wait_until
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow
-
-APP = "tests.support.apps.workload:registry"
 
 
 @pytest.fixture
@@ -49,49 +47,11 @@ def app_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppDb]:
         yield db
 
 
-def environment() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CARAVEL_FAILPOINT", "CARAVEL_DATABASE_URL", "CARAVEL_BROKER_URL")
-    }
-    env.update({"PYTHONPATH": PYTHONPATH, "NO_COLOR": "1", "TERM": "dumb"})
-    return env
-
-
-def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [CARAVEL, "bridge", *args],
-        cwd=ROOT,
-        env=environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CARAVEL, "bridge", *args],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def stop(process: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str]:
+def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
     """SIGTERM, as a supervisor stops it; its exit code and stderr."""
     process.send_signal(signal.SIGTERM)
-    try:
-        _, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, err = process.communicate()
-        raise AssertionError(f"did not exit within {timeout}s; stderr:\n{err}") from None
-    return process.returncode, err
+    code, _, err = finish(process)
+    return code, err
 
 
 def consume_args(jet: ScratchNames, db_url: str, *extra: str) -> list[str]:

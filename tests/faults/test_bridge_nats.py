@@ -130,6 +130,29 @@ def _round(
     return "failpoint" if process.returncode == -signal.SIGKILL else f"exit {process.returncode}"
 
 
+def _rounds(
+    role: str,
+    args: list[str],
+    log: Path,
+    failpoint: str,
+    server: PrivateNats,
+    rng: random.Random,
+    check: Callable[[], None],
+) -> None:
+    """``ROUNDS`` bridge processes in turn, every other one with ``failpoint`` and the others
+    SIGKILLed at a random moment, the broker restarted under some; ``check`` after each, with
+    nothing running. Most failpoint rounds must have reached their failpoint."""
+    endings: list[str] = []
+    for number in range(ROUNDS):
+        hit = number % 2 == 0
+        bridge = Bridge(role, args, log, failpoint if hit else None)
+        restart = number in BROKER_RESTARTS
+        endings.append(_round(bridge, server, failpoint=hit, restart_broker=restart, rng=rng))
+        server.ensure_running()
+        check()
+    assert endings.count("failpoint") >= ROUNDS // 2 - 1, (endings, _log_tail(log))
+
+
 class Feeder(threading.Thread):
     """Calls ``feed(start, FEED_BATCH)`` every ``FEED_PAUSE`` seconds until :meth:`finish`, so
     that every round finds work; ``feed`` rides out broker restarts itself."""
@@ -197,22 +220,16 @@ def test_relay_kills_and_broker_restarts_publish_every_intent_once(
         feeder.start()
         log = tmp_path / "relay.log"
         args = [nats_server.url, app.url, TABLE, names.subject("jobs")]
-        endings: list[str] = []
-        for number in range(ROUNDS):
-            failpoint = number % 2 == 0
-            bridge = Bridge("egress", args, log, "bridge_after_confirm" if failpoint else None)
-            restart = number in BROKER_RESTARTS
-            endings.append(
-                _round(bridge, nats_server, failpoint=failpoint, restart_broker=restart, rng=rng)
-            )
-            nats_server.ensure_running()
+
+        def check() -> None:
             # Nothing recorded as published that the stream does not hold.
             held = set(_stream_ids(nats_server.url, names.stream))
             assert _dispatched(app) <= held, _log_tail(log)
+
+        _rounds("egress", args, log, "bridge_after_confirm", nats_server, rng, check)
         total = feeder.finish()
         Bridge("egress", args, log, None).finish(lambda: app.pending() == 0)
         ids = _stream_ids(nats_server.url, names.stream)
-    assert endings.count("failpoint") >= ROUNDS // 2 - 1, (endings, _log_tail(log))
     # Every intent delivered, and the stream holds each id once: the re-sends after the
     # failpoint kills (PubAck received, nothing recorded) were dropped by the duplicate window.
     assert len(ids) == len(set(ids)) == total
@@ -289,17 +306,12 @@ def test_consumer_kills_and_broker_restarts_make_one_job_per_message(
     feeder.start()
     log = tmp_path / "consumer.log"
     args = [nats_server.url, db_url, f"{names.stream}:{names.durable}", subject]
-    endings: list[str] = []
-    for number in range(ROUNDS):
-        failpoint = number % 2 == 0
-        bridge = Bridge("ingress", args, log, "bridge_after_commit" if failpoint else None)
-        restart = number in BROKER_RESTARTS
-        endings.append(
-            _round(bridge, nats_server, failpoint=failpoint, restart_broker=restart, rng=rng)
-        )
-        nats_server.ensure_running()
+
+    def check() -> None:
         # Nothing acknowledged whose job the database did not commit.
         assert _acked(nats_server.url, names) <= set(_job_keys(db_url)), _log_tail(log)
+
+    _rounds("ingress", args, log, "bridge_after_commit", nats_server, rng, check)
 
     def settled() -> bool:
         info = asyncio.run(consumer_info(nats_server.url, names.stream, names.durable))
@@ -307,7 +319,6 @@ def test_consumer_kills_and_broker_restarts_make_one_job_per_message(
 
     total = feeder.finish()
     Bridge("ingress", args, log, None).finish(settled)
-    assert endings.count("failpoint") >= ROUNDS // 2 - 1, (endings, _log_tail(log))
     # Every message exactly one job, however often it was delivered; the bad ones are in the
     # dead letters once each (a repeat after a kill deduped by the dead-letter stream).
     keys = _job_keys(db_url)
