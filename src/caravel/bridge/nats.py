@@ -17,9 +17,10 @@ within ``ack_wait`` (a consumer that died) is delivered again and finds its job 
 JetStream has no dead-letter exchange, so a rejected message is first published, with its
 headers and the failure category in ``caravel-failure``, to a dead-letter subject (by default
 its own subject with ``.dlq`` appended), and then terminated (``term``: never delivered again).
-Dead letters are kept by a stream: the adapter declares ``<STREAM>_DLQ`` for them when no stream
-captures the dead-letter subjects yet. The dead-letter subject must be one the consumer does not
-read, or dead letters would come back to it; :meth:`JetStreamBroker.subscribe` refuses that.
+Dead letters are kept by a stream of their own: the adapter declares ``<STREAM>_DLQ`` for them
+when no stream captures the dead-letter subjects yet. :meth:`JetStreamBroker.subscribe` refuses
+a dead-letter subject the consumer reads (dead letters would come back to it) or its own stream
+keeps (the copy keeps the message's id, which that stream's duplicate window would drop).
 
 The client reconnects by itself when the server restarts; a publish or a fetch that falls in the
 gap fails (publish: :class:`~caravel.errors.BrokerError`, so the relay records nothing and sends
@@ -240,8 +241,10 @@ class JetStreamBroker:
         """Deliveries from the durable consumer ``source`` = ``STREAM:durable``, created (pull,
         explicit acks, ``max_ack_pending = max_in_flight``) when it does not exist."""
         stream, _, durable = source.partition(":")
-        _check_name(stream, "source stream")
-        _check_name(durable, "source durable")
+        if not stream or not durable:
+            raise OptionsError("source", "must be STREAM:DURABLE (a JetStream durable consumer)")
+        _check_name(stream, "source")
+        _check_name(durable, "source")
         consumer = await self._consumer(stream, durable, max_in_flight)
         if consumer.config.filter_subject:
             reads = [consumer.config.filter_subject]
@@ -284,9 +287,14 @@ class JetStreamBroker:
                 rule = "must be a subject the consumer does not read (set one outside it)"
                 raise OptionsError("dead_letter_subject", rule)
             try:
-                await self.call("subscribe", self._js.find_stream_name_by_subject(probe))
+                keeper = await self.call("subscribe", self._js.find_stream_name_by_subject(probe))
             except nats.js.errors.NotFoundError:
                 missing.append(pattern)
+                continue
+            if keeper == stream:
+                # A copy keeps its message id, which the stream's duplicate window would drop.
+                rule = "must be kept by another stream than the one the consumer reads"
+                raise OptionsError("dead_letter_subject", rule)
         if missing and not self.options.declare:
             reason = "no stream keeps the dead-letter subject (create one, or declare)"
             raise BrokerError("subscribe", reason)

@@ -244,9 +244,17 @@ async def test_a_dead_letter_subject_the_consumer_reads_is_refused(jet: ScratchN
     everything = (jet.subject(">"),)
     broker = await open_broker(require_nats(), stream=jet.stream, subjects=everything)
     try:
-        with pytest.raises(OptionsError, match="dead_letter_subject"):
+        with pytest.raises(OptionsError, match="dead_letter_subject: must be a subject the"):
             await broker.subscribe(f"{jet.stream}:{jet.durable}", max_in_flight=5)
-        # Outside what it reads, it is taken.
+        # Reading prefix.add only, prefix.add.dlq would be kept by its own stream, whose
+        # duplicate window would drop the copy (it keeps the message's id).
+        narrow = await open_broker(require_nats(), filter_subject=jet.subject("add"))
+        try:
+            with pytest.raises(OptionsError, match="dead_letter_subject: must be kept by another"):
+                await narrow.subscribe(f"{jet.stream}:narrow", max_in_flight=5)
+        finally:
+            await narrow.close()
+        # Outside what it reads and what its stream keeps, it is taken.
         elsewhere = await open_broker(require_nats(), dead_letter_subject=f"dlq-{jet.prefix}")
         try:
             source = f"{jet.stream}:{jet.durable}"
