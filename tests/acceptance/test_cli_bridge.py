@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from caravel import DispatchOptions
+from tests.acceptance.test_cli_json import EXAMPLES, same_shape
 from tests.support.apps.workload import Nap, registry
 from tests.support.bridge import TABLE, AppDb, app_database, queue_rows
 from tests.support.processes import CARAVEL, PYTHONPATH, ROOT, wait_until
@@ -170,6 +171,7 @@ def test_consume_once_as_json(names: Names, db_url: str) -> None:
     done = run(*consume_args(names, db_url, "--once", "--json"))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["enqueued"] == 1
+    same_shape(EXAMPLES["caravel bridge consume"], json.loads(done.stdout))
 
 
 def test_publish_runs_until_sigterm_and_every_intent_arrives(app_db: AppDb, names: Names) -> None:
@@ -229,6 +231,7 @@ def test_publish_once_as_json(app_db: AppDb, names: Names) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"event": "stopped", "published": 3, "undeliverable": 0}
+    same_shape(EXAMPLES["caravel bridge publish"], json.loads(done.stdout))
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

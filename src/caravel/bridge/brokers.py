@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from caravel.bridge.ports import Broker
 from caravel.errors import ValidationError
 
-__all__ = ["ADAPTERS", "open_broker", "redacted"]
+__all__ = ["ADAPTERS", "check_broker_url", "open_broker", "redacted"]
 
 #: URL scheme -> (adapter module, the extra that installs its client, the client's module).
 #: Each adapter module has ``async def open_broker(url: str, **options) -> Broker``.
@@ -32,7 +32,10 @@ def redacted(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def _adapter_module(url: str) -> Any:
+def check_broker_url(url: str) -> str:
+    """The adapter module for ``url``; :class:`~caravel.errors.ValidationError` (field
+    ``broker``) unless its scheme names an adapter whose client is installed. Imports the
+    client only; connects to nothing."""
     scheme = urlsplit(url).scheme.lower() if isinstance(url, str) else ""
     adapter = ADAPTERS.get(scheme)
     if adapter is None:
@@ -45,7 +48,7 @@ def _adapter_module(url: str) -> Any:
         raise ValidationError(
             "broker", f"{scheme}:// needs the {extra!r} extra: pip install 'caravel-queue[{extra}]'"
         ) from None
-    return importlib.import_module(module)  # a fixed module from the table above
+    return module
 
 
 async def open_broker(url: str, **options: Any) -> Broker:
@@ -53,5 +56,6 @@ async def open_broker(url: str, **options: Any) -> Broker:
     ``tls://``: NATS JetStream) with the adapter's ``options``. Raises
     :class:`~caravel.errors.ValidationError` for an unknown scheme or a missing extra, and
     :class:`~caravel.errors.BrokerError` when the broker cannot be reached."""
-    broker: Broker = await _adapter_module(url).open_broker(url, **options)
+    adapter = importlib.import_module(check_broker_url(url))  # a module of the table above
+    broker: Broker = await adapter.open_broker(url, **options)
     return broker

@@ -18,12 +18,12 @@ import typer
 
 from caravel.cli.apps import load_registry
 from caravel.cli.connect import process_url
-from caravel.cli.failure import fail
+from caravel.cli.failure import exit_code, fail
 from caravel.cli.flags import FlagError, flag_message, seconds
 from caravel.cli.jsonout import emit
 from caravel.cli.logs import configure_logging, parse_level
 from caravel.cli.options import DatabaseUrl
-from caravel.errors import BrokerError, CaravelError, OptionsError, StoreError, ValidationError
+from caravel.errors import CaravelError, OptionsError, StoreError, ValidationError
 from caravel.outbox import OUTBOX_TABLE
 
 if TYPE_CHECKING:
@@ -224,7 +224,12 @@ def broker_options(
     nats: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the adapter of ``broker``'s scheme is opened with; the RabbitMQ-only flags are
-    refused for another broker, and the NATS-only ones (``nats``) likewise."""
+    refused for another broker, and the NATS-only ones (``nats``) likewise. An unknown
+    scheme, or one whose extra is missing, is a :class:`~caravel.errors.ValidationError` here,
+    before anything is opened."""
+    from caravel.bridge.brokers import check_broker_url
+
+    check_broker_url(broker)
     scheme = urlsplit(broker).scheme.lower()
     options: dict[str, Any] = {"declare": declare}
     if nats and scheme not in ("nats", "tls"):
@@ -304,15 +309,19 @@ async def _open(broker: str, options: dict[str, Any]) -> Broker:
     return await open_broker(broker, **options)
 
 
-def _failed(command: str, exc: BaseException, *, as_json: bool, url: str | None) -> typer.Exit:
+def _failed(
+    command: str, exc: BaseException, *, as_json: bool, url: str | None, database: str = "queue"
+) -> typer.Exit:
     if isinstance(exc, OptionsError):  # a number out of its range, said with the flag
         return fail(f"bridge {command}", FlagError(flag_message(exc, FLAGS)), as_json=as_json)
-    on_db = isinstance(exc, StoreError)
+    # A runtime failure stopped a running bridge; a set-up one (exit 2) never let it start.
+    stopped = ": stopped" if exit_code(exc) == 1 else ""
     return fail(
-        f"bridge {command}: stopped" if isinstance(exc, BrokerError | StoreError) else command,
+        f"bridge {command}{stopped}",
         exc,
         as_json=as_json,
-        url=url if on_db else None,
+        url=url if isinstance(exc, StoreError) else None,
+        database=database,
     )
 
 
@@ -385,7 +394,9 @@ def publish(
             )
         )
     except CaravelError as exc:
-        raise _failed("publish", exc, as_json=as_json, url=app_url) from None
+        raise _failed(
+            "publish", exc, as_json=as_json, url=app_url, database="application"
+        ) from None
     reporter.report({"published": published, "undeliverable": stuck}, final=True)
 
 
@@ -402,7 +413,14 @@ async def _publish(
     reporter: _Reporter,
 ) -> tuple[int, int]:
     from caravel.bridge.egress import BrokerRelay
+    from caravel.store import open_outbox_store
 
+    # The outbox table first: a wrong --app-url or --table is said before any broker is reached.
+    outbox = open_outbox_store(process_url(app_url), table)
+    try:
+        await outbox.outbox_count_pending()
+    finally:
+        await outbox.close()
     broker = await _open(broker_url, options)
     try:
         relay = BrokerRelay(
