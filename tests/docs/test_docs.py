@@ -13,13 +13,14 @@ import pytest
 from tests.docs.blocks import SERVERS, Block, all_blocks, parse
 from tests.docs.conftest import PageRuns
 from tests.docs.runner import ROOT, BlockFailed
+from tests.support.jetstream import require_nats
 from tests.support.rabbitmq import rabbitmq_available
 
 BLOCKS = all_blocks()
 
 #: A page whose runnable blocks reach a broker needs its server: the page's tests skip without
 #: it, and fail under ``CI=true``, as a database's do.
-BROKERS = {"amqp://": rabbitmq_available}
+BROKERS = {"amqp://": rabbitmq_available, "nats://": require_nats}
 
 
 def _check_brokers(page: str) -> None:
