@@ -1,8 +1,9 @@
 """The bridges over NATS JetStream under faults: a relay or a consumer process SIGKILLed at the
-failpoint between the broker's acknowledgement and the database (``bridge_after_confirm``: the
-PubAck came, the intent is not recorded; ``bridge_after_commit``: the jobs committed, nothing is
-acknowledged) and at random moments (mid-publish, mid-transaction: the other order), and the
-throwaway ``nats-server`` SIGKILLed and restarted over its store mid-stream.
+failpoints between the broker and the database (``bridge_after_confirm``: the PubAck came, the
+intent is not recorded; ``bridge_after_commit``: the jobs committed, nothing is acknowledged),
+in the reverse order (``bridge_before_publish``, ``bridge_before_commit``) and at random moments
+(mid-publish, mid-transaction), and the throwaway ``nats-server`` SIGKILLed and restarted over
+its store mid-stream.
 
 The checker: every intent delivered, and the stream holds each intent's id exactly once (the
 re-sends after a kill were dropped by JetStream's duplicate window); every ingested message
@@ -134,18 +135,19 @@ def _rounds(
     role: str,
     args: list[str],
     log: Path,
-    failpoint: str,
+    failpoints: tuple[str, str],
     server: PrivateNats,
     rng: random.Random,
     check: Callable[[], None],
 ) -> None:
-    """``ROUNDS`` bridge processes in turn, every other one with ``failpoint`` and the others
-    SIGKILLed at a random moment, the broker restarted under some; ``check`` after each, with
-    nothing running. Most failpoint rounds must have reached their failpoint."""
+    """``ROUNDS`` bridge processes in turn, every other one with one of ``failpoints`` (after
+    the broker's acknowledgement and before the database's record or commit, then the reverse
+    order) and the others SIGKILLed at a random moment, the broker restarted under some;
+    ``check`` after each, with nothing running. Most failpoint rounds must have reached it."""
     endings: list[str] = []
     for number in range(ROUNDS):
         hit = number % 2 == 0
-        bridge = Bridge(role, args, log, failpoint if hit else None)
+        bridge = Bridge(role, args, log, failpoints[number // 2 % 2] if hit else None)
         restart = number in BROKER_RESTARTS
         endings.append(_round(bridge, server, failpoint=hit, restart_broker=restart, rng=rng))
         server.ensure_running()
@@ -226,7 +228,8 @@ def test_relay_kills_and_broker_restarts_publish_every_intent_once(
             held = set(_stream_ids(nats_server.url, names.stream))
             assert _dispatched(app) <= held, _log_tail(log)
 
-        _rounds("egress", args, log, "bridge_after_confirm", nats_server, rng, check)
+        points = ("bridge_after_confirm", "bridge_before_publish")
+        _rounds("egress", args, log, points, nats_server, rng, check)
         total = feeder.finish()
         Bridge("egress", args, log, None).finish(lambda: app.pending() == 0)
         ids = _stream_ids(nats_server.url, names.stream)
@@ -311,7 +314,8 @@ def test_consumer_kills_and_broker_restarts_make_one_job_per_message(
         # Nothing acknowledged whose job the database did not commit.
         assert _acked(nats_server.url, names) <= set(_job_keys(db_url)), _log_tail(log)
 
-    _rounds("ingress", args, log, "bridge_after_commit", nats_server, rng, check)
+    points = ("bridge_after_commit", "bridge_before_commit")
+    _rounds("ingress", args, log, points, nats_server, rng, check)
 
     def settled() -> bool:
         info = asyncio.run(consumer_info(nats_server.url, names.stream, names.durable))
