@@ -234,13 +234,15 @@ class BrokerConsumer:
             created, repeated = await self._insert(ready, rejected)
             # Committed and not acknowledged yet: a crash here has the broker deliver them again.
             failpoint("bridge_after_commit")
-            refused = {id(delivery) for delivery, _ in rejected}
-            for delivery, job in ready:
-                if id(delivery) not in refused:
-                    await delivery.ack()
-                    telemetry.record_bridge_consumed(self.subscription.source, job.job_type)
+            # Rejects first: every delivery of the pass is then settled by the acknowledgement
+            # of the rest, which a broker may make one cumulative acknowledgement.
             for delivery, category in rejected:
                 await self._reject(delivery, category)
+            refused = {id(delivery) for delivery, _ in rejected}
+            taken = [(d, job) for d, job in ready if id(d) not in refused]
+            await self.subscription.ack_many([delivery for delivery, _ in taken])
+            for _, job in taken:
+                telemetry.record_bridge_consumed(self.subscription.source, job.job_type)
         self.created += created
         self.repeated += repeated
         self.rejected += len(rejected)

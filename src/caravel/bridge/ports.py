@@ -76,6 +76,12 @@ class Subscription(Protocol):
         ``wait`` seconds for it (an empty list after that)."""
         ...
 
+    async def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge ``deliveries`` (fetched from this subscription) as each one's
+        :meth:`Delivery.ack` would, in as few round trips as the broker allows (one cumulative
+        acknowledgement on RabbitMQ; one ``ack`` each where the broker has none)."""
+        ...
+
     async def close(self) -> None:
         """Stop receiving; deliveries not settled go back to the broker for redelivery."""
         ...
