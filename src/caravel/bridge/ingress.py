@@ -36,7 +36,7 @@ from caravel.bridge.messages import (
     IncomingMessage,
 )
 from caravel.bridge.outages import DEFAULT_OUTAGE_WINDOW, Outage
-from caravel.bridge.ports import Delivery, Subscription
+from caravel.bridge.ports import AcknowledgesMany, Delivery, Subscription
 from caravel.bridge.routing import IngressRoutes
 from caravel.errors import BrokerError, IdempotencyConflictError, OptionsError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, DispatchOptions
@@ -240,7 +240,7 @@ class BrokerConsumer:
                 await self._reject(delivery, category)
             refused = {id(delivery) for delivery, _ in rejected}
             taken = [(d, job) for d, job in ready if id(d) not in refused]
-            await self.subscription.ack_many([delivery for delivery, _ in taken])
+            await self._ack([delivery for delivery, _ in taken])
             for _, job in taken:
                 telemetry.record_bridge_consumed(self.subscription.source, job.job_type)
         self.created += created
@@ -274,6 +274,13 @@ class BrokerConsumer:
             repeated += result.already_enqueued
             created += not result.already_enqueued
         return created, repeated
+
+    async def _ack(self, deliveries: list[Delivery]) -> None:
+        if isinstance(self.subscription, AcknowledgesMany):
+            await self.subscription.ack_many(deliveries)
+            return
+        for delivery in deliveries:
+            await delivery.ack()
 
     async def _reject(self, delivery: Delivery, category: IngressFailure) -> None:
         await delivery.reject(category)
