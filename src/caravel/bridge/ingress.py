@@ -176,14 +176,6 @@ class BrokerConsumer:
         self.require_tenant = require_tenant
         self.batch_size = min(batch_size, subscription.max_in_flight)
         self.fetch_timeout = fetch_timeout
-        check_duration(
-            "outage_window",
-            outage_window,
-            timedelta(0),
-            timedelta(days=1),
-            "must be from 0 to 1 day",
-            error=OptionsError,
-        )
         self._outage = Outage(outage_window)
         self._stop = asyncio.Event()
         self.created = 0
