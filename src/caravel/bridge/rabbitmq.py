@@ -263,6 +263,9 @@ class RabbitSubscription:
             async with asyncio.timeout(wait):
                 first = await self._buffer.get()
         except TimeoutError:
+            if self.channel.is_closed:
+                # Reconnecting: say so, so the consumer's outage window counts the time.
+                raise BrokerError("consume", f"connection lost ({self.url})") from None
             return []
         raws = [first]
         while len(raws) < limit and not self._buffer.empty():
