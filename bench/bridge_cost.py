@@ -9,7 +9,7 @@ Four figures, each over ``jobs`` messages on fresh queues of the local server
   (staged beforehand in an outbox table in the bench database) with the same confirms, and
   recording each pass;
 - ``raw_consume``: aio-pika alone consuming them with manual acknowledgements and a prefetch of
-  ``prefetch``, one ``ack`` per message;
+  ``prefetch``, one cumulative ``ack`` per ``batch`` messages (as the bridge settles a pass);
 - ``ingress``: :class:`~caravel.bridge.BrokerConsumer` turning as many messages into jobs, each
   validated, inserted in the pass's transaction and acknowledged after it committed.
 
@@ -83,7 +83,7 @@ async def _raw_publish(queue: str, jobs: int, batch: int) -> float:
         return time.perf_counter() - started
 
 
-async def _raw_consume(queue: str, jobs: int, prefetch: int) -> float:
+async def _raw_consume(queue: str, jobs: int, prefetch: int, batch: int) -> float:
     connection = await aio_pika.connect(RABBITMQ_URL)
     async with connection:
         channel = await connection.channel()
@@ -94,8 +94,9 @@ async def _raw_consume(queue: str, jobs: int, prefetch: int) -> float:
 
         async def take(message: aio_pika.abc.AbstractIncomingMessage) -> None:
             nonlocal seen
-            await message.ack()
             seen += 1
+            if seen % batch == 0 or seen >= jobs:
+                await message.ack(multiple=True)  # this one and every one before it
             if seen >= jobs:
                 done.set()
 
@@ -177,7 +178,7 @@ async def measure(url: str, jobs: int, batch: int = 500, prefetch: int = 1000) -
     raw, bridged = f"bench-raw-{tag}", f"bench-bridge-{tag}"
     try:
         raw_publish = await _raw_publish(raw, jobs, batch)
-        raw_consume = await _raw_consume(raw, jobs, prefetch)
+        raw_consume = await _raw_consume(raw, jobs, prefetch, batch)
         await _raw_publish(bridged, 0, batch)  # declares it
         egress = await _egress(url, bridged, jobs, batch)
         ingress = await _ingress(url, bridged, jobs, batch, prefetch)

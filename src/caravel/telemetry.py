@@ -401,13 +401,18 @@ def record_undeliverable(queue: str, reason: str) -> None:
 
 
 @contextmanager
-def relay_span(count: int) -> Iterator[Span]:
-    with _traced("caravel.outbox.dispatch", kind=SpanKind.PRODUCER) as span:
+def _batch_span(name: str, kind: SpanKind, count: int) -> Iterator[Span]:
+    """A span over one pass of ``count`` messages."""
+    with _traced(name, kind=kind) as span:
         if span.is_recording():
             span.set_attributes(
                 {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
             )
         yield span
+
+
+def relay_span(count: int) -> AbstractContextManager[Span]:
+    return _batch_span("caravel.outbox.dispatch", SpanKind.PRODUCER, count)
 
 
 # ----- message-broker bridges ----------------------------------------------------------------
@@ -429,23 +434,11 @@ def record_bridge_rejected(source: str, category: str) -> None:
     bridge_rejected.add(1, {"messaging.source.name": source, "caravel.category": category})
 
 
-@contextmanager
-def bridge_publish_span(count: int) -> Iterator[Span]:
+def bridge_publish_span(count: int) -> AbstractContextManager[Span]:
     """One relay pass publishing ``count`` messages to a broker and awaiting its confirms."""
-    with _traced("caravel.bridge.publish", kind=SpanKind.PRODUCER) as span:
-        if span.is_recording():
-            span.set_attributes(
-                {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
-            )
-        yield span
+    return _batch_span("caravel.bridge.publish", SpanKind.PRODUCER, count)
 
 
-@contextmanager
-def bridge_consume_span(count: int) -> Iterator[Span]:
+def bridge_consume_span(count: int) -> AbstractContextManager[Span]:
     """One consumer pass enqueueing and settling ``count`` broker deliveries."""
-    with _traced("caravel.bridge.consume", kind=SpanKind.CONSUMER) as span:
-        if span.is_recording():
-            span.set_attributes(
-                {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
-            )
-        yield span
+    return _batch_span("caravel.bridge.consume", SpanKind.CONSUMER, count)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,15 +15,24 @@ import pytest
 from caravel import DispatchOptions
 from tests.acceptance.test_cli_json import EXAMPLES, same_shape
 from tests.support.apps.workload import Nap, registry
-from tests.support.bridge import TABLE, AppDb, app_database, queue_rows
-from tests.support.processes import CARAVEL, PYTHONPATH, ROOT, wait_until
+from tests.support.bridge import (
+    TABLE,
+    AppDb,
+    app_database,
+    ended,
+    finish,
+    queue_rows,
+    run,
+    start,
+)
+from tests.support.processes import wait_until
 from tests.support.rabbitmq import (
     RABBITMQ_URL,
     Names,
-    count,
+    exists,
+    fresh_names,
     held,
     publish_raw,
-    rabbitmq_available,
     read_all,
 )
 
@@ -36,61 +43,14 @@ APP = "tests.support.apps.workload:registry"
 
 @pytest.fixture
 def names() -> Iterator[Names]:
-    rabbitmq_available()
-    made = Names()
-    try:
+    with fresh_names() as made:
         yield made
-    finally:
-        asyncio.run(made.cleanup())
 
 
 @pytest.fixture(params=("sqlite", "postgresql"))
 def app_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppDb]:
     with app_database(request.param, tmp_path) as db:
         yield db
-
-
-def environment() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CARAVEL_FAILPOINT", "CARAVEL_DATABASE_URL", "CARAVEL_BROKER_URL")
-    }
-    env.update({"PYTHONPATH": PYTHONPATH, "NO_COLOR": "1", "TERM": "dumb"})
-    return env
-
-
-def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [CARAVEL, "bridge", *args],
-        cwd=ROOT,
-        env=environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CARAVEL, "bridge", *args],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def finish(process: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str, str]:
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        raise AssertionError(f"did not exit within {timeout}s; stderr:\n{err}") from None
-    return process.returncode, out, err
 
 
 def consume_args(names: Names, db_url: str, *extra: str) -> list[str]:
@@ -112,14 +72,6 @@ def consume_args(names: Names, db_url: str, *extra: str) -> list[str]:
     ]
 
 
-def queue_exists(name: str) -> bool:
-    try:
-        asyncio.run(count(name))
-    except Exception:
-        return False
-    return True
-
-
 def nap(i: int, tenant: str = "t") -> tuple[str, str, bytes, dict[str, str]]:
     body = json.dumps({"seconds": 0, "label": f"nap-{i}"}).encode()
     return ("naps.new", f"msg-{i}", body, {"caravel-tenant": tenant})
@@ -127,9 +79,9 @@ def nap(i: int, tenant: str = "t") -> tuple[str, str, bytes, dict[str, str]]:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"], indirect=True)
 def test_consume_runs_until_sigterm_and_stops_with_its_counts(names: Names, db_url: str) -> None:
-    process = start(*consume_args(names, db_url, "--progress", "0.2"))
+    process = start(consume_args(names, db_url, "--progress", "0.2"))
     try:
-        wait_until(lambda: queue_exists(names.queue), what="the consumer's queue")
+        wait_until(lambda: exists(names.queue), what="the consumer's queue")
         messages = [nap(i) for i in range(20)] + [
             ("naps.new", "bad", b"{", {"caravel-tenant": "t"})
         ]
@@ -141,9 +93,7 @@ def test_consume_runs_until_sigterm_and_stops_with_its_counts(names: Names, db_u
         process.send_signal(signal.SIGTERM)
         code, _, err = finish(process)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        ended(process)
     assert code == 0, err
     assert f"consuming {names.queue} from amqp://127.0.0.1:5672/" in err
     assert "guest" not in err
@@ -159,7 +109,7 @@ def test_consume_runs_until_sigterm_and_stops_with_its_counts(names: Names, db_u
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_consume_once_as_json(names: Names, db_url: str) -> None:
-    first = run(*consume_args(names, db_url, "--once", "--json"))  # declares the topology
+    first = run(consume_args(names, db_url, "--once", "--json"))  # declares the topology
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout) == {
         "event": "stopped",
@@ -168,7 +118,7 @@ def test_consume_once_as_json(names: Names, db_url: str) -> None:
         "rejected": 0,
     }
     asyncio.run(publish_raw(names.exchange, [nap(1)]))
-    done = run(*consume_args(names, db_url, "--once", "--json"))
+    done = run(consume_args(names, db_url, "--once", "--json"))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["enqueued"] == 1
     same_shape(EXAMPLES["caravel bridge consume"], json.loads(done.stdout))
@@ -180,30 +130,30 @@ def test_publish_runs_until_sigterm_and_every_intent_arrives(app_db: AppDb, name
         registry, [(Nap(0, label=f"n{i}"), DispatchOptions(queue="naps")) for i in range(30)]
     )
     process = start(
-        "publish",
-        "--broker",
-        RABBITMQ_URL,
-        "--app-url",
-        app_db.url,
-        "--table",
-        TABLE,
-        "--route",
-        f"*={names.exchange}/naps.done",
-        "--poll-interval",
-        "0.05",
-        "--batch-size",
-        "7",
-        "--progress",
-        "0.2",
+        [
+            "publish",
+            "--broker",
+            RABBITMQ_URL,
+            "--app-url",
+            app_db.url,
+            "--table",
+            TABLE,
+            "--route",
+            f"*={names.exchange}/naps.done",
+            "--poll-interval",
+            "0.05",
+            "--batch-size",
+            "7",
+            "--progress",
+            "0.2",
+        ]
     )
     try:
         wait_until(lambda: app_db.pending() == 0, what="every intent dispatched")
         process.send_signal(signal.SIGTERM)
         code, _, err = finish(process)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        ended(process)
     assert code == 0, err
     assert err.strip().splitlines()[-1] == (
         "caravel bridge publish: stopped; 30 published, 0 undeliverable"
@@ -217,17 +167,19 @@ def test_publish_once_as_json(app_db: AppDb, names: Names) -> None:
     asyncio.run(names.declare_sink())
     app_db.stage(registry, [(Nap(0), DispatchOptions(queue="naps")) for _ in range(3)])
     done = run(
-        "publish",
-        "--broker",
-        RABBITMQ_URL,
-        "--app-url",
-        app_db.url,
-        "--table",
-        TABLE,
-        "--route",
-        f"queue:naps={names.exchange}/naps.done",
-        "--once",
-        "--json",
+        [
+            "publish",
+            "--broker",
+            RABBITMQ_URL,
+            "--app-url",
+            app_db.url,
+            "--table",
+            TABLE,
+            "--route",
+            f"queue:naps={names.exchange}/naps.done",
+            "--once",
+            "--json",
+        ]
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"event": "stopped", "published": 3, "undeliverable": 0}
@@ -236,17 +188,14 @@ def test_publish_once_as_json(app_db: AppDb, names: Names) -> None:
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_exit_codes(db_url: str, names: Names) -> None:
-    bad_scheme = run(*consume_args(names, db_url), "--broker", "kafka://h:9092")
+    bad_scheme = run([*consume_args(names, db_url), "--broker", "kafka://h:9092"])
     assert bad_scheme.returncode == 2
     assert "--broker" in bad_scheme.stderr or "broker" in bad_scheme.stderr
-    bad_route = run(*consume_args(names, db_url), "--route", "x=tests.missing.v1")
+    bad_route = run([*consume_args(names, db_url), "--route", "x=tests.missing.v1"])
     assert bad_route.returncode == 2
     assert "not registered" in bad_route.stderr
     unreachable = run(
-        *consume_args(names, db_url),
-        "--broker",
-        "amqp://guest:secret@127.0.0.1:1/",
-        "--json",
+        [*consume_args(names, db_url), "--broker", "amqp://guest:secret@127.0.0.1:1/", "--json"]
     )
     assert unreachable.returncode == 1
     error = json.loads(unreachable.stderr.strip().splitlines()[-1])["error"]

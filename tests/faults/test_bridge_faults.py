@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import time
@@ -30,17 +29,26 @@ import pytest
 
 from caravel import DispatchOptions
 from tests.support.apps.workload import Nap, registry
-from tests.support.bridge import TABLE, AppDb, app_database, queue_rows
-from tests.support.processes import CARAVEL, PYTHONPATH, ROOT, wait_until
+from tests.support.bridge import (
+    TABLE,
+    AppDb,
+    app_database,
+    ended,
+    finish,
+    queue_rows,
+    run,
+    start,
+)
+from tests.support.processes import wait_until
 from tests.support.rabbitmq import (
     RABBITMQ_URL,
     Names,
     RawMessage,
     close_connections_of,
-    count,
+    exists,
+    fresh_names,
     held,
     publish_raw,
-    rabbitmq_available,
     read_all,
 )
 
@@ -51,12 +59,8 @@ APP = "tests.support.apps.workload:registry"
 
 @pytest.fixture
 def names() -> Iterator[Names]:
-    rabbitmq_available()
-    made = Names()
-    try:
+    with fresh_names() as made:
         yield made
-    finally:
-        asyncio.run(made.cleanup())
 
 
 @pytest.fixture
@@ -65,38 +69,9 @@ def app_db(backend: str, tmp_path: Path) -> Iterator[AppDb]:
         yield db
 
 
-def environment(failpoint: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CARAVEL_")}
-    env.update({"PYTHONPATH": PYTHONPATH, "NO_COLOR": "1", "TERM": "dumb"})
-    if failpoint is not None:
-        env["CARAVEL_FAILPOINT"] = failpoint
-    return env
-
-
-def start(args: list[str], failpoint: str | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [CARAVEL, "bridge", *args, "--progress", "0"],
-        cwd=ROOT,
-        env=environment(failpoint),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
-    try:
-        _, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, err = process.communicate()
-        raise AssertionError(f"did not exit within {timeout}s; stderr:\n{err}") from None
-    return process.returncode, err
-
-
 def stop(process: subprocess.Popen[str]) -> str:
     process.send_signal(signal.SIGTERM)
-    code, err = finish(process)
+    code, _, err = finish(process)
     assert code == 0, err
     return err
 
@@ -118,6 +93,8 @@ def publish_args(app_db: AppDb, names: Names) -> list[str]:
         "10",
         "--outage-window",
         "120",
+        "--progress",
+        "0",
     ]
 
 
@@ -142,6 +119,8 @@ def consume_args(db_url: str, names: Names) -> list[str]:
         "10",
         "--outage-window",
         "120",
+        "--progress",
+        "0",
     ]
 
 
@@ -199,7 +178,7 @@ def test_relay_killed_around_the_confirm(
 ) -> None:
     asyncio.run(names.declare_sink())
     stage(app_db, 35)
-    code, err = finish(start(publish_args(app_db, names), failpoint=point))
+    code, _, err = finish(start(publish_args(app_db, names), failpoint=point))
     assert code == -signal.SIGKILL, err
     assert app_db.pending() == 35  # nothing recorded
     # Before publishing nothing was sent; after the confirm, the first batch is at the broker.
@@ -221,18 +200,10 @@ def test_consumer_killed_around_the_commit(
     db_url: str, names: Names, point: str, backend: str
 ) -> None:
     # Declare the topology first (one quiet pass), then queue the messages.
-    declared = subprocess.run(
-        [CARAVEL, "bridge", *consume_args(db_url, names), "--once"],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    declared = run([*consume_args(db_url, names), "--once"])
     assert declared.returncode == 0, declared.stderr
     asyncio.run(publish_raw(names.exchange, messages(0, 40)))
-    code, err = finish(start(consume_args(db_url, names), failpoint=point))
+    code, _, err = finish(start(consume_args(db_url, names), failpoint=point))
     assert code == -signal.SIGKILL, err
     committed = len(queue_rows(db_url))
     # Nothing acknowledged that the database did not commit: the broker holds every message
@@ -260,7 +231,7 @@ def test_connection_resets_mid_stream_lose_and_double_nothing(
     relay = start(publish_args(app_db, names))
     ingest = start(consume_args(db_url, names))
     try:
-        wait_until(lambda: _exists(names.queue), what="the consumer's queue")
+        wait_until(lambda: exists(names.queue), what="the consumer's queue")
         sent = 0
         for _ in range(3):
             stage(app_db, 60, offset=sent)
@@ -285,19 +256,8 @@ def test_connection_resets_mid_stream_lose_and_double_nothing(
         stop(relay)
         stop(ingest)
     finally:
-        for process in (relay, ingest):
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+        ended(relay, ingest)
     delivered = asyncio.run(read_all(names.sink))
     # A reset can take confirms with it: those intents are sent again, same id, same body.
     check_egress(app_db, delivered, may_repeat={m.message_id or "" for m in delivered})
     check_ingress(db_url, names, {f"msg-{i}" for i in range(sent)})
-
-
-def _exists(queue: str) -> bool:
-    try:
-        asyncio.run(count(queue))
-    except Exception:
-        return False
-    return True

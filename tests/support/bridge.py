@@ -4,7 +4,9 @@ intents."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,20 @@ from caravel.outbox import Outbox, add_outbox
 from caravel.store.schema import jobs
 from caravel.store.urls import sync_url
 from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
+from tests.support.processes import CARAVEL, PYTHONPATH, ROOT
 
-__all__ = ["OUTBOX", "TABLE", "AppDb", "app_database", "queue_rows"]
+__all__ = [
+    "OUTBOX",
+    "TABLE",
+    "AppDb",
+    "app_database",
+    "ended",
+    "environment",
+    "finish",
+    "queue_rows",
+    "run",
+    "start",
+]
 
 TABLE = "broker_outbox"
 app_metadata = sa.MetaData()
@@ -86,3 +100,60 @@ def queue_rows(url: str) -> list[Any]:
             )
     finally:
         engine.dispose()
+
+
+# ----- ``caravel bridge`` as a subprocess ----------------------------------------------------
+
+
+def environment(failpoint: str | None = None) -> dict[str, str]:
+    """The environment of a ``caravel bridge`` process: this checkout's code, no URLs or
+    failpoints inherited, ``failpoint`` set if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CARAVEL_")}
+    env.update({"PYTHONPATH": PYTHONPATH, "NO_COLOR": "1", "TERM": "dumb"})
+    if failpoint is not None:
+        env["CARAVEL_FAILPOINT"] = failpoint
+    return env
+
+
+def start(args: Sequence[str], failpoint: str | None = None) -> subprocess.Popen[str]:
+    """``caravel bridge ARGS`` running in the background."""
+    return subprocess.Popen(
+        [CARAVEL, "bridge", *args],
+        cwd=ROOT,
+        env=environment(failpoint),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """``caravel bridge ARGS`` to its end."""
+    return subprocess.run(
+        [CARAVEL, "bridge", *args],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    """The exit code, stdout and stderr of ``process``, killed (and failing) past ``timeout``."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"did not exit within {timeout}s; stderr:\n{err}") from None
+    return process.returncode, out, err
+
+
+def ended(*processes: subprocess.Popen[str]) -> None:
+    """Kill whichever of ``processes`` still runs (a test that failed half way)."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

@@ -14,8 +14,8 @@ import os
 import re
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,9 @@ __all__ = [
     "Names",
     "RawMessage",
     "close_connections_of",
+    "count",
+    "exists",
+    "fresh_names",
     "publish_raw",
     "rabbitmq_available",
     "read_all",
@@ -148,6 +151,15 @@ async def read_all(queue: str, *, settle: float = 0.2) -> list[RawMessage]:
     return found
 
 
+def exists(queue: str) -> bool:
+    """Whether the server has ``queue`` (declared by a process under test, say)."""
+    try:
+        asyncio.run(count(queue))
+    except aio_pika.exceptions.AMQPError:
+        return False
+    return True
+
+
 async def count(queue: str) -> int:
     """How many messages ``queue`` holds ready (not delivered to a consumer)."""
     connection = await aio_pika.connect(RABBITMQ_URL)
@@ -183,13 +195,16 @@ async def publish_raw(
         )
 
 
-@asynccontextmanager
-async def names() -> AsyncIterator[Names]:
+@contextmanager
+def fresh_names() -> Iterator[Names]:
+    """Names of a test's own on a server that answers (skipped, or failing under ``CI=true``,
+    otherwise), deleted afterwards: for tests outside an event loop."""
+    rabbitmq_available()
     made = Names()
     try:
         yield made
     finally:
-        await made.cleanup()
+        asyncio.run(made.cleanup())
 
 
 def close_connections_of(pid: int) -> int:

@@ -22,6 +22,7 @@ import json
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from caravel import gauges, telemetry
 from caravel._failpoints import failpoint
@@ -36,12 +37,12 @@ from caravel.bridge.messages import (
 from caravel.bridge.outages import DEFAULT_OUTAGE_WINDOW, Outage
 from caravel.bridge.ports import Publisher
 from caravel.bridge.routing import EgressRoutes
-from caravel.clock import Clock, SystemClock, duration_ms
+from caravel.clock import Clock, SystemClock
 from caravel.errors import BrokerError, OptionsError
 from caravel.outbox import OUTBOX_TABLE
-from caravel.retry import exponential_backoff
+from caravel.outbox.relay import held_back, warn_stuck
 from caravel.store import open_outbox_store
-from caravel.store.outbox import PendingEnvelope, Undeliverable
+from caravel.store.outbox import PendingEnvelope
 from caravel.validation import check_duration, check_int
 
 if TYPE_CHECKING:
@@ -53,9 +54,6 @@ __all__ = ["BrokerRelay", "message_for"]
 logger = logging.getLogger("caravel.bridge")
 
 MAX_BATCH = 1000
-#: First delay before an undeliverable intent is tried again; it doubles up to the maximum.
-STUCK_RETRY = timedelta(minutes=1)
-STUCK_RETRY_MAX = timedelta(hours=1)
 
 
 def _trace_headers(trace_context: str | None) -> dict[str, str]:
@@ -132,14 +130,6 @@ class BrokerRelay:
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         self.clock: Clock = clock if clock is not None else SystemClock()
-        check_duration(
-            "outage_window",
-            outage_window,
-            timedelta(0),
-            timedelta(days=1),
-            "must be from 0 to 1 day",
-            error=OptionsError,
-        )
         self._outage = Outage(outage_window)
         self._stop = asyncio.Event()
         self._last_pass_full = False
@@ -220,29 +210,8 @@ class BrokerRelay:
         self, delivered: list[PendingEnvelope], stuck: list[tuple[PendingEnvelope, str]]
     ) -> None:
         now = self.clock.now_ms()
-        await self._outbox.outbox_record_pass(
-            # No queue job carries an intent a broker took.
-            {row.id: None for row in delivered},
-            [
-                Undeliverable(row.id, reason, now + self._retry_delay_ms(row))
-                for row, reason in stuck
-            ],
-            now,
-        )
-        for row, reason in stuck:
-            self.stuck += 1
-            logger.warning(
-                "outbox intent cannot be published; it stays pending",
-                extra={
-                    "outbox_id": str(row.id),
-                    "queue": row.queue,
-                    "job_type": row.job_type,
-                    "category": reason,
-                },
-            )
-
-    @staticmethod
-    def _retry_delay_ms(row: PendingEnvelope) -> int:
-        return duration_ms(
-            exponential_backoff(STUCK_RETRY, STUCK_RETRY_MAX, row.relay_attempts + 1)
-        )
+        # No queue job carries an intent a broker took.
+        published: dict[UUID, UUID | None] = {row.id: None for row in delivered}
+        await self._outbox.outbox_record_pass(published, held_back(stuck, now), now)
+        self.stuck += len(stuck)
+        warn_stuck(logger, "outbox intent cannot be published; it stays pending", stuck)

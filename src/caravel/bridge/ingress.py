@@ -36,7 +36,7 @@ from caravel.bridge.messages import (
     IncomingMessage,
 )
 from caravel.bridge.outages import DEFAULT_OUTAGE_WINDOW, Outage
-from caravel.bridge.ports import Delivery, Subscription
+from caravel.bridge.ports import AcknowledgesMany, Delivery, Subscription
 from caravel.bridge.routing import IngressRoutes
 from caravel.errors import BrokerError, IdempotencyConflictError, OptionsError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, DispatchOptions
@@ -176,14 +176,6 @@ class BrokerConsumer:
         self.require_tenant = require_tenant
         self.batch_size = min(batch_size, subscription.max_in_flight)
         self.fetch_timeout = fetch_timeout
-        check_duration(
-            "outage_window",
-            outage_window,
-            timedelta(0),
-            timedelta(days=1),
-            "must be from 0 to 1 day",
-            error=OptionsError,
-        )
         self._outage = Outage(outage_window)
         self._stop = asyncio.Event()
         self.created = 0
@@ -234,13 +226,15 @@ class BrokerConsumer:
             created, repeated = await self._insert(ready, rejected)
             # Committed and not acknowledged yet: a crash here has the broker deliver them again.
             failpoint("bridge_after_commit")
-            refused = {id(delivery) for delivery, _ in rejected}
-            for delivery, job in ready:
-                if id(delivery) not in refused:
-                    await delivery.ack()
-                    telemetry.record_bridge_consumed(self.subscription.source, job.job_type)
+            # Rejects first: every delivery of the pass is then settled by the acknowledgement
+            # of the rest, which a broker may make one cumulative acknowledgement.
             for delivery, category in rejected:
                 await self._reject(delivery, category)
+            refused = {id(delivery) for delivery, _ in rejected}
+            taken = [(d, job) for d, job in ready if id(d) not in refused]
+            await self._ack([delivery for delivery, _ in taken])
+            for _, job in taken:
+                telemetry.record_bridge_consumed(self.subscription.source, job.job_type)
         self.created += created
         self.repeated += repeated
         self.rejected += len(rejected)
@@ -272,6 +266,13 @@ class BrokerConsumer:
             repeated += result.already_enqueued
             created += not result.already_enqueued
         return created, repeated
+
+    async def _ack(self, deliveries: list[Delivery]) -> None:
+        if isinstance(self.subscription, AcknowledgesMany):
+            await self.subscription.ack_many(deliveries)
+            return
+        for delivery in deliveries:
+            await delivery.ack()
 
     async def _reject(self, delivery: Delivery, category: IngressFailure) -> None:
         await delivery.reject(category)

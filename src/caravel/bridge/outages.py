@@ -14,7 +14,8 @@ import logging
 import time
 from datetime import timedelta
 
-from caravel.errors import BrokerError
+from caravel.errors import BrokerError, OptionsError
+from caravel.validation import check_duration
 
 __all__ = ["DEFAULT_OUTAGE_WINDOW", "Outage"]
 
@@ -30,6 +31,14 @@ class Outage:
     real wait for the broker, not a scheduled time)."""
 
     def __init__(self, window: timedelta) -> None:
+        check_duration(
+            "outage_window",
+            window,
+            timedelta(0),
+            timedelta(days=1),
+            "must be from 0 to 1 day",
+            error=OptionsError,
+        )
         self.window = window.total_seconds()
         self._since: float | None = None
         self._pause = _FIRST_PAUSE

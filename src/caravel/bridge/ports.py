@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from caravel.bridge.failures import EgressFailure, IngressFailure
 from caravel.bridge.messages import IncomingMessage, OutgoingMessage
 
-__all__ = ["Broker", "Delivery", "Publisher", "Refused", "Subscription"]
+__all__ = ["AcknowledgesMany", "Broker", "Delivery", "Publisher", "Refused", "Subscription"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,18 @@ class Subscription(Protocol):
 
     async def close(self) -> None:
         """Stop receiving; deliveries not settled go back to the broker for redelivery."""
+        ...
+
+
+@runtime_checkable
+class AcknowledgesMany(Protocol):
+    """A capability of a :class:`Subscription` whose broker acknowledges many deliveries in one
+    round trip (RabbitMQ's cumulative ``basic.ack``); the consumer acknowledges a pass's
+    deliveries one by one where a subscription lacks it."""
+
+    async def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge ``deliveries`` (fetched from this subscription) as each one's
+        :meth:`Delivery.ack` would, never covering another delivery not settled yet."""
         ...
 
 

@@ -183,16 +183,15 @@ class RabbitDelivery:
         # nothing left to settle, and it will come again.
         return bool(self._raw.channel.is_closed)
 
+    @property
+    def raw(self) -> AbstractIncomingMessage:
+        return self._raw
+
     async def ack(self) -> None:
-        if self._channel_lost():
-            return
-        try:
-            await self._raw.ack()
-        except _BROKER_FAILURES as error:
-            if not self._channel_lost():
-                raise _failure("ack", self._subscription.url, error) from error
+        await self._subscription.ack_many([self])
 
     async def reject(self, category: IngressFailure) -> None:
+        self._subscription.settled(self._raw)
         if self._channel_lost():
             return
         exchange = self._subscription.dead_letter_exchange
@@ -240,6 +239,10 @@ class RabbitSubscription:
         self.dead_letter_exchange = dead_letter_exchange
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._tag: str | None = None
+        # Delivery tags fetched and not settled, per channel that delivered them (a reconnect
+        # brings a new one), so a cumulative acknowledgement never covers one of them by
+        # accident.
+        self._unsettled: dict[Any, set[int]] = {}
 
     @property
     def source(self) -> str:
@@ -260,11 +263,60 @@ class RabbitSubscription:
             async with asyncio.timeout(wait):
                 first = await self._buffer.get()
         except TimeoutError:
+            if self.channel.is_closed:
+                # Reconnecting: say so, so the consumer's outage window counts the time.
+                raise BrokerError("consume", f"connection lost ({self.url})") from None
             return []
-        taken: list[Delivery] = [RabbitDelivery(first, self)]
-        while len(taken) < limit and not self._buffer.empty():
-            taken.append(RabbitDelivery(self._buffer.get_nowait(), self))
-        return taken
+        raws = [first]
+        while len(raws) < limit and not self._buffer.empty():
+            raws.append(self._buffer.get_nowait())
+        for raw in raws:
+            if raw.delivery_tag is not None:
+                self._unsettled.setdefault(raw.channel, set()).add(raw.delivery_tag)
+        return [RabbitDelivery(raw, self) for raw in raws]
+
+    def settled(self, raw: AbstractIncomingMessage) -> None:
+        """Forget ``raw``'s tag: it is being settled."""
+        tags = self._unsettled.get(raw.channel)
+        if tags is not None:
+            tags.discard(raw.delivery_tag or 0)
+            if not tags:
+                del self._unsettled[raw.channel]
+
+    async def ack_many(self, deliveries: Sequence[Delivery]) -> None:
+        by_channel: dict[Any, list[AbstractIncomingMessage]] = {}
+        for delivery in deliveries:
+            if not isinstance(delivery, RabbitDelivery):
+                raise ValidationError("deliveries", "must come from this subscription")
+            by_channel.setdefault(delivery.raw.channel, []).append(delivery.raw)
+        for channel, raws in by_channel.items():
+            outstanding = sorted(self._unsettled.get(channel, ()))
+            for raw in raws:
+                self.settled(raw)
+            if channel.is_closed:
+                continue  # the broker delivers them again: nothing to settle
+            await self._ack_on(channel, raws, outstanding)
+
+    async def _ack_on(
+        self, channel: Any, raws: list[AbstractIncomingMessage], outstanding: list[int]
+    ) -> None:
+        """One cumulative acknowledgement for the longest run of the oldest unsettled tags
+        that ``raws`` covers, then one each for the rest."""
+        by_tag = {raw.delivery_tag: raw for raw in raws}
+        covered = 0
+        for tag in outstanding:
+            if tag not in by_tag:
+                break
+            covered = tag
+        try:
+            if covered:
+                await by_tag[covered].ack(multiple=True)
+            for number, raw in by_tag.items():
+                if number is None or number > covered:
+                    await raw.ack()
+        except _BROKER_FAILURES as error:
+            if not channel.is_closed:
+                raise _failure("ack", self.url, error) from error
 
     async def close(self) -> None:
         if self._tag is not None and not self.channel.is_closed:

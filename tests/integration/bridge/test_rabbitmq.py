@@ -318,3 +318,21 @@ async def test_ingress_options_are_checked(
         BrokerConsumer(queue, subscription, routes, batch_size=0)
     with pytest.raises(OptionsError, match="routes"):
         BrokerConsumer(queue, subscription, object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_acknowledging_some_never_acknowledges_the_unsettled_ones_before_them(
+    ingress: tuple[DatabaseQueue, RabbitBroker, Names],
+) -> None:
+    _, opened, names = ingress
+    subscription = await opened.subscribe(names.queue, max_in_flight=10)
+    await publish_raw(names.exchange, [add_message(i) for i in range(6)])
+    deliveries: list[Any] = []
+    while len(deliveries) < 6:
+        deliveries += await subscription.fetch(10, 5.0)
+    # The first two in one cumulative acknowledgement; the fourth and sixth one by one, since
+    # the third and fifth are still unsettled.
+    await subscription.ack_many([deliveries[i] for i in (0, 1, 3, 5)])
+    await subscription.close()  # the unsettled ones go back to the queue
+    left = await read_all(names.queue)
+    assert sorted(m.message_id or "" for m in left) == ["m-2", "m-4"]
