@@ -16,9 +16,8 @@ import pytest
 from caravel import DispatchOptions
 from caravel.bridge import Destination, OutgoingMessage
 from caravel.bridge.nats import HEADER_MSG_ID, open_broker
-from tests.acceptance.test_cli_bridge import APP, finish, run, start
 from tests.support.apps.workload import Nap, registry
-from tests.support.bridge import TABLE, AppDb, app_database, queue_rows
+from tests.support.bridge import TABLE, AppDb, app_database, ended, finish, queue_rows, run, start
 from tests.support.jetstream import (
     ScratchNames,
     consumer_info,
@@ -30,6 +29,8 @@ from tests.support.jetstream import (
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow
+
+APP = "tests.support.apps.workload:registry"
 
 
 @pytest.fixture
@@ -104,7 +105,7 @@ def test_consume_runs_until_sigterm_and_stops_with_its_counts(
     jet: ScratchNames, db_url: str
 ) -> None:
     asyncio.run(publish(jet, *[nap(i) for i in range(20)], ("bad", b"{", {"caravel-tenant": "t"})))
-    process = start(*consume_args(jet, db_url, "--progress", "0.2"))
+    process = start(consume_args(jet, db_url, "--progress", "0.2"))
     try:
         wait_until(lambda: len(queue_rows(db_url)) == 20, what="20 jobs")
         # The same messages again under new stream sequences (a publisher outside the duplicate
@@ -116,9 +117,7 @@ def test_consume_runs_until_sigterm_and_stops_with_its_counts(
         wait_until(lambda: settled(jet), what="the consumer settled everything", interval=0.3)
         code, err = stop(process)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        ended(process)
     assert code == 0, err
     assert f"consuming {jet.stream}:{jet.durable} from nats://127.0.0.1:4222" in err
     # Within the duplicate window the re-sent ids were dropped by the stream itself: nothing
@@ -135,7 +134,7 @@ def test_consume_runs_until_sigterm_and_stops_with_its_counts(
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_consume_once_as_json(jet: ScratchNames, db_url: str) -> None:
-    first = run(*consume_args(jet, db_url, "--once", "--json"))  # declares stream and consumer
+    first = run(consume_args(jet, db_url, "--once", "--json"))  # declares stream and consumer
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout) == {
         "event": "stopped",
@@ -144,7 +143,7 @@ def test_consume_once_as_json(jet: ScratchNames, db_url: str) -> None:
         "rejected": 0,
     }
     asyncio.run(publish(jet, nap(1)))
-    done = run(*consume_args(jet, db_url, "--once", "--json"))
+    done = run(consume_args(jet, db_url, "--once", "--json"))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["enqueued"] == 1
 
@@ -156,35 +155,35 @@ def test_publish_runs_until_sigterm_and_every_intent_arrives_once(
         registry, [(Nap(0, label=f"n{i}"), DispatchOptions(queue="naps")) for i in range(30)]
     )
     process = start(
-        "publish",
-        "--broker",
-        require_nats(),
-        "--app-url",
-        app_db.url,
-        "--table",
-        TABLE,
-        "--route",
-        f"*={jet.subject('done')}",
-        "--stream",
-        jet.stream,
-        "--subject",
-        jet.subject("*"),
-        "--duplicate-window",
-        "120",
-        "--poll-interval",
-        "0.05",
-        "--batch-size",
-        "7",
-        "--progress",
-        "0.2",
+        [
+            "publish",
+            "--broker",
+            require_nats(),
+            "--app-url",
+            app_db.url,
+            "--table",
+            TABLE,
+            "--route",
+            f"*={jet.subject('done')}",
+            "--stream",
+            jet.stream,
+            "--subject",
+            jet.subject("*"),
+            "--duplicate-window",
+            "120",
+            "--poll-interval",
+            "0.05",
+            "--batch-size",
+            "7",
+            "--progress",
+            "0.2",
+        ]
     )
     try:
         wait_until(lambda: app_db.pending() == 0, what="every intent dispatched")
         code, err = stop(process)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        ended(process)
     assert code == 0, err
     assert err.strip().splitlines()[-1] == (
         "caravel bridge publish: stopped; 30 published, 0 undeliverable"
@@ -197,20 +196,20 @@ def test_publish_runs_until_sigterm_and_every_intent_arrives_once(
 def test_nats_flags_are_checked_and_refused_for_another_broker(
     jet: ScratchNames, db_url: str
 ) -> None:
-    bad_window = run(*consume_args(jet, db_url, "--duplicate-window", "0", "--once"))
+    bad_window = run(consume_args(jet, db_url, "--duplicate-window", "0", "--once"))
     assert bad_window.returncode == 2
     assert "--duplicate-window" in bad_window.stderr
     reads_its_dead_letters = run(
-        *consume_args(jet, db_url, "--once"), "--filter-subject", jet.subject(">")
+        [*consume_args(jet, db_url, "--once"), "--filter-subject", jet.subject(">")]
     )
     assert reads_its_dead_letters.returncode == 2
     assert "--dead-letter-subject" in reads_its_dead_letters.stderr
     on_rabbitmq = run(
-        *consume_args(jet, db_url, "--once"), "--broker", "amqp://guest:guest@127.0.0.1:5672/"
+        [*consume_args(jet, db_url, "--once"), "--broker", "amqp://guest:guest@127.0.0.1:5672/"]
     )
     assert on_rabbitmq.returncode == 2
     assert "for nats:// brokers only" in on_rabbitmq.stderr
-    unreachable = run(*consume_args(jet, db_url, "--json"), "--broker", "nats://127.0.0.1:1")
+    unreachable = run([*consume_args(jet, db_url, "--json"), "--broker", "nats://127.0.0.1:1"])
     assert unreachable.returncode == 1
     error = json.loads(unreachable.stderr.strip().splitlines()[-1])["error"]
     assert error["type"] == "BrokerError"
