@@ -14,6 +14,8 @@
                                             # every dashboard, inspector and CLI read, empty and
                                             # at 3M finished rows
     python -m bench --only sync             # a SyncQueue call beside the async one (sync_cost)
+    python -m bench --only bridge           # RabbitMQ's and NATS JetStream's egress and ingress
+                                            # beside their raw clients
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
     python -m bench --only drain_batch   # the same backlog as plain jobs and as batches
@@ -57,6 +59,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    bridge_cost,
+    bridge_nats_cost,
     ceilings,
     churn,
     compare,
@@ -105,6 +109,7 @@ ALL = (
     "churn",
     "fairness",
     "limits",
+    "bridge",
     "compare",
 )
 #: The parts of the comparison with the peers (``--compare``).
@@ -117,6 +122,7 @@ ONLY_ON = {
     "durability": ("postgresql",),
     "notify": ("postgresql",),
     "replication": ("postgresql",),
+    "bridge": ("sqlite", "postgresql"),
 }
 
 
@@ -319,12 +325,19 @@ def _scenarios(args: argparse.Namespace) -> dict[str, Callable[[str], dict[str, 
             return ceilings.mariadb_commit_limit(url, args.single)
         return ceilings.sqlite_commit_limit(url)
 
+    def bridge(url: str) -> dict[str, Any]:
+        # RabbitMQ's figures, then NATS JetStream's under a nats_ prefix, in the same run.
+        figures = asyncio.run(bridge_cost.measure(url, args.jobs // 2))
+        nats = asyncio.run(bridge_nats_cost.measure(url, args.jobs // 2))
+        return {**figures, **{f"nats_{name}": value for name, value in nats.items()}}
+
     return {
         "enqueue": lambda url: asyncio.run(runs.enqueue_single(url, args.single)),
         "enqueue_parallel": lambda url: asyncio.run(
             runs.enqueue_single(url, args.single * 2, args.producers)
         ),
         "sync": lambda url: sync_cost.measure(url, args.single, 5),
+        "bridge": bridge,
         "bulk": bulk,
         "steady": lambda url: asyncio.run(runs.steady(url, args.seconds, 2, conc)),
         "latency": lambda url: runs.latency(url, args.latency_jobs, 0.01),

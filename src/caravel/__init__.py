@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from caravel.context import BatchOutcome, CancellationSignal, JobContext
     from caravel.directives import Discard, JobFailed, Snooze
     from caravel.errors import (
+        BrokerError,
         CaravelError,
         DatabaseNotFoundError,
         DatabaseVersionError,
@@ -94,6 +95,7 @@ _HOMES = {
     "Discard": "caravel.directives",
     "JobFailed": "caravel.directives",
     "Snooze": "caravel.directives",
+    "BrokerError": "caravel.errors",
     "CaravelError": "caravel.errors",
     "DatabaseNotFoundError": "caravel.errors",
     "DatabaseVersionError": "caravel.errors",
@@ -182,6 +184,7 @@ __all__ = [
     "BatchOutcome",
     "BatchResult",
     "BatchStatus",
+    "BrokerError",
     "CancelOutcome",
     "CancellationSignal",
     "CaravelError",

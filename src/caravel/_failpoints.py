@@ -9,7 +9,11 @@ lookup on an empty set.
 
 Points: ``after_claim``, ``after_handler_before_ack``, ``after_ack``, ``relay_after_enqueue``,
 ``limited_claim_before_commit`` (a limited claim that took jobs, inside its transaction, with the
-queue's limits row still locked). For tests only; never set it in production.
+queue's limits row still locked), ``bridge_before_publish`` and ``bridge_after_confirm`` (a broker
+relay's pass, before publishing and after the broker confirmed, before recording),
+``bridge_before_commit`` and ``bridge_after_commit`` (a broker consumer's pass, before the jobs'
+transaction and after it committed, before acknowledging). For tests only; never set it in
+production.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@
     ├── DowngradeRefusedError      a downgrade would delete or strand rows and was not forced
     ├── DrainLimitError            caravel.testing.drain ran max_jobs jobs and more were due
     ├── ScheduleError              a schedule's slot could not be computed or enqueued
+    ├── BrokerError                a message broker failed (connection lost, publish refused, ...)
     └── StoreError                 the database failed (connection lost, read-only, ...)
         ├── DatabaseNotFoundError  a SQLite URL names a file that does not exist
         └── DatabaseVersionError   the server is older than the oldest version Caravel supports
@@ -32,6 +33,7 @@ from __future__ import annotations
 from uuid import UUID
 
 __all__ = [
+    "BrokerError",
     "CaravelError",
     "DatabaseNotFoundError",
     "DatabaseVersionError",
@@ -222,6 +224,22 @@ class ScheduleError(CaravelError):
         if others:
             message += f"; also failed: {', '.join(others)}"
         super().__init__(message)
+
+
+class BrokerError(CaravelError):
+    """A message broker failed while a bridge was using it: the connection was lost or refused,
+    or the broker did not confirm a publish. The client library's error is the ``__cause__``;
+    the message names the operation (``connect``, ``publish``, ``consume``, ``ack``,
+    ``reject``) and the broker's address without credentials, never a message body.
+
+    Nothing the broker did not confirm is recorded as delivered, and nothing the database did
+    not commit is acknowledged, so a bridge restarted after this error resumes without loss."""
+
+    def __init__(self, operation: str, reason: str | None = None) -> None:
+        self.operation = operation
+        self.reason = reason
+        message = f"message broker error during {operation}"
+        super().__init__(message if reason is None else f"{message}: {reason}")
 
 
 class StoreError(CaravelError):

@@ -32,11 +32,17 @@ __all__ = [
     "Span",
     "WorkflowStepSpan",
     "WorkflowTrace",
+    "bridge_consume_span",
+    "bridge_publish_span",
     "carrier_for_current_context",
     "enqueue_span",
     "job_span",
     "mark_attempt",
     "mark_failure",
+    "record_bridge_consumed",
+    "record_bridge_published",
+    "record_bridge_rejected",
+    "record_bridge_unpublished",
     "record_claimed",
     "record_dead_lettered",
     "record_dispatched",
@@ -120,6 +126,27 @@ outbox_stuck = meter.create_counter(
     "caravel.outbox.undeliverable",
     unit="{intent}",
     description="Relay passes that left an intent pending, by reason",
+)
+
+bridge_published = meter.create_counter(
+    "caravel.bridge.published",
+    unit="{message}",
+    description="Outbox intents a broker confirmed, by destination queue and job type",
+)
+bridge_unpublished = meter.create_counter(
+    "caravel.bridge.unpublished",
+    unit="{message}",
+    description="Outbox intents a relay pass could not publish, by reason",
+)
+bridge_consumed = meter.create_counter(
+    "caravel.bridge.consumed",
+    unit="{message}",
+    description="Broker messages enqueued as jobs and acknowledged, by source and job type",
+)
+bridge_rejected = meter.create_counter(
+    "caravel.bridge.rejected",
+    unit="{message}",
+    description="Broker messages rejected to the dead letters, by source and category",
 )
 
 
@@ -390,8 +417,9 @@ def record_undeliverable(queue: str, reason: str) -> None:
 
 
 @contextmanager
-def relay_span(count: int) -> Iterator[Span]:
-    with _traced("caravel.outbox.dispatch", kind=SpanKind.PRODUCER) as span:
+def _batch_span(name: str, kind: SpanKind, count: int) -> Iterator[Span]:
+    """A span over one pass of ``count`` messages."""
+    with _traced(name, kind=kind) as span:
         if span.is_recording():
             span.set_attributes(
                 {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
@@ -523,3 +551,34 @@ def _dependencies_first(steps: Sequence[WorkflowStepSpan]) -> list[WorkflowStepS
             placed.add(one.step)
             ordered.append(one)
     return ordered
+def relay_span(count: int) -> AbstractContextManager[Span]:
+    return _batch_span("caravel.outbox.dispatch", SpanKind.PRODUCER, count)
+
+
+# ----- message-broker bridges ----------------------------------------------------------------
+
+
+def record_bridge_published(queue: str, job_type: str) -> None:
+    bridge_published.add(1, {"messaging.destination.name": queue, "caravel.job.type": job_type})
+
+
+def record_bridge_unpublished(queue: str, reason: str) -> None:
+    bridge_unpublished.add(1, {"messaging.destination.name": queue, "caravel.reason": reason})
+
+
+def record_bridge_consumed(source: str, job_type: str) -> None:
+    bridge_consumed.add(1, {"messaging.source.name": source, "caravel.job.type": job_type})
+
+
+def record_bridge_rejected(source: str, category: str) -> None:
+    bridge_rejected.add(1, {"messaging.source.name": source, "caravel.category": category})
+
+
+def bridge_publish_span(count: int) -> AbstractContextManager[Span]:
+    """One relay pass publishing ``count`` messages to a broker and awaiting its confirms."""
+    return _batch_span("caravel.bridge.publish", SpanKind.PRODUCER, count)
+
+
+def bridge_consume_span(count: int) -> AbstractContextManager[Span]:
+    """One consumer pass enqueueing and settling ``count`` broker deliveries."""
+    return _batch_span("caravel.bridge.consume", SpanKind.CONSUMER, count)

@@ -9,7 +9,8 @@ sweep's settings. MariaDB's rows run end to end at a tiny size, and a MariaDB se
 not answer is left out only where that is allowed (never under ``CI=true``). The autoscaling
 scrape's reading (bench/scrape_cost.py) reads the CPU of the served endpoint and of its database
 sessions, and the replication scenario (bench/replication_cost.py) runs at a tiny size on a
-private primary and standby."""
+private primary and standby. The broker bridges' scenario (bench/bridge_cost.py) runs at a tiny
+size against the shared RabbitMQ."""
 
 from __future__ import annotations
 
@@ -26,7 +27,16 @@ from pathlib import Path
 import bench.__main__ as cli
 import psycopg
 import pytest
-from bench import compare, harness, limits_cost, notify_cost, replication_cost, runs, scrape_cost
+from bench import (
+    bridge_cost,
+    compare,
+    harness,
+    limits_cost,
+    notify_cost,
+    replication_cost,
+    runs,
+    scrape_cost,
+)
 from bench.databases import database, postgres_dsn
 
 from tests.faults.pgserver import cluster_unavailable
@@ -52,6 +62,19 @@ def test_the_notify_scenario_counts_the_notifications_of_each_setting() -> None:
     assert figures["window_0ms_notifications"] == 41
     assert 1 <= figures["window_5ms_default_notifications"] <= 41
     assert figures["window_5ms_default_jobs_per_second"] > 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_bridge_scenario_measures_both_directions_beside_the_raw_client(backend: str) -> None:
+    from tests.support.rabbitmq import rabbitmq_available
+
+    rabbitmq_available()
+    with database(backend) as url:
+        figures = asyncio.run(bridge_cost.measure(url, 60, batch=25, prefetch=40))
+    for rate in ("raw_publish", "egress", "raw_consume", "ingress"):
+        assert figures[f"{rate}_per_second"] > 0
+    assert figures["egress_share"] > 0
+    assert figures["ingress_share"] > 0
 
 
 @pytest.mark.parametrize("durable", [True, False])

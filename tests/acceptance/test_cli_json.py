@@ -585,6 +585,12 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
     if command == "caravel outbox relay":
         args += ["--app-url", "sqlite:///app.db", "--app", "tests.faults.effects_app:registry"]
         args += ["--once"]
+    if command == "caravel bridge consume":
+        args += ["--broker", "amqp://guest:guest@127.0.0.1:5672/", "--source", "q"]
+        args += ["--app", "tests.support.apps.workload:registry", "--type-header", "--once"]
+    if command == "caravel bridge publish":  # no queue database: a broker it has no adapter for
+        args = [*command.split()[1:], "--app-url", f"sqlite:///{missing}", "--once"]
+        args += ["--broker", "kafka://127.0.0.1:9092", "--route", "*=x"]
     if command in ("caravel db current", "caravel db upgrade", "caravel db downgrade"):
         # current of a missing file is none; an upgrade creates one.
         args = [*command.split()[1:], "--url", "sqlite://nope.db"]

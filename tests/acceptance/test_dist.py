@@ -27,7 +27,7 @@ PROMISES: dict[str, list[list[str]]] = {
             "python",
             "-c",
             "import importlib.util, sys; extras = ('starlette', 'django', 'pytest', 'uvloop', "
-            "'fastapi', 'pgqueuer', 'asyncmy', 'pymysql'); "
+            "'fastapi', 'pgqueuer', 'asyncmy', 'pymysql', 'aio_pika', 'nats'); "
             "found = [m for m in extras if importlib.util.find_spec(m)]; "
             "sys.exit(f'installed without their extra: {found}' if found else None)",
         ],
@@ -63,6 +63,12 @@ PROMISES: dict[str, list[list[str]]] = {
     # The drivers of a MariaDB database (asyncmy for the store, PyMySQL for migrations) and
     # the store itself, which imports asyncmy.
     "mariadb": [["python", "-c", "import asyncmy, pymysql, caravel.store.mariadb"]],
+    # The broker bridges' clients, and the adapters and commands over them.
+    "rabbitmq": [
+        ["python", "-c", "import aio_pika, caravel.bridge.rabbitmq"],
+        ["caravel", "bridge", "consume", "--help"],
+    ],
+    "nats": [["python", "-c", "import nats, caravel.bridge.brokers"]],
 }
 
 PLUGIN_TEST = """\
@@ -155,7 +161,8 @@ def test_every_extra_is_covered() -> None:
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     extras = set(config["project"]["optional-dependencies"])
-    # [dev] is `make install`'s: the test tools, on top of [samples,uvloop,django,mariadb].
+    # [dev] is `make install`'s: the test tools, on top of
+    # [samples,uvloop,django,mariadb,rabbitmq,nats].
     assert extras - {"dev"} == set(PROMISES) - {""}
 
 

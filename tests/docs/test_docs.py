@@ -13,8 +13,21 @@ import pytest
 from tests.docs.blocks import SERVERS, Block, all_blocks, parse
 from tests.docs.conftest import PageRuns
 from tests.docs.runner import ROOT, BlockFailed
+from tests.support.jetstream import require_nats
+from tests.support.rabbitmq import rabbitmq_available
 
 BLOCKS = all_blocks()
+
+#: A page whose runnable blocks reach a broker needs its server: the page's tests skip without
+#: it, and fail under ``CI=true``, as a database's do.
+BROKERS = {"amqp://": rabbitmq_available, "nats://": require_nats}
+
+
+def _check_brokers(page: str) -> None:
+    runnable = [b.text for b in parse(ROOT / page) if b.not_run is None]
+    for scheme, available in BROKERS.items():
+        if any(scheme in text for text in runnable):
+            available()
 
 
 def _params() -> list[object]:
@@ -54,6 +67,7 @@ def test_block(block: Block, backend: str, page_runs: PageRuns) -> None:
         return
     if block.unrunnable is not None:
         pytest.fail(block.unrunnable, pytrace=False)
+    _check_brokers(block.page)
     failure = None
     try:
         if "alone" in block.options:  # its own folder, nothing before it, a fresh checkout

@@ -2,7 +2,9 @@
 the same backend as ``db_url``, the queue database; ``pg_cluster`` is a PostgreSQL cluster of this
 test process's own (:mod:`tests.faults.pgserver`), for the tests that restart the server, turn a
 database read-only or terminate its sessions, with a queue and an app database on it;
-``mariadb_server`` is the same for MariaDB (:mod:`tests.faults.mariaserver`)."""
+``mariadb_server`` is the same for MariaDB (:mod:`tests.faults.mariaserver`); ``nats_server`` is a
+NATS server with JetStream of this test process's own (:mod:`tests.faults.natsserver`), for the
+bridge's broker restarts."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from caravel.store.schema import RELEASES_TABLE, metadata
 from tests.faults.harness import app_database, clear_app_database
 from tests.faults.mariaserver import PrivateMariadb
+from tests.faults.natsserver import PrivateNats
 from tests.faults.pgserver import PrivateCluster
 from tests.support.databases import IN_CI, truncate_mariadb, truncate_pg
 
@@ -145,3 +148,30 @@ def private_maria_urls(
     truncate_mariadb(queue_url, (*metadata.tables, RELEASES_TABLE))
     clear_app_database(app_url)
     return queue_url, app_url
+
+
+# ----- the private NATS server --------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[PrivateNats]:
+    """A throwaway ``nats-server -js``, started once per test process and removed at its end.
+    Skipped when it cannot be started, except under ``CI=true``, where that fails the test."""
+    try:
+        server = PrivateNats.create()
+    except (RuntimeError, OSError) as exc:
+        message = f"cannot start a private NATS server: {exc}"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def private_nats(nats_server: PrivateNats) -> PrivateNats:
+    """The private NATS server, up (a test before this one may have left it down)."""
+    nats_server.ensure_running()
+    return nats_server

@@ -147,6 +147,25 @@ async def test_marking_dispatched_records_the_job_only_while_pending(app: AppOut
     assert (row.dispatched_at, row.queue_job_id) == (NOW - 7, uid(20))  # the first dispatch stands
 
 
+async def test_an_intent_a_broker_took_is_dispatched_without_a_job(app: AppOutbox) -> None:
+    published = app.add(1, relay_failure="Unroutable", relay_attempts=2, retry_at=NOW - 5)
+    queued = app.add(2)
+    already = app.add(3, dispatched_at=NOW - 7, queue_job_id=uid(20))
+    async with app.store() as store:
+        await store.outbox_mark_dispatched({published: None, queued: uid(10), already: None}, NOW)
+        assert await store.outbox_count_pending() == 0
+    row = app.row(published)
+    assert (row.dispatched_at, row.queue_job_id, row.relay_failure, row.retry_at) == (
+        NOW,
+        None,
+        None,
+        None,
+    )
+    assert app.row(queued).queue_job_id == uid(10)
+    row = app.row(already)
+    assert (row.dispatched_at, row.queue_job_id) == (NOW - 7, uid(20))  # the first dispatch stands
+
+
 async def test_marking_undeliverable_counts_the_attempt_only_while_pending(app: AppOutbox) -> None:
     stuck = app.add(1)
     dispatched = app.add(2, dispatched_at=NOW - 7, queue_job_id=uid(20))

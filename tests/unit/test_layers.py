@@ -97,7 +97,14 @@ def test_nothing_imports_the_dashboard_but_the_dashboard_and_its_command() -> No
 
 @pytest.mark.parametrize(
     "lower",
-    ["caravel.store", "caravel.worker", "caravel.outbox", "caravel.queue", "caravel.inspector"],
+    [
+        "caravel.store",
+        "caravel.worker",
+        "caravel.outbox",
+        "caravel.queue",
+        "caravel.inspector",
+        "caravel.bridge",
+    ],
 )
 def test_the_core_never_imports_an_audience_above_it(lower: str) -> None:
     assert _offenders((lower,), ("caravel.cli", "caravel.web", "caravel.testing")) == []
@@ -113,6 +120,11 @@ def test_the_facade_and_the_inspector_do_not_import_the_worker_or_the_outbox() -
         _offenders(("caravel.queue", "caravel.inspector"), ("caravel.worker", "caravel.outbox"))
         == []
     )
+
+
+def test_only_the_command_line_imports_the_broker_bridges() -> None:
+    allowed = ("caravel.bridge", "caravel.cli")
+    assert _offenders(("caravel",), ("caravel.bridge",), allowed=allowed) == []
 
 
 def test_telemetry_is_a_leaf() -> None:
@@ -160,6 +172,10 @@ def test_leaves_import_only_leaves() -> None:
         ("django_tasks", ("caravel.contrib.django",)),
         ("asgiref", ("caravel.contrib.django",)),
         ("pytest", ("caravel.testing.plugin",)),
+        ("aio_pika", ("caravel.bridge.rabbitmq",)),
+        ("aiormq", ("caravel.bridge.rabbitmq",)),
+        ("yarl", ("caravel.bridge.rabbitmq",)),
+        ("nats", ("caravel.bridge.nats",)),
     ],
 )
 def test_each_third_party_library_is_imported_only_where_it_belongs(

@@ -17,6 +17,7 @@ PUBLIC_NAMES = [
     "BatchOutcome",
     "BatchResult",
     "BatchStatus",
+    "BrokerError",
     "CancelOutcome",
     "CancellationSignal",
     "CaravelError",

@@ -30,6 +30,8 @@ FIELDS = (
     "error_type",
     "operation",
     "detail",
+    "source",
+    "retry_in_seconds",
 )
 
 

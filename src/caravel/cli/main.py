@@ -26,6 +26,7 @@ _METAVARS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "list[str]": "TE
 _TOP = (
     ("db", "caravel.cli.db", "app", True),
     ("outbox", "caravel.cli.outbox", "app", True),
+    ("bridge", "caravel.cli.bridge", "app", True),
     ("jobs", "caravel.cli.jobs", "app", True),
     ("queues", "caravel.cli.queues", "app", True),
     ("schedules", "caravel.cli.schedules", "app", True),

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["OutboxRelay"]
+__all__ = ["OutboxRelay", "held_back", "warn_stuck"]
 
 logger = logging.getLogger("caravel.outbox")
 
@@ -189,28 +189,38 @@ class OutboxRelay:
     ) -> None:
         now = self.queue.clock.now_ms()
         await self._outbox.outbox_record_pass(
-            {row.id: result.job_id for row, result in delivered},
-            [
-                Undeliverable(row.id, reason, now + self._retry_delay_ms(row))
-                for row, reason in stuck
-            ],
-            now,
+            {row.id: result.job_id for row, result in delivered}, held_back(stuck, now), now
         )
-        for row, reason in stuck:
-            self.stuck += 1
-            logger.warning(
-                "outbox envelope cannot be delivered; it stays pending",
-                extra={
-                    "outbox_id": str(row.id),
-                    "queue": row.queue,
-                    "job_type": row.job_type,
-                    "category": reason,
-                },
-            )
+        self.stuck += len(stuck)
+        warn_stuck(logger, "outbox envelope cannot be delivered; it stays pending", stuck)
 
-    @staticmethod
-    def _retry_delay_ms(row: PendingEnvelope) -> int:
-        # Counting the attempt being recorded: the first retry waits STUCK_RETRY.
-        return duration_ms(
-            exponential_backoff(STUCK_RETRY, STUCK_RETRY_MAX, row.relay_attempts + 1)
+
+def held_back(stuck: Sequence[_Stuck], now: int) -> list[Undeliverable]:
+    """What a pass records for the envelopes it could not deliver: each reason, and a retry
+    time growing with the envelope's attempts (the first retry waits ``STUCK_RETRY``, counting
+    the attempt being recorded)."""
+    return [
+        Undeliverable(
+            row.id,
+            reason,
+            now
+            + duration_ms(
+                exponential_backoff(STUCK_RETRY, STUCK_RETRY_MAX, row.relay_attempts + 1)
+            ),
+        )
+        for row, reason in stuck
+    ]
+
+
+def warn_stuck(log: logging.Logger, message: str, stuck: Sequence[_Stuck]) -> None:
+    """One warning per envelope left pending, with its ids and reason, never its payload."""
+    for row, reason in stuck:
+        log.warning(
+            message,
+            extra={
+                "outbox_id": str(row.id),
+                "queue": row.queue,
+                "job_type": row.job_type,
+                "category": reason,
+            },
         )

@@ -125,6 +125,18 @@ class OutboxStore:
                 retry_at=None,
             )
         )
+        # An intent a broker took is carried by no queue job: the pass's such rows share every
+        # value, so one statement settles them all.
+        self._published = (
+            sa.update(t)
+            .where(t.c.id.in_(sa.bindparam("b_ids", expanding=True)), pending)
+            .values(
+                dispatched_at=sa.bindparam("b_now"),
+                queue_job_id=None,
+                relay_failure=None,
+                retry_at=None,
+            )
+        )
         self._undeliverable = (
             sa.update(t)
             .where(t.c.id == sa.bindparam("b_id"), pending)
@@ -162,9 +174,10 @@ class OutboxStore:
         async with self._transaction("outbox_read") as conn:
             return await self._pending(conn, now, limit), await self._backlog(conn)
 
-    async def outbox_mark_dispatched(self, job_ids: Mapping[UUID, UUID], now: int) -> None:
-        """Record, for each envelope id, the queue job that now carries it, dispatched at
-        ``now``; an envelope already marked dispatched is left as it is."""
+    async def outbox_mark_dispatched(self, job_ids: Mapping[UUID, UUID | None], now: int) -> None:
+        """Record, for each envelope id, the queue job that now carries it (``None``: a message
+        broker took it), dispatched at ``now``; an envelope already marked dispatched is left as
+        it is."""
         await self.outbox_record_pass(job_ids, [], now)
 
     async def outbox_mark_undeliverable(self, envelopes: Sequence[Undeliverable]) -> None:
@@ -173,16 +186,21 @@ class OutboxStore:
         await self.outbox_record_pass({}, envelopes, 0)
 
     async def outbox_record_pass(
-        self, job_ids: Mapping[UUID, UUID], undeliverable: Sequence[Undeliverable], now: int
+        self, job_ids: Mapping[UUID, UUID | None], undeliverable: Sequence[Undeliverable], now: int
     ) -> None:
         """What one relay pass records, in one transaction (all of it or none):
         :meth:`outbox_mark_dispatched` and :meth:`outbox_mark_undeliverable` together."""
         if not job_ids and not undeliverable:
             return
         async with self._transaction("outbox_mark") as conn:
-            if job_ids:
-                rows = [{"b_id": env, "b_job": job, "b_now": now} for env, job in job_ids.items()]
-                await conn.execute(self._dispatched, rows)
+            carried = [
+                {"b_id": e, "b_job": j, "b_now": now} for e, j in job_ids.items() if j is not None
+            ]
+            if carried:
+                await conn.execute(self._dispatched, carried)
+            published = [envelope for envelope, job in job_ids.items() if job is None]
+            if published:
+                await conn.execute(self._published, {"b_ids": published, "b_now": now})
             if undeliverable:
                 stuck: list[dict[str, Any]] = [
                     {"b_id": e.envelope_id, "b_reason": e.reason, "b_retry_at": e.retry_at}
