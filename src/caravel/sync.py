@@ -42,6 +42,9 @@ from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
 from caravel.store.pruning import PruneBatch
+from caravel.workflows import WorkflowResult, step_ids
+from caravel.workflows.operations import step_ids_of
+from caravel.workflows.preparation import prepare_workflow
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from caravel.flow.concurrency import ConcurrencyLimit
     from caravel.flow.rate import RateLimit
     from caravel.store.limit_values import LimitKind
+    from caravel.workflows import Workflow, WorkflowStatus
 
 __all__ = ["SyncQueue"]
 
@@ -170,6 +174,54 @@ class SyncQueue:
             session, new_jobs, self._identity, on_commit=committed
         )
         return enqueue_results(inserted)
+
+    # ----- workflows -------------------------------------------------------------------------
+
+    def enqueue_workflow(
+        self, workflow: Workflow, *, session: object | None = None
+    ) -> WorkflowResult:
+        """As :meth:`DatabaseQueue.enqueue_workflow <caravel.DatabaseQueue.enqueue_workflow>`;
+        ``session`` as for :meth:`enqueue`."""
+        if session is None:
+            return self.call(self.queue.enqueue_workflow, workflow)
+        q = self.queue
+        new = prepare_workflow(q.registry, q.options, workflow, q.clock.now_ms())
+        if self._identity is None:
+            self._identity = self.call(q.store.database_identity)
+        loop, hub = self._loop.loop, q.wakeups
+
+        def committed(queues: set[str]) -> None:
+            hub.notify_threadsafe(loop, queues)
+
+        found, created = q.store.workflow_insert_joined_sync(
+            session, new, self._identity, on_commit=committed
+        )
+        if not created:
+            ids = self.call(step_ids_of, q.store, found, new.tenant_id)
+            return WorkflowResult(found, already_enqueued=True, step_ids=ids)
+        return WorkflowResult(found, already_enqueued=False, step_ids=step_ids(new))
+
+    def get_workflow(
+        self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> WorkflowStatus | None:
+        """As :meth:`DatabaseQueue.get_workflow <caravel.DatabaseQueue.get_workflow>`."""
+        return self.call(self.queue.get_workflow, workflow_id, tenant_id)
+
+    def cancel_workflow(self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT) -> int:
+        """As :meth:`DatabaseQueue.cancel_workflow <caravel.DatabaseQueue.cancel_workflow>`."""
+        return self.call(self.queue.cancel_workflow, workflow_id, tenant_id)
+
+    def signal(
+        self,
+        workflow_id: UUID | str,
+        name: str,
+        payload: object = None,
+        *,
+        tenant_id: str = DEFAULT_TENANT,
+    ) -> bool:
+        """As :meth:`DatabaseQueue.signal <caravel.DatabaseQueue.signal>`."""
+        send = functools.partial(self.queue.signal, tenant_id=tenant_id)
+        return self.call(send, workflow_id, name, payload)
 
     # ----- chains and batches --------------------------------------------------------------
 

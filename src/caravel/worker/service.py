@@ -116,6 +116,7 @@ class QueueWorker(AsyncClosing):
             max_result_bytes=queue.options.max_result_bytes,
             redactor=self.options.redactor,
             leases=self.leases,
+            reads=queue.store,
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)
         self._report = OutcomeReport(self._summary)

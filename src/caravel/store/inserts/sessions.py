@@ -17,6 +17,7 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from uuid import UUID
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session
 from caravel.errors import ValidationError
 from caravel.store.plans import Plan, run_plan, run_plan_sync
 from caravel.store.protocol import Committed, InsertOutcome, InsertResult, NewJob
+from caravel.store.workflows.records import NewWorkflow
 
 if TYPE_CHECKING:
     from caravel.store.base import SqlStore
@@ -39,6 +41,8 @@ __all__ = [
     "on_commit_hook",
     "run_joined",
     "run_joined_sync",
+    "workflow_async",
+    "workflow_sync",
 ]
 
 T = TypeVar("T")
@@ -171,6 +175,60 @@ async def insert_async(
     """:func:`insert_sync` for an async session or connection, or a blocking one."""
     caller, outcomes = await run_joined(store, target, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
+
+
+def workflow_sync(
+    store: SqlStore[Any],
+    target: object,
+    workflow: NewWorkflow,
+    identity: str,
+    on_commit: Committed,
+) -> tuple[UUID, bool]:
+    """Insert ``workflow`` in the transaction ``target`` (a blocking session or connection)
+    has open, as :func:`insert_sync` inserts jobs: its id and whether it was created."""
+    caller, (found, created) = run_joined_sync(
+        store, target, identity, store._workflow_plan(workflow)
+    )
+    _wake_on_commit(store, caller, workflow, created, on_commit)
+    return found, created
+
+
+async def workflow_async(
+    store: SqlStore[Any], target: object, workflow: NewWorkflow, on_commit: Committed
+) -> tuple[UUID, bool]:
+    """:func:`workflow_sync` for an async session or connection (a blocking one is accepted
+    too)."""
+    caller, (found, created) = await run_joined(store, target, store._workflow_plan(workflow))
+    _wake_on_commit(store, caller, workflow, created, on_commit)
+    return found, created
+
+
+def _wake_on_commit(
+    store: SqlStore[Any],
+    caller: CallerConnection,
+    workflow: NewWorkflow,
+    created: bool,
+    on_commit: Committed,
+) -> None:
+    """Attach the wake-ups for a new workflow's steps due at once to the commit of the
+    caller's session (as :func:`_inserted` does for jobs)."""
+    due = {
+        step.job.queue
+        for step in workflow.steps
+        if created
+        and not step.after
+        and step.wait_signal is None
+        and not step.delay_ms
+        and step.job.due_at <= step.job.created_at
+    }
+    if due:
+
+        def committed() -> None:
+            store._announce_committed(due)
+            if on_commit is not None:
+                on_commit(due)
+
+        on_commit_hook(caller.committing, committed)
 
 
 _IDENTITY = "caravel.database_identity"

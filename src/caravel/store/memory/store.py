@@ -21,12 +21,12 @@ from caravel.store import attempts
 from caravel.store.claims import nonces
 from caravel.store.memory.inserts import insert_all
 from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts
-from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key
 from caravel.store.memory.pruning import prune
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.schedules import MemorySchedules
 from caravel.store.memory.tables import JobRow, Tables, WorkerRow
+from caravel.store.memory.workflows import MemoryWorkflows
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -45,6 +45,7 @@ from caravel.store.protocol import (
 from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.rows import CLAIM_RETURNING, claimed_from_rows, worker_row
 from caravel.store.schema import claim_rank_of
+from caravel.store.workflows.records import NewWorkflow
 
 __all__ = ["MemoryStore"]
 
@@ -91,7 +92,7 @@ _SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
 }
 
 
-class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
+class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryWorkflows):
     """Every queue operation over one in-memory queue's tables, each atomic under their lock.
     Not durable, and per process (see the module docstring). Wake-ups within the process go
     through the queue's own hub, so :meth:`wakeups` has nothing to push."""
@@ -392,6 +393,21 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
             and row.state == JobState.COMPLETED.value
             and (row.lease_token, row.lease_nonce) == (lease.token, lease.nonce)
         )
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        raise _no_session()
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
+        raise _no_session()
 
 
 def _held(tables: Tables, lease: Lease) -> JobRow | None:
