@@ -59,6 +59,9 @@ logger = logging.getLogger("caravel.bridge")
 #: How long one broker operation may take before it counts as a lost connection.
 OPERATION_TIMEOUT = 30.0
 
+#: How long a fetch that has messages waits for one more before it returns them (seconds).
+LINGER = 0.005
+
 #: What a lost or refused connection, a closed channel or a missing answer raise in aio-pika.
 _BROKER_FAILURES = (
     aiormq.exceptions.AMQPError,
@@ -268,7 +271,16 @@ class RabbitSubscription:
                 raise BrokerError("consume", f"connection lost ({self.url})") from None
             return []
         raws = [first]
-        while len(raws) < limit and not self._buffer.empty():
+        while len(raws) < limit:
+            if self._buffer.empty():
+                # Messages arrive one frame at a time: a short wait for the next one makes a
+                # pass, and its transaction, hold many of them while they flow.
+                try:
+                    async with asyncio.timeout(LINGER):
+                        raws.append(await self._buffer.get())
+                except TimeoutError:
+                    break
+                continue
             raws.append(self._buffer.get_nowait())
         for raw in raws:
             if raw.delivery_tag is not None:
