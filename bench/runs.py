@@ -28,6 +28,7 @@ from caravel import (
     QueueInspector,
     QueueWorker,
     WorkerOptions,
+    Workflow,
 )
 from caravel.store.urls import backend_of
 
@@ -63,12 +64,17 @@ async def fill_backlog(
     levels: int = 1,
     batches: bool = False,
     spread: Spread | None = None,
+    workflow: bool = False,
 ) -> None:
     """``n`` jobs whose priorities take turns among ``levels`` (see :func:`_priority`): with
     more than one, a backlog whose claim order is not its insertion order. With ``batches``
     each ``batch`` jobs are one batch (:meth:`~caravel.DatabaseQueue.enqueue_batch`, no
     callback), so every acknowledgement also counts its job in its batch's row. ``spread``
-    gives the ``i``-th job its dispatch instead (its tenant or partition key, say)."""
+    gives the ``i``-th job its dispatch instead (its tenant or partition key, say). With
+    ``workflow`` the ``n`` jobs are one workflow (:func:`fan_out_fan_in`)."""
+    if workflow:
+        await queue.enqueue_workflow(fan_out_fan_in(n))
+        return
     for start in range(0, n, batch):
         items = [
             (Noop(i), spread(i) if spread else dispatch(priority=_priority(i, levels)))
@@ -78,6 +84,17 @@ async def fill_backlog(
             await queue.enqueue_batch(items)
         else:
             await queue.enqueue_many(items)
+
+
+def fan_out_fan_in(n: int) -> Workflow:
+    """One workflow of ``n`` jobs: a root, ``n - 2`` members after it (a fan-out) and one step
+    after every member (the fan-in): each member's finish satisfies one edge of the fan-in's
+    counter, and the last one releases it."""
+    graph = Workflow("bench-fan", tenant_id="bench")
+    graph.add("root", Noop(-1), options=dispatch())
+    graph.add_many("members", [Noop(i) for i in range(n - 2)], after=["root"], options=dispatch())
+    graph.add("fan-in", Noop(-2), after=["members"], options=dispatch())
+    return graph
 
 
 # ----- enqueue --------------------------------------------------------------------------------
@@ -138,13 +155,16 @@ async def drain(
     batches: bool = False,
     spread: Spread | None = None,
     limit: ConcurrencyLimit | None = None,
+    workflow: bool = False,
 ) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
     ``durable_acks``; with ``priority_levels`` above 1, the jobs' priorities take turns among that
     many; with ``batches``, the jobs are members of batches of 1,000; with ``spread``, each job
-    dispatched as it says (see :func:`fill_backlog`). ``limit`` is stored before the worker
-    starts, so every claim it makes is a limited one."""
+    dispatched as it says (see :func:`fill_backlog`); with ``workflow``, the jobs are one
+    fan-out/fan-in workflow (:func:`fan_out_fan_in`), so the drain includes each release:
+    the members' after the root, the fan-in's after the last member. ``limit`` is stored before
+    the worker starts, so every claim it makes is a limited one."""
     counter = _Counter(n)
     counting = JobRegistry()
 
@@ -153,7 +173,11 @@ async def drain(
         counter.hit()
 
     async with DatabaseQueue(url, counting) as queue:
-        await fill_backlog(queue, n, levels=priority_levels, batches=batches, spread=spread)
+        filling = time.perf_counter()
+        await fill_backlog(
+            queue, n, levels=priority_levels, batches=batches, spread=spread, workflow=workflow
+        )
+        filled = time.perf_counter() - filling
         if limit is not None:
             await queue.set_queue_limit(limit)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
@@ -173,6 +197,7 @@ async def drain(
         "seconds": elapsed,
         "jobs_per_second": n / elapsed,
         "completed": completed,
+        "enqueue_seconds": filled,
     }
 
 
