@@ -39,6 +39,7 @@ __all__ = [
     "MAX_TIMEOUT_DAYS",
     "MAX_TRACE_CONTEXT_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
+    "MAX_WORKFLOW_NAME_LENGTH",
     "MIN_PRIORITY",
     "PRIORITY_AGING_MS",
 ]
@@ -49,6 +50,8 @@ MAX_QUEUE_NAME_LENGTH = 64
 MAX_SCHEDULE_NAME_LENGTH = 64
 #: Wire names (a job type's persisted name): ``[a-z0-9._-]``, 1 to 128 characters.
 MAX_WIRE_NAME_LENGTH = 128
+#: A workflow's name, a step's name, a signal's name.
+MAX_WORKFLOW_NAME_LENGTH = 128
 #: Tenant ids and idempotency keys: nonblank, at most 128 characters.
 MAX_KEY_LENGTH = 128
 #: The deepest nesting a payload may have (``[]`` and ``{}`` are one level).

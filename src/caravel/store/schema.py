@@ -36,6 +36,7 @@ from caravel.limits import (
     MAX_TAGS_LENGTH,
     MAX_TRACE_CONTEXT_LENGTH,
     MAX_WIRE_NAME_LENGTH,
+    MAX_WORKFLOW_NAME_LENGTH,
     PRIORITY_AGING_MS,
 )
 
@@ -54,6 +55,10 @@ __all__ = [
     "TABLE_NAMES",
     "VERSION_TABLE",
     "WORKERS_TABLE",
+    "WORKFLOWS_TABLE",
+    "WORKFLOW_EDGES_TABLE",
+    "WORKFLOW_SIGNALS_TABLE",
+    "WORKFLOW_STEPS_TABLE",
     "attempts",
     "batches",
     "claim_rank",
@@ -68,6 +73,10 @@ __all__ = [
     "queues",
     "schedules",
     "workers",
+    "workflow_edges",
+    "workflow_signals",
+    "workflow_steps",
+    "workflows",
 ]
 
 JOBS_TABLE = "caravel_jobs"
@@ -166,6 +175,9 @@ jobs = sa.Table(
     # token: a claim lost with an asynchronous primary hands out the same token again on the
     # promoted standby, never the same nonce (see :mod:`caravel.store.claims.nonces`).
     sa.Column("lease_nonce", sa.BigInteger(), nullable=True),
+    # The workflow this job is a step of (see :data:`workflows`); NULL for every other job, which
+    # the workflow trigger's WHEN clause skips before doing anything.
+    sa.Column("workflow_id", sa.Uuid(), nullable=True),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_jobs"),
     sa.CheckConstraint(
         "state IN ('ready', 'running', 'completed', 'dead_letter', 'cancelled', 'pruned')",
@@ -208,6 +220,11 @@ _partial_index(
     "ix_caravel_jobs_chain", jobs.c.chain_id, jobs.c.chain_step, where="chain_id IS NOT NULL"
 )
 _partial_index("ix_caravel_jobs_batch", jobs.c.batch_id, jobs.c.state, where="batch_id IS NOT NULL")
+# A workflow's steps by state: its counts are one GROUP BY over its stretch of this index, and
+# pruning finds its jobs here. Only workflow jobs have an entry.
+_partial_index(
+    "ix_caravel_jobs_workflow", jobs.c.workflow_id, jobs.c.state, where="workflow_id IS NOT NULL"
+)
 # Finished jobs by queue, state and finish time: queue counts read at most a bounded stretch of
 # it, never the finished rows themselves (see queries.counts); the autoscaling signal reads the
 # jobs a queue finished lately as a range of it (see scaling.signal_statement).
@@ -447,6 +464,96 @@ batches = sa.Table(
     sa.Column("updated_at", sa.BigInteger(), nullable=False),
     sa.PrimaryKeyConstraint("id", name="pk_caravel_batches"),
     sa.Index("ix_caravel_batches_created", "created_at"),
+)
+
+WORKFLOWS_TABLE = "caravel_workflows"
+
+#: One row per workflow (a graph of jobs, see :mod:`caravel.store.workflows`). Workflows span
+#: queues, so their idempotency key is unique per tenant, not per queue. No counts here: every
+#: step's finish would queue on this one row; reads count the steps from the jobs' workflow
+#: index, and a workflow has finished once none of its steps is live.
+workflows = sa.Table(
+    WORKFLOWS_TABLE,
+    _tables,
+    sa.Column("id", sa.Uuid(), nullable=False),
+    sa.Column("tenant_id", sa.String(MAX_KEY_LENGTH), nullable=False),
+    sa.Column("name", sa.String(MAX_WORKFLOW_NAME_LENGTH), nullable=True),
+    sa.Column("idempotency_key", sa.String(MAX_KEY_LENGTH), nullable=True),
+    # SHA-256 (hex) of the canonical graph: the same key with another graph is a conflict.
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("total", sa.Integer(), nullable=False),
+    sa.Column("created_at", sa.BigInteger(), nullable=False),
+    sa.Column("cancelled_at", sa.BigInteger(), nullable=True),
+    sa.Column("updated_at", sa.BigInteger(), nullable=False),
+    # A pruned workflow's tombstone: its steps are gone, its row keeps its key and hash, so a
+    # repeated submission under the key still returns it and another graph still conflicts.
+    sa.Column("pruned_at", sa.BigInteger(), nullable=True),
+    sa.PrimaryKeyConstraint("id", name="pk_caravel_workflows"),
+    sa.Index("ix_caravel_workflows_created", "created_at"),
+)
+_partial_index(
+    "uq_caravel_workflows_idempotency",
+    workflows.c.tenant_id,
+    workflows.c.idempotency_key,
+    unique=True,
+    where="idempotency_key IS NOT NULL",
+)
+
+WORKFLOW_STEPS_TABLE = "caravel_workflow_steps"
+
+#: One row per step of a workflow: what it still waits for (``waiting``: its unsatisfied edges,
+#: plus one while its signal is awaited), its waits and when it was released. The count lives
+#: here, not on the jobs row, so a fan-in's 10,000 finishes rewrite this narrow row, never the
+#: job's.
+workflow_steps = sa.Table(
+    WORKFLOW_STEPS_TABLE,
+    _tables,
+    sa.Column("job_id", sa.Uuid(), nullable=False),
+    sa.Column("workflow_id", sa.Uuid(), nullable=False),
+    sa.Column("step", sa.String(MAX_WORKFLOW_NAME_LENGTH), nullable=False),
+    sa.Column("step_index", sa.Integer(), nullable=True),
+    sa.Column("waiting", sa.Integer(), nullable=False),
+    sa.Column("on_failure", sa.String(8), nullable=False),
+    sa.Column("wait_signal", sa.String(MAX_WORKFLOW_NAME_LENGTH), nullable=True),
+    sa.Column("signal_received_at", sa.BigInteger(), nullable=True),
+    sa.Column("delay_ms", sa.BigInteger(), nullable=True),
+    sa.Column("timeout_ms", sa.BigInteger(), nullable=True),
+    sa.Column("released_at", sa.BigInteger(), nullable=True),
+    sa.PrimaryKeyConstraint("job_id", name="pk_caravel_workflow_steps"),
+    sa.Index("ix_caravel_workflow_steps_step", "workflow_id", "step", "step_index"),
+)
+
+WORKFLOW_EDGES_TABLE = "caravel_workflow_edges"
+
+#: One row per dependency: ``child_id`` runs after ``parent_id``. The finishing parent's edges are
+#: found by the key's prefix; a step's own dependencies by ``ix_caravel_workflow_edges_child``.
+workflow_edges = sa.Table(
+    WORKFLOW_EDGES_TABLE,
+    _tables,
+    sa.Column("parent_id", sa.Uuid(), nullable=False),
+    sa.Column("child_id", sa.Uuid(), nullable=False),
+    sa.Column("workflow_id", sa.Uuid(), nullable=False),
+    # The child's ``on_failure`` is ``continue``: a dead-lettered or cancelled parent satisfies it.
+    sa.Column("runs_after_failure", sa.Boolean(), nullable=False),
+    # The child is handed the parent's result on release (chains).
+    sa.Column("hands_result", sa.Boolean(), nullable=False),
+    sa.Column("satisfied", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.PrimaryKeyConstraint("parent_id", "child_id", name="pk_caravel_workflow_edges"),
+    sa.Index("ix_caravel_workflow_edges_child", "child_id"),
+)
+
+WORKFLOW_SIGNALS_TABLE = "caravel_workflow_signals"
+
+#: The signals a workflow received, one per name: the first one counts, a repeat changes
+#: nothing. The payload (JSON) is what a waiting step reads.
+workflow_signals = sa.Table(
+    WORKFLOW_SIGNALS_TABLE,
+    _tables,
+    sa.Column("workflow_id", sa.Uuid(), nullable=False),
+    sa.Column("name", sa.String(MAX_WORKFLOW_NAME_LENGTH), nullable=False),
+    sa.Column("payload", sa.Text(), nullable=False),
+    sa.Column("received_at", sa.BigInteger(), nullable=False),
+    sa.PrimaryKeyConstraint("workflow_id", "name", name="pk_caravel_workflow_signals"),
 )
 
 

@@ -11,7 +11,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 from caravel.limits import PRIORITY_AGING_MS
-from caravel.store.schema import JOBS_TABLE, RELEASES_TABLE, TABLE_NAMES, metadata
+from caravel.store.schema import (
+    JOBS_TABLE,
+    RELEASES_TABLE,
+    TABLE_NAMES,
+    WORKFLOW_SIGNALS_TABLE,
+    metadata,
+)
 
 __all__ = ["LONG_TEXTS", "include_in_model", "mariadb_model"]
 
@@ -61,6 +67,7 @@ def mariadb_model() -> sa.MetaData:
     for name, columns, unique in _INDEXES:
         sa.Index(name, *(jobs.c[column] for column in columns), unique=unique)
     sa.Index("uq_caravel_jobs_seq", jobs.c.seq, unique=True)
+    model.tables[WORKFLOW_SIGNALS_TABLE].c.payload.type = mysql.MEDIUMTEXT()
     sa.Table(
         RELEASES_TABLE,
         model,

@@ -1,0 +1,45 @@
+"""SQLite's workflow release (see :mod:`caravel.migrations.workflow_triggers`): one trigger of
+four statements. SQLite has one writer at a time, so no finish can interleave with another.
+The step rows a release marks (``released_at`` = the finish's time) name the jobs the last
+statement releases; a step released before at the same millisecond is no longer held."""
+
+from __future__ import annotations
+
+from caravel.migrations.workflow_triggers import (
+    FINISHED,
+    HELD,
+    SATISFIES,
+    due_after,
+    releasable,
+    with_result,
+)
+
+__all__ = ["CREATE", "DROP"]
+
+_STEPS = "caravel_workflow_steps"
+_NEWLY = "SELECT e.child_id FROM caravel_workflow_edges AS e WHERE e.parent_id = NEW.id"
+_DUE = (
+    f"NEW.updated_at + (SELECT {due_after('s')} FROM {_STEPS} AS s"
+    " WHERE s.job_id = caravel_jobs.id)"
+)
+
+CREATE = (
+    "CREATE TRIGGER caravel_jobs_workflow_release AFTER UPDATE OF state ON caravel_jobs"
+    f" WHEN {FINISHED} BEGIN"
+    # (parent_id, child_id) is the key: a child has at most one edge from NEW.
+    f" UPDATE {_STEPS} SET waiting = waiting - 1"
+    f" WHERE job_id IN ({_NEWLY} AND NOT e.satisfied AND {SATISFIES});"
+    " UPDATE caravel_workflow_edges AS e SET satisfied = 1"
+    f" WHERE e.parent_id = NEW.id AND NOT e.satisfied AND {SATISFIES};"
+    f" UPDATE {_STEPS} AS s SET released_at = NEW.updated_at"
+    f" WHERE s.job_id IN ({_NEWLY} AND e.satisfied) AND {releasable('s')}"
+    f" AND EXISTS (SELECT 1 FROM caravel_jobs WHERE id = s.job_id AND {HELD});"
+    f" UPDATE caravel_jobs SET due_at = {_DUE}, available_at = {_DUE},"
+    f" updated_at = NEW.updated_at, upstream = {with_result('{0} || {1}', 'caravel_jobs')}"
+    f" WHERE id IN ({_NEWLY} AND e.satisfied) AND {HELD}"
+    f" AND EXISTS (SELECT 1 FROM {_STEPS} AS s"
+    " WHERE s.job_id = caravel_jobs.id AND s.released_at = NEW.updated_at);"
+    " END",
+)
+
+DROP = ("DROP TRIGGER IF EXISTS caravel_jobs_workflow_release",)
