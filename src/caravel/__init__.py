@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         SyncQueueError,
         UnknownJobTypeError,
         ValidationError,
+        WorkflowError,
     )
     from caravel.flow import ConcurrencyLimit, RateLimit
     from caravel.hooks import DeadLetterEvent, StuckEvent
@@ -67,6 +68,16 @@ if TYPE_CHECKING:
     from caravel.sync import SyncQueue
     from caravel.worker import FailureOutcome, Leases, QueueWorker
     from caravel.worker.scheduler import Scheduler, SlotRun
+    from caravel.workflows import (
+        FailedDependency,
+        StepOutcome,
+        WaitOutcome,
+        Workflow,
+        WorkflowContext,
+        WorkflowResult,
+        WorkflowStatus,
+        WorkflowStep,
+    )
 
 #: Where each public name lives.
 _HOMES = {
@@ -140,6 +151,15 @@ _HOMES = {
     "FailureOutcome": "caravel.worker",
     "Leases": "caravel.worker",
     "QueueWorker": "caravel.worker",
+    "FailedDependency": "caravel.workflows",
+    "StepOutcome": "caravel.workflows",
+    "WaitOutcome": "caravel.workflows",
+    "Workflow": "caravel.workflows",
+    "WorkflowContext": "caravel.workflows",
+    "WorkflowResult": "caravel.workflows",
+    "WorkflowStatus": "caravel.workflows",
+    "WorkflowStep": "caravel.workflows",
+    "WorkflowError": "caravel.errors",
 }
 
 
@@ -178,6 +198,7 @@ __all__ = [
     "DispatchOptions",
     "DowngradeRefusedError",
     "EnqueueResult",
+    "FailedDependency",
     "FailureCategory",
     "FailureOutcome",
     "IdempotencyConflictError",
@@ -216,6 +237,7 @@ __all__ = [
     "SlotRun",
     "Snooze",
     "StagedIntent",
+    "StepOutcome",
     "StoreError",
     "StuckEvent",
     "SyncQueue",
@@ -223,8 +245,15 @@ __all__ = [
     "SystemClock",
     "UnknownJobTypeError",
     "ValidationError",
+    "WaitOutcome",
     "WorkerInfo",
     "WorkerOptions",
+    "Workflow",
+    "WorkflowContext",
+    "WorkflowError",
+    "WorkflowResult",
+    "WorkflowStatus",
+    "WorkflowStep",
     "__version__",
     "add_outbox",
 ]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID
 
 from caravel.errors import JobCancelledError
 from caravel.progress import ProgressReport
+
+if TYPE_CHECKING:
+    from caravel.workflows.context import WorkflowContext
 
 __all__ = ["BatchOutcome", "CancellationSignal", "JobContext", "handed"]
 
@@ -114,6 +117,9 @@ class JobContext(Generic[ScopeT]):
     JSON); ``None`` for other jobs, or when that step returned ``None``."""
     batch: BatchOutcome | None = None
     """For a batch's callback: the batch's counts when its last job finished."""
+    workflow: WorkflowContext | None = None
+    """For a workflow's step: which workflow and step it is, and reads of the results of the
+    steps it ran after (see :class:`~caravel.WorkflowContext`); ``None`` for other jobs."""
     report: ProgressReport = field(default_factory=ProgressReport, repr=False, compare=False)
     """Where :meth:`progress` and :meth:`set_meta` keep what they were told until the worker
     writes it (the worker's side of those calls; a handler calls them instead)."""

@@ -5,7 +5,8 @@
     CaravelError
     ├── ValidationError            bad input or configuration; names the field and the rule
     │   ├── OptionsError           a QueueOptions / worker setting is out of range
-    │   └── RegistrationError      a job type or wire name registered twice, or a bad handler
+    │   ├── RegistrationError      a job type or wire name registered twice, or a bad handler
+    │   └── WorkflowError          a workflow's graph broke a rule; names the step and the rule
     ├── UnknownJobTypeError        enqueue of a value whose type is not registered
     ├── PrincipalTypeError         a dashboard's authorize returned neither a Principal nor None
     ├── IdempotencyConflictError   same queue, tenant and key, different job type or payload
@@ -48,6 +49,7 @@ __all__ = [
     "StoreError",
     "UnknownJobTypeError",
     "ValidationError",
+    "WorkflowError",
 ]
 
 
@@ -74,6 +76,17 @@ class OptionsError(ValidationError):
 
 class RegistrationError(ValidationError):
     """A job registration was rejected: duplicate wire name, duplicate type, or bad handler."""
+
+
+class WorkflowError(ValidationError):
+    """A workflow's graph broke a rule (a cycle, an unknown dependency, a duplicate or bad step
+    name, too many steps or edges, a key on a step...). ``step`` names the step (``None`` when
+    the rule is the whole workflow's) and ``rule`` says what was wrong. Nothing was written."""
+
+    def __init__(self, step: str | None, rule: str) -> None:
+        self.step = step
+        field = "workflow" if step is None else f"step {step!r}"
+        super().__init__(field, rule)
 
 
 class UnknownJobTypeError(CaravelError, TypeError):

@@ -39,7 +39,9 @@ __all__ = [
     "MAX_TIMEOUT_DAYS",
     "MAX_TRACE_CONTEXT_LENGTH",
     "MAX_WIRE_NAME_LENGTH",
+    "MAX_WORKFLOW_EDGES",
     "MAX_WORKFLOW_NAME_LENGTH",
+    "MAX_WORKFLOW_STEPS",
     "MIN_PRIORITY",
     "PRIORITY_AGING_MS",
 ]
@@ -114,6 +116,10 @@ HELD_DUE_AT = 253_402_300_799_000
 MAX_CHAIN_STEPS = 100
 #: Jobs in one batch (its callback not counted).
 MAX_BATCH_JOBS = 10_000
+#: Steps in one workflow (every member of an ``add_many`` group counts).
+MAX_WORKFLOW_STEPS = 20_000
+#: Dependency edges in one workflow (``after=["group"]`` counts one edge per member).
+MAX_WORKFLOW_EDGES = 100_000
 #: The longest relative delay (``DispatchOptions(delay=...)``): 100 years of 365 days.
 MAX_DELAY_DAYS = 36_500
 #: The longest execution timeout (``register(timeout=...)``, ``DispatchOptions(timeout=...)``):

@@ -378,7 +378,7 @@ async def run_step(job: WfStep, ctx: JobContext[Any]) -> dict[str, Any]:
         detail = await _joined(ctx, job.reads)
     elif job.role == "continue":
         failed = await workflow.failed_dependencies()
-        detail = {"failed": sorted([list(entry) for entry in failed])}
+        detail = {"failed": sorted([[d.step, d.index, d.state] for d in failed])}
     await asyncio.to_thread(_record, ctx, "end", detail)
     return {"step": workflow.step, "i": workflow.index}
 

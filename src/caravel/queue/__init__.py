@@ -48,6 +48,8 @@ from caravel.store import open_store
 from caravel.store.protocol import LimitKind, NewJob, Store
 from caravel.store.pruning import PruneBatch
 from caravel.validation import check_identifier, check_queue_name, check_schedule_name
+from caravel.workflows import Workflow, WorkflowResult, WorkflowStatus
+from caravel.workflows.operations import read_workflow, signal_payload, workflow_signal_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -134,6 +136,57 @@ class DatabaseQueue(AsyncClosing):
         """Insert already validated and serialized jobs (enqueue and the outbox relay share
         this path) and wake workers in this process."""
         return await self._enqueuer.insert_prepared(new_jobs)
+
+    # ----- workflows -------------------------------------------------------------------------
+
+    async def enqueue_workflow(
+        self, workflow: Workflow, *, session: object | None = None
+    ) -> WorkflowResult:
+        """Save a workflow (:class:`~caravel.Workflow`): every step, dependency and wait in one
+        transaction, or none. A graph that breaks a rule raises
+        :class:`~caravel.errors.WorkflowError` naming the step and the rule, and writes
+        nothing. With the workflow's idempotency key, the same graph again returns the saved
+        workflow (``already_enqueued``); another graph under that key raises
+        :class:`~caravel.errors.IdempotencyConflictError`."""
+        return await self._enqueuer.enqueue_workflow(workflow, session=session)
+
+    async def get_workflow(
+        self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> WorkflowStatus | None:
+        """A workflow of this exact tenant, its state, counts and steps with their results;
+        ``None`` when there is none."""
+        found = parse_job_id(workflow_id, "workflow_id")
+        tenant = check_identifier(tenant_id, "tenant_id")
+        return await read_workflow(self.store, found, tenant, results=True)
+
+    async def cancel_workflow(
+        self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> int:
+        """Cancel every step of the workflow that has not finished (a running step gets the
+        cancel request any running job gets) and mark it cancelled; how many steps were
+        cancelled (0 when there is no such workflow of this tenant)."""
+        found = parse_job_id(workflow_id, "workflow_id")
+        tenant = check_identifier(tenant_id, "tenant_id")
+        return await self.store.workflow_cancel(found, tenant, self.clock.now_ms())
+
+    async def signal(
+        self,
+        workflow_id: UUID | str,
+        name: str,
+        payload: object = None,
+        *,
+        tenant_id: str = DEFAULT_TENANT,
+    ) -> bool:
+        """Send signal ``name`` with ``payload`` (a JSON value, at most ``max_payload_bytes``)
+        to the workflow: steps waiting for it (``wait_for=name``) stop waiting, and read the
+        payload with ``ctx.workflow.wait()``. False, and nothing changed, when the workflow
+        already had this signal or there is no such workflow of this tenant."""
+        found = parse_job_id(workflow_id, "workflow_id")
+        tenant = check_identifier(tenant_id, "tenant_id")
+        text = signal_payload(payload, self.options.max_payload_bytes)
+        signal_name = workflow_signal_name(name)
+        now = self.clock.now_ms()
+        return await self.store.workflow_signal(found, tenant, signal_name, text, now)
 
     # ----- chains and batches --------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from caravel.store.protocol import (
 )
 from caravel.store.pruning import PruneBatch, PruneRequest
 from caravel.store.removal import JobSelection
+from caravel.store.workflows.instrumented import InstrumentedWorkflows
 
 __all__ = ["InstrumentedStore", "instrumented"]
 
@@ -60,7 +61,7 @@ def instrumented(store: Store) -> InstrumentedStore:
     return store if isinstance(store, InstrumentedStore) else InstrumentedStore(store)
 
 
-class InstrumentedStore:
+class InstrumentedStore(InstrumentedWorkflows):
     """Wraps a :class:`~caravel.store.protocol.Store`: a client span per operation, and the
     metrics that follow from each operation's result. ``inner`` is the wrapped store."""
 

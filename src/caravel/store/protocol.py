@@ -53,6 +53,7 @@ from caravel.store.values import (
     WorkerRecord,
     shown_state,
 )
+from caravel.store.workflows.records import WorkflowReads, WorkflowWrites
 
 __all__ = [
     "SHOWN_STATES",
@@ -90,7 +91,7 @@ __all__ = [
 ]
 
 
-class ReadStore(LinkReads, Protocol):
+class ReadStore(LinkReads, WorkflowReads, Protocol):
     """The operations that only read: what operators look at. A store opened for reading
     (:func:`~caravel.store.open_reader`) offers only these, on a connection the database itself
     keeps read-only."""
@@ -177,7 +178,7 @@ class ReadStore(LinkReads, Protocol):
         ...
 
 
-class Store(ReadStore, RemovalStore, LinkWrites, Protocol):
+class Store(ReadStore, RemovalStore, LinkWrites, WorkflowWrites, Protocol):
     """Every queue operation on one database."""
 
     #: Whether :meth:`wakeups` pushes enqueues from other processes (PostgreSQL's NOTIFY, the

@@ -51,9 +51,11 @@ from caravel.limits import MAX_ERROR_CLASS_LENGTH, MAX_SNOOZES
 from caravel.options import RetryPolicy
 from caravel.progress import ProgressReport
 from caravel.registry import JobRegistration, JobRegistry
+from caravel.store.workflows.records import WorkflowReads
 from caravel.worker.outcome import Outcome
 from caravel.worker.progress import ProgressWriter
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog, Watched
+from caravel.workflows.context import workflow_of
 
 __all__ = [
     "Abandoned",
@@ -105,8 +107,10 @@ class JobRunner:
         tracebacks: bool = False,
         max_result_bytes: int = 64 * 1024,
         redactor: Redactor | None = None,
+        reads: WorkflowReads | None = None,
     ) -> None:
         self._progress = progress
+        self._reads = reads
         self._tracebacks = tracebacks
         self._redactor = redactor
         self._max_result_bytes = max_result_bytes
@@ -174,6 +178,10 @@ class JobRunner:
         )
         if claimed.upstream is not None:
             context.previous_result, context.batch = handed(claimed.upstream)
+            if self._reads is not None:
+                context.workflow = workflow_of(
+                    claimed.upstream, self._reads, claimed.job_id, claimed.tenant_id
+                )
         watched = self._watch.watch(
             lease, context, timeout_ms=_timeout_ms(claimed, entry), cancel_at_timeout=entry.is_async
         )

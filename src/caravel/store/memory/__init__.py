@@ -15,10 +15,10 @@ import threading
 from sqlalchemy.engine import URL, make_url
 
 from caravel.errors import ValidationError
-from caravel.store.memory.links import MemoryLinkReads
 from caravel.store.memory.reads import MemoryReader
 from caravel.store.memory.store import MemoryStore
 from caravel.store.memory.tables import Tables
+from caravel.store.memory.workflows import MemoryWorkflowReads
 
 __all__ = ["MemoryReader", "MemoryStore", "open_reader", "open_store"]
 
@@ -52,4 +52,4 @@ def open_store(url: str | URL) -> MemoryStore:
 def open_reader(url: str | URL) -> MemoryReader:
     """A reader for a ``memory://`` URL: reads only, over the same tables a store opened on the
     same name writes."""
-    return MemoryLinkReads(_tables(url))
+    return MemoryWorkflowReads(_tables(url))

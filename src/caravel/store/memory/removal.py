@@ -35,14 +35,14 @@ class MemoryRemoval(MemoryReader):
             if row.state not in _CANCELLABLE:
                 return CancelOutcome.ALREADY_FINISHED
             was_running = row.state == RUNNING
-            _cancel(tables, row, now)
+            cancel_row(tables, row, now)
         return CancelOutcome.CANCELLED_RUNNING if was_running else CancelOutcome.CANCELLED
 
     async def job_cancel_many(self, selection: JobSelection, now: int, limit: int) -> int:
         with self._locked("job_cancel_many") as tables:
             picked = _oldest(_selected(tables, selection, deleting=False), limit)
             for row in picked:
-                _cancel(tables, row, now)
+                cancel_row(tables, row, now)
             return len(picked)
 
     async def job_delete(self, ref: JobRef) -> bool:
@@ -82,7 +82,7 @@ class MemoryRemoval(MemoryReader):
         return None
 
 
-def _cancel(tables: Tables, row: JobRow, now: int) -> None:
+def cancel_row(tables: Tables, row: JobRow, now: int) -> None:
     """What ``removal.statements.cancel`` does to one waiting or running row (a running one's
     attempt ends as ``cancelled``, as ``attempts.cancelled`` records it)."""
     if row.state == RUNNING:

@@ -21,12 +21,12 @@ from caravel.store import attempts
 from caravel.store.claims import nonces
 from caravel.store.memory.inserts import insert_all
 from caravel.store.memory.limits import MemoryLimits, claim_clock, limited_pick, log_starts
-from caravel.store.memory.links import MemoryLinks
 from caravel.store.memory.pending import give_up_taken_key
 from caravel.store.memory.pruning import prune
 from caravel.store.memory.removal import MemoryRemoval
 from caravel.store.memory.schedules import MemorySchedules
 from caravel.store.memory.tables import JobRow, Tables, WorkerRow
+from caravel.store.memory.workflows import MemoryWorkflows
 from caravel.store.protocol import (
     ClaimBatch,
     ClaimRequest,
@@ -83,7 +83,7 @@ _SOURCES: dict[ClaimSource, tuple[tuple[str, _Order], ...]] = {
 }
 
 
-class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryLinks):
+class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryWorkflows):
     """Every queue operation over one in-memory queue's tables, each atomic under their lock.
     Not durable, and per process (see the module docstring). Wake-ups within the process go
     through the queue's own hub, so :meth:`wakeups` has nothing to push."""

@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from caravel.limits import HELD_DUE_AT
+from caravel.store.memory.workflow_tables import WorkflowTables
 from caravel.store.protocol import NewJob, QueueLimit
 from caravel.store.rows import job_row
 
@@ -64,6 +65,7 @@ class JobRow:
     chain_step: int | None = None
     chain_next: UUID | None = None
     batch_id: UUID | None = None
+    workflow_id: UUID | None = None
     upstream: str | None = None
     timeout_ms: int | None = None
     progress: str | None = None
@@ -172,6 +174,7 @@ class Tables:
         #: ``fair_cursor`` of ``caravel_queue_limits`` by queue: the key its last fair claim
         #: served last.
         self.fair_cursors: dict[str, str] = {}
+        self.workflows = WorkflowTables()
         self._rowids = itertools.count(1)
 
     def add(self, row: JobRow) -> None:
@@ -239,7 +242,10 @@ class Tables:
             self.live.setdefault(row.queue, set()).add(row.id)
 
     def _release(self, row: JobRow, old: str) -> None:
-        """What migration 0009's triggers do on a change of ``row``'s state from ``old``."""
+        """What migration 0009's triggers do on a change of ``row``'s state from ``old``
+        (and migration 0021's for a workflow's step)."""
+        if row.workflow_id is not None:
+            self.workflows.finished(self, row)
         if row.chain_next is not None and row.state == "completed":
             result = row.result if row.result is not None else "null"
             self._release_held(row.chain_next, row.updated_at, '{"result":' + result + "}")
