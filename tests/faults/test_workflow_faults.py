@@ -46,7 +46,7 @@ from tests.faults.workflow_app import (
     install_records,
     registry,
 )
-from tests.faults.workflow_checks import Expected, check_workflows
+from tests.faults.workflow_checks import Expected, WorkflowBroken, check_workflows
 
 pytestmark = pytest.mark.slow
 
@@ -93,38 +93,59 @@ class Graphs:
     fan_in: UUID | None = None
 
 
-def _build(rng: random.Random) -> list[tuple[str, Workflow, dict[str, Expected]]]:
+def _build(
+    rng: random.Random, fan_width: int, diamonds: int
+) -> list[tuple[str, Workflow, dict[str, Expected]]]:
+    """The graphs: a fan-out of ``fan_width`` into a fan-in, ``diamonds`` diamonds, and the
+    graph whose first step fails; each with what its steps should end as."""
     fan = Workflow("fan", tenant_id=TENANT)
     fan.add("root", WfStep(), options=_options())
     fan.add_many(
         "fan",
-        [WfStep(sleep=round(rng.uniform(0.02, 0.2), 3)) for _ in range(FAN)],
+        [WfStep(sleep=round(rng.uniform(0.02, 0.2), 3)) for _ in range(fan_width)],
         after=["root"],
         options=_options(),
     )
-    seen_all = {"count": FAN, "indexes_exact": True, "own_results": FAN, "completed": FAN}
+    seen_all = {
+        "count": fan_width,
+        "indexes_exact": True,
+        "own_results": fan_width,
+        "completed": fan_width,
+    }
     fan.add(
         "fan-in",
-        WfStep(role="fan_in", group="fan", expect=FAN, sleep=FAN_IN_SLEEP),
+        WfStep(role="fan_in", group="fan", expect=fan_width, sleep=FAN_IN_SLEEP),
         after=["fan"],
         options=_options(),
     )
     done = Expected("completed")
-    graphs = [("fan", fan, {"root": done, "fan": done, "fan-in": Expected("completed", detail=seen_all)})]
-    for _ in range(DIAMONDS):
+    graphs = [
+        ("fan", fan, {"root": done, "fan": done, "fan-in": Expected("completed", detail=seen_all)})
+    ]
+    for _ in range(diamonds):
         diamond = Workflow("diamond", tenant_id=TENANT)
         diamond.add("a", WfStep(sleep=0.05), options=_options())
-        diamond.add("b", WfStep(sleep=round(rng.uniform(0.0, 0.3), 3)), after=["a"], options=_options())
-        diamond.add("c", WfStep(sleep=round(rng.uniform(0.0, 0.3), 3)), after=["a"], options=_options())
-        diamond.add("d", WfStep(role="join", reads=("b", "c")), after=["b", "c"], options=_options())
+        diamond.add(
+            "b", WfStep(sleep=round(rng.uniform(0.0, 0.3), 3)), after=["a"], options=_options()
+        )
+        diamond.add(
+            "c", WfStep(sleep=round(rng.uniform(0.0, 0.3), 3)), after=["a"], options=_options()
+        )
+        diamond.add(
+            "d", WfStep(role="join", reads=("b", "c")), after=["b", "c"], options=_options()
+        )
         joined = Expected("completed", detail={"own_results": 2})
         graphs.append(("diamond", diamond, {"a": done, "b": done, "c": done, "d": joined}))
     failing = Workflow("continue", tenant_id=TENANT)
     failing.add("x", FailingStep(), options=_options(max_attempts=2))
-    failing.add("y", WfStep(role="continue"), after=["x"], on_failure="continue", options=_options())
+    failing.add(
+        "y", WfStep(role="continue"), after=["x"], on_failure="continue", options=_options()
+    )
     failing.add("w", WfStep(), after=["y"], options=_options())
     failing.add("z", WfStep(), after=["x"], options=_options())
-    saw_x = Expected("completed", policy="continue", detail={"failed": [["x", None, "dead_letter"]]})
+    saw_x = Expected(
+        "completed", policy="continue", detail={"failed": [["x", None, "dead_letter"]]}
+    )
     graphs.append(
         (
             "continue",
@@ -135,11 +156,13 @@ def _build(rng: random.Random) -> list[tuple[str, Workflow, dict[str, Expected]]
     return graphs
 
 
-def _enqueue(url: str, rng: random.Random) -> Graphs:
+def _enqueue(
+    url: str, rng: random.Random, fan_width: int = FAN, diamonds: int = DIAMONDS
+) -> Graphs:
     async def go() -> Graphs:
         graphs = Graphs()
         async with DatabaseQueue(url, registry) as queue:
-            for kind, workflow, wanted in _build(rng):
+            for kind, workflow, wanted in _build(rng, fan_width, diamonds):
                 made = await queue.enqueue_workflow(workflow)
                 graphs.workflow_ids.setdefault(kind, []).append(made.workflow_id)
                 for step, ids in made.step_ids.items():
@@ -287,7 +310,8 @@ def test_workflow_steps_run_and_release_exactly_once_while_workers_are_killed(
     # The faults happened and interrupted work: the fan-in among it.
     assert figures.fan_in_attempts >= 2, (figures, faults)
     assert figures.reruns > 0, figures
-    assert faults.kills >= MIN_KILLS and faults.stops >= MIN_STOPS, run
+    assert faults.kills >= MIN_KILLS, run
+    assert faults.stops >= MIN_STOPS, run
     # What the application reads agrees: every graph completed but the one a failed step
     # stopped, which is blocked.
     assert _workflow_states(queue_url, graphs) == {
@@ -295,3 +319,75 @@ def test_workflow_steps_run_and_release_exactly_once_while_workers_are_killed(
         "diamond": Counter({"completed": DIAMONDS}),
         "continue": Counter({"blocked": 1}),
     }
+
+
+def _tamper(url: str, graphs: Graphs) -> None:
+    """Write into the records what a broken release path and a broken claim would leave: the
+    fan-in released a second time with its counter below zero, a member completed twice, and a
+    diamond's last step started before its dependencies finished."""
+    fan_in = graphs.fan_in
+    assert fan_in is not None
+    steps = {
+        step: job_id
+        for step, job_id in query(
+            url,
+            "SELECT s.step, s.job_id FROM caravel_workflow_steps s"
+            " JOIN caravel_workflows w ON w.id = s.workflow_id"
+            " WHERE w.name = 'diamond' AND s.step IN ('b', 'd')",
+        )
+    }
+    raw_fan_in = query(url, "SELECT job_id FROM caravel_workflow_steps WHERE step = 'fan-in'")
+    raw_member = query(url, "SELECT job_id FROM caravel_workflow_steps WHERE step = 'fan'")
+    query(
+        url,
+        "INSERT INTO wf_audit (source, job_id, old_waiting, new_waiting, old_released,"
+        " new_released) VALUES ('update', ?, 0, -1, NULL, 1)",
+        (raw_fan_in[0][0],),
+    )
+    query(
+        url,
+        "INSERT INTO wf_audit (source, job_id, old_state, new_state, old_due, new_due)"
+        " VALUES ('job', ?, 'running', 'completed', 1, 1)",
+        (raw_member[0][0],),
+    )
+    finished = query(url, "SELECT finished_at FROM caravel_jobs WHERE id = ?", (steps["b"],))
+    query(
+        url,
+        "INSERT INTO wf_runs (job_id, step, idx, attempt, event, pid, at_ms, deps,"
+        " deps_completed, deps_failed) VALUES (?, 'd', NULL, 1, 'start', 1, ?, 2, 1, 0)",
+        (str(UUID(str(steps["d"]))), int(finished[0][0]) - 5),
+    )
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_workflow_checker_finds_a_second_release_and_an_early_start(
+    queue_url: str, tmp_path: Path
+) -> None:
+    """The checker's teeth: a clean run passes it, and the records a broken core would leave
+    fail it, each with its rule."""
+    graphs = _enqueue(queue_url, random.Random(SEED), fan_width=5, diamonds=1)
+    worker = Worker(
+        queue_url,
+        queue_url,
+        tmp_path / "worker.log",
+        concurrency=4,
+        lease_duration=LEASE,
+        queues=(QUEUE,),
+        app=APP,
+        env={QUEUE_URL_ENV: queue_url},
+    )
+    try:
+        wait_until(lambda: _live(queue_url) == 0, timeout=60, what="every step to finish")
+    finally:
+        assert worker.terminate() == 0, worker.log()
+    check_workflows(queue_url, graphs.expected)
+    _tamper(queue_url, graphs)
+    with pytest.raises(WorkflowBroken) as broken:
+        check_workflows(queue_url, graphs.expected)
+    found = "\n".join(broken.value.problems)
+    assert "fan-in" in found, found
+    assert "counter went down to -1" in found, found
+    assert "released_at was set 2 times" in found, found
+    assert "entered completed 2 times" in found, found
+    assert "1 of 2 dependencies unfinished" in found, found
+    assert "before its dependency" in found, found

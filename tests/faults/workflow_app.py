@@ -118,9 +118,7 @@ _JOB_VALUES = (
 
 
 def _step_insert(id_: str) -> str:
-    return _STEP_VALUES.format(
-        source="insert", id=id_, old_waiting="NULL", old_released="NULL"
-    )
+    return _STEP_VALUES.format(source="insert", id=id_, old_waiting="NULL", old_released="NULL")
 
 
 def _step_update(id_: str) -> str:

@@ -214,7 +214,9 @@ def check_workflows(url: str, expected: dict[UUID, Expected]) -> Figures:
             continue
         state = "held" if got.state == "ready" and got.due_at == HELD_DUE_AT else got.state
         if state != want.state:
-            problems.append(f"(1) step {got.step}[{got.index}] {job_id} is {state}, not {want.state}")
+            problems.append(
+                f"(1) step {got.step}[{got.index}] {job_id} is {state}, not {want.state}"
+            )
 
     by_job: dict[UUID, list[RunRecord]] = defaultdict(list)
     for record in runs:
@@ -228,8 +230,10 @@ def check_workflows(url: str, expected: dict[UUID, Expected]) -> Figures:
 
 
 def _name(step: _Step) -> str:
-    return f"{step.step}[{step.index}] {step.job_id}" if step.index is not None else (
-        f"{step.step} {step.job_id}"
+    return (
+        f"{step.step}[{step.index}] {step.job_id}"
+        if step.index is not None
+        else (f"{step.step} {step.job_id}")
     )
 
 
@@ -276,8 +280,7 @@ def _check_runs(
                 )
             elif want.detail is not None and last[-1].detail != want.detail:
                 problems.append(
-                    f"(5) {_name(step)}'s completing run saw {last[-1].detail}, "
-                    f"not {want.detail}"
+                    f"(5) {_name(step)}'s completing run saw {last[-1].detail}, not {want.detail}"
                 )
         if want.detail is not None:
             wrong = [r.detail for r in ends if r.detail != want.detail]
@@ -380,8 +383,10 @@ def _check_releases(
         else:
             if new_s == "completed" and old_s != "completed":
                 completions[job_id] += 1
-            if old_d is not None and int(old_d) == HELD_DUE_AT and (
-                new_d is None or int(new_d) != HELD_DUE_AT
+            if (
+                old_d is not None
+                and int(old_d) == HELD_DUE_AT
+                and (new_d is None or int(new_d) != HELD_DUE_AT)
             ):
                 unheld[job_id] += 1
     for job_id, step in steps.items():
