@@ -208,6 +208,10 @@ def _polling_latency(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+#: A workflow drain's waits on its releases (``runs._releases``), reported when measured.
+RELEASES = ("start_to_root_s", "root_to_first_member_s", "last_member_to_fan_in_s")
+
+
 def _drain_modes(
     backend: str, args: argparse.Namespace, modes: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
@@ -224,8 +228,9 @@ def _drain_modes(
     for mode, measured in results.items():
         median = _median(measured)
         figures["runs"] = median["runs"]
-        for key in ("jobs_per_second", "seconds", "completed", "enqueue_seconds"):
-            figures[f"{key}_{mode}"] = median[key]
+        for key in ("jobs_per_second", "seconds", "completed", "enqueue_seconds", *RELEASES):
+            if key in median:
+                figures[f"{key}_{mode}"] = median[key]
         figures[f"jobs_per_second_runs_{mode}"] = [run["jobs_per_second"] for run in measured]
     return figures
 

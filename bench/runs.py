@@ -86,14 +86,18 @@ async def fill_backlog(
             await queue.enqueue_many(items)
 
 
+#: The numbers of a workflow's root and fan-in jobs (the members are numbered from 0).
+ROOT_N, FAN_IN_N = -1, -2
+
+
 def fan_out_fan_in(n: int) -> Workflow:
     """One workflow of ``n`` jobs: a root, ``n - 2`` members after it (a fan-out) and one step
     after every member (the fan-in): each member's finish satisfies one edge of the fan-in's
     counter, and the last one releases it."""
     graph = Workflow("bench-fan", tenant_id="bench")
-    graph.add("root", Noop(-1), options=dispatch())
+    graph.add("root", Noop(ROOT_N), options=dispatch())
     graph.add_many("members", [Noop(i) for i in range(n - 2)], after=["root"], options=dispatch())
-    graph.add("fan-in", Noop(-2), after=["members"], options=dispatch())
+    graph.add("fan-in", Noop(FAN_IN_N), after=["members"], options=dispatch())
     return graph
 
 
@@ -134,13 +138,25 @@ async def enqueue_bulk(url: str, n: int, batch: int = 1000) -> dict[str, Any]:
 
 
 class _Counter:
+    """Counts handler runs until ``target``; notes when the first and the last job numbered 0
+    or above ran, and when each job numbered below zero did (a workflow's root and fan-in, see
+    :func:`fan_out_fan_in`)."""
+
     def __init__(self, target: int) -> None:
         self.target = target
         self.seen = 0
         self.done = asyncio.Event()
+        self.first = self.last = 0.0
+        self.marks: dict[int, float] = {}
 
-    def hit(self) -> None:
+    def hit(self, n: int = 0) -> None:
+        now = time.perf_counter()
         self.seen += 1
+        if n < 0:
+            self.marks[n] = now
+        else:
+            self.first = self.first or now
+            self.last = now
         if self.seen >= self.target:
             self.done.set()
 
@@ -170,7 +186,7 @@ async def drain(
 
     @counting.handles("bench.noop.v1", Noop)
     async def count(job: Noop, ctx: JobContext[None]) -> None:
-        counter.hit()
+        counter.hit(job.n)
 
     async with DatabaseQueue(url, counting) as queue:
         filling = time.perf_counter()
@@ -198,6 +214,20 @@ async def drain(
         "jobs_per_second": n / elapsed,
         "completed": completed,
         "enqueue_seconds": filled,
+        **(_releases(counter, started) if workflow else {}),
+    }
+
+
+def _releases(counter: _Counter, started: float) -> dict[str, float]:
+    """Where a workflow's drain waited on its releases: from the worker's start to the root's
+    handler; from the root's handler to the first member's (the root's acknowledgement, whose
+    statement releases every member, and the claim that finds them); from the last member's
+    handler to the fan-in's (its acknowledgement releasing the fan-in, and the claim)."""
+    root, fan_in = counter.marks.get(ROOT_N, started), counter.marks.get(FAN_IN_N, counter.last)
+    return {
+        "start_to_root_s": root - started,
+        "root_to_first_member_s": counter.first - root,
+        "last_member_to_fan_in_s": fan_in - counter.last,
     }
 
 
