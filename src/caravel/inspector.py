@@ -40,6 +40,8 @@ from caravel.store.protocol import (
 )
 from caravel.tags import check_tag
 from caravel.validation import check_identifier, check_int, check_queue_name, check_wire_name
+from caravel.workflows.operations import read_workflow
+from caravel.workflows.status import WorkflowStatus, workflow_status
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -324,6 +326,23 @@ class QueueInspector(AsyncClosing):
         """How batch ``batch_id`` stands, whatever its tenant; ``None`` when there is none."""
         record = await self.store.batch_get(parse_job_id(batch_id, "batch_id"), None)
         return None if record is None else batch_status(record)
+
+    async def list_workflows(
+        self, limit: int = 50, offset: int = 0, tenant_id: str | None = None
+    ) -> list[WorkflowStatus]:
+        """Workflows newest first (of one tenant, or of every tenant when ``None``), each with
+        its state and counts; ``steps`` is left empty (:meth:`get_workflow` reads them)."""
+        check_int("limit", limit, 1, 10_000)
+        check_int("offset", offset, 0, 1_000_000)
+        tenant = None if tenant_id is None else check_identifier(tenant_id, "tenant_id")
+        records = await self.store.workflow_list(tenant, limit, offset)
+        return [workflow_status(record, []) for record in records]
+
+    async def get_workflow(self, workflow_id: UUID | str) -> WorkflowStatus | None:
+        """Workflow ``workflow_id``, whatever its tenant, with its steps (no results: operators
+        see no payloads); ``None`` when there is none."""
+        found = parse_job_id(workflow_id, "workflow_id")
+        return await read_workflow(self.store, found, None, results=False)
 
     async def get_chain(self, chain_id: UUID | str) -> ChainStatus | None:
         """Chain ``chain_id``'s steps in order and its state, whatever its tenant; ``None``

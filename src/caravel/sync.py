@@ -37,11 +37,12 @@ from caravel.jobs import (
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
-from caravel.queue.enqueueing import enqueue_results, woken_queues
+from caravel.queue.enqueueing import enqueue_results, woken_queues, workflow_session_refused
 from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
 from caravel.store.pruning import PruneBatch
+from caravel.workflows.preparation import prepare_workflow
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from caravel.flow.concurrency import ConcurrencyLimit
     from caravel.flow.rate import RateLimit
     from caravel.store.limit_values import LimitKind
+    from caravel.workflows import Workflow, WorkflowResult, WorkflowStatus
 
 __all__ = ["SyncQueue"]
 
@@ -170,6 +172,41 @@ class SyncQueue:
             session, new_jobs, self._identity, on_commit=committed
         )
         return enqueue_results(inserted)
+
+    # ----- workflows -------------------------------------------------------------------------
+
+    def enqueue_workflow(
+        self, workflow: Workflow, *, session: object | None = None
+    ) -> WorkflowResult:
+        """As :meth:`DatabaseQueue.enqueue_workflow <caravel.DatabaseQueue.enqueue_workflow>`;
+        ``session`` as for :meth:`enqueue`."""
+        if session is not None:
+            q = self.queue
+            prepare_workflow(q.registry, q.options, workflow, q.clock.now_ms())  # its errors first
+            raise workflow_session_refused()
+        return self.call(self.queue.enqueue_workflow, workflow)
+
+    def get_workflow(
+        self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT
+    ) -> WorkflowStatus | None:
+        """As :meth:`DatabaseQueue.get_workflow <caravel.DatabaseQueue.get_workflow>`."""
+        return self.call(self.queue.get_workflow, workflow_id, tenant_id)
+
+    def cancel_workflow(self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT) -> int:
+        """As :meth:`DatabaseQueue.cancel_workflow <caravel.DatabaseQueue.cancel_workflow>`."""
+        return self.call(self.queue.cancel_workflow, workflow_id, tenant_id)
+
+    def signal(
+        self,
+        workflow_id: UUID | str,
+        name: str,
+        payload: object = None,
+        *,
+        tenant_id: str = DEFAULT_TENANT,
+    ) -> bool:
+        """As :meth:`DatabaseQueue.signal <caravel.DatabaseQueue.signal>`."""
+        send = functools.partial(self.queue.signal, tenant_id=tenant_id)
+        return self.call(send, workflow_id, name, payload)
 
     # ----- chains and batches --------------------------------------------------------------
 

@@ -416,4 +416,4 @@ def test_a_mariadb_upgrade_that_stopped_half_way_finishes_when_run_again(empty_u
         empty_url,
         "SELECT trigger_name FROM information_schema.triggers WHERE trigger_schema = DATABASE()",
     )
-    assert triggers == [("caravel_jobs_release",)]
+    assert sorted(triggers) == [("caravel_jobs_release",), ("caravel_jobs_workflow_release",)]

@@ -25,7 +25,13 @@ from caravel.store.workflows.records import NewWorkflow
 from caravel.workflows import Workflow, WorkflowResult, prepare_workflow, step_ids
 from caravel.workflows.operations import step_ids_of
 
-__all__ = ["PREPARE_CHUNK", "Enqueuer", "enqueue_results", "woken_queues"]
+__all__ = [
+    "PREPARE_CHUNK",
+    "Enqueuer",
+    "enqueue_results",
+    "woken_queues",
+    "workflow_session_refused",
+]
 
 #: ``enqueue_many`` prepares larger batches in chunks of this many jobs (see there).
 PREPARE_CHUNK = 250
@@ -126,11 +132,8 @@ class Enqueuer:
         """A workflow inserted in the caller's transaction: the SQL stores' joined insert
         (``workflow_insert_joined``, waking the ready steps' queues on commit) comes with
         migration 0021's stores; until then this refuses, changing nothing."""
-        raise ValidationError(
-            "session",
-            "enqueue_workflow(session=...) is not available on this version yet; enqueue "
-            "the workflow without session=",
-        )
+        del session, new
+        raise workflow_session_refused()
 
     async def _insert_joined(
         self, session: object, new_jobs: Sequence[NewJob]
@@ -146,6 +149,16 @@ class Enqueuer:
         if wake:
             self._wakeups.notify(woken_queues(inserted))
         return enqueue_results(inserted)
+
+
+def workflow_session_refused() -> ValidationError:
+    """What ``enqueue_workflow(session=...)`` raises while no store joins a caller's
+    transaction for a workflow (nothing is written)."""
+    return ValidationError(
+        "session",
+        "enqueue_workflow(session=...) is not available on this version yet; enqueue the "
+        "workflow without session=",
+    )
 
 
 _QUEUE = operator.attrgetter("queue")

@@ -49,6 +49,7 @@ from caravel.store.schedules import ScheduleStateStore
 from caravel.store.schema import jobs
 from caravel.store.transactions import ConnectionT
 from caravel.store.workers import WorkerRegistry
+from caravel.store.workflows.statements import SqlWorkflows
 
 __all__ = ["SqlStore", "claimed_from_rows"]
 
@@ -77,6 +78,7 @@ class SqlStore(
     PausingStore[ConnectionT],
     LimitsStore[ConnectionT],
     ScheduleStateStore[ConnectionT],
+    SqlWorkflows[ConnectionT],
     SqlRemoval[ConnectionT],
     SqlLinks[ConnectionT],
     SqlInserts[ConnectionT],

@@ -24,6 +24,7 @@ from caravel.queue import DatabaseQueue
 from caravel.registry import JobRegistry
 from caravel.testing.runs import JobRun, job_run
 from caravel.worker.service import QueueWorker
+from caravel.workflows import Workflow, WorkflowResult
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -138,6 +139,32 @@ class ImmediateQueue(DatabaseQueue):
             queues.add(callback[1].queue)
         await self._run_due(queues)
         return result
+
+    async def enqueue_workflow(
+        self, workflow: Workflow, *, session: object | None = None
+    ) -> WorkflowResult:
+        """Save the workflow as :meth:`DatabaseQueue.enqueue_workflow` does, then run its steps
+        as each is released (a step waiting for a signal or a timer stays waiting: a
+        :meth:`signal` runs it, or ``drain(advance=True)`` once its time comes)."""
+        result = await super().enqueue_workflow(workflow, session=session)
+        if not result.already_enqueued:
+            await self._run_due({d.queue for step in workflow.steps for _, d in step.jobs})
+        return result
+
+    async def signal(
+        self,
+        workflow_id: UUID | str,
+        name: str,
+        payload: object = None,
+        *,
+        tenant_id: str = DEFAULT_TENANT,
+    ) -> bool:
+        """Signal the workflow as :meth:`DatabaseQueue.signal` does, then run what it released."""
+        sent = await super().signal(workflow_id, name, payload, tenant_id=tenant_id)
+        if sent:
+            counts = await self.store.queue_counts(None, self.clock.now_ms())
+            await self._run_due({c.queue for c in counts})
+        return sent
 
     async def _run_due(self, queues: set[str]) -> None:
         if self._worker is None:

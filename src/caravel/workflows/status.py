@@ -68,8 +68,8 @@ class WorkflowStep:
 @dataclass(frozen=True, slots=True)
 class WorkflowStatus:
     """A workflow and its steps (in the order added, a group's members by index); ``counts``
-    says how many steps are in each of ``ready``, ``held``, ``blocked``, ``running``,
-    ``completed``, ``dead_letter`` and ``cancelled``."""
+    says how many steps are in each of ``ready``, ``held`` (waiting, ``blocked`` ones
+    included), ``blocked``, ``running``, ``completed``, ``dead_letter`` and ``cancelled``."""
 
     id: UUID
     name: str | None
@@ -92,7 +92,7 @@ _COUNTED = ("ready", "held", "blocked", "running", "completed", "dead_letter", "
 
 def workflow_state(record: WorkflowRecord) -> WorkflowState:
     """The state the counts of ``record`` add up to (see :data:`WorkflowState`)."""
-    live = record.ready + record.held + record.blocked + record.running
+    live = record.ready + record.held + record.running  # ``held`` includes ``blocked``
     if record.cancelled_at is not None and live == 0:
         return "cancelled"
     if record.completed == record.total:

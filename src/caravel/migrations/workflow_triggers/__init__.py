@@ -26,7 +26,15 @@ from __future__ import annotations
 
 from caravel.limits import HELD_DUE_AT
 
-__all__ = ["FINISHED", "HELD", "SATISFIES", "due_after", "releasable", "with_result"]
+__all__ = [
+    "FINISHED",
+    "HELD",
+    "SATISFIES",
+    "SATISFIES_EDGE",
+    "due_after",
+    "releasable",
+    "with_result",
+]
 
 #: A workflow job moving into an end state (a prune's ``pruned`` is not one).
 FINISHED = (
@@ -35,6 +43,8 @@ FINISHED = (
 )
 #: Which of the finished job's edges (alias ``e``) its new state satisfies.
 SATISFIES = "(NEW.state = 'completed' OR e.runs_after_failure)"
+#: :data:`SATISFIES` of the unaliased edge table (a SQLite trigger's UPDATE takes no alias).
+SATISFIES_EDGE = "(NEW.state = 'completed' OR caravel_workflow_edges.runs_after_failure)"
 #: A job still held back (``caravel_jobs`` unaliased).
 HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
 

@@ -9,6 +9,7 @@ from caravel.migrations.workflow_triggers import (
     FINISHED,
     HELD,
     SATISFIES,
+    SATISFIES_EDGE,
     due_after,
     releasable,
     with_result,
@@ -29,11 +30,11 @@ CREATE = (
     # (parent_id, child_id) is the key: a child has at most one edge from NEW.
     f" UPDATE {_STEPS} SET waiting = waiting - 1"
     f" WHERE job_id IN ({_NEWLY} AND NOT e.satisfied AND {SATISFIES});"
-    " UPDATE caravel_workflow_edges AS e SET satisfied = 1"
-    f" WHERE e.parent_id = NEW.id AND NOT e.satisfied AND {SATISFIES};"
-    f" UPDATE {_STEPS} AS s SET released_at = NEW.updated_at"
-    f" WHERE s.job_id IN ({_NEWLY} AND e.satisfied) AND {releasable('s')}"
-    f" AND EXISTS (SELECT 1 FROM caravel_jobs WHERE id = s.job_id AND {HELD});"
+    " UPDATE caravel_workflow_edges SET satisfied = 1"
+    f" WHERE parent_id = NEW.id AND NOT satisfied AND {SATISFIES_EDGE};"
+    f" UPDATE {_STEPS} SET released_at = NEW.updated_at"
+    f" WHERE job_id IN ({_NEWLY} AND e.satisfied) AND {releasable(_STEPS)}"
+    f" AND EXISTS (SELECT 1 FROM caravel_jobs WHERE id = {_STEPS}.job_id AND {HELD});"
     f" UPDATE caravel_jobs SET due_at = {_DUE}, available_at = {_DUE},"
     f" updated_at = NEW.updated_at, upstream = {with_result('{0} || {1}', 'caravel_jobs')}"
     f" WHERE id IN ({_NEWLY} AND e.satisfied) AND {HELD}"

@@ -4,6 +4,8 @@ held an idempotency key, made a tombstone that keeps the key."""
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from caravel.jobs import JobState
 from caravel.retention import content_hash
 from caravel.store.memory.tables import JobRow, Tables
@@ -27,6 +29,8 @@ def prune(tables: Tables, request: PruneRequest) -> PruneBatch:
             expired += row.state == PRUNED
             deleted += row.state != PRUNED
             tables.remove(row)
+            if row.workflow_id is not None:
+                tables.workflows.step_pruned(row.id, row.workflow_id, request.now)
             continue
         _compact(row, request.now)
         tables.attempts.pop(row.id, None)  # pruned with the job
@@ -52,8 +56,27 @@ def _prunable(tables: Tables, request: PruneRequest) -> list[tuple[JobRow, int]]
         when = row.pruned_at if row.state == PRUNED else row.finished_at
         if when is not None and when < cutoff:
             found.append((row, order[row.state]))
+    found = _whole_workflows(tables, found)
     found.sort(key=lambda pair: (pair[0].queue, pair[1], pair[0].rowid))
+    if request.tombstones_before is not None:
+        tables.workflows.expire_tombstones(request.tombstones_before)
     return found
+
+
+def _whole_workflows(tables: Tables, found: list[tuple[JobRow, int]]) -> list[tuple[JobRow, int]]:
+    """``found`` without the steps of a workflow any of whose steps is not prunable too: a
+    workflow is pruned whole, never while a step is live or young."""
+    picked = {row.id for row, _ in found}
+    kept: dict[UUID, bool] = {}
+    flows = tables.workflows.workflows
+
+    def whole(workflow_id: UUID) -> bool:
+        if workflow_id not in kept:
+            steps = flows[workflow_id].steps if workflow_id in flows else []
+            kept[workflow_id] = all(s in picked or s not in tables.jobs for s in steps)
+        return kept[workflow_id]
+
+    return [pair for pair in found if pair[0].workflow_id is None or whole(pair[0].workflow_id)]
 
 
 def _compact(row: JobRow, now: int) -> None:

@@ -105,6 +105,33 @@ class WorkflowTables:
         self.edges_in: dict[UUID, list[EdgeRow]] = {}
         #: ``caravel_workflow_signals``: (workflow_id, name) -> (payload, received_at).
         self.signals: dict[tuple[UUID, str], tuple[str, int]] = {}
+        #: A pruned keyed workflow's key: (tenant, key) -> (id, content_hash, pruned_at), so a
+        #: repeat still returns its id and other content still conflicts, as jobs' tombstones.
+        self.tombstones: dict[tuple[str, str], tuple[UUID, str, int]] = {}
+
+    def step_pruned(self, job_id: UUID, workflow_id: UUID, now: int) -> None:
+        """Step ``job_id`` was pruned: its step row and edges go, and with the workflow's last
+        step the workflow's rows (its key kept as a tombstone)."""
+        self.steps.pop(job_id, None)
+        for edge in self.edges_in.pop(job_id, []):
+            self.edges_out.get(edge.parent_id, []).remove(edge)
+        for edge in self.edges_out.pop(job_id, []):
+            self.edges_in.get(edge.child_id, []).remove(edge)
+        workflow = self.workflows.get(workflow_id)
+        if workflow is None or any(step in self.steps for step in workflow.steps):
+            return
+        del self.workflows[workflow_id]
+        for signal in [s for s in self.signals if s[0] == workflow_id]:
+            del self.signals[signal]
+        if workflow.idempotency_key is not None:
+            key = (workflow.tenant_id, workflow.idempotency_key)
+            del self.keys[key]
+            self.tombstones[key] = (workflow_id, workflow.content_hash, now)
+
+    def expire_tombstones(self, before: int) -> None:
+        for key, (_, _, pruned_at) in list(self.tombstones.items()):
+            if pruned_at < before:
+                del self.tombstones[key]
 
     def finished(self, tables: Tables, row: JobRow) -> None:
         """What the trigger does when step ``row`` changed state: satisfy its edges and release

@@ -54,7 +54,8 @@ def _record(tables: Tables, workflow: WorkflowRow) -> WorkflowRecord:
             continue
         state = job.state
         if state == "ready" and is_held(job):
-            state = "blocked" if flows.blocked(tables, flows.steps[job_id]) else "held"
+            state = "held"  # blocked ones included, and counted apart too
+            counts["blocked"] += flows.blocked(tables, flows.steps[job_id])
         if state in counts:
             counts[state] += 1
         live = live or job.state in _LIVE
@@ -180,6 +181,11 @@ class MemoryWorkflows(MemoryWorkflowReads, MemoryLinks):
                     if flows.workflows[holder].content_hash != workflow.content_hash:
                         raise IdempotencyConflictError(holder)
                     return holder, False
+                pruned = flows.tombstones.get((workflow.tenant_id, key))
+                if pruned is not None:
+                    if pruned[1] != workflow.content_hash:
+                        raise IdempotencyConflictError(pruned[0])
+                    return pruned[0], False
                 flows.keys[(workflow.tenant_id, key)] = workflow.id
             _insert(tables, workflow)
         return workflow.id, True
