@@ -102,7 +102,7 @@ def _build(
     fan.add("root", WfStep(), options=_options())
     fan.add_many(
         "fan",
-        [WfStep(sleep=round(rng.uniform(0.02, 0.2), 3)) for _ in range(fan_width)],
+        [WfStep(sleep=round(rng.uniform(0.01, 0.1), 3)) for _ in range(fan_width)],
         after=["root"],
         options=_options(),
     )
@@ -126,10 +126,10 @@ def _build(
         diamond = Workflow("diamond", tenant_id=TENANT)
         diamond.add("a", WfStep(sleep=0.05), options=_options())
         diamond.add(
-            "b", WfStep(sleep=round(rng.uniform(0.0, 0.3), 3)), after=["a"], options=_options()
+            "b", WfStep(sleep=round(rng.uniform(0.0, 0.2), 3)), after=["a"], options=_options()
         )
         diamond.add(
-            "c", WfStep(sleep=round(rng.uniform(0.0, 0.3), 3)), after=["a"], options=_options()
+            "c", WfStep(sleep=round(rng.uniform(0.0, 0.2), 3)), after=["a"], options=_options()
         )
         diamond.add(
             "d", WfStep(role="join", reads=("b", "c")), after=["b", "c"], options=_options()

@@ -20,7 +20,8 @@ rows are read by one clock and one database:
   claim's ``started_at`` and attempt), the handler's wall clock in ms (the clock the worker
   writes ``finished_at`` with, on the same host), and a snapshot of its dependencies taken
   after its claim: how many there are, how many were completed and how many dead-lettered or
-  cancelled at that moment, and the latest of their ``finished_at``.
+  cancelled at that moment, and the latest of their ``finished_at``. The row and the snapshot
+  are read by the insert itself, one statement, so one database snapshot.
 * ``end``, when it returns, with what it saw (``detail``, JSON).
 * ``fail``, when a ``fail`` step raises.
 
@@ -274,64 +275,45 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_INSERT = (
-    "INSERT INTO wf_runs (job_id, step, idx, attempt, event, pid, at_ms, lease_token,"
-    " claimed_at, row_attempt, deps, deps_completed, deps_failed, deps_finished_max, detail)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_COLUMNS = (
+    "job_id, step, idx, attempt, event, pid, at_ms, lease_token, claimed_at, row_attempt, deps,"
+    " deps_completed, deps_failed, deps_finished_max, detail"
+)
+_DEPENDENCIES = (
+    "FROM caravel_workflow_edges e JOIN caravel_jobs p ON p.id = e.parent_id"
+    " WHERE e.child_id = j.id"
+)
+#: A start record: the job's row and its dependencies' states as one statement sees them (one
+#: snapshot, taken after the claim: a dependency not finished here was not finished when the
+#: step was claimed either).
+_START = (
+    f"INSERT INTO wf_runs ({_COLUMNS}) SELECT ?, ?, ?, ?, 'start', ?, ?, j.lease_token,"
+    f" j.started_at, j.attempt, (SELECT count(*) {_DEPENDENCIES}),"
+    f" (SELECT count(*) {_DEPENDENCIES} AND p.state = 'completed'),"
+    f" (SELECT count(*) {_DEPENDENCIES} AND p.state IN ('dead_letter', 'cancelled')),"
+    f" (SELECT max(p.finished_at) {_DEPENDENCIES}), ? FROM caravel_jobs j WHERE j.id = ?"
+)
+_OTHER = (
+    f"INSERT INTO wf_runs ({_COLUMNS}) VALUES"
+    " (?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL, NULL, ?)"
 )
 
 
 def _record(ctx: JobContext[Any], event: str, detail: object = None) -> None:
-    """One ``wf_runs`` row for this run; ``start`` also reads the job's row and takes the
-    snapshot of its dependencies (after the claim, so a dependency not finished here was not
-    finished when the step was claimed either)."""
+    """One ``wf_runs`` row for this run (see :data:`_START` for what a start reads)."""
     conn, backend = _connection()
-    me = id_param(backend, ctx.job_id)
     workflow = ctx.workflow
     step = workflow.step if workflow is not None else "?"
     index = workflow.index if workflow is not None else None
+    # Read before the statement, after the claim: no later than the snapshot it takes.
     at = _now_ms()
-    row: tuple[Any, ...] = (None, None, None)
-    deps: tuple[Any, ...] = (None, None, None, None)
+    run = (str(ctx.job_id), step, index, ctx.attempt)
+    text = None if detail is None else json.dumps(detail)
     if event == "start":
-        found = _execute(
-            conn,
-            backend,
-            "SELECT lease_token, started_at, attempt FROM caravel_jobs WHERE id = ?",
-            (me,),
-        )
-        row = tuple(found[0]) if found else row
-        states = _execute(
-            conn,
-            backend,
-            "SELECT p.state, p.finished_at FROM caravel_workflow_edges e"
-            " JOIN caravel_jobs p ON p.id = e.parent_id WHERE e.child_id = ?",
-            (me,),
-        )
-        finished = [int(f) for _, f in states if f is not None]
-        deps = (
-            len(states),
-            sum(1 for s, _ in states if s == "completed"),
-            sum(1 for s, _ in states if s in ("dead_letter", "cancelled")),
-            max(finished) if finished else None,
-        )
-    _execute(
-        conn,
-        backend,
-        _INSERT,
-        (
-            str(ctx.job_id),
-            step,
-            index,
-            ctx.attempt,
-            event,
-            os.getpid(),
-            at,
-            *row,
-            *deps,
-            None if detail is None else json.dumps(detail),
-        ),
-    )
+        me = id_param(backend, ctx.job_id)
+        _execute(conn, backend, _START, (*run, os.getpid(), at, text, me))
+    else:
+        _execute(conn, backend, _OTHER, (*run, event, os.getpid(), at, text))
 
 
 async def _fan_in(ctx: JobContext[Any], group: str, expect: int) -> dict[str, Any]:
