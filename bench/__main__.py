@@ -112,7 +112,17 @@ ALL = (
 #: The parts of the comparison with the peers (``--compare``).
 COMPARE = ("sweep", "drain", "enqueue", "latency", "startup")
 #: The scenarios that run on MariaDB; the others use SQL of PostgreSQL's or SQLite's.
-MARIADB = ("enqueue", "enqueue_parallel", "sync", "bulk", "drain", "steady", "latency", "commit")
+MARIADB = (
+    "enqueue",
+    "enqueue_parallel",
+    "sync",
+    "bulk",
+    "drain",
+    "workflow",
+    "steady",
+    "latency",
+    "commit",
+)
 #: Whose rows each scenario has (the others run on every backend named).
 ONLY_ON = {
     "commit": ("sqlite", "mariadb"),
