@@ -54,9 +54,12 @@ __all__ = [
     "QUEUE",
     "QUEUE_URL_ENV",
     "TENANT",
+    "FailingStep",
     "StepFailed",
     "WfStep",
     "connect",
+    "execute",
+    "id_param",
     "install_records",
     "registry",
 ]
@@ -128,19 +131,21 @@ def _step_update(id_: str) -> str:
     )
 
 
+def _tables(key: str, text: str, short: str, suffix: str = "") -> list[str]:
+    """``wf_runs`` and ``wf_audit`` with the dialect's key column and text types."""
+    return [
+        f"CREATE TABLE {name} (id {key}, {columns.format(text=text, short=short)}){suffix}"
+        for name, columns in (("wf_runs", _RUNS_COLUMNS), ("wf_audit", _AUDIT_COLUMNS))
+    ]
+
+
 def _postgresql_ddl() -> list[str]:
-    text, short = "TEXT", "TEXT"
     job_changed = (
         "NEW.workflow_id IS NOT NULL AND (OLD.state IS DISTINCT FROM NEW.state"
         " OR OLD.due_at IS DISTINCT FROM NEW.due_at)"
     )
     return [
-        "CREATE TABLE wf_runs (id BIGSERIAL PRIMARY KEY, "
-        + _RUNS_COLUMNS.format(text=text, short=short)
-        + ")",
-        "CREATE TABLE wf_audit (id BIGSERIAL PRIMARY KEY, "
-        + _AUDIT_COLUMNS.format(text=text, short=short)
-        + ")",
+        *_tables("BIGSERIAL PRIMARY KEY", "TEXT", "TEXT"),
         "CREATE FUNCTION wf_audit_step_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         + _step_insert("NEW.job_id::text")
         + "; RETURN NULL; END $$",
@@ -160,18 +165,12 @@ def _postgresql_ddl() -> list[str]:
 
 
 def _sqlite_ddl() -> list[str]:
-    text, short = "TEXT", "TEXT"
     job_changed = (
         "NEW.workflow_id IS NOT NULL AND (OLD.state IS NOT NEW.state"
         " OR OLD.due_at IS NOT NEW.due_at)"
     )
     return [
-        "CREATE TABLE wf_runs (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-        + _RUNS_COLUMNS.format(text=text, short=short)
-        + ")",
-        "CREATE TABLE wf_audit (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-        + _AUDIT_COLUMNS.format(text=text, short=short)
-        + ")",
+        *_tables("INTEGER PRIMARY KEY AUTOINCREMENT", "TEXT", "TEXT"),
         "CREATE TRIGGER wf_audit_step_insert AFTER INSERT ON caravel_workflow_steps BEGIN "
         + _step_insert("NEW.job_id")
         + "; END",
@@ -185,18 +184,14 @@ def _sqlite_ddl() -> list[str]:
 
 
 def _mariadb_ddl() -> list[str]:
-    text, short = "VARCHAR(160)", "VARCHAR(16)"
     job_changed = (
         "NEW.workflow_id IS NOT NULL AND (NOT (OLD.state <=> NEW.state)"
         " OR NOT (OLD.due_at <=> NEW.due_at))"
     )
     return [
-        "CREATE TABLE wf_runs (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-        + _RUNS_COLUMNS.format(text=text, short=short)
-        + ") ENGINE=InnoDB",
-        "CREATE TABLE wf_audit (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-        + _AUDIT_COLUMNS.format(text=text, short=short)
-        + ") ENGINE=InnoDB",
+        *_tables(
+            "BIGINT AUTO_INCREMENT PRIMARY KEY", "VARCHAR(160)", "VARCHAR(16)", " ENGINE=InnoDB"
+        ),
         "CREATE TRIGGER wf_audit_step_insert AFTER INSERT ON caravel_workflow_steps"
         " FOR EACH ROW " + _step_insert("CAST(NEW.job_id AS CHAR)"),
         "CREATE TRIGGER wf_audit_step_update AFTER UPDATE ON caravel_workflow_steps"
@@ -216,7 +211,7 @@ def install_records(url: str) -> None:
     conn = connect(url)
     try:
         for statement in ddl:
-            _execute(conn, backend, statement)
+            execute(conn, backend, statement)
     finally:
         conn.close()
 
@@ -236,7 +231,7 @@ def connect(url: str) -> Any:
     return psycopg.connect(pg_dsn(url), autocommit=True, connect_timeout=5)
 
 
-def _execute(conn: Any, backend: str, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+def execute(conn: Any, backend: str, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
     if backend == "sqlite":
         return list(conn.execute(sql, params).fetchall())
     if backend == "mariadb":
@@ -311,9 +306,9 @@ def _record(ctx: JobContext[Any], event: str, detail: object = None) -> None:
     text = None if detail is None else json.dumps(detail)
     if event == "start":
         me = id_param(backend, ctx.job_id)
-        _execute(conn, backend, _START, (*run, os.getpid(), at, text, me))
+        execute(conn, backend, _START, (*run, os.getpid(), at, text, me))
     else:
-        _execute(conn, backend, _OTHER, (*run, event, os.getpid(), at, text))
+        execute(conn, backend, _OTHER, (*run, event, os.getpid(), at, text))
 
 
 async def _fan_in(ctx: JobContext[Any], group: str, expect: int) -> dict[str, Any]:

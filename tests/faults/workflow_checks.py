@@ -36,7 +36,7 @@ from uuid import UUID
 
 from caravel.limits import HELD_DUE_AT
 from tests.faults.effects_app import backend_of
-from tests.faults.workflow_app import _execute, connect
+from tests.faults.workflow_app import connect, execute
 
 __all__ = ["Expected", "RunRecord", "WorkflowBroken", "check_workflows"]
 
@@ -119,7 +119,7 @@ class WorkflowBroken(AssertionError):
 def _read(url: str, sql: str) -> list[tuple[Any, ...]]:
     conn = connect(url)
     try:
-        return [tuple(row) for row in _execute(conn, backend_of(url), sql)]
+        return [tuple(row) for row in execute(conn, backend_of(url), sql)]
     finally:
         conn.close()
 
