@@ -59,6 +59,9 @@ LEASE = 1.5
 MAX_ATTEMPTS = 50
 MIN_KILLS = 6
 MIN_STOPS = 4
+#: Seconds between the schedule's faults, until the minimum is reached and after.
+PACE = (0.3, 0.8)
+LATER_PACE = (0.8, 1.6)
 #: How long the fan-in's handler waits after its start record: the window in which its worker is
 #: killed on the first run.
 FAN_IN_SLEEP = 0.6
@@ -245,7 +248,10 @@ def _run(url: str, directory: Path, rng: random.Random) -> tuple[Faults, dict[st
         wait_until(lambda: len(ready()) == WORKERS, timeout=60, what="the workers to start")
         rounds = 0
         while _live(url) or faults.kills < MIN_KILLS or faults.stops < MIN_STOPS:
-            time.sleep(rng.uniform(0.3, 0.8))  # real processes, faulted in real time
+            # Real processes, faulted in real time; once the minimum is reached, less often (a
+            # restart takes seconds on a loaded machine, and every fault costs a lease's wait).
+            enough = faults.kills >= MIN_KILLS and faults.stops >= MIN_STOPS
+            time.sleep(rng.uniform(*(LATER_PACE if enough else PACE)))
             rounds += 1
             if rounds > 400:
                 raise AssertionError(f"the graphs never finished under the faults: {faults}")
