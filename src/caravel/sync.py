@@ -37,11 +37,13 @@ from caravel.jobs import (
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
 from caravel.queue import DatabaseQueue
-from caravel.queue.enqueueing import enqueue_results, woken_queues, workflow_session_refused
+from caravel.queue.enqueueing import enqueue_results, woken_queues
 from caravel.registry import JobRegistry
 from caravel.retention import DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_PAUSE, Retention
 from caravel.store.protocol import NewJob, Store
 from caravel.store.pruning import PruneBatch
+from caravel.workflows import WorkflowResult, step_ids
+from caravel.workflows.operations import step_ids_of
 from caravel.workflows.preparation import prepare_workflow
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
     from caravel.flow.concurrency import ConcurrencyLimit
     from caravel.flow.rate import RateLimit
     from caravel.store.limit_values import LimitKind
-    from caravel.workflows import Workflow, WorkflowResult, WorkflowStatus
+    from caravel.workflows import Workflow, WorkflowStatus
 
 __all__ = ["SyncQueue"]
 
@@ -180,11 +182,24 @@ class SyncQueue:
     ) -> WorkflowResult:
         """As :meth:`DatabaseQueue.enqueue_workflow <caravel.DatabaseQueue.enqueue_workflow>`;
         ``session`` as for :meth:`enqueue`."""
-        if session is not None:
-            q = self.queue
-            prepare_workflow(q.registry, q.options, workflow, q.clock.now_ms())  # its errors first
-            raise workflow_session_refused()
-        return self.call(self.queue.enqueue_workflow, workflow)
+        if session is None:
+            return self.call(self.queue.enqueue_workflow, workflow)
+        q = self.queue
+        new = prepare_workflow(q.registry, q.options, workflow, q.clock.now_ms())
+        if self._identity is None:
+            self._identity = self.call(q.store.database_identity)
+        loop, hub = self._loop.loop, q.wakeups
+
+        def committed(queues: set[str]) -> None:
+            hub.notify_threadsafe(loop, queues)
+
+        found, created = q.store.workflow_insert_joined_sync(
+            session, new, self._identity, on_commit=committed
+        )
+        if not created:
+            ids = self.call(step_ids_of, q.store, found, new.tenant_id)
+            return WorkflowResult(found, already_enqueued=True, step_ids=ids)
+        return WorkflowResult(found, already_enqueued=False, step_ids=step_ids(new))
 
     def get_workflow(
         self, workflow_id: UUID | str, tenant_id: str = DEFAULT_TENANT

@@ -14,7 +14,6 @@ from uuid import UUID
 from caravel.batches import BatchResult, prepare_batch
 from caravel.chains import ChainResult, prepare_chain
 from caravel.clock import Clock
-from caravel.errors import ValidationError
 from caravel.jobs import DispatchOptions, EnqueueResult
 from caravel.options import QueueOptions
 from caravel.preparation import prepare_job, prepare_jobs
@@ -30,7 +29,6 @@ __all__ = [
     "Enqueuer",
     "enqueue_results",
     "woken_queues",
-    "workflow_session_refused",
 ]
 
 #: ``enqueue_many`` prepares larger batches in chunks of this many jobs (see there).
@@ -129,11 +127,15 @@ class Enqueuer:
         return WorkflowResult(found, already_enqueued=False, step_ids=step_ids(new))
 
     async def _insert_workflow_joined(self, session: object, new: NewWorkflow) -> WorkflowResult:
-        """A workflow inserted in the caller's transaction: the SQL stores' joined insert
-        (``workflow_insert_joined``, waking the ready steps' queues on commit) comes with
-        migration 0021's stores; until then this refuses, changing nothing."""
-        del session, new
-        raise workflow_session_refused()
+        """A workflow inserted in the caller's transaction; its ready steps' queues are woken
+        when that transaction commits."""
+        found, created = await self._store.workflow_insert_joined(
+            session, new, on_commit=self._wakeups.notify
+        )
+        if not created:
+            ids = await step_ids_of(self._store, found, new.tenant_id)
+            return WorkflowResult(found, already_enqueued=True, step_ids=ids)
+        return WorkflowResult(found, already_enqueued=False, step_ids=step_ids(new))
 
     async def _insert_joined(
         self, session: object, new_jobs: Sequence[NewJob]
@@ -149,16 +151,6 @@ class Enqueuer:
         if wake:
             self._wakeups.notify(woken_queues(inserted))
         return enqueue_results(inserted)
-
-
-def workflow_session_refused() -> ValidationError:
-    """What ``enqueue_workflow(session=...)`` raises while no store joins a caller's
-    transaction for a workflow (nothing is written)."""
-    return ValidationError(
-        "session",
-        "enqueue_workflow(session=...) is not available on this version yet; enqueue the "
-        "workflow without session=",
-    )
 
 
 _QUEUE = operator.attrgetter("queue")

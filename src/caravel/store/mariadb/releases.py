@@ -23,8 +23,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.limits import HELD_DUE_AT
+from caravel.store.plans import Plan, Step, run_plan
 
-__all__ = ["ASKED", "make_releases", "releases_asked"]
+__all__ = ["ASKED", "make_releases", "releases_asked", "releases_plan"]
 
 _HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
 _RELEASE = "due_at = :at, available_at = :at, updated_at = :at"
@@ -33,9 +34,11 @@ _RELEASE = "due_at = :at, available_at = :at, updated_at = :at"
 ASKED: sa.Label[Any] = sa.literal_column("@caravel_releases").label("mariadb_releases")
 _ASKED = sa.select(ASKED)
 _CLEAR = sa.text("SET @caravel_releases = NULL")
+# Their columns named, untyped (values as the driver reads them), so that a DB-API connection
+# of the caller's reads the rows by name too (see caravel.store.inserts.sessions).
 _PENDING = sa.text(
     "SELECT id, kind, job_id, at FROM caravel_releases WHERE conn = CONNECTION_ID() ORDER BY id"
-)
+).columns(*(sa.column(name) for name in ("id", "kind", "job_id", "at")))
 _DONE = sa.text("DELETE FROM caravel_releases WHERE conn = CONNECTION_ID() AND id <= :last")
 
 #: The step after a completed one gets the completed step's result as its upstream.
@@ -55,6 +58,11 @@ _REST_CANCELLED = sa.text(
 _BATCH = sa.text(
     "SELECT id, total, completed, dead_letter, cancelled, callback_id"
     " FROM caravel_batches WHERE id = :job_id"
+).columns(
+    *(
+        sa.column(name)
+        for name in ("id", "total", "completed", "dead_letter", "cancelled", "callback_id")
+    )
 )
 #: The workflow steps the trigger found releasable (migration 0021), all those queued up to
 #: ``:last`` at once: due after their delay, or after their signal's timeout when only the
@@ -86,29 +94,36 @@ async def releases_asked(conn: AsyncConnection) -> bool:
 
 async def make_releases(conn: AsyncConnection) -> None:
     """Make every release asked for in this transaction, and those they ask for in turn."""
+    await run_plan(conn.execute, releases_plan())
+
+
+def releases_plan() -> Plan[None]:
+    """:func:`make_releases` as a plan, for a connection the caller owns (a completion in the
+    caller's transaction, see :mod:`caravel.store.joined_completion`)."""
     while True:
-        await conn.execute(_CLEAR)
-        pending = (await conn.execute(_PENDING)).all()
+        yield Step(_CLEAR)
+        pending = yield Step(_PENDING)
         if not pending:
             return
         steps = False
         for row in pending:
             params: dict[str, Any] = {"job_id": row.job_id, "at": row.at}
             if row.kind == "next":
-                await conn.execute(_NEXT_STEP, params)
+                yield Step(_NEXT_STEP, params)
             elif row.kind == "rest":
-                await conn.execute(_REST_CANCELLED, params)
+                yield Step(_REST_CANCELLED, params)
             elif row.kind == "step":
                 steps = True  # all of them at once, below
             else:
-                await _release_callback(conn, params)
+                yield from _callback_plan(params)
         if steps:
-            await conn.execute(_WORKFLOW_STEPS, {"last": pending[-1].id})
-        await conn.execute(_DONE, {"last": pending[-1].id})
+            yield Step(_WORKFLOW_STEPS, {"last": pending[-1].id})
+        yield Step(_DONE, {"last": pending[-1].id})
 
 
-async def _release_callback(conn: AsyncConnection, params: dict[str, Any]) -> None:
-    batch = (await conn.execute(_BATCH, params)).one_or_none()
+def _callback_plan(params: dict[str, Any]) -> Plan[None]:
+    found = yield Step(_BATCH, params)
+    batch = found[0] if found else None
     if batch is None or batch.callback_id is None:
         return
     upstream = {
@@ -120,7 +135,7 @@ async def _release_callback(conn: AsyncConnection, params: dict[str, Any]) -> No
             "cancelled": batch.cancelled,
         }
     }
-    await conn.execute(
+    yield Step(
         _CALLBACK,
         {"at": params["at"], "callback": batch.callback_id, "upstream": json.dumps(upstream)},
     )

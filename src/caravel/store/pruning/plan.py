@@ -7,7 +7,8 @@ state by end state, picks old rows through that index (``queue``, ``state`` wher
 the job's own row, payload emptied and its content kept as :func:`~caravel.retention.content_hash`,
 so the unique idempotency index goes on settling repeats and conflicts with no change to any
 insert path. Either way the job's attempt records go with it. Live rows (``available_at`` set)
-are never read or written.
+are never read or written. A workflow's steps are left to :mod:`~caravel.store.pruning.workflows`,
+which prunes a finished workflow whole.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from caravel.retention import content_hash
 from caravel.store.attempts import records_deleted
 from caravel.store.plans import Plan, Step
 from caravel.store.pruning.requests import PruneBatch, PruneRequest
+from caravel.store.pruning.workflows import expired_plan, workflow_count_plan, workflow_prune_plan
 from caravel.store.removal.statements import kept_for_chain
 from caravel.store.schema import jobs
 
@@ -46,6 +48,8 @@ def _old(queue: str, state: str, cutoff: int) -> list[sa.ColumnElement[bool]]:
     :func:`~caravel.store.removal.statements.kept_for_chain`)."""
     when = jobs.c.pruned_at if state == PRUNED else jobs.c.finished_at
     old = [jobs.c.queue == queue, jobs.c.state == state, _FINISHED, when < cutoff]
+    if state != PRUNED:  # a workflow's steps go with their workflow (pruning.workflows)
+        old.append(jobs.c.workflow_id.is_(None))
     if state == DEAD:
         old.append(~kept_for_chain())
     return old
@@ -145,6 +149,10 @@ def prune_plan(request: PruneRequest, *, lock_rows: bool) -> Plan[PruneBatch]:
                 yield Step(_delete(PRUNED), {"b_ids": ids})
             expired += len(ids)
             budget -= len(ids)
+    if budget > 0:
+        deleted += yield from workflow_prune_plan(request, budget)
+    if request.tombstones_before is not None:
+        yield from expired_plan(request.tombstones_before)
     return PruneBatch(deleted, tombstoned, expired)
 
 
@@ -157,4 +165,5 @@ def _count_plan(request: PruneRequest, queues: list[str]) -> Plan[PruneBatch]:
             deleted, tombstoned = deleted + total - keyed, tombstoned + keyed
         if request.tombstones_before is not None:
             expired += (yield Step(_count(queue, PRUNED, request.tombstones_before)))[0][0]
+    deleted += yield from workflow_count_plan(request)
     return PruneBatch(deleted, tombstoned, expired)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 from uuid import UUID
 
-from caravel.store.values import NewJob
+from caravel.store.values import Committed, NewJob
 
 __all__ = [
     "NewStep",
@@ -163,6 +163,28 @@ class WorkflowWrites(Protocol):
         and whether it was created. When ``idempotency_key`` names an existing workflow of the
         tenant with the same ``content_hash``, nothing is inserted and that workflow's id is
         returned; with another hash :class:`~caravel.errors.IdempotencyConflictError` is raised."""
+        ...
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        """:meth:`workflow_insert` in the transaction that ``target``, the caller's session or
+        connection, has open (as ``job_insert_joined``); nothing is committed. ``on_commit``
+        runs once that transaction commits (where ``target`` can say so), with the queues that
+        got steps due at once. Stores without a caller's transaction (``memory://``) raise
+        :class:`~caravel.errors.ValidationError` (field ``session``)."""
+        ...
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
+        """:meth:`workflow_insert_joined` on a blocking session or connection, given the
+        database identity read before."""
         ...
 
     async def workflow_signal(

@@ -26,6 +26,7 @@ from caravel.store.schema import (
     workflows,
 )
 from caravel.store.transactions import ConnectionT
+from caravel.store.values import Committed
 from caravel.store.workflows.counts import counts_plan, record_of
 from caravel.store.workflows.records import (
     NewStep,
@@ -208,6 +209,27 @@ class SqlWorkflows(SqlRemoval[ConnectionT], SqlInserts[ConnectionT]):
     async def workflow_insert(self, workflow: NewWorkflow) -> tuple[UUID, bool]:
         async with self._write("workflow_insert") as conn:
             return await run_plan(conn.execute, self._workflow_plan(workflow))
+
+    async def workflow_insert_joined(
+        self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
+    ) -> tuple[UUID, bool]:
+        from caravel.store.inserts import sessions
+
+        store: Any = self  # a SqlStore: this is one of its bases
+        return await sessions.workflow_async(store, target, workflow, on_commit)
+
+    def workflow_insert_joined_sync(
+        self,
+        target: object,
+        workflow: NewWorkflow,
+        identity: str,
+        *,
+        on_commit: Committed = None,
+    ) -> tuple[UUID, bool]:
+        from caravel.store.inserts import sessions
+
+        store: Any = self
+        return sessions.workflow_sync(store, target, workflow, identity, on_commit)
 
     async def workflow_signal(
         self, workflow_id: UUID, tenant_id: str, name: str, payload: str, now: int
