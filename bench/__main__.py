@@ -19,6 +19,7 @@
     python -m bench --only drain_priority   # a mixed-priority backlog drained beside a plain one
     python -m bench --only drain_priority --priority-levels 3   # three priorities taking turns
     python -m bench --only drain_batch   # the same backlog as plain jobs and as batches
+    python -m bench --only workflow      # a 10,000-wide fan-out/fan-in beside a plain drain
     python -m bench --only fairness --backends postgresql   # a small tenant behind 100,000 jobs
     python -m bench --only fairness --fairness-backlog 10000   # the same, smaller
     python -m bench --only drain limits     # the drain under each flow-control setting, and plans
@@ -94,6 +95,7 @@ ALL = (
     "drain",
     "drain_priority",
     "drain_batch",
+    "workflow",
     "steady",
     "latency",
     "history",
@@ -115,7 +117,17 @@ ALL = (
 #: The parts of the comparison with the peers (``--compare``).
 COMPARE = ("sweep", "drain", "enqueue", "latency", "startup")
 #: The scenarios that run on MariaDB; the others use SQL of PostgreSQL's or SQLite's.
-MARIADB = ("enqueue", "enqueue_parallel", "sync", "bulk", "drain", "steady", "latency", "commit")
+MARIADB = (
+    "enqueue",
+    "enqueue_parallel",
+    "sync",
+    "bulk",
+    "drain",
+    "workflow",
+    "steady",
+    "latency",
+    "commit",
+)
 #: Whose rows each scenario has (the others run on every backend named).
 ONLY_ON = {
     "commit": ("sqlite", "mariadb"),
@@ -212,6 +224,10 @@ def _polling_latency(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+#: A workflow drain's waits on its releases (``runs._releases``), reported when measured.
+RELEASES = ("start_to_root_s", "root_to_first_member_s", "last_member_to_fan_in_s")
+
+
 def _drain_modes(
     backend: str, args: argparse.Namespace, modes: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
@@ -228,8 +244,9 @@ def _drain_modes(
     for mode, measured in results.items():
         median = _median(measured)
         figures["runs"] = median["runs"]
-        for key in ("jobs_per_second", "seconds", "completed"):
-            figures[f"{key}_{mode}"] = median[key]
+        for key in ("jobs_per_second", "seconds", "completed", "enqueue_seconds", *RELEASES):
+            if key in median:
+                figures[f"{key}_{mode}"] = median[key]
         figures[f"jobs_per_second_runs_{mode}"] = [run["jobs_per_second"] for run in measured]
     return figures
 
@@ -245,6 +262,29 @@ def _drain_batch(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     """A plain backlog beside the same jobs as batches of 1,000: what counting each finish in
     its batch's row costs the acknowledgements."""
     return _drain_modes(backend, args, {"plain": {}, "batched": {"batches": True}})
+
+
+def _workflow(backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A plain backlog beside the same number of jobs as one workflow: a root, ``--workflow-width``
+    members after it and one fan-in after them all (``runs.fan_out_fan_in``), drained by one
+    worker with the same settings, alternating on fresh databases. What releasing costs: each
+    member's finish satisfies its edge and counts down the fan-in's counter in the same
+    statement, and the drain waits for the root's release of the members and the last member's
+    release of the fan-in. ``ratio`` is the workflow's jobs/s over the plain drain's (medians),
+    ``ratio_runs`` each round's."""
+    sized = argparse.Namespace(**{**vars(args), "jobs": args.workflow_width + 2})
+    figures = _drain_modes(backend, sized, {"plain": {}, "workflow": {"workflow": True}})
+    figures["width"] = args.workflow_width
+    figures["ratio"] = figures["jobs_per_second_workflow"] / figures["jobs_per_second_plain"]
+    figures["ratio_runs"] = [
+        round(w / p, 3)
+        for w, p in zip(
+            figures["jobs_per_second_runs_workflow"],
+            figures["jobs_per_second_runs_plain"],
+            strict=True,
+        )
+    ]
+    return figures
 
 
 def _retention(backend: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -374,6 +414,12 @@ def main() -> None:
         type=int,
         default=201,
         help="drain_priority: how many priorities (-100 to 100, evenly spread) take turns",
+    )
+    parser.add_argument(
+        "--workflow-width",
+        type=int,
+        default=10_000,
+        help="workflow: the fan-out's members (the drain has two jobs more: root and fan-in)",
     )
     parser.add_argument("--single", type=int, default=2_000, help="jobs for one-call enqueue")
     parser.add_argument(
@@ -510,6 +556,7 @@ def main() -> None:
         args.history, args.memory_jobs, args.latency_jobs, args.seconds = 100_000, 60_000, 100, 5
         args.poll_jobs, args.idle_jobs = 50, 6
         args.prune_drain_jobs = 20_000
+        args.workflow_width = 2_000
         args.scrapes, args.replication_commits = 200, 200
         args.fairness_backlog = 10_000
         args.limits_plan_backlog = 10_000
@@ -633,6 +680,8 @@ def _sitting(
                 figures = _drain_priority(backend, args)
             elif name == "drain_batch":
                 figures = _drain_batch(backend, args)
+            elif name == "workflow":
+                figures = _workflow(backend, args)
             elif name == "retention":
                 figures = _retention(backend, args)
             elif name == "fairness":

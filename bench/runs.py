@@ -28,6 +28,7 @@ from caravel import (
     QueueInspector,
     QueueWorker,
     WorkerOptions,
+    Workflow,
 )
 from caravel.store.urls import backend_of
 
@@ -63,12 +64,17 @@ async def fill_backlog(
     levels: int = 1,
     batches: bool = False,
     spread: Spread | None = None,
+    workflow: bool = False,
 ) -> None:
     """``n`` jobs whose priorities take turns among ``levels`` (see :func:`_priority`): with
     more than one, a backlog whose claim order is not its insertion order. With ``batches``
     each ``batch`` jobs are one batch (:meth:`~caravel.DatabaseQueue.enqueue_batch`, no
     callback), so every acknowledgement also counts its job in its batch's row. ``spread``
-    gives the ``i``-th job its dispatch instead (its tenant or partition key, say)."""
+    gives the ``i``-th job its dispatch instead (its tenant or partition key, say). With
+    ``workflow`` the ``n`` jobs are one workflow (:func:`fan_out_fan_in`)."""
+    if workflow:
+        await queue.enqueue_workflow(fan_out_fan_in(n))
+        return
     for start in range(0, n, batch):
         items = [
             (Noop(i), spread(i) if spread else dispatch(priority=_priority(i, levels)))
@@ -78,6 +84,21 @@ async def fill_backlog(
             await queue.enqueue_batch(items)
         else:
             await queue.enqueue_many(items)
+
+
+#: The numbers of a workflow's root and fan-in jobs (the members are numbered from 0).
+ROOT_N, FAN_IN_N = -1, -2
+
+
+def fan_out_fan_in(n: int) -> Workflow:
+    """One workflow of ``n`` jobs: a root, ``n - 2`` members after it (a fan-out) and one step
+    after every member (the fan-in): each member's finish satisfies one edge of the fan-in's
+    counter, and the last one releases it."""
+    graph = Workflow("bench-fan", tenant_id="bench")
+    graph.add("root", Noop(ROOT_N), options=dispatch())
+    graph.add_many("members", [Noop(i) for i in range(n - 2)], after=["root"], options=dispatch())
+    graph.add("fan-in", Noop(FAN_IN_N), after=["members"], options=dispatch())
+    return graph
 
 
 # ----- enqueue --------------------------------------------------------------------------------
@@ -117,13 +138,25 @@ async def enqueue_bulk(url: str, n: int, batch: int = 1000) -> dict[str, Any]:
 
 
 class _Counter:
+    """Counts handler runs until ``target``; notes when the first and the last job numbered 0
+    or above ran, and when each job numbered below zero did (a workflow's root and fan-in, see
+    :func:`fan_out_fan_in`)."""
+
     def __init__(self, target: int) -> None:
         self.target = target
         self.seen = 0
         self.done = asyncio.Event()
+        self.first = self.last = 0.0
+        self.marks: dict[int, float] = {}
 
-    def hit(self) -> None:
+    def hit(self, n: int = 0) -> None:
+        now = time.perf_counter()
         self.seen += 1
+        if n < 0:
+            self.marks[n] = now
+        else:
+            self.first = self.first or now
+            self.last = now
         if self.seen >= self.target:
             self.done.set()
 
@@ -138,22 +171,29 @@ async def drain(
     batches: bool = False,
     spread: Spread | None = None,
     limit: ConcurrencyLimit | None = None,
+    workflow: bool = False,
 ) -> dict[str, Any]:
     """N pre-enqueued no-op jobs processed to completion (acknowledgements written) by one
     worker with the given concurrency, its acknowledgements asynchronous (the default) or
     ``durable_acks``; with ``priority_levels`` above 1, the jobs' priorities take turns among that
     many; with ``batches``, the jobs are members of batches of 1,000; with ``spread``, each job
-    dispatched as it says (see :func:`fill_backlog`). ``limit`` is stored before the worker
-    starts, so every claim it makes is a limited one."""
+    dispatched as it says (see :func:`fill_backlog`); with ``workflow``, the jobs are one
+    fan-out/fan-in workflow (:func:`fan_out_fan_in`), so the drain includes each release:
+    the members' after the root, the fan-in's after the last member. ``limit`` is stored before
+    the worker starts, so every claim it makes is a limited one."""
     counter = _Counter(n)
     counting = JobRegistry()
 
     @counting.handles("bench.noop.v1", Noop)
     async def count(job: Noop, ctx: JobContext[None]) -> None:
-        counter.hit()
+        counter.hit(job.n)
 
     async with DatabaseQueue(url, counting) as queue:
-        await fill_backlog(queue, n, levels=priority_levels, batches=batches, spread=spread)
+        filling = time.perf_counter()
+        await fill_backlog(
+            queue, n, levels=priority_levels, batches=batches, spread=spread, workflow=workflow
+        )
+        filled = time.perf_counter() - filling
         if limit is not None:
             await queue.set_queue_limit(limit)
         options = WorkerOptions(concurrency=concurrency, durable_acks=durable_acks)
@@ -173,6 +213,21 @@ async def drain(
         "seconds": elapsed,
         "jobs_per_second": n / elapsed,
         "completed": completed,
+        "enqueue_seconds": filled,
+        **(_releases(counter, started) if workflow else {}),
+    }
+
+
+def _releases(counter: _Counter, started: float) -> dict[str, float]:
+    """Where a workflow's drain waited on its releases: from the worker's start to the root's
+    handler; from the root's handler to the first member's (the root's acknowledgement, whose
+    statement releases every member, and the claim that finds them); from the last member's
+    handler to the fan-in's (its acknowledgement releasing the fan-in, and the claim)."""
+    root, fan_in = counter.marks.get(ROOT_N, started), counter.marks.get(FAN_IN_N, counter.last)
+    return {
+        "start_to_root_s": root - started,
+        "root_to_first_member_s": counter.first - root,
+        "last_member_to_fan_in_s": fan_in - counter.last,
     }
 
 

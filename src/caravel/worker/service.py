@@ -134,6 +134,8 @@ class QueueWorker(AsyncClosing):
             in_flight=lambda: len(self._slots.tasks),
         )
         self._limits = LimitedQueues(queue.store)
+        #: The queues the current :meth:`run` serves (woken after a workflow step's finish).
+        self._serving: tuple[str, ...] = ()
         self._paused = PausedQueues(
             queue.store,
             queue.clock,
@@ -249,6 +251,7 @@ class QueueWorker(AsyncClosing):
             raise ValidationError("queues", "must name at least one queue")
         for name in names:
             check_queue_name(name, "queues")
+        self._serving = tuple(names)
         self._shutdown.begin()
         await self.queue.check_schema()
         await self._limits.declare(self.queue.registry.limits, self.queue.clock.now_ms())
@@ -311,6 +314,12 @@ class QueueWorker(AsyncClosing):
         self._report.written(claimed, outcome, held)
         if claimed.queue in self._limits:
             self.queue.wakeups.notify({claimed.queue})
+        elif held and _workflow_step(claimed) and (outcome.succeeded or outcome.dead_letter):
+            # Its statement may have released later steps (the release trigger), on any queue;
+            # nothing pushes that on SQLite or MariaDB, so look again now instead of at the
+            # next poll (a fan-out waited up to a poll interval for its root, a fan-in for its
+            # last member). Other workers see the release at their next wake-up or poll.
+            self.queue.wakeups.notify(self._serving)
         hook = self.options.on_dead_letter
         # Only a write that held: a refused one changed nothing, the job is not this worker's.
         if hook is not None and held and outcome.dead_letter:
@@ -366,3 +375,8 @@ class QueueWorker(AsyncClosing):
             self._shutdown.cancelled(claimed)
         except Exception as exc:
             self._shutdown.fail(exc)
+
+
+def _workflow_step(claimed: ClaimedJob) -> bool:
+    """Whether ``claimed`` is a workflow's step (its stored upstream names the workflow)."""
+    return claimed.upstream is not None and '"workflow"' in claimed.upstream

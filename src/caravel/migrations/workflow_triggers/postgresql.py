@@ -1,6 +1,9 @@
 """PostgreSQL's workflow release (see :mod:`caravel.migrations.workflow_triggers`): one
-PL/pgSQL function. The edges and the step counts change in one statement whose rows the function
-walks; each release also sends the released job's queue its NOTIFY, delivered at the commit."""
+PL/pgSQL function of two statements, each over a set of rows. The first satisfies the edges,
+counts the steps down and collects the steps it may release; the second releases them all and
+marks them released, and one NOTIFY per queue among them follows, delivered at the commit. A
+root that releases a 10,000-wide fan-out does so in those two statements (a loop of three
+statements per step took five seconds where these take a fraction of one)."""
 
 from __future__ import annotations
 
@@ -16,34 +19,41 @@ from caravel.store.postgresql.notifications import CHANNEL
 
 __all__ = ["CREATE", "DROP"]
 
+_DUE = f"NEW.updated_at + {due_after('s')}"
+
 CREATE = (
     f"""
 CREATE FUNCTION caravel_jobs_workflow_release() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    s RECORD;
-    released VARCHAR;
-    due BIGINT;
+    ready UUID[];
+    queues VARCHAR[];
 BEGIN
-    FOR s IN
-        WITH satisfied AS (
-            UPDATE caravel_workflow_edges AS e SET satisfied = true
-            WHERE e.parent_id = NEW.id AND NOT e.satisfied AND {SATISFIES}
-            RETURNING e.child_id
-        )
+    WITH satisfied AS (
+        UPDATE caravel_workflow_edges AS e SET satisfied = true
+        WHERE e.parent_id = NEW.id AND NOT e.satisfied AND {SATISFIES}
+        RETURNING e.child_id
+    ), counted AS (
         UPDATE caravel_workflow_steps AS c SET waiting = c.waiting - 1
         FROM satisfied WHERE c.job_id = satisfied.child_id
         RETURNING c.*
-    LOOP
-        CONTINUE WHEN NOT ({releasable("s")});
-        due := NEW.updated_at + {due_after("s")};
-        UPDATE caravel_jobs SET due_at = due, available_at = due, updated_at = NEW.updated_at,
-            upstream = {with_result("{0} || {1}", "caravel_jobs")}
-        WHERE id = s.job_id AND {HELD} RETURNING queue INTO released;
-        IF FOUND THEN
-            UPDATE caravel_workflow_steps SET released_at = NEW.updated_at WHERE job_id = s.job_id;
-            PERFORM pg_notify('{CHANNEL}', released);
-        END IF;
-    END LOOP;
+    )
+    SELECT array_agg(s.job_id) INTO ready FROM counted AS s WHERE {releasable("s")};
+    IF ready IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH released AS (
+        UPDATE caravel_jobs SET due_at = {_DUE}, available_at = {_DUE},
+            updated_at = NEW.updated_at, upstream = {with_result("{0} || {1}", "caravel_jobs")}
+        FROM caravel_workflow_steps AS s
+        WHERE s.job_id = caravel_jobs.id AND caravel_jobs.id = ANY(ready) AND {HELD}
+        RETURNING caravel_jobs.id, caravel_jobs.queue
+    ), marked AS (
+        UPDATE caravel_workflow_steps SET released_at = NEW.updated_at
+        FROM released WHERE caravel_workflow_steps.job_id = released.id
+        RETURNING released.queue
+    )
+    SELECT array_agg(DISTINCT queue) INTO queues FROM marked;
+    PERFORM pg_notify('{CHANNEL}', q) FROM unnest(queues) AS q;
     RETURN NULL;
 END
 $$
