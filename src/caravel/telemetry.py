@@ -551,6 +551,8 @@ def _dependencies_first(steps: Sequence[WorkflowStepSpan]) -> list[WorkflowStepS
             placed.add(one.step)
             ordered.append(one)
     return ordered
+
+
 def relay_span(count: int) -> AbstractContextManager[Span]:
     return _batch_span("caravel.outbox.dispatch", SpanKind.PRODUCER, count)
 
