@@ -16,8 +16,10 @@ from caravel import (
     UnknownJobTypeError,
     ValidationError,
     Workflow,
+    WorkflowContext,
     WorkflowError,
 )
+from caravel._ids import uuid7
 from caravel.limits import MAX_WORKFLOW_EDGES, MAX_WORKFLOW_STEPS
 from caravel.options import QueueOptions
 from caravel.queue import DatabaseQueue
@@ -169,3 +171,25 @@ def test_the_same_graph_hashes_the_same() -> None:
     second = prepare_workflow(registry(), options, build(["a", "ccc", "bb"]), 2)
     other = prepare_workflow(registry(), options, build(["a", "bb"]), 3)
     assert first.content_hash == second.content_hash != other.content_hash
+
+
+async def test_the_blocking_reads_refuse_an_event_loop() -> None:
+    queue = DatabaseQueue("memory://", registry(), clock=ManualClock())
+    try:
+        flow = WorkflowContext(
+            queue.store,
+            workflow_id=uuid7(0),
+            step="s",
+            index=None,
+            job_id=uuid7(0),
+            tenant_id="default",
+        )
+        with pytest.raises(WorkflowError) as raised:
+            flow.result_sync("other")
+        assert raised.value.step == "s"
+        assert "await" in raised.value.rule
+        with pytest.raises(WorkflowError) as unknown:
+            await flow.result("other")
+        assert unknown.value.step == "other"
+    finally:
+        await queue.close()

@@ -5,15 +5,18 @@ through."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from caravel.errors import WorkflowError
 from caravel.limits import MAX_WORKFLOW_EDGES
 from caravel.store.workflows.records import WorkflowReads
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -61,9 +64,13 @@ class WaitOutcome:
 
 class WorkflowContext:
     """A running step's workflow: ``id``, ``step`` and ``index`` (in its group, ``None`` for a
-    single step), and reads of the workflow's other steps, each a query when awaited."""
+    single step), and reads of the workflow's other steps, each a query when awaited.
 
-    __slots__ = ("_job_id", "_reads", "_tenant_id", "id", "index", "step")
+    A synchronous handler (run in a worker thread) calls the ``*_sync`` twins instead: each
+    runs its query on the worker's event loop and blocks the handler's thread until it is
+    answered."""
+
+    __slots__ = ("_job_id", "_loop", "_reads", "_tenant_id", "id", "index", "step")
 
     def __init__(
         self,
@@ -76,6 +83,7 @@ class WorkflowContext:
         tenant_id: str,
     ) -> None:
         self._reads = reads
+        self._loop = asyncio.get_running_loop()  # the worker's, which the store belongs to
         self._job_id = job_id
         self._tenant_id = tenant_id
         self.id = workflow_id
@@ -131,6 +139,45 @@ class WorkflowContext:
             return None
         payload = None if found.signal_payload is None else json.loads(found.signal_payload)
         return WaitOutcome(found.signal, payload, found.timed_out)
+
+    # ----- for synchronous handlers --------------------------------------------------------
+
+    def result_sync(self, step: str) -> Any:
+        """:meth:`result`, from a synchronous handler."""
+        return self._blocking(self.result(step))
+
+    def results_sync(self, step: str, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[StepOutcome]:
+        """:meth:`results`, from a synchronous handler: one query per page, as it is iterated."""
+        pages = self.results(step, page_size)
+
+        async def following() -> StepOutcome | None:
+            return await anext(pages, None)
+
+        while (found := self._blocking(following())) is not None:
+            yield found
+
+    def all_results_sync(self, step: str) -> list[StepOutcome]:
+        """:meth:`all_results`, from a synchronous handler."""
+        return self._blocking(self.all_results(step))
+
+    def failed_dependencies_sync(self) -> list[FailedDependency]:
+        """:meth:`failed_dependencies`, from a synchronous handler."""
+        return self._blocking(self.failed_dependencies())
+
+    def wait_sync(self) -> WaitOutcome | None:
+        """:meth:`wait`, from a synchronous handler."""
+        return self._blocking(self.wait())
+
+    def _blocking(self, call: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            call.close()
+            rule = "the *_sync reads are for synchronous handlers; await the async ones here"
+            raise WorkflowError(self.step, rule)
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
 
 
 def _decoded(text: str | None) -> Any:

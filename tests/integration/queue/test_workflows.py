@@ -195,3 +195,33 @@ def test_the_sync_queue_enqueues_signals_and_reads(store_url: str) -> None:
         with pytest.raises(ValidationError) as raised:
             queue.enqueue_workflow(wf, session=object())
         assert raised.value.field == "session"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    label: str
+
+
+async def test_a_synchronous_handler_reads_through_the_sync_twins(store_url: str) -> None:
+    seen: list[Any] = []
+
+    def tally(job: Tally, ctx: JobContext[object]) -> int:
+        flow = ctx.workflow
+        assert flow is not None
+        seen.append(flow.result_sync("fetch"))
+        seen.append([o.result for o in flow.results_sync("resize", page_size=2)])
+        seen.append(len(flow.all_results_sync("resize")))
+        seen.append((flow.failed_dependencies_sync(), flow.wait_sync()))
+        return 1
+
+    registry = registry_of(Seen())
+    registry.register("tests.wf.tally.v1", Tally, tally)
+    async with open_queue(store_url, registry, clock=ManualClock()) as queue:
+        wf = Workflow(tenant_id="tenant-a")
+        wf.add("fetch", Fetch("c.png"))
+        wf.add_many("resize", [Resize(n) for n in range(5)], after=["fetch"])
+        wf.add("tally", Tally("sync"), after=["resize", "fetch"])
+        await queue.enqueue_workflow(wf)
+        runs = await drain(queue)
+        assert {run.outcome for run in runs} == {"completed"}
+        assert seen == [{"url": "c.png"}, [0, 2, 4, 6, 8], 5, ([], None)]

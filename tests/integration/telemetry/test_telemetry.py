@@ -53,6 +53,7 @@ from caravel import (
     RateLimit,
     SyncQueue,
     WorkerOptions,
+    Workflow,
     add_outbox,
 )
 from caravel.clock import from_ms
@@ -1152,3 +1153,26 @@ async def test_a_snooze_is_its_own_outcome_and_a_discard_a_dead_letter(
         == 1
     )
     assert otel.spans("caravel.store.job_snooze")
+
+
+async def test_a_workflow_is_one_producer_span_its_steps_continue(
+    store_url: str, otel: Telemetry
+) -> None:
+    q = {"messaging.destination.name": "default", "caravel.job.type": "tests.add.v1"}
+    async with open_queue(store_url) as queue, QueueWorker(queue) as worker:
+        with app_tracer.start_as_current_span("request") as request:
+            wf = Workflow(tenant_id="tenant-a")
+            wf.add_many("parts", [Add(1), Add(2)])
+            wf.add("sum", Add(3), after=["parts"])
+            made = await queue.enqueue_workflow(wf)
+        sends = otel.spans("send default")
+        assert [(s.attributes or {})["messaging.batch.message_count"] for s in sends] == [3]
+        assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == 3
+        for _ in range(3):
+            assert await worker.run_once("default") is True
+        assert await worker.run_once("default") is False
+    processes = otel.spans("process default")
+    ran = {(s.attributes or {})["messaging.message.id"] for s in processes}
+    assert ran == {str(i) for ids in made.step_ids.values() for i in ids}
+    for span in processes:
+        assert span.context.trace_id == request.get_span_context().trace_id

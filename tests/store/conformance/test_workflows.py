@@ -5,6 +5,7 @@ reads a step's handler and operators make."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -439,3 +440,22 @@ async def test_prune_takes_whole_finished_workflows_only(store: Store) -> None:
     assert await store.workflow_insert(again.workflow(key="w")) == (workflow_id, False)
     with pytest.raises(IdempotencyConflictError):
         await store.workflow_insert(again.workflow(key="w", content="d" * 64))
+
+
+async def test_a_fan_in_finished_from_two_stores_at_once_is_released_once(
+    store: Store, second_store: Store
+) -> None:
+    g = Graph()
+    fan = g.add("fan", count=12)
+    (join,) = g.add("join", after=["fan"])
+    await store.workflow_insert(g.workflow())
+    held = await leases(store, T0)
+    assert set(held) == set(fan)
+
+    async def finish(on: Store, job_ids: list[UUID]) -> None:
+        for job_id in job_ids:
+            assert await on.job_complete_many([held[job_id]], T0 + 1) == {job_id}
+
+    await asyncio.gather(finish(store, fan[::2]), finish(second_store, fan[1::2]))
+    assert set(await leases(store, FAR)) == {join}
+    assert await leases(store, FAR) == {}
