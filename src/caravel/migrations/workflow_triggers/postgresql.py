@@ -8,6 +8,7 @@ from caravel.migrations.workflow_triggers import (
     FINISHED,
     HELD,
     SATISFIES,
+    batch_outcome,
     due_after,
     releasable,
     with_result,
@@ -37,7 +38,8 @@ BEGIN
         CONTINUE WHEN NOT ({releasable("s")});
         due := NEW.updated_at + {due_after("s")};
         UPDATE caravel_jobs SET due_at = due, available_at = due, updated_at = NEW.updated_at,
-            upstream = {with_result("{0} || {1}", "caravel_jobs")}
+            upstream = COALESCE({batch_outcome("json_build_object", "caravel_jobs", "::text")},
+                {with_result("{0} || {1}", "caravel_jobs")})
         WHERE id = s.job_id AND {HELD} RETURNING queue INTO released;
         IF FOUND THEN
             UPDATE caravel_workflow_steps SET released_at = NEW.updated_at WHERE job_id = s.job_id;

@@ -10,6 +10,7 @@ from caravel.migrations.workflow_triggers import (
     HELD,
     SATISFIES,
     SATISFIES_EDGE,
+    batch_outcome,
     due_after,
     releasable,
     with_result,
@@ -36,7 +37,9 @@ CREATE = (
     f" WHERE job_id IN ({_NEWLY} AND e.satisfied) AND {releasable(_STEPS)}"
     f" AND EXISTS (SELECT 1 FROM caravel_jobs WHERE id = {_STEPS}.job_id AND {HELD});"
     f" UPDATE caravel_jobs SET due_at = {_DUE}, available_at = {_DUE},"
-    f" updated_at = NEW.updated_at, upstream = {with_result('{0} || {1}', 'caravel_jobs')}"
+    " updated_at = NEW.updated_at, upstream = COALESCE("
+    f"{batch_outcome('json_object', 'caravel_jobs')},"
+    f" {with_result('{0} || {1}', 'caravel_jobs')})"
     f" WHERE id IN ({_NEWLY} AND e.satisfied) AND {HELD}"
     f" AND EXISTS (SELECT 1 FROM {_STEPS} AS s"
     " WHERE s.job_id = caravel_jobs.id AND s.released_at = NEW.updated_at);"

@@ -1,17 +1,16 @@
 """Releasing held jobs on MariaDB, in the transaction of the change that releases them.
 
-On the other databases a trigger on the jobs table releases a chain's next step when its step
-completes, cancels a chain's held steps when a step before them is cancelled, and releases a
-batch's callback when its last job finishes (:mod:`caravel.migrations.release_triggers`).
-MariaDB forbids a trigger to change the table that fired it, so its trigger (migration 0016)
-keeps the batch counts and writes what is to be released to ``caravel_releases``, under the
-session's connection id, and sets the session variable ``@caravel_releases``. After each
-statement that changes jobs, the store asks for that variable and, when it is set, makes the
-releases before anything else runs in the transaction: what a job waits for and its release
-still commit together or not at all. A release that changes a job's state (a chain's rest
-cancelled) may ask for more; they are made in turn until none is left. A workflow's trigger
-(migration 0021) counts its steps down the same way and queues the steps it may release
-(kind ``step``).
+On the other databases a trigger on the jobs table releases a workflow's held step when its
+last dependency finishes (:mod:`caravel.migrations.workflow_triggers`); chains and batches are
+workflows too (migration 0022), so that is their release as well. MariaDB forbids a trigger to
+change the table that fired it, so its triggers count the steps down (migration 0021) and write
+what is to be released to ``caravel_releases``, under the session's connection id (kind
+``step``; kind ``rest`` for a cancelled chain step, whose held rest is cancelled with it, from
+migration 0022's ``caravel_jobs_release``), and set the session variable ``@caravel_releases``.
+After each statement that changes jobs, the store asks for that variable and, when it is set,
+makes the releases before anything else runs in the transaction: what a job waits for and its
+release still commit together or not at all. A release that changes a job's state (a chain's
+rest cancelled) may ask for more; they are made in turn until none is left.
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ from caravel.limits import HELD_DUE_AT
 
 __all__ = ["ASKED", "make_releases", "releases_asked"]
 
-_HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
-_RELEASE = "due_at = :at, available_at = :at, updated_at = :at"
 
 #: Whether the statements run so far asked for releases (as a column a read can carry).
 ASKED: sa.Label[Any] = sa.literal_column("@caravel_releases").label("mariadb_releases")
@@ -38,13 +35,6 @@ _PENDING = sa.text(
 )
 _DONE = sa.text("DELETE FROM caravel_releases WHERE conn = CONNECTION_ID() AND id <= :last")
 
-#: The step after a completed one gets the completed step's result as its upstream.
-_NEXT_STEP = sa.text(
-    f"UPDATE caravel_jobs AS j JOIN caravel_jobs AS done ON done.id = :job_id"
-    f" SET j.due_at = :at, j.available_at = :at, j.updated_at = :at,"
-    " j.upstream = CONCAT('{\"result\":', COALESCE(done.result, 'null'), '}')"
-    f" WHERE j.id = done.chain_next AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
-)
 _REST_CANCELLED = sa.text(
     "UPDATE caravel_jobs AS j JOIN caravel_jobs AS cancelled ON cancelled.id = :job_id"
     " SET j.state = 'cancelled', j.available_at = NULL, j.lease_expires_at = NULL,"
@@ -52,9 +42,16 @@ _REST_CANCELLED = sa.text(
     " WHERE j.chain_id = cancelled.chain_id AND j.chain_step > cancelled.chain_step"
     f" AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
 )
+#: A released step that is a batch's callback: the batch's counts, over its members, once.
 _BATCH = sa.text(
-    "SELECT id, total, completed, dead_letter, cancelled, callback_id"
-    " FROM caravel_batches WHERE id = :job_id"
+    "SELECT b.id, b.total,"
+    " COUNT(CASE WHEN m.state = 'completed' THEN 1 END) AS completed,"
+    " COUNT(CASE WHEN m.state = 'dead_letter' THEN 1 END) AS dead_letter,"
+    " COUNT(CASE WHEN m.state = 'cancelled' THEN 1 END) AS cancelled"
+    " FROM caravel_jobs AS j JOIN caravel_batches AS b"
+    " ON b.id = j.workflow_id AND b.callback_id = j.id"
+    " LEFT JOIN caravel_jobs AS m ON m.batch_id = b.id"
+    " WHERE j.id = :job_id GROUP BY b.id, b.total"
 )
 #: A workflow step its trigger found releasable (migration 0021): due after its delay, or after
 #: its signal's timeout when only the signal is left; handed its ``hands_result`` dependency's
@@ -67,13 +64,12 @@ _WORKFLOW_STEP = sa.text(
     f" SET j.due_at = {_STEP_DUE}, j.available_at = {_STEP_DUE},"
     " j.updated_at = :at, s.released_at = :at,"
     " j.upstream = IF(h.parent_id IS NULL, j.upstream,"
-    " CONCAT('{\"result\":', COALESCE(p.result, 'null'), ',', SUBSTR(j.upstream, 2)))"
+    " CONCAT('{\"result\":', COALESCE(p.result, 'null'),"
+    " COALESCE(CONCAT(',', SUBSTR(j.upstream, 2)), '}')))"
     f" WHERE j.id = :job_id AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
     " AND s.released_at IS NULL"
 )
-_CALLBACK = sa.text(
-    f"UPDATE caravel_jobs SET {_RELEASE}, upstream = :upstream WHERE id = :callback AND {_HELD}"
-)
+_CALLBACK = sa.text("UPDATE caravel_jobs SET upstream = :upstream WHERE id = :job_id")
 
 
 async def releases_asked(conn: AsyncConnection) -> bool:
@@ -90,20 +86,19 @@ async def make_releases(conn: AsyncConnection) -> None:
             return
         for row in pending:
             params: dict[str, Any] = {"job_id": row.job_id, "at": row.at}
-            if row.kind == "next":
-                await conn.execute(_NEXT_STEP, params)
-            elif row.kind == "rest":
+            if row.kind == "rest":
                 await conn.execute(_REST_CANCELLED, params)
             elif row.kind == "step":
-                await conn.execute(_WORKFLOW_STEP, params)
-            else:
-                await _release_callback(conn, params)
+                released = await conn.execute(_WORKFLOW_STEP, params)
+                if released.rowcount:
+                    await _hand_batch(conn, params)
         await conn.execute(_DONE, {"last": pending[-1].id})
 
 
-async def _release_callback(conn: AsyncConnection, params: dict[str, Any]) -> None:
+async def _hand_batch(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    """Hand a released batch callback its batch's counts (nothing for any other step)."""
     batch = (await conn.execute(_BATCH, params)).one_or_none()
-    if batch is None or batch.callback_id is None:
+    if batch is None:
         return
     upstream = {
         "batch": {
@@ -114,7 +109,4 @@ async def _release_callback(conn: AsyncConnection, params: dict[str, Any]) -> No
             "cancelled": batch.cancelled,
         }
     }
-    await conn.execute(
-        _CALLBACK,
-        {"at": params["at"], "callback": batch.callback_id, "upstream": json.dumps(upstream)},
-    )
+    await conn.execute(_CALLBACK, {"job_id": params["job_id"], "upstream": json.dumps(upstream)})
