@@ -42,9 +42,8 @@ def _schema(url: str) -> dict[str, list[str]]:
 def test_upgrade_tunes_the_churning_tables_and_downgrade_resets_them(empty_url: str) -> None:
     migrate.upgrade(empty_url, "0019")
     before = _schema(empty_url)
-    migrate.upgrade(empty_url)
+    migrate.upgrade(empty_url, "0020")
     assert migrate.current(empty_url) == "0020"
-    assert migrate.check(empty_url).differences == ()
     if empty_url.startswith("postgresql"):
         options = _options(empty_url)
         for table in TABLES:
