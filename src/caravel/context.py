@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
-from caravel.errors import JobCancelledError
+from caravel.errors import JobCancelledError, ValidationError
 from caravel.progress import ProgressReport
 
 if TYPE_CHECKING:
     from caravel.workflows.context import WorkflowContext
 
-__all__ = ["BatchOutcome", "CancellationSignal", "JobContext", "handed"]
+__all__ = ["BatchOutcome", "CancellationSignal", "JobContext", "JoinedCompletion", "handed"]
 
 ScopeT = TypeVar("ScopeT")
 
@@ -84,6 +84,21 @@ def handed(upstream: str | None) -> tuple[Any, BatchOutcome | None]:
     return None, outcome
 
 
+class JoinedCompletion(Protocol):
+    """What completes a job in its handler's own transaction (the worker's side of
+    :meth:`JobContext.complete_in`; a handler calls that instead)."""
+
+    async def complete(self, target: object, result: object) -> None: ...
+
+    def complete_sync(self, target: object, result: object) -> None: ...
+
+
+_NO_WORKER = (
+    "complete_in needs a job run by a worker of a SQL queue (PostgreSQL, SQLite or MariaDB); "
+    "this context has no lease to complete"
+)
+
+
 @dataclass(kw_only=True, slots=True, eq=False)
 class JobContext(Generic[ScopeT]):
     """The stored identity of the job being run, and its cancellation signal.
@@ -123,6 +138,8 @@ class JobContext(Generic[ScopeT]):
     report: ProgressReport = field(default_factory=ProgressReport, repr=False, compare=False)
     """Where :meth:`progress` and :meth:`set_meta` keep what they were told until the worker
     writes it (the worker's side of those calls; a handler calls them instead)."""
+    joined: JoinedCompletion | None = field(default=None, repr=False, compare=False)
+    """What :meth:`complete_in` runs on (the worker's side of it); ``None`` outside a worker."""
 
     @property
     def is_cancelled(self) -> bool:
@@ -155,6 +172,45 @@ class JobContext(Generic[ScopeT]):
         nothing. An attempt's metadata, once written, replaces what an earlier attempt of the
         job stored. Like the note, it is shown to operators: ids and counts, not secrets."""
         self.report.set_meta(key, value)
+
+    async def complete_in(self, session: object, *, result: object = None) -> None:
+        """Complete this job inside the transaction ``session`` has open, so that the
+        handler's own writes and the job's completion commit together, or neither does.
+
+        ``session`` is a SQLAlchemy ``AsyncSession``, ``AsyncConnection``, ``Session`` or
+        ``Connection`` (or a psycopg, PyMySQL or ``sqlite3`` connection) on the queue's own
+        database. The completion is the worker's own, fenced by this attempt's lease: if the
+        lease is no longer held (it expired and another worker took the job over, or the job
+        was cancelled), it changes nothing and raises :class:`~caravel.errors.LeaseLostError`;
+        let it propagate, so that the transaction rolls back with the handler's writes.
+        ``result`` is stored as the job's result, under the rules of a returned one (JSON, at
+        most :attr:`~caravel.QueueOptions.max_result_bytes`); a result that breaks them raises
+        :class:`~caravel.errors.ValidationError` naming ``result`` before anything is sent.
+        A chain's next step or a batch's callback is released in the same transaction.
+
+        Nothing is committed here: the caller commits. Once the handler returns, the worker
+        finds out whether that commit happened: if it did, the job is completed and whatever
+        the handler returned or raised afterwards is ignored; if not (a rollback, or no commit
+        at all), the attempt fails with the category ``CompletionNotCommitted`` (or the
+        handler's own failure, when it raised) and is retried under the job type's policy.
+        See docs/guides/transactions.md.
+
+        A ``session`` on another database, or a queue without one (``memory://``), raises
+        :class:`~caravel.errors.ValidationError` (field ``session``)."""
+        joined = self.joined
+        if joined is None:
+            raise ValidationError("session", _NO_WORKER)
+        await joined.complete(session, result)
+
+    def complete_in_sync(self, session: object, *, result: object = None) -> None:
+        """:meth:`complete_in` for a synchronous handler, with a blocking ``Session`` or
+        ``Connection`` (or DB-API connection). Call it from the handler's own thread, as
+        synchronous handlers run; an async handler awaits :meth:`complete_in` instead (it
+        takes a blocking session too)."""
+        joined = self.joined
+        if joined is None:
+            raise ValidationError("session", _NO_WORKER)
+        joined.complete_sync(session, result)
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelledError` if the job has been cancelled."""

@@ -113,6 +113,10 @@ class FailureCategory(enum.StrEnum):
     """The attempt ran longer than its execution timeout (``register(timeout=...)`` or
     ``DispatchOptions(timeout=...)``): its handler was asked to stop, and the attempt failed,
     retried by the job type's policy like any other failure. Not a lease expiry."""
+    COMPLETION_NOT_COMMITTED = "CompletionNotCommitted"
+    """The handler completed its job in its own transaction (``ctx.complete_in``) and
+    returned, but that transaction never committed (it rolled back, or was left open): the
+    attempt's effects are gone with it, and it is retried by the job type's policy."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, init=False)

@@ -23,6 +23,7 @@ from caravel.store.claims.takeover import expired_before, taking_over
 from caravel.store.inserts.caller import CallerInserts
 from caravel.store.inserts.general import SqlInserts
 from caravel.store.inserts.pending import returning_key, with_key_given_up
+from caravel.store.joined_completion import JoinedCompletions
 from caravel.store.limited import LimitsStore
 from caravel.store.links.statements import SqlLinks
 from caravel.store.pausing import PausingStore
@@ -83,6 +84,7 @@ class SqlStore(
     SqlLinks[ConnectionT],
     SqlInserts[ConnectionT],
     CallerInserts[ConnectionT],
+    JoinedCompletions[ConnectionT],
     WorkerRegistry[ConnectionT],
 ):
     """Queue operations over connections of the dialect's kind (``ConnectionT``), which its
@@ -193,6 +195,12 @@ class SqlStore(
         }
 
     def _complete_statement(self) -> sa.Update:
+        """The completion of the leases bound as :meth:`_held_clause` binds them; a dialect
+        may relax its commit's durability (see :attr:`~caravel.WorkerOptions.durable_acks`)."""
+        return self._complete_durable_statement()
+
+    def _complete_durable_statement(self) -> sa.Update:
+        """:meth:`_complete_statement` leaving the durability of the commit as it is."""
         return queries.complete(self._held_clause())
 
     def _complete_result_statement(self) -> sa.Update:
@@ -230,6 +238,45 @@ class SqlStore(
         if records and not self._records_in_statement:
             await run_plan(conn.execute, record_plan(records, keep))
 
+    def _complete_plan(
+        self,
+        leases: Sequence[Lease],
+        now: int,
+        results: Mapping[UUID, str] | None,
+        recorder: Recorder | None,
+        *,
+        durable: bool = False,
+    ) -> Plan[set[UUID]]:
+        """The completion of ``leases`` (see :meth:`job_complete_many`) as a plan of its
+        transaction: the fenced statement, one per lease storing a result, then each completed
+        job's attempt record where the statements did not write it. ``durable`` asks for the
+        statement that leaves the commit's durability to the transaction (a caller's)."""
+        by = recorder or NOBODY
+        keep = by.attempt_history
+        trim = attempts.trimming((lease.token for lease in leases), keep)
+        plain, valued = outcomes.split_results(leases, results)
+        kind = "complete_durable" if durable else "complete"
+        build = self._complete_durable_statement if durable else self._complete_statement
+        stmt = self._statement(f"{kind}_{trim}", lambda: self._recording(build(), trimming=trim))
+        with_result = self._statement(
+            f"complete_result_{trim}",
+            lambda: self._recording(self._complete_result_statement(), trimming=trim),
+        )
+        fields = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
+        done: set[UUID] = set()
+        if plain:
+            rows = yield Step(stmt, {**self._held_params(plain), **fields})
+            done.update(row[0] for row in rows)
+        for lease, text in valued:  # in the same transaction as the rest of the batch
+            params = {**self._held_params([lease]), **fields, "b_result": text}
+            done.update(row[0] for row in (yield Step(with_result, params)))
+        if done and not self._records_in_statement:  # each record, copied from its row
+            yield Step(attempts.recorded(), {**fields, "b_done": list(done)})
+            trims = attempts.lease_cuts(leases, keep, done)
+            if trims:
+                yield Step(attempts.trim(), trims)
+        return done
+
     async def job_complete_many(
         self,
         leases: Sequence[Lease],
@@ -241,35 +288,12 @@ class SqlStore(
     ) -> set[UUID]:
         if not leases:
             return set()
-        by = recorder or NOBODY
-        keep = by.attempt_history
-        trim = attempts.trimming((lease.token for lease in leases), keep)
-        plain, valued = outcomes.split_results(leases, results)
-        stmt = self._statement(
-            f"complete_{trim}",
-            lambda: self._recording(self._complete_statement(), trimming=trim),
-        )
-        with_result = self._statement(
-            f"complete_result_{trim}",
-            lambda: self._recording(self._complete_result_statement(), trimming=trim),
-        )
-        fields = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
 
         async def run() -> set[UUID]:
-            done: set[UUID] = set()
             async with self._write("job_complete", durable=durable) as conn:
-                if plain:
-                    params = {**self._held_params(plain), **fields}
-                    done.update((await conn.execute(stmt, params)).scalars())
-                for lease, text in valued:
-                    params = {**self._held_params([lease]), **fields, "b_result": text}
-                    done.update((await conn.execute(with_result, params)).scalars())
-                if done and not self._records_in_statement:
-                    await conn.execute(attempts.recorded(), {**fields, "b_done": list(done)})
-                    trims = attempts.lease_cuts(leases, keep, done)
-                    if trims:
-                        await conn.execute(attempts.trim(), trims)
-            return done
+                return await run_plan(
+                    conn.execute, self._complete_plan(leases, now, results, recorder)
+                )
 
         return await self._deadlock_retried(run)
 

@@ -145,6 +145,39 @@ class InstrumentedStore(InstrumentedWorkflows):
         _count_enqueued(result)
         return result
 
+    async def job_complete_joined(
+        self,
+        target: object,
+        lease: Lease,
+        now: int,
+        *,
+        result: str | None = None,
+        recorder: Recorder | None = None,
+    ) -> bool:
+        with self._span("job_complete_joined"):
+            return await self.inner.job_complete_joined(
+                target, lease, now, result=result, recorder=recorder
+            )
+
+    def job_complete_joined_sync(
+        self,
+        target: object,
+        lease: Lease,
+        now: int,
+        identity: str,
+        *,
+        result: str | None = None,
+        recorder: Recorder | None = None,
+    ) -> bool:
+        with self._span("job_complete_joined"):
+            return self.inner.job_complete_joined_sync(
+                target, lease, now, identity, result=result, recorder=recorder
+            )
+
+    async def job_completed_under(self, lease: Lease) -> bool:
+        with self._span("job_completed_under"):
+            return await self.inner.job_completed_under(lease)
+
     async def job_claim_many(self, request: ClaimRequest) -> ClaimBatch:
         with self._span("job_claim"):
             batch = await self.inner.job_claim_many(request)

@@ -364,3 +364,40 @@ class Store(ReadStore, RemovalStore, LinkWrites, WorkflowWrites, Protocol):
         """:meth:`job_insert_joined` on a blocking session or connection, given the
         :meth:`database_identity` read before."""
         ...
+
+    async def job_complete_joined(
+        self,
+        target: object,
+        lease: Lease,
+        now: int,
+        *,
+        result: str | None = None,
+        recorder: Recorder | None = None,
+    ) -> bool:
+        """Complete the job ``lease`` holds in the transaction that ``target``, the caller's
+        session or connection, has open, as :meth:`job_complete_many` completes it (the same
+        fence, result and attempt record; releases of chain steps and batch callbacks in the
+        same transaction); whether the lease was current. Nothing is committed, and the
+        statement leaves the commit's durability to the caller's transaction. Raises
+        :class:`~caravel.errors.ValidationError` (field ``session``) when ``target`` is not on
+        this store's database (a memory store has none)."""
+        ...
+
+    def job_complete_joined_sync(
+        self,
+        target: object,
+        lease: Lease,
+        now: int,
+        identity: str,
+        *,
+        result: str | None = None,
+        recorder: Recorder | None = None,
+    ) -> bool:
+        """:meth:`job_complete_joined` on a blocking session or connection, given the
+        :meth:`database_identity` read before."""
+        ...
+
+    async def job_completed_under(self, lease: Lease) -> bool:
+        """Whether the job is completed under ``lease`` (its token and nonce): a completion
+        made in a caller's transaction (:meth:`job_complete_joined`) that committed."""
+        ...

@@ -181,8 +181,13 @@ class Acknowledger:
         return True
 
     async def _write(self, batch: list[tuple[ClaimedJob, Outcome]]) -> set[UUID]:
-        # Each outcome is its own acknowledgement (it has the fields Leases.record reads).
-        return await self._leases.record([outcome for _, outcome in batch])
+        # Each outcome is its own acknowledgement (it has the fields Leases.record reads). One
+        # the handler's transaction committed already is not written again: it held.
+        acks = [outcome for _, outcome in batch if not outcome.committed]
+        held = await self._leases.record(acks) if acks else set()
+        if len(acks) < len(batch):
+            held.update(outcome.lease.job_id for _, outcome in batch if outcome.committed)
+        return held
 
 
 def _taken(flusher: asyncio.Future[list[None]]) -> None:

@@ -299,6 +299,39 @@ class Leases:
             lease, category, retry_at=now + duration_ms(delay), detail=detail, outcome=outcome
         )
 
+    # ----- completion in the handler's own transaction ---------------------------------------
+
+    async def complete_joined(self, target: object, lease: Lease, result: str | None) -> None:
+        """Complete ``lease``'s job in the transaction ``target`` (the handler's session or
+        connection) has open, recorded as this holder's; raises :class:`LeaseLostError`
+        (changing nothing) when the lease is no longer current."""
+        now = self.clock.now_ms()
+        held = await self._store.job_complete_joined(
+            target, lease, now, result=result, recorder=self.recorder
+        )
+        if not held:
+            raise LeaseLostError(lease.job_id)
+
+    def complete_joined_sync(
+        self, target: object, lease: Lease, result: str | None, identity: str
+    ) -> None:
+        """:meth:`complete_joined` on a blocking ``target``, given the store's
+        :meth:`~caravel.store.protocol.Store.database_identity`."""
+        now = self.clock.now_ms()
+        held = self._store.job_complete_joined_sync(
+            target, lease, now, identity, result=result, recorder=self.recorder
+        )
+        if not held:
+            raise LeaseLostError(lease.job_id)
+
+    async def database_identity(self) -> str:
+        return await self._store.database_identity()
+
+    async def completed_under(self, lease: Lease) -> bool:
+        """Whether ``lease``'s job is completed under it: a completion made in a handler's
+        transaction committed."""
+        return await self._store.job_completed_under(lease)
+
     # ----- renewal and deadlines -------------------------------------------------------------
 
     async def renew(self, lease: Lease, *, now: int | None = None) -> Lease | None:

@@ -28,7 +28,8 @@ class Outcome:
     is the failure's safe detail, cleaned (:mod:`caravel.details`): the one text about it that
     is kept. ``error`` is the handler's exception when it raised, kept in memory only (for
     ``caravel.testing``, which reports its class and can re-raise it); it is never stored or
-    logged with its message.
+    logged with its message. ``committed`` marks a success the handler's own transaction
+    recorded (``ctx.complete_in``, see :mod:`caravel.worker.joined`): nothing is left to write.
 
     Not frozen, only so that it is cheap to build (one per job, on the drain's hot path): the
     runner sets ``seconds`` once and nothing changes it after that.
@@ -46,6 +47,7 @@ class Outcome:
     retry: RetryPolicy | None = None
     detail: str | None = None
     discarded: bool = False
+    committed: bool = False
 
     @property
     def succeeded(self) -> bool:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -52,8 +51,11 @@ from caravel.options import RetryPolicy
 from caravel.progress import ProgressReport
 from caravel.registry import JobRegistration, JobRegistry
 from caravel.store.workflows.records import WorkflowReads
+from caravel.worker.joined import AttemptCompletion, settled
+from caravel.worker.leases import Leases
 from caravel.worker.outcome import Outcome
 from caravel.worker.progress import ProgressWriter
+from caravel.worker.results import encode_result
 from caravel.worker.watchdog import Abandoned, LeaseWatchdog, Watched
 from caravel.workflows.context import workflow_of
 
@@ -77,19 +79,6 @@ def error_class_of(exc: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"[:MAX_ERROR_CLASS_LENGTH]
 
 
-def encode_result(value: object, limit: int) -> str | FailureCategory:
-    """A handler's return value as the JSON text to store, or the category of why it cannot
-    be stored (not JSON, or more than ``limit`` UTF-8 bytes)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError):
-        return FailureCategory.RESULT_NOT_SERIALIZABLE
-    # A text has at least as many UTF-8 bytes as characters: only a short one needs encoding.
-    if len(text) > limit or (len(text) * 4 > limit and len(text.encode("utf-8")) > limit):
-        return FailureCategory.RESULT_TOO_LARGE
-    return text
-
-
 class JobRunner:
     """Runs claimed jobs; shared by ``run_once`` and the continuous worker. Each job runs in its
     caller's task, its handler found in ``registry``; ``watchdog`` keeps every running job's
@@ -107,8 +96,10 @@ class JobRunner:
         tracebacks: bool = False,
         max_result_bytes: int = 64 * 1024,
         redactor: Redactor | None = None,
+        leases: Leases | None = None,
         reads: WorkflowReads | None = None,
     ) -> None:
+        self._leases = leases
         self._progress = progress
         self._reads = reads
         self._tracebacks = tracebacks
@@ -150,11 +141,40 @@ class JobRunner:
         outcome.seconds = time.perf_counter() - started
         # The handler's last report, stored before its outcome (which would fence it off); an
         # attempt abandoned without an outcome writes none.
-        await self._progress.finish(tracked, write=outcome.abandoned is None)
+        await self._progress.finish(
+            tracked, write=outcome.abandoned is None and not outcome.committed
+        )
         return outcome
 
     async def _run(
         self, claimed: ClaimedJob, span: telemetry.Span, report: ProgressReport
+    ) -> Outcome:
+        """The attempt's outcome, settled against a completion its handler made in its own
+        transaction (:mod:`caravel.worker.joined`)."""
+        leases = self._leases
+        if leases is None:
+            return await self._handle(claimed, span, report, None)
+        joined = AttemptCompletion(
+            leases, claimed.lease, asyncio.get_running_loop(), self._max_result_bytes
+        )
+        outcome = await self._handle(claimed, span, report, joined)
+        entry = self._registry.get(claimed.job_type)
+        retry = None if entry is None else entry.retry
+        outcome = await settled(joined, outcome, leases, retry)
+        if outcome.failure is FailureCategory.COMPLETION_NOT_COMMITTED:
+            logger.warning(
+                "job completed in the handler's transaction, which did not commit",
+                extra=_job_fields(claimed, outcome.lease),
+            )
+            telemetry.mark_failure(span, "CompletionNotCommitted", outcome.failure)
+        return outcome
+
+    async def _handle(
+        self,
+        claimed: ClaimedJob,
+        span: telemetry.Span,
+        report: ProgressReport,
+        joined: AttemptCompletion | None,
     ) -> Outcome:
         lease = claimed.lease
         entry = self._registry.get(claimed.job_type)
@@ -175,6 +195,7 @@ class JobRunner:
             max_attempts=lease.max_attempts,
             scope=None,
             report=report,
+            joined=joined,
         )
         if claimed.upstream is not None:
             context.previous_result, context.batch = handed(claimed.upstream)
@@ -238,8 +259,8 @@ class JobRunner:
             self._watch.release(watched)
         if watched.timed_out:  # it returned once asked to stop: its work may be partial
             return self._timed_out(claimed, watched, span, entry.retry)
-        if returned is None:
-            return Outcome(watched.lease)
+        if returned is None or (joined is not None and joined.made):
+            return Outcome(watched.lease)  # after a completion in its transaction: ignored
         encoded = encode_result(returned, self._max_result_bytes)
         if isinstance(encoded, FailureCategory):
             # The handler's work is done, and the same work would most likely return the same

@@ -115,6 +115,7 @@ class QueueWorker(AsyncClosing):
             tracebacks=self.options.log_tracebacks,
             max_result_bytes=queue.options.max_result_bytes,
             redactor=self.options.redactor,
+            leases=self.leases,
             reads=queue.store,
         )
         self._summary = JobSummary(queue.clock, self.options.summary_interval)

@@ -1,7 +1,8 @@
-"""Connections the caller owns, for an insert inside the application's own transaction
-(``enqueue(..., session=...)``): SQLAlchemy sessions and connections, sync or async, and DB-API
-connections of psycopg and ``sqlite3``. Each becomes an ``execute`` a plan
-(:mod:`caravel.store.plans`) runs on.
+"""Connections the caller owns, for work inside the application's own transaction (an insert,
+``enqueue(..., session=...)``; a handler's completion, ``ctx.complete_in(session)``):
+SQLAlchemy sessions and connections, sync or async, and DB-API connections of psycopg and
+``sqlite3``. Each becomes an ``execute`` a plan (:mod:`caravel.store.plans`) runs on, once it
+is found on the queue's own database.
 
 A DB-API connection gets each statement compiled for its dialect, with SQLAlchemy's own bind and
 result processing, so a row reads the same on every kind of connection. Imported only when a
@@ -15,7 +16,7 @@ import inspect
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from caravel.errors import ValidationError
-from caravel.store.plans import run_plan, run_plan_sync
+from caravel.store.plans import Plan, run_plan, run_plan_sync
 from caravel.store.protocol import Committed, InsertOutcome, InsertResult, NewJob
 from caravel.store.workflows.records import NewWorkflow
 
@@ -38,9 +39,13 @@ __all__ = [
     "insert_async",
     "insert_sync",
     "on_commit_hook",
+    "run_joined",
+    "run_joined_sync",
     "workflow_async",
     "workflow_sync",
 ]
+
+T = TypeVar("T")
 
 _SESSION_RULE = (
     "must be a SQLAlchemy Session, AsyncSession, Connection or AsyncConnection, or a psycopg, "
@@ -118,6 +123,39 @@ def _drop_hooks(session: Session) -> None:
     session.info[_HOOKS] = []
 
 
+def run_joined_sync(
+    store: SqlStore[Any], target: object, identity: str, plan: Plan[T]
+) -> tuple[CallerConnection, T]:
+    """Run ``plan`` in the transaction ``target`` (a blocking session or connection) has open,
+    after checking that it is on the queue's database (``identity``, from
+    :meth:`~caravel.store.base.SqlStore.database_identity`); the connection it ran on and what
+    it returned. Nothing is committed here."""
+    caller = caller_connection(target)
+    _same_kind(store, caller)
+    seen = _remembered(caller)
+    if seen is None:
+        seen = _remember(caller, run_plan_sync(caller.execute, store._identity_plan()))
+    _same_database(seen, identity)
+    return caller, run_plan_sync(caller.execute, plan)
+
+
+async def run_joined(
+    store: SqlStore[Any], target: object, plan: Plan[T]
+) -> tuple[CallerConnection, T]:
+    """:func:`run_joined_sync` for an async session or connection; a blocking one is accepted
+    too (it runs on the event loop's thread, as the caller's own statements do)."""
+    identity = await store.database_identity()
+    if not _is_async(target):
+        return run_joined_sync(store, target, identity, plan)
+    caller = await caller_connection_async(target)
+    _same_kind(store, caller)
+    seen = _remembered(caller)
+    if seen is None:
+        seen = _remember(caller, await run_plan(caller.execute, store._identity_plan()))
+    _same_database(seen, identity)
+    return caller, await run_plan(caller.execute, plan)
+
+
 def insert_sync(
     store: SqlStore[Any],
     target: object,
@@ -126,48 +164,16 @@ def insert_sync(
     on_commit: Committed,
 ) -> InsertResult:
     """Insert ``new_jobs`` in the transaction ``target`` (a blocking session or connection)
-    has open, after checking that it is on the queue's database (``identity``, from
-    :meth:`~caravel.store.base.SqlStore.database_identity`). Nothing is committed here."""
-    caller = _checked_sync(store, target, identity)
-    outcomes = run_plan_sync(caller.execute, store._insert_plan(new_jobs))
+    has open (see :func:`run_joined_sync`)."""
+    caller, outcomes = run_joined_sync(store, target, identity, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
-
-
-def _checked_sync(store: SqlStore[Any], target: object, identity: str) -> CallerConnection:
-    """``target`` as a blocking caller connection, once it is known to be on the queue's
-    database (``identity``)."""
-    caller = caller_connection(target)
-    _same_kind(store, caller)
-    seen = _remembered(caller)
-    if seen is None:
-        seen = _remember(caller, run_plan_sync(caller.execute, store._identity_plan()))
-    _same_database(seen, identity)
-    return caller
-
-
-async def _checked_async(store: SqlStore[Any], target: object) -> CallerConnection:
-    """``target`` (async) as a caller connection, once it is known to be on the queue's
-    database."""
-    identity = await store.database_identity()
-    caller = await caller_connection_async(target)
-    _same_kind(store, caller)
-    seen = _remembered(caller)
-    if seen is None:
-        seen = _remember(caller, await run_plan(caller.execute, store._identity_plan()))
-    _same_database(seen, identity)
-    return caller
 
 
 async def insert_async(
     store: SqlStore[Any], target: object, new_jobs: Sequence[NewJob], on_commit: Committed
 ) -> InsertResult:
-    """:func:`insert_sync` for an async session or connection; a blocking one is accepted too
-    (it runs on the event loop's thread, as the caller's own statements do)."""
-    if not _is_async(target):
-        identity = await store.database_identity()
-        return insert_sync(store, target, new_jobs, identity, on_commit)
-    caller = await _checked_async(store, target)
-    outcomes = await run_plan(caller.execute, store._insert_plan(new_jobs))
+    """:func:`insert_sync` for an async session or connection, or a blocking one."""
+    caller, outcomes = await run_joined(store, target, store._insert_plan(new_jobs))
     return _inserted(store, caller, new_jobs, outcomes, on_commit)
 
 
@@ -180,8 +186,9 @@ def workflow_sync(
 ) -> tuple[UUID, bool]:
     """Insert ``workflow`` in the transaction ``target`` (a blocking session or connection)
     has open, as :func:`insert_sync` inserts jobs: its id and whether it was created."""
-    caller = _checked_sync(store, target, identity)
-    found, created = run_plan_sync(caller.execute, store._workflow_plan(workflow))
+    caller, (found, created) = run_joined_sync(
+        store, target, identity, store._workflow_plan(workflow)
+    )
     _wake_on_commit(store, caller, workflow, created, on_commit)
     return found, created
 
@@ -191,11 +198,7 @@ async def workflow_async(
 ) -> tuple[UUID, bool]:
     """:func:`workflow_sync` for an async session or connection (a blocking one is accepted
     too)."""
-    if not _is_async(target):
-        identity = await store.database_identity()
-        return workflow_sync(store, target, workflow, identity, on_commit)
-    caller = await _checked_async(store, target)
-    found, created = await run_plan(caller.execute, store._workflow_plan(workflow))
+    caller, (found, created) = await run_joined(store, target, store._workflow_plan(workflow))
     _wake_on_commit(store, caller, workflow, created, on_commit)
     return found, created
 

@@ -22,17 +22,19 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.limits import HELD_DUE_AT
+from caravel.store.plans import Plan, Step, run_plan
 
-__all__ = ["ASKED", "make_releases", "releases_asked"]
-
+__all__ = ["ASKED", "make_releases", "releases_asked", "releases_plan"]
 
 #: Whether the statements run so far asked for releases (as a column a read can carry).
 ASKED: sa.Label[Any] = sa.literal_column("@caravel_releases").label("mariadb_releases")
 _ASKED = sa.select(ASKED)
 _CLEAR = sa.text("SET @caravel_releases = NULL")
+# Their columns named, untyped (values as the driver reads them), so that a DB-API connection
+# of the caller's reads the rows by name too (see caravel.store.inserts.sessions).
 _PENDING = sa.text(
     "SELECT id, kind, job_id, at FROM caravel_releases WHERE conn = CONNECTION_ID() ORDER BY id"
-)
+).columns(*(sa.column(name) for name in ("id", "kind", "job_id", "at")))
 _DONE = sa.text("DELETE FROM caravel_releases WHERE conn = CONNECTION_ID() AND id <= :last")
 
 _REST_CANCELLED = sa.text(
@@ -52,7 +54,7 @@ _BATCH = sa.text(
     " ON b.id = j.workflow_id AND b.callback_id = j.id"
     " LEFT JOIN caravel_jobs AS m ON m.batch_id = b.id"
     " WHERE j.id = :job_id GROUP BY b.id, b.total"
-)
+).columns(*(sa.column(name) for name in ("id", "total", "completed", "dead_letter", "cancelled")))
 #: A workflow step its trigger found releasable (migration 0021): due after its delay, or after
 #: its signal's timeout when only the signal is left; handed its ``hands_result`` dependency's
 #: result. Joined, not a subquery: MariaDB reads the updated table no other way.
@@ -69,7 +71,11 @@ _WORKFLOW_STEP = sa.text(
     f" WHERE j.id = :job_id AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
     " AND s.released_at IS NULL"
 )
-_CALLBACK = sa.text("UPDATE caravel_jobs SET upstream = :upstream WHERE id = :job_id")
+#: The callback released in this pass (at ``:at``) is handed the counts.
+_CALLBACK = sa.text(
+    "UPDATE caravel_jobs AS j JOIN caravel_workflow_steps AS s ON s.job_id = j.id"
+    " SET j.upstream = :upstream WHERE j.id = :job_id AND s.released_at = :at"
+)
 
 
 async def releases_asked(conn: AsyncConnection) -> bool:
@@ -79,27 +85,33 @@ async def releases_asked(conn: AsyncConnection) -> bool:
 
 async def make_releases(conn: AsyncConnection) -> None:
     """Make every release asked for in this transaction, and those they ask for in turn."""
+    await run_plan(conn.execute, releases_plan())
+
+
+def releases_plan() -> Plan[None]:
+    """:func:`make_releases` as a plan, for a connection the caller owns (a completion in the
+    caller's transaction, see :mod:`caravel.store.joined_completion`)."""
     while True:
-        await conn.execute(_CLEAR)
-        pending = (await conn.execute(_PENDING)).all()
+        yield Step(_CLEAR)
+        pending = yield Step(_PENDING)
         if not pending:
             return
         for row in pending:
             params: dict[str, Any] = {"job_id": row.job_id, "at": row.at}
             if row.kind == "rest":
-                await conn.execute(_REST_CANCELLED, params)
+                yield Step(_REST_CANCELLED, params)
             elif row.kind == "step":
-                released = await conn.execute(_WORKFLOW_STEP, params)
-                if released.rowcount:
-                    await _hand_batch(conn, params)
-        await conn.execute(_DONE, {"last": pending[-1].id})
+                yield Step(_WORKFLOW_STEP, params)
+                yield from _batch_plan(params)
+        yield Step(_DONE, {"last": pending[-1].id})
 
 
-async def _hand_batch(conn: AsyncConnection, params: dict[str, Any]) -> None:
-    """Hand a released batch callback its batch's counts (nothing for any other step)."""
-    batch = (await conn.execute(_BATCH, params)).one_or_none()
-    if batch is None:
+def _batch_plan(params: dict[str, Any]) -> Plan[None]:
+    """Hand a batch's callback just released its batch's counts (nothing for any other step)."""
+    found = yield Step(_BATCH, params)
+    if not found:
         return
+    batch = found[0]
     upstream = {
         "batch": {
             "batch_id": str(batch.id),
@@ -109,4 +121,4 @@ async def _hand_batch(conn: AsyncConnection, params: dict[str, Any]) -> None:
             "cancelled": batch.cancelled,
         }
     }
-    await conn.execute(_CALLBACK, {"job_id": params["job_id"], "upstream": json.dumps(upstream)})
+    yield Step(_CALLBACK, {**params, "upstream": json.dumps(upstream)})

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from caravel.errors import StoreError
+from caravel.jobs import Lease
 from caravel.store import claims
 from caravel.store.base import SqlStore
 from caravel.store.claims.sources import due_ids
@@ -24,6 +25,7 @@ from caravel.store.mariadb.execution import PICKED, MariaConnection, Picked, exp
 from caravel.store.mariadb.key_jobs import numbered_key_jobs
 from caravel.store.mariadb.limit_hold import HELD, HOLD, UNHOLD, held_params, hold_seconds
 from caravel.store.mariadb.outages import is_outage
+from caravel.store.mariadb.releases import releases_plan
 from caravel.store.mariadb.upserts import MariaInsert
 from caravel.store.plans import Plan, run_plan
 from caravel.store.protocol import ClaimRequest
@@ -32,7 +34,7 @@ from caravel.store.schema import jobs
 from caravel.store.schema import queue_limits as queue_limits_table
 from caravel.store.schema import queues as queues_table
 from caravel.store.schema import schedules as schedules_table
-from caravel.store.values import ClaimBatch, ClaimSource, InsertOutcome, NewJob
+from caravel.store.values import ClaimBatch, ClaimSource, InsertOutcome, NewJob, Recorder
 
 __all__ = ["MariadbStore"]
 
@@ -175,6 +177,15 @@ class MariadbStore(SqlStore[MariaConnection]):
 
     # Prunes of two processes pick different rows (SKIP LOCKED), so they need no turns.
     _prune_locks_rows = True
+
+    def _joined_complete_plan(
+        self, lease: Lease, now: int, result: str | None, recorder: Recorder | None
+    ) -> Plan[bool]:
+        # The caller's connection runs plain statements only: the completion as MariaDB runs
+        # it, then the releases its trigger asked for, in the caller's transaction.
+        held = yield from expanded(super()._joined_complete_plan(lease, now, result, recorder))
+        yield from releases_plan()
+        return held
 
     def _identity_statement(self) -> Any:
         return _IDENTITY

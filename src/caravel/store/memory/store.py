@@ -58,6 +58,14 @@ def _no_session() -> ValidationError:
     )
 
 
+def _no_transaction() -> ValidationError:
+    return ValidationError(
+        "session",
+        "a memory:// queue has no database to share a transaction with; complete the job by "
+        "returning from its handler (or use a SQLite, PostgreSQL or MariaDB queue)",
+    )
+
+
 READY = JobState.READY.value
 RUNNING = JobState.RUNNING.value
 COMPLETED = JobState.COMPLETED.value
@@ -354,6 +362,37 @@ class MemoryStore(MemoryRemoval, MemorySchedules, MemoryLimits, MemoryWorkflows)
         on_commit: Committed = None,
     ) -> InsertResult:
         raise _no_session()
+
+    async def job_complete_joined(
+        self,
+        target: object,
+        lease: Lease,
+        now: int,
+        *,
+        result: str | None = None,
+        recorder: Recorder | None = None,
+    ) -> bool:
+        raise _no_transaction()
+
+    def job_complete_joined_sync(
+        self,
+        target: object,
+        lease: Lease,
+        now: int,
+        identity: str,
+        *,
+        result: str | None = None,
+        recorder: Recorder | None = None,
+    ) -> bool:
+        raise _no_transaction()
+
+    async def job_completed_under(self, lease: Lease) -> bool:
+        row = self._tables.jobs.get(lease.job_id)
+        return (
+            row is not None
+            and row.state == JobState.COMPLETED.value
+            and (row.lease_token, row.lease_nonce) == (lease.token, lease.nonce)
+        )
 
     async def workflow_insert_joined(
         self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None

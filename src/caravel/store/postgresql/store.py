@@ -285,7 +285,7 @@ class PostgresStore(InsertingStore):
         # crashes in that window the acknowledgement is lost and the job runs again after its
         # lease expires (at-least-once allows that). Claims and enqueues stay fully durable.
         relaxed = sa.select(sa.func.set_config("synchronous_commit", "off", True))
-        return super()._complete_statement().where(relaxed.scalar_subquery().is_not(None))
+        return self._complete_durable_statement().where(relaxed.scalar_subquery().is_not(None))
 
     async def job_complete_many(
         self,
@@ -316,7 +316,7 @@ class PostgresStore(InsertingStore):
         # A durable acknowledgement commits as the server's synchronous_commit says (on, by
         # default): the statement without the relaxing subquery.
         name, build = (
-            ("complete_durable", super()._complete_statement)
+            ("complete_durable", self._complete_durable_statement)
             if durable
             else ("complete", self._complete_statement)
         )

@@ -17,12 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from caravel.attempts import AttemptOutcome
 from caravel.errors import DatabaseNotFoundError, StoreError
 from caravel.jobs import Lease
-from caravel.store import attempts
-from caravel.store.base import NOBODY, SqlStore, claimed_from_rows
-from caravel.store.outcomes import split_results
+from caravel.store.base import SqlStore, claimed_from_rows
 from caravel.store.plans import run_plan_sync
 from caravel.store.protocol import (
     ClaimBatch,
@@ -287,31 +284,10 @@ class SqliteStore(SqlStore[ThreadConnection]):
     ) -> set[UUID]:
         if not leases:
             return set()
-        by = recorder or NOBODY
-        keep = by.attempt_history
-        trim = attempts.trimming((lease.token for lease in leases), keep)
-        plain, valued = split_results(leases, results)
-        stmt = self._statement(
-            f"complete_{trim}", lambda: self._recording(self._complete_statement(), trimming=trim)
-        )
-        with_result = self._statement(
-            f"complete_result_{trim}",
-            lambda: self._recording(self._complete_result_statement(), trimming=trim),
-        )
-        fields = {"b_now": now, **self._record_params(by, AttemptOutcome.COMPLETED)}
-        params = {**self._held_params(plain), **fields}
 
         def complete(conn: sa.Connection, _: int) -> set[UUID]:
-            done = set(conn.execute(stmt, params).scalars()) if plain else set()
-            for lease, text in valued:  # in the same transaction as the rest of the batch
-                one = {**self._held_params([lease]), **fields, "b_result": text}
-                done.update(conn.execute(with_result, one).scalars())
-            if done:  # each completed job's record, copied from its row
-                conn.execute(attempts.recorded(), {**fields, "b_done": list(done)})
-                trims = attempts.lease_cuts(leases, keep, done)
-                if trims:
-                    conn.execute(attempts.trim(), trims)
-            return done
+            plan = self._complete_plan(leases, now, results, recorder)
+            return run_plan_sync(conn.execute, plan)
 
         return await self._in_writer("job_complete", complete, durable=durable)
 
