@@ -30,7 +30,7 @@ from caravel.clock import SystemClock
 from caravel.limits import HELD_DUE_AT
 from caravel.migrations import release_triggers
 from caravel.migrations.losses import LossKind
-from caravel.migrations.workflow_triggers import postgresql, sqlite
+from caravel.migrations.workflow_triggers import mariadb, postgresql, sqlite
 
 revision = "0022"
 down_revision = "0021"
@@ -145,15 +145,16 @@ def upgrade() -> None:
     dialect = _dialect()
     old: tuple[str, ...]
     new: tuple[str, ...]
-    flows: tuple[str, ...] = ()  # the workflow release as it is now, recreated
+    flows: tuple[str, ...]  # the workflow release as it is now, recreated
     if dialect == "postgresql":
         old, new = release_triggers.POSTGRESQL_DROP, release_triggers.LINKS_POSTGRESQL_CREATE
         flows = (*postgresql.DROP, *postgresql.CREATE)
     elif dialect == "sqlite":
         old, new = release_triggers.SQLITE_DROP, release_triggers.LINKS_SQLITE_CREATE
         flows = (*sqlite.DROP, *sqlite.CREATE)
-    else:  # MariaDB's workflow trigger only queues; the store's release changed instead
+    else:
         old, new = release_triggers.LINKS_MARIADB_DROP, release_triggers.LINKS_MARIADB_CREATE
+        flows = (*mariadb.DROP, *mariadb.CREATE)
     for statement in old:
         op.execute(statement)
     now = SystemClock().now_ms()

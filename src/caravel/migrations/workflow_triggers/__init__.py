@@ -32,8 +32,10 @@ from caravel.limits import HELD_DUE_AT
 __all__ = [
     "FINISHED",
     "HELD",
+    "REPLAYED",
     "SATISFIES",
     "SATISFIES_EDGE",
+    "TAKEN_BACK",
     "batch_outcome",
     "due_after",
     "releasable",
@@ -44,6 +46,16 @@ __all__ = [
 FINISHED = (
     "NEW.workflow_id IS NOT NULL AND OLD.state <> NEW.state"
     " AND NEW.state IN ('completed', 'dead_letter', 'cancelled')"
+)
+#: A failed workflow job put back to wait (a replay).
+REPLAYED = (
+    "NEW.workflow_id IS NOT NULL AND OLD.state IN ('dead_letter', 'cancelled')"
+    " AND NEW.state NOT IN ('completed', 'dead_letter', 'cancelled', 'pruned')"
+)
+#: The edges (alias ``e``) out of a replayed job that its failure satisfied, into steps (alias
+#: ``c``) not released yet.
+TAKEN_BACK = (
+    "e.parent_id = NEW.id AND e.satisfied AND e.runs_after_failure AND c.released_at IS NULL"
 )
 #: Which of the finished job's edges (alias ``e``) its new state satisfies.
 SATISFIES = "(NEW.state = 'completed' OR e.runs_after_failure)"

@@ -7,7 +7,9 @@ from __future__ import annotations
 from caravel.migrations.workflow_triggers import (
     FINISHED,
     HELD,
+    REPLAYED,
     SATISFIES,
+    TAKEN_BACK,
     batch_outcome,
     due_after,
     releasable,
@@ -25,6 +27,16 @@ DECLARE
     released VARCHAR;
     due BIGINT;
 BEGIN
+    IF NEW.state NOT IN ('completed', 'dead_letter', 'cancelled') THEN  -- a replay
+        WITH taken AS (
+            UPDATE caravel_workflow_steps AS c SET waiting = c.waiting + 1
+            FROM caravel_workflow_edges AS e WHERE e.child_id = c.job_id AND {TAKEN_BACK}
+            RETURNING c.job_id
+        )
+        UPDATE caravel_workflow_edges AS e SET satisfied = false
+        FROM taken WHERE e.parent_id = NEW.id AND e.child_id = taken.job_id;
+        RETURN NULL;
+    END IF;
     FOR s IN
         WITH satisfied AS (
             UPDATE caravel_workflow_edges AS e SET satisfied = true
@@ -51,7 +63,8 @@ END
 $$
 """,
     "CREATE TRIGGER caravel_jobs_workflow_release AFTER UPDATE OF state ON caravel_jobs"
-    f" FOR EACH ROW WHEN ({FINISHED}) EXECUTE FUNCTION caravel_jobs_workflow_release()",
+    f" FOR EACH ROW WHEN (({FINISHED}) OR ({REPLAYED}))"
+    " EXECUTE FUNCTION caravel_jobs_workflow_release()",
 )
 
 DROP = (

@@ -246,7 +246,7 @@ class Tables:
         release of a workflow's steps (chains' and batches' included, from 0022), and 0022's
         chain rule and batch counts."""
         if row.workflow_id is not None:
-            self.workflows.finished(self, row)
+            self.workflows.finished(self, row, old)
         if row.chain_next is not None and row.state == "cancelled":
             self._cancel_rest(row)
         batch = self.batches.get(row.batch_id) if row.batch_id is not None else None

@@ -5,6 +5,8 @@ called from :meth:`~caravel.store.memory.tables.Tables.track`).
 
 The rules, which the SQL stores match:
 
+- A dead-lettered or cancelled step put back to wait (a replay) unsatisfies the edges its
+  failure satisfied into steps not released yet: they wait for its new outcome.
 - A finishing dependency satisfies its unsatisfied edges: every one when it completed, those
   into ``continue`` steps when it was dead-lettered or cancelled. Each satisfied edge takes one
   off its child's ``waiting``; an edge is satisfied once, so a replayed dependency that
@@ -170,14 +172,17 @@ class WorkflowTables:
             if pruned_at < before:
                 del self.tombstones[key]
 
-    def finished(self, tables: Tables, row: JobRow) -> None:
-        """What the trigger does when step ``row`` changed state: satisfy its edges and release
-        the steps whose last wait that was."""
+    def finished(self, tables: Tables, row: JobRow, old: str) -> None:
+        """What the trigger does when step ``row`` changed state from ``old``: satisfy its
+        edges and release the steps whose last wait that was; or, replayed, take back what its
+        failure satisfied for steps not released yet."""
         if row.state == "completed":
             failed = False
         elif row.state in _FAILED:
             failed = True
         else:
+            if old in _FAILED and row.state != "pruned":
+                self._taken_back(row)
             return
         now = row.updated_at
         for edge in self.edges_out.get(row.id, ()):
@@ -190,6 +195,15 @@ class WorkflowTables:
             step.waiting -= 1
             handed = row.result if edge.hands_result else None
             self.settle(tables, step, now, handed, hands=edge.hands_result)
+
+    def _taken_back(self, row: JobRow) -> None:
+        for edge in self.edges_out.get(row.id, ()):
+            step = self.steps.get(edge.child_id)
+            if not (edge.satisfied and edge.runs_after_failure) or step is None:
+                continue
+            if step.released_at is None:
+                edge.satisfied = False
+                step.waiting += 1
 
     def settle(
         self, tables: Tables, step: StepRow, now: int, handed: str | None = None, *, hands: bool
