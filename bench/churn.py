@@ -41,7 +41,7 @@ from click.testing import CliRunner
 from bench import counts, retention, runs
 from bench.apps import QUEUE, Noop, registry
 from bench.databases import database, postgres_dsn
-from caravel import DatabaseQueue, DispatchOptions, JobState, QueueInspector
+from caravel import DatabaseQueue, DispatchOptions, JobState, QueueInspector, Workflow
 from caravel.cli.main import command
 from caravel.store.urls import backend_of
 from caravel.web import Principal, dashboard
@@ -196,25 +196,33 @@ def _shown(stage: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Fixtures:
-    """What the reads name: a job, a dead letter, a batch, a chain, a queue."""
+    """What the reads name: a job, a dead letter, a batch, a chain, a workflow, a queue."""
 
     job_id: UUID
     dead_id: UUID
     batch_id: UUID
     chain_id: UUID
+    workflow_id: UUID
 
 
 async def _fixtures(url: str) -> Fixtures:
-    """A few real jobs of ``READ_QUEUE``, a batch, a chain, a worker that drained some jobs,
-    and a paused queue and a limit, so every read has something to find."""
+    """A few real jobs of ``READ_QUEUE``, a batch, a chain, a workflow (a fan-out of three into
+    one step), a worker that drained some jobs, and a paused queue and a limit, so every read
+    has something to find."""
     await runs.drain(url, 10, 10)  # a worker row and completed jobs of the bench queue
     dispatch = DispatchOptions(queue=READ_QUEUE, tenant_id="bench")
     async with DatabaseQueue(url, registry) as queue:
         job = await queue.enqueue(Noop(1), dispatch)
         batch = await queue.enqueue_batch([(Noop(i), dispatch) for i in range(3)])
         chain = await queue.enqueue_chain([(Noop(i), dispatch) for i in range(2)])
+        graph = Workflow("bench", tenant_id="bench")
+        graph.add_many("parts", [Noop(i) for i in range(3)], options=dispatch)
+        graph.add("sum", Noop(3), after=["parts"], options=dispatch)
+        workflow = await queue.enqueue_workflow(graph)
         await queue.pause_queue("paused")
-    return Fixtures(job.job_id, _first_dead(url), batch.batch_id, chain.chain_id)
+    return Fixtures(
+        job.job_id, _first_dead(url), batch.batch_id, chain.chain_id, workflow.workflow_id
+    )
 
 
 def _first_dead(url: str) -> UUID:
@@ -253,6 +261,7 @@ def _paths(f: Fixtures) -> dict[str, str]:
         "queue": READ_QUEUE,
         "name": "nightly",
         "batch_id": str(f.batch_id),
+        "workflow_id": str(f.workflow_id),
         "run_id": "0",
     }
     queries = {
@@ -334,6 +343,8 @@ async def _inspector_reads(
         "list_batches": lambda r: r.list_batches(),
         "get_batch": lambda r: r.get_batch(f.batch_id),
         "get_chain": lambda r: r.get_chain(f.chain_id),
+        "list_workflows": lambda r: r.list_workflows(),
+        "get_workflow": lambda r: r.get_workflow(f.workflow_id),
         "find_job": lambda r: r.find_job(f.job_id),
         "throughput": lambda r: r.throughput(),
         "throughput(24h hourly)": lambda r: r.throughput(
@@ -405,6 +416,9 @@ def cli_reads(f: Fixtures) -> dict[str, list[str]]:
         "batches list": ["batches", "list"],
         "batches show": ["batches", "show", str(f.batch_id)],
         "chains show": ["chains", "show", str(f.chain_id)],
+        "workflows list": ["workflows", "list"],
+        "workflows show": ["workflows", "show", str(f.workflow_id)],
+        "workflows cancel --dry-run": ["workflows", "cancel", str(f.workflow_id), "--dry-run"],
         "jobs cancel --dry-run": ["jobs", "cancel", "--queue", READ_QUEUE, "--dry-run"],
         "jobs delete --dry-run": [
             "jobs",

@@ -5,7 +5,8 @@ Seeds a SQLite queue with the tests' believable last hour
 photographs each main page with Debian's Chromium through Playwright, 1280 px wide, plus the
 overview on a 390 px phone screen. Then a real worker adds an attempt history
 (``tests/support/dashboard/history.py``: a payment that failed once then completed, one that
-is a dead letter) and the dead-letter list and the first payment's page are photographed.
+is a dead letter) and the dead-letter list and the first payment's page are photographed, and
+a workflow with a blocked step (``tests/support/dashboard/workflows.py``) and its page.
 Writes ``docs/images/dashboard-*.png``. The clock is fixed, so the pictures change only when
 the pages do.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.dashboard import history  # noqa: E402
+from tests.support.dashboard import history, workflows  # noqa: E402
 from tests.support.dashboard.browser import chromium, chromium_missing  # noqa: E402
 from tests.support.dashboard.seed import END, seed  # noqa: E402
 from tests.support.dashboard.server import serving  # noqa: E402
@@ -67,9 +68,13 @@ def main() -> int:
             # The newest dead letter, after the seeded ones, before the seed's last minute.
             made = asyncio.run(history.run(url, start=END - timedelta(seconds=210)))
             where = f"queue={history.QUEUE}&tenant={history.TENANT}"
+            # A workflow with a group, a dead-lettered member, the step it blocks, a signal wait
+            # and a timer (tests/support/dashboard/workflows.py).
+            flow = asyncio.run(workflows.make_workflow(url))
             later = {
                 "dashboard-dead-letters.png": "/dead-letters",
                 "dashboard-attempts.png": f"/jobs/{made.recovered}?{where}",
+                "dashboard-workflow.png": f"/workflows/{flow.workflow_id}",
             }
             with chromium(1280, 800) as browser:
                 page = browser.new_page()

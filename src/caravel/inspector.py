@@ -1,5 +1,5 @@
 """What operators read: queue counts, job listings, throughput, workers, one job's status and
-payload, chains and batches.
+payload, chains, batches and workflows.
 
 :class:`QueueInspector` needs no job registry and cannot write by construction: it holds a
 :class:`~caravel.store.protocol.ReadStore`, which offers no write operation, on connections the

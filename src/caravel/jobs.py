@@ -334,6 +334,9 @@ class JobStatus:
     """Its place in the chain, from 0."""
     batch_id: UUID | None = None
     """The batch this job is a member of, if any."""
+    workflow_id: UUID | None = None
+    """The workflow this job is a step of, if any (:meth:`QueueInspector.get_workflow
+    <caravel.QueueInspector.get_workflow>` reads it)."""
     progress: JobProgress | None = None
     """What its handler last reported with :meth:`JobContext.progress
     <caravel.JobContext.progress>` (``None`` when it never did), kept after the job finishes."""

@@ -17,7 +17,7 @@ and Caravel's failure category only.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 from uuid import UUID
@@ -30,6 +30,8 @@ from caravel.limits import MAX_TRACE_CONTEXT_LENGTH
 
 __all__ = [
     "Span",
+    "WorkflowStepSpan",
+    "WorkflowTrace",
     "carrier_for_current_context",
     "enqueue_span",
     "job_span",
@@ -50,6 +52,7 @@ __all__ = [
     "relay_span",
     "store_span",
     "tracing",
+    "workflow_trace",
 ]
 
 SYSTEM = "caravel"
@@ -154,6 +157,19 @@ def carrier_for_current_context() -> str | None:
 
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
+    text = json.dumps(carrier, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= MAX_TRACE_CONTEXT_LENGTH else None
+
+
+def _carrier_of(span: Span) -> str | None:
+    """``span``'s context as a job's trace-context carrier (as
+    :func:`carrier_for_current_context` makes it), without making it current."""
+    if not span.get_span_context().is_valid:
+        return None
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
     text = json.dumps(carrier, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= MAX_TRACE_CONTEXT_LENGTH else None
 
@@ -381,3 +397,129 @@ def relay_span(count: int) -> Iterator[Span]:
                 {"messaging.system": SYSTEM, "messaging.batch.message_count": count}
             )
         yield span
+
+
+# ----- workflows -----------------------------------------------------------------------------
+
+
+class WorkflowStepSpan:
+    """One step of a workflow as its span sees it (a group of ``add_many`` members is one step):
+    its name, the queue its first member goes to, how many jobs it has, the job id when it has
+    one, and the names of the steps it runs after."""
+
+    __slots__ = ("after", "job_id", "members", "queue", "step")
+
+    def __init__(
+        self, step: str, queue: str, members: int, job_id: UUID | None, after: Sequence[str]
+    ) -> None:
+        self.step = step
+        self.queue = queue
+        self.members = members
+        self.job_id = job_id
+        self.after = tuple(after)
+
+
+class WorkflowTrace:
+    """What :func:`workflow_trace` yields: each step's trace-context carrier (the jobs of step
+    ``name`` store ``carriers[name]``, so their runs are children of the step's span), and
+    :meth:`inserted` to say what the insert did."""
+
+    __slots__ = ("_root", "carriers")
+
+    def __init__(self, root: Span, carriers: Mapping[str, str]) -> None:
+        self._root = root
+        self.carriers = carriers
+
+    @classmethod
+    def off(cls) -> WorkflowTrace:
+        """The trace of an enqueue while nothing is traced: no spans, no carriers."""
+        return cls(INVALID_SPAN, {})
+
+    def inserted(self, workflow_id: UUID, created: bool) -> None:
+        """The workflow's id as stored (on an idempotent repeat, the original's) and whether
+        this enqueue created it."""
+        if self._root.is_recording():
+            self._root.set_attributes(
+                {"caravel.workflow.id": str(workflow_id), "caravel.already_enqueued": not created}
+            )
+
+
+@contextmanager
+def workflow_trace(
+    workflow_id: UUID, name: str | None, steps: Sequence[WorkflowStepSpan]
+) -> Iterator[WorkflowTrace]:
+    """The spans of a workflow's enqueue: a root span ``caravel.workflow`` (a child of the
+    caller's current span) and, under it, one producer span ``caravel.workflow.step`` per step,
+    linked to the spans of the steps it runs after. The step spans end here, at enqueue; each
+    step's jobs carry its span's context, so every run of a step (retries and replays too) is a
+    child of its step's span and the whole workflow is one trace. ``steps`` come in any order
+    (a step's span is opened after those of its dependencies, so they can be linked)."""
+    if not tracing():
+        yield WorkflowTrace.off()
+        return
+    with tracer.start_as_current_span("caravel.workflow", kind=SpanKind.INTERNAL) as root:
+        if root.is_recording():
+            root.set_attributes(
+                {
+                    "messaging.system": SYSTEM,
+                    "caravel.workflow.id": str(workflow_id),
+                    "caravel.workflow.steps": len(steps),
+                    "messaging.batch.message_count": sum(s.members for s in steps),
+                }
+            )
+            if name is not None:
+                root.set_attribute("caravel.workflow.name", name)
+        contexts: dict[str, trace.SpanContext] = {}
+        carriers: dict[str, str] = {}
+        for one in _dependencies_first(steps):
+            links = [
+                Link(contexts[before], {"caravel.workflow.step": before})
+                for before in one.after
+                if before in contexts
+            ]
+            span = tracer.start_span("caravel.workflow.step", kind=SpanKind.PRODUCER, links=links)
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        **_base(one.queue),
+                        "messaging.operation.type": "send",
+                        "caravel.workflow.id": str(workflow_id),
+                        "caravel.workflow.step": one.step,
+                    }
+                )
+                if one.job_id is not None:
+                    span.set_attribute("messaging.message.id", str(one.job_id))
+                else:
+                    span.set_attribute("messaging.batch.message_count", one.members)
+            span.end()
+            contexts[one.step] = span.get_span_context()
+            carrier = _carrier_of(span)
+            if carrier is not None:
+                carriers[one.step] = carrier
+        yield WorkflowTrace(root, carriers)
+
+
+def _dependencies_first(steps: Sequence[WorkflowStepSpan]) -> list[WorkflowStepSpan]:
+    """``steps`` ordered so that each comes after the steps it runs after (a workflow is
+    acyclic: the enqueue refused a cycle before; a dependency on no listed step is ignored)."""
+    by_name = {one.step: one for one in steps}
+    ordered: list[WorkflowStepSpan] = []
+    placed: set[str] = set()
+    for start in steps:
+        if start.step in placed:
+            continue
+        # Depth first, without recursion: a chain of 20,000 steps is 20,000 deep.
+        pending: list[tuple[WorkflowStepSpan, int]] = [(start, 0)]
+        entered = {start.step}
+        while pending:
+            one, next_index = pending.pop()
+            if next_index < len(one.after):
+                pending.append((one, next_index + 1))
+                before = by_name.get(one.after[next_index])
+                if before is not None and before.step not in placed and before.step not in entered:
+                    entered.add(before.step)
+                    pending.append((before, 0))
+                continue
+            placed.add(one.step)
+            ordered.append(one)
+    return ordered

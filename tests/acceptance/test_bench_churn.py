@@ -57,7 +57,7 @@ def test_the_churn_scenario_measures_every_rate_and_times_every_read(tmp_path: P
         }
         assert timed_methods == methods
         clis = {name.removeprefix("cli ") for name in reads if name.startswith("cli ")}
-        assert clis == set(churn.cli_reads(churn.Fixtures(*[churn.UUID(int=0)] * 4)))
+        assert clis == set(churn.cli_reads(churn.Fixtures(*[churn.UUID(int=0)] * 5)))
         for name, row in reads.items():
             for side in ("empty", "full"):
                 assert row[f"{side}_ms"] > 0, name

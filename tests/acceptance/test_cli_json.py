@@ -22,6 +22,7 @@ import pytest
 from caravel import Leases
 from caravel.testing import ManualClock
 from tests.support import Add, dispatch, open_queue
+from tests.support.dashboard.workflows import make_workflow
 from tests.support.databases import SqliteTemplate
 from tests.support.processes import ROOT, WorkerProcess, run_cli, wait_until
 
@@ -86,7 +87,7 @@ def conventional(value: Any, where: str = "") -> None:
 def same_shape(example: Any, actual: Any, where: str = "$") -> None:
     """``actual`` has the example's keys (all of them, no others) and kinds of value. A value
     the example shows may be null in the output (a job that never started); an example's null
-    stands for a nullable string; each element of a list has the shape of the example's first;
+    stands for a nullable string; each element of a list has the shape of one of the example's;
     an object of :data:`MAPS` may have any keys, each with an integer."""
     if where.rsplit(".", 1)[-1] in OPAQUE or actual is None:
         return
@@ -105,7 +106,7 @@ def same_shape(example: Any, actual: Any, where: str = "$") -> None:
         assert isinstance(actual, list), f"{where}: {actual!r} is not a list"
         assert example, f"{where}: the documented example's list must show an element"
         for item in actual:
-            same_shape(example[0], item, f"{where}[]")
+            _like_one(example, item, f"{where}[]")
     elif isinstance(example, bool) or isinstance(actual, bool):
         assert type(actual) is type(example), f"{where}: {actual!r} vs {example!r}"
     elif isinstance(example, int | float):
@@ -114,6 +115,22 @@ def same_shape(example: Any, actual: Any, where: str = "$") -> None:
             assert isinstance(actual, int), f"{where}: {actual!r} is not an integer"
     else:
         assert isinstance(actual, type(example)), f"{where}: {actual!r} vs {example!r}"
+
+
+def _like_one(examples: list[Any], actual: Any, where: str) -> None:
+    """``actual`` has the shape of one of the ``examples`` (an example's list may show
+    elements of several shapes: a workflow's steps with and without waits); the first
+    example's mismatch is the one reported."""
+    first: AssertionError | None = None
+    for example in examples:
+        try:
+            same_shape(example, actual, where)
+        except AssertionError as exc:
+            first = first or exc
+        else:
+            return
+    assert first is not None
+    raise first
 
 
 def one_document(done: subprocess.CompletedProcess[str], command: str) -> dict[str, Any]:
@@ -475,6 +492,30 @@ def test_batches_and_chains(seeded: str) -> None:
     assert [s["state"] for s in chain["steps"]] == ["ready", "held"]
 
 
+def test_workflows(tmp_path: Path, sqlite_template: SqliteTemplate) -> None:
+    url = sqlite_template.copy_to(tmp_path / "queue.db")
+    made = asyncio.run(make_workflow(url))
+    ident = str(made.workflow_id)
+    listed = one_document(
+        run_cli("workflows", "list", "--url", url, "--json"), "caravel workflows list"
+    )
+    assert [w["workflow_id"] for w in listed["workflows"]] == [ident]
+    shown = one_document(
+        run_cli("workflows", "show", ident, "--url", url, "--json"), "caravel workflows show"
+    )
+    assert {s["step"] for s in shown["steps"]} == {"fetch", "resize", "merge", "approve", "publish"}
+    sent = one_document(
+        run_cli("workflows", "signal", ident, "approved", "--url", url, "--json"),
+        "caravel workflows signal",
+    )
+    assert sent["recorded"] is True
+    cancelled = one_document(
+        run_cli("workflows", "cancel", ident, "--url", url, "--yes", "--json"),
+        "caravel workflows cancel",
+    )
+    assert cancelled["changed"] > 0
+
+
 def test_workers(sqlite_seeded: str, tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
     evidence.mkdir()
@@ -523,8 +564,12 @@ def test_an_error_under_json_is_the_text_line_as_json(tmp_path: Path, command: s
     args = [*command.split()[1:], "--url", f"sqlite:///{missing}"]
     if command in ("caravel jobs show", "caravel jobs replay"):
         args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "-q", "q", "-t", "t"]
-    if command in ("caravel batches show", "caravel chains show"):
+    if command in ("caravel batches show", "caravel chains show", "caravel workflows show"):
         args.append("6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f")
+    if command == "caravel workflows cancel":
+        args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "--yes"]
+    if command == "caravel workflows signal":
+        args += ["6f1c8f3e-0b7e-4a43-9a2e-1a2b3c4d5e6f", "approved"]
     if command in ("caravel queues pause", "caravel queues resume"):
         args.append("reports")
     if command == "caravel queues limits set":

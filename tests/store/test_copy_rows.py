@@ -92,6 +92,7 @@ async def test_every_insert_strategy_writes_the_row_of_the_job(pg_url: str, tota
         "chain_next": None,
         "batch_id": None,
         "upstream": None,
+        "workflow_id": None,
         # What running handlers and their claims write later (revision 0015).
         "worker_id": None,
         "progress": None,

@@ -126,7 +126,8 @@ async def test_a_stalled_limited_claim_is_ended_and_takes_nothing(
 
         # The other claimer waited for the row (it was held), but no longer than the bound.
         [waited] = store.waited
-        assert HOLD * 0.8 <= waited <= HOLD + SLACK
+        # (The lower bound only shows it was held: the server's timer starts before ours does.)
+        assert HOLD * 0.5 <= waited <= HOLD + SLACK
         # Rolled back: nothing claimed, every job as it was.
         assert batch.claimed == []
         assert batch.dead_lettered == 0

@@ -6,7 +6,8 @@ error document of :mod:`caravel.cli.jsonout`), and an exit code by kind of failu
   with a schedule whose slots cannot be computed too), a schema that is not migrated or not at
   the newest revision, a downgrade that would delete rows and was not forced;
 - 1: runtime failures, where running it again later may succeed: the database failed or could
-  not be reached, or a lookup found nothing (no such job, batch or chain, nothing to replay).
+  not be reached, or a lookup found nothing (no such job, batch, chain or workflow, nothing to
+  replay).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "CommandFailed",
     "JobNotFoundError",
     "NothingReplayedError",
+    "WorkflowNotFoundError",
     "exit_code",
     "fail",
 ]
@@ -62,6 +64,10 @@ class BatchNotFoundError(CommandFailed):
 
 class ChainNotFoundError(CommandFailed):
     """No chain has this id (the id of its first step)."""
+
+
+class WorkflowNotFoundError(CommandFailed):
+    """No workflow has this id."""
 
 
 class NothingReplayedError(CommandFailed):

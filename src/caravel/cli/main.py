@@ -31,6 +31,7 @@ _TOP = (
     ("schedules", "caravel.cli.schedules", "app", True),
     ("batches", "caravel.cli.links", "batches", True),
     ("chains", "caravel.cli.links", "chains", True),
+    ("workflows", "caravel.cli.workflows", "app", True),
     ("status", "caravel.cli.status", "status", False),
     ("workers", "caravel.cli.workers", "workers", False),
     ("worker", "caravel.cli.worker", "worker", False),

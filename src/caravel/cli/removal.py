@@ -25,7 +25,7 @@ from caravel.errors import CaravelError, ValidationError
 from caravel.jobs import DEFAULT_TENANT, CancelOutcome, JobState
 from caravel.store.removal import CANCELLABLE, DELETABLE
 
-__all__ = ["cancel", "delete"]
+__all__ = ["NothingChangedError", "cancel", "confirmed", "delete"]
 
 
 class NothingChangedError(CommandFailed):
@@ -90,7 +90,7 @@ def _summary(matched: dict[JobState, int]) -> str:
     return ", ".join(f"{state.value} {count}" for state, count in matched.items()) or "none"
 
 
-def _confirmed(question: str, yes: bool) -> None:
+def confirmed(question: str, yes: bool) -> None:
     """Ask on the terminal unless ``yes``; without a terminal to ask on, refuse."""
     if yes:
         return
@@ -230,7 +230,7 @@ def _many(
         return doc, f"would {verb} {total} jobs of {queue} ({_summary(matched)}); nothing changed"
     if total == 0:
         raise NothingChangedError(f"nothing to {verb}; no job of {queue} matches")
-    _confirmed(f"{verb.capitalize()} {total} jobs of {queue} ({_summary(matched)})?", yes)
+    confirmed(f"{verb.capitalize()} {total} jobs of {queue} ({_summary(matched)})?", yes)
     result = asyncio.run(act(False))
     doc = _document(
         queue,

@@ -4,8 +4,8 @@ the pieces together.
 :class:`Dashboard` is a plain ASGI application. Run it on its own (``caravel dashboard``) or
 mount it inside any ASGI application; it reads through a read-only connection (to a standby,
 given ``read_url``) and writes, always to the queue's own database, only to replay dead
-letters, to cancel, delete and prune jobs, to pause or resume queues and schedules, and to set
-or clear queues' limits and rates. Every route is listed in
+letters, to cancel, delete and prune jobs, to cancel workflows, to pause or resume queues and
+schedules, and to set or clear queues' limits and rates. Every route is listed in
 :data:`ROUTES` with the permission it needs, and one guard (:mod:`caravel.web.guard`) checks
 that permission (and, for a POST, the anti-forgery token) before any page
 (:mod:`caravel.web.pages`, :mod:`caravel.web.replay_pages`, :mod:`caravel.web.bulk_pages`,
@@ -46,6 +46,7 @@ from caravel.web.replay import ReplayRuns
 from caravel.web.replay_pages import ReplayPages
 from caravel.web.security import SecurityHeaders
 from caravel.web.shared_signal import MAX_AGE, check_max_age
+from caravel.web.workflow_pages import WorkflowPages
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -103,6 +104,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/schedules/{name}/resume", "schedule_resume", "operate"),
     RouteSpec("GET", "/batches", "batches", "read"),
     RouteSpec("GET", "/batches/{batch_id}", "batch", "read"),
+    RouteSpec("GET", "/workflows", "workflows", "read"),
+    RouteSpec("GET", "/workflows/{workflow_id}", "workflow", "read"),
+    RouteSpec("GET", "/workflows/{workflow_id}/cancel", "workflow_cancel_confirm", "operate"),
+    RouteSpec("POST", "/workflows/{workflow_id}/cancel", "workflow_cancel", "operate"),
     # The autoscaling signal (JSON or Prometheus text), behind the same access control.
     RouteSpec("GET", "/metrics", "metrics", "read"),
     RouteSpec("GET", "/static/{name}", "static", "public"),
@@ -154,6 +159,7 @@ class Dashboard:
         removal = RemovalPages(pages, writer)
         bulk = BulkPages(self._view, writer)
         links = LinkPages(reader, self._view)
+        workflows = WorkflowPages(reader, self._view, writer)
         handlers: dict[str, Handler] = {
             "overview": pages.overview,
             "jobs": pages.listing(JOBS),
@@ -190,6 +196,10 @@ class Dashboard:
             "schedule_resume": schedules.resume,
             "batches": links.batches,
             "batch": links.batch,
+            "workflows": workflows.workflows,
+            "workflow": workflows.workflow,
+            "workflow_cancel_confirm": workflows.cancel_confirm,
+            "workflow_cancel": workflows.cancel,
             "metrics": MetricsEndpoint(reader, lost_after=lost_after, max_age=metrics_max_age),
             "static": pages.static,
         }

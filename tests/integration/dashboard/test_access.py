@@ -18,6 +18,7 @@ from caravel.web.csrf import COOKIE
 from tests.support.dashboard.fixtures import USERS, client_for, csrf_token
 from tests.support.dashboard.links import add_links
 from tests.support.dashboard.seed import Seeded
+from tests.support.dashboard.workflows import make_workflow
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,9 @@ class Target:
     form: dict[str, str] | None = None
 
 
-def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, Target]:
+def _targets(
+    seeded: Seeded, run_id: str, batch_id: str = "none", workflow_id: str = "none"
+) -> dict[str, Target]:
     dead = next(ref for ref in seeded.dead if ref.queue == "emails")
     owner = urlencode({"queue": dead.queue, "tenant": dead.tenant_id})
     waiting = seeded.retrying  # a ready job, waiting for its retry: cancelled by an operator
@@ -82,6 +85,10 @@ def _targets(seeded: Seeded, run_id: str, batch_id: str = "none") -> dict[str, T
         ),
         "batches": Target("/batches"),
         "batch": Target(f"/batches/{batch_id}"),
+        "workflows": Target("/workflows"),
+        "workflow": Target(f"/workflows/{workflow_id}"),
+        "workflow_cancel_confirm": Target(f"/workflows/{workflow_id}/cancel"),
+        "workflow_cancel": Target(f"/workflows/{workflow_id}/cancel", {}),
         "metrics": Target("/metrics"),
         "static": Target("/static/dashboard.css"),
     }
@@ -147,7 +154,8 @@ def test_every_route_is_in_the_table(app: Dashboard) -> None:
 async def test_route_matrix(app: Dashboard, seeded: Seeded, db_url: str, user: str) -> None:
     run_id = await _start_run(app, "reports")
     links = await add_links(db_url)
-    targets = _targets(seeded, run_id, str(links.batch.batch_id))
+    flow = await make_workflow(db_url)
+    targets = _targets(seeded, run_id, str(links.batch.batch_id), str(flow.workflow_id))
     assert set(targets) == {spec.name for spec in ROUTES}, "a route is missing from the matrix"
     async with client_for(app, user) as client, client_for(app, "operator") as op:
         for spec in ROUTES:

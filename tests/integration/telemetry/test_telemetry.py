@@ -1155,9 +1155,9 @@ async def test_a_snooze_is_its_own_outcome_and_a_discard_a_dead_letter(
     assert otel.spans("caravel.store.job_snooze")
 
 
-async def test_a_workflow_is_one_producer_span_its_steps_continue(
-    store_url: str, otel: Telemetry
-) -> None:
+async def test_a_workflow_is_one_trace_its_steps_continue(store_url: str, otel: Telemetry) -> None:
+    """The workflow's root span and one producer span per step (a group is one step), every
+    run in the request's trace (the spans' links and parents: test_workflow_spans.py)."""
     q = {"messaging.destination.name": "default", "caravel.job.type": "tests.add.v1"}
     async with open_queue(store_url) as queue, QueueWorker(queue) as worker:
         with app_tracer.start_as_current_span("request") as request:
@@ -1165,8 +1165,14 @@ async def test_a_workflow_is_one_producer_span_its_steps_continue(
             wf.add_many("parts", [Add(1), Add(2)])
             wf.add("sum", Add(3), after=["parts"])
             made = await queue.enqueue_workflow(wf)
-        sends = otel.spans("send default")
-        assert [(s.attributes or {})["messaging.batch.message_count"] for s in sends] == [3]
+        assert otel.spans("send default") == []
+        root = otel.one("caravel.workflow")
+        assert (root.attributes or {})["messaging.batch.message_count"] == 3
+        steps = otel.spans("caravel.workflow.step")
+        assert sorted((s.attributes or {})["caravel.workflow.step"] for s in steps) == [
+            "parts",
+            "sum",
+        ]
         assert otel.delta("caravel.jobs.enqueued", {**q, "caravel.already_enqueued": False}) == 3
         for _ in range(3):
             assert await worker.run_once("default") is True

@@ -1,17 +1,16 @@
 """The workflow operations of :class:`~caravel.store.instrumented.InstrumentedStore`: a client
-span per operation, and for an insert the enqueue span and counts every enqueue has, its steps
-carrying the caller's trace context."""
+span per operation, and for an insert the workflow's trace (:mod:`caravel.store.workflows.traces`)
+and the counts every enqueue has."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from caravel import telemetry
-from caravel.store.values import Committed, NewJob
+from caravel.store.values import Committed
 from caravel.store.workflows.records import (
     NewWorkflow,
     StepDependency,
@@ -20,6 +19,7 @@ from caravel.store.workflows.records import (
     StepWait,
     WorkflowRecord,
 )
+from caravel.store.workflows.traces import traced_workflow
 
 if TYPE_CHECKING:
     from caravel.store.protocol import Store
@@ -36,21 +36,24 @@ class InstrumentedWorkflows:
         raise NotImplementedError  # the instrumented store's
 
     async def workflow_insert(self, workflow: NewWorkflow) -> tuple[UUID, bool]:
-        with telemetry.enqueue_span(workflow.steps[0].job.queue, len(workflow.steps)):
-            workflow = _traced_workflow(workflow)
+        # One trace for the workflow: a root span, a span per step linked to its dependencies,
+        # each step's jobs carrying its step's context (caravel.store.workflows.traces).
+        with traced_workflow(workflow) as traced:
             with self._span("workflow_insert"):
-                found, created = await self.inner.workflow_insert(workflow)
+                found, created = await self.inner.workflow_insert(traced.workflow)
+            traced.inserted(found, created)
         _count_enqueued(workflow, created)
         return found, created
 
     async def workflow_insert_joined(
         self, target: object, workflow: NewWorkflow, *, on_commit: Committed = None
     ) -> tuple[UUID, bool]:
-        workflow = _traced_workflow(workflow)
-        with self._span("workflow_insert_joined"):
-            found, created = await self.inner.workflow_insert_joined(
-                target, workflow, on_commit=on_commit
-            )
+        with traced_workflow(workflow) as traced:
+            with self._span("workflow_insert_joined"):
+                found, created = await self.inner.workflow_insert_joined(
+                    target, traced.workflow, on_commit=on_commit
+                )
+            traced.inserted(found, created)
         _count_enqueued(workflow, created)
         return found, created
 
@@ -62,11 +65,12 @@ class InstrumentedWorkflows:
         *,
         on_commit: Committed = None,
     ) -> tuple[UUID, bool]:
-        workflow = _traced_workflow(workflow)
-        with self._span("workflow_insert_joined"):
-            found, created = self.inner.workflow_insert_joined_sync(
-                target, workflow, identity, on_commit=on_commit
-            )
+        with traced_workflow(workflow) as traced:
+            with self._span("workflow_insert_joined"):
+                found, created = self.inner.workflow_insert_joined_sync(
+                    target, traced.workflow, identity, on_commit=on_commit
+                )
+            traced.inserted(found, created)
         _count_enqueued(workflow, created)
         return found, created
 
@@ -118,19 +122,6 @@ class InstrumentedWorkflows:
     async def workflow_wait(self, job_id: UUID) -> StepWait | None:
         with self._span("workflow_wait"):
             return await self.inner.workflow_wait(job_id)
-
-
-def _traced(job: NewJob, carrier: str) -> NewJob:
-    return job._replace(trace_context=carrier)
-
-
-def _traced_workflow(workflow: NewWorkflow) -> NewWorkflow:
-    """``workflow`` with the caller's trace context on every step's job, when tracing."""
-    carrier = telemetry.carrier_for_current_context() if telemetry.tracing() else None
-    if carrier is None:
-        return workflow
-    steps = [dataclasses.replace(step, job=_traced(step.job, carrier)) for step in workflow.steps]
-    return dataclasses.replace(workflow, steps=steps)
 
 
 def _count_enqueued(workflow: NewWorkflow, created: bool) -> None:
