@@ -1,11 +1,13 @@
 """Batches: a group of jobs saved together, with an optional callback job that runs once when
 every one of them has finished (completed, dead-lettered or cancelled).
 
-The batch's counts are one row that every member's finish updates, in the finish's own
-transaction (migration 0009's trigger): concurrent finishers queue on that row, so exactly one
-of them sees the last count, and it releases the held callback, handing it the counts. A
-member replayed after the batch finished moves the counts again but never releases the
-callback a second time.
+A batch with a callback is a workflow (:mod:`caravel.store.links.graph`): the callback is a step
+after every member, counting a dead-lettered or cancelled one as finished. Every member's finish
+counts one off the callback's step, in the finish's own transaction (the workflow trigger):
+concurrent finishers queue on that row, so exactly one of them takes the last count, and it
+releases the held callback, handing it the batch's counts. The batch's own row keeps the counts
+for :class:`BatchStatus`. A member replayed after the batch finished moves the counts again but
+never releases the callback a second time.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 A chain's steps are all saved in one transaction when it is enqueued: the first ready like any
 job, every later one *held* (it exists, with its id, but no worker can claim it). When a step
 completes, the database releases the next one in the transaction that records the completion
-(migration 0009's trigger), handing it the step's stored result; so a crash between the two
-can neither lose the next step nor run it twice. A step that is dead-lettered or cancelled
-stops the chain there, visibly (:class:`ChainStatus`); replaying that step resumes it.
+(a chain is a workflow: the workflow trigger), handing it the step's stored result; so a
+crash between the two can neither lose the next step nor run it twice. A step that is
+dead-lettered or cancelled stops the chain there, visibly (:class:`ChainStatus`); replaying that
+step resumes it.
 """
 
 from __future__ import annotations

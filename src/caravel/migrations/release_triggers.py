@@ -1,6 +1,10 @@
-"""The triggers that release held jobs (migration 0009), per dialect: a chain's next step when
-its step completes, and a batch's callback when its last job finishes; and that cancel a
-chain's held steps when a step before them is cancelled.
+"""The triggers that released held jobs from migration 0009 to 0021, per dialect: a chain's next
+step when its step completes, and a batch's callback when its last job finishes; and that cancel
+a chain's held steps when a step before them is cancelled. Migration 0022 replaces them with the
+``LINKS_*`` triggers below, which keep only what is not a release: a chain's cancelled step
+cancels its held rest, and a batch's counts follow its members. The releases are the workflow
+triggers' (:mod:`caravel.migrations.workflow_triggers`), since chains and batches are workflows.
+The triggers before 0022 stay here for migration 0009 and for 0022's downgrade.
 
 They run inside the statement that changes a job's state, whichever operation that is (an
 acknowledgement, a claim that dead-letters an expired lease, a cancel, a replay), so what a job
@@ -16,7 +20,18 @@ from __future__ import annotations
 from caravel.limits import HELD_DUE_AT
 from caravel.store.postgresql.notifications import CHANNEL
 
-__all__ = ["POSTGRESQL_CREATE", "POSTGRESQL_DROP", "SQLITE_CREATE", "SQLITE_DROP"]
+__all__ = [
+    "LINKS_MARIADB_CREATE",
+    "LINKS_MARIADB_DROP",
+    "LINKS_POSTGRESQL_CREATE",
+    "LINKS_POSTGRESQL_DROP",
+    "LINKS_SQLITE_CREATE",
+    "LINKS_SQLITE_DROP",
+    "POSTGRESQL_CREATE",
+    "POSTGRESQL_DROP",
+    "SQLITE_CREATE",
+    "SQLITE_DROP",
+]
 
 _END_STATES = "('completed', 'dead_letter', 'cancelled')"
 #: The transitions that change a batch's counts: into or out of an end state (a prune's
@@ -123,3 +138,63 @@ SQLITE_DROP = (
     "DROP TRIGGER IF EXISTS caravel_jobs_chain_cancel",
     "DROP TRIGGER IF EXISTS caravel_jobs_batch_release",
 )
+
+# ----- from migration 0022: no releases, only the chain rule and the batch counts ------------
+
+LINKS_POSTGRESQL_CREATE = (
+    f"""
+CREATE FUNCTION caravel_jobs_links() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    b caravel_batches%ROWTYPE;
+BEGIN
+    IF NEW.chain_next IS NOT NULL AND {_GIVEN_UP} THEN
+        {_REST_CANCELLED}
+    END IF;
+    IF NEW.batch_id IS NOT NULL AND {_COUNTED} THEN
+        {_counts("::int")} WHERE id = NEW.batch_id RETURNING * INTO b;
+        IF FOUND AND b.finished_at IS NULL
+                AND b.completed + b.dead_letter + b.cancelled = b.total THEN
+            UPDATE caravel_batches SET finished_at = NEW.updated_at WHERE id = b.id;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$
+""",
+    "CREATE TRIGGER caravel_jobs_links AFTER UPDATE OF state ON caravel_jobs FOR EACH ROW"
+    f" WHEN ((NEW.chain_next IS NOT NULL AND {_GIVEN_UP})"
+    f" OR (NEW.batch_id IS NOT NULL AND {_COUNTED}))"
+    " EXECUTE FUNCTION caravel_jobs_links()",
+)
+LINKS_POSTGRESQL_DROP = (
+    "DROP TRIGGER IF EXISTS caravel_jobs_links ON caravel_jobs",
+    "DROP FUNCTION IF EXISTS caravel_jobs_links()",
+)
+
+LINKS_SQLITE_CREATE = (
+    SQLITE_CREATE[1],  # the chain's cancel, unchanged
+    "CREATE TRIGGER caravel_jobs_batch_count AFTER UPDATE OF state ON caravel_jobs"
+    f" WHEN NEW.batch_id IS NOT NULL AND {_COUNTED} BEGIN"
+    f" {_counts('')} WHERE id = NEW.batch_id;"
+    f" UPDATE caravel_batches SET finished_at = NEW.updated_at WHERE {_FINISHED_NOW};"
+    " END",
+)
+LINKS_SQLITE_DROP = (
+    "DROP TRIGGER IF EXISTS caravel_jobs_chain_cancel",
+    "DROP TRIGGER IF EXISTS caravel_jobs_batch_count",
+)
+
+LINKS_MARIADB_CREATE = (
+    "CREATE TRIGGER IF NOT EXISTS caravel_jobs_release AFTER UPDATE ON caravel_jobs"
+    " FOR EACH ROW BEGIN"
+    f" IF NEW.chain_next IS NOT NULL AND {_GIVEN_UP}"
+    " THEN INSERT INTO caravel_releases (conn, kind, job_id, at)"
+    " VALUES (CONNECTION_ID(), 'rest', NEW.id, NEW.updated_at); SET @caravel_releases = 1;"
+    " END IF;"
+    f" IF NEW.batch_id IS NOT NULL AND {_COUNTED} THEN"
+    f" {_counts('')} WHERE id = NEW.batch_id;"
+    f" UPDATE caravel_batches SET finished_at = NEW.updated_at WHERE {_FINISHED_NOW};"
+    " END IF;"
+    " END",
+)
+LINKS_MARIADB_DROP = ("DROP TRIGGER IF EXISTS caravel_jobs_release",)

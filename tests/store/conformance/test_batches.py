@@ -188,6 +188,29 @@ async def test_a_replay_after_the_batch_finished_never_releases_the_callback_aga
     assert (await claim(store, FAR, 10, queue=CALLBACKS, source="ready")).claimed == []
 
 
+async def test_a_member_replayed_before_the_batch_finished_holds_the_callback_back(
+    store: Store,
+) -> None:
+    made, done = members(2, max_attempts=1), callback()
+    batch = await insert_batch(store, made, done)
+    lease = (await claim_one(store, T0)).lease
+    assert await fail(store, lease, T0 + 10, None) == {lease.job_id}
+    failed = next(j for j in made if j.id == lease.job_id)
+    other = next(j for j in made if j.id != lease.job_id)
+    assert await store.job_replay(ref(failed), T0 + 20)
+
+    last = await claim_one(store, T0 + 30)
+    assert last.job_id == other.id
+    assert await store.job_complete_many([last.lease], T0 + 30) == {other.id}
+    assert await held_callback(store, done)  # the replayed member is pending again
+    assert (await record(store, batch)).finished_at is None
+
+    assert len(await complete_all(store, T0 + 40, 1)) == 1
+    running = await claim_one(store, T0 + 40, queue=CALLBACKS)
+    handed = json.loads(running.upstream or "")["batch"]
+    assert (handed["completed"], handed["dead_letter"]) == (2, 0)
+
+
 async def test_a_completed_callback_stays_completed_after_a_replay(store: Store) -> None:
     made, done = members(1, max_attempts=1), callback()
     batch = await insert_batch(store, made, done)

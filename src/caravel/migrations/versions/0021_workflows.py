@@ -34,6 +34,14 @@ depends_on = None
 
 _HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT} AND workflow_id IS NOT NULL"
 
+#: A chain's or a batch's workflow (from 0022, whose downgrade runs before this one and gives
+#: them back as plain chains and batches, nothing lost) is not counted here: the counts of a
+#: downgrade are all taken before its first step.
+_OWN = (
+    "{0} NOT IN (SELECT b.id FROM caravel_batches AS b)"
+    " AND {0} NOT IN (SELECT c.chain_id FROM caravel_jobs AS c WHERE c.chain_id IS NOT NULL)"
+)
+
 #: What this downgrade takes: the held steps it dead-letters, the workflows' rows and their
 #: signals (the steps' and edges' rows go with them, counted as their workflows).
 LOSSES = (
@@ -43,7 +51,8 @@ LOSSES = (
         "held workflow steps",
         "dead_lettered",
         ("caravel_jobs",),
-        f"SELECT count(*) FROM caravel_jobs WHERE {_HELD}",
+        f"SELECT count(*) FROM caravel_jobs WHERE {_HELD} AND chain_id IS NULL"
+        f" AND {_OWN.format('workflow_id')}",
     ),
     LossKind(
         "workflows",
@@ -51,7 +60,7 @@ LOSSES = (
         "workflow records",
         "deleted",
         ("caravel_workflows",),
-        "SELECT count(*) FROM caravel_workflows",
+        f"SELECT count(*) FROM caravel_workflows WHERE {_OWN.format('id')}",
     ),
     LossKind(
         "workflow_signals",
@@ -59,7 +68,7 @@ LOSSES = (
         "workflow signals",
         "deleted",
         ("caravel_workflow_signals",),
-        "SELECT count(*) FROM caravel_workflow_signals",
+        f"SELECT count(*) FROM caravel_workflow_signals WHERE {_OWN.format('workflow_id')}",
     ),
 )
 

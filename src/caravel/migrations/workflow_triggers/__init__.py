@@ -19,7 +19,10 @@ ones: a fan-in over 10,000 dependencies costs each of them one edge and one step
    still held, is released: due at ``now`` plus its delay; or, when only its awaited signal is
    left and it has a timeout, due at ``now`` plus the timeout (it then runs timed out unless the
    signal comes first, :meth:`workflow_signal`). A step handed its dependency's result
-   (``hands_result``) gets ``"result"`` added to its upstream object.
+   (``hands_result``, a chain's later step) gets ``"result"`` added to its upstream object (a
+   chain's step has none before: it then gets ``{"result": ...}`` alone, as before workflows);
+   a batch's callback (its step named in ``caravel_batches.callback_id``) is handed the batch's
+   counts as ``{"batch": ...}``, counted over the members once, at that release.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ from caravel.limits import HELD_DUE_AT
 __all__ = [
     "FINISHED",
     "HELD",
+    "REPLAYED",
     "SATISFIES",
     "SATISFIES_EDGE",
+    "TAKEN_BACK",
+    "batch_outcome",
     "due_after",
     "releasable",
     "with_result",
@@ -40,6 +46,16 @@ __all__ = [
 FINISHED = (
     "NEW.workflow_id IS NOT NULL AND OLD.state <> NEW.state"
     " AND NEW.state IN ('completed', 'dead_letter', 'cancelled')"
+)
+#: A failed workflow job put back to wait (a replay).
+REPLAYED = (
+    "NEW.workflow_id IS NOT NULL AND OLD.state IN ('dead_letter', 'cancelled')"
+    " AND NEW.state NOT IN ('completed', 'dead_letter', 'cancelled', 'pruned')"
+)
+#: The edges (alias ``e``) out of a replayed job that its failure satisfied, into steps (alias
+#: ``c``) not released yet.
+TAKEN_BACK = (
+    "e.parent_id = NEW.id AND e.satisfied AND e.runs_after_failure AND c.released_at IS NULL"
 )
 #: Which of the finished job's edges (alias ``e``) its new state satisfies.
 SATISFIES = "(NEW.state = 'completed' OR e.runs_after_failure)"
@@ -70,12 +86,30 @@ def with_result(concat: str, job: str) -> str:
     """The upstream of the released job ``job`` (an alias or the table's name): with
     ``"result"`` (its ``hands_result`` dependency's) first when it has such an edge, else as it
     was. ``concat`` joins texts (``a || b`` or ``CONCAT(a, b)``, as ``"{0} || {1}"``)."""
-    inner = concat.format(
-        concat.format("'{\"result\":'", "COALESCE(p.result, 'null')"),
-        concat.format("','", f"SUBSTR({job}.upstream, 2)"),
-    )
+    # A NULL upstream (a chain's step) makes the tail NULL: the object is the result alone.
+    tail = f"COALESCE({concat.format(repr(','), f'SUBSTR({job}.upstream, 2)')}, '}}')"
+    inner = concat.format(concat.format("'{\"result\":'", "COALESCE(p.result, 'null')"), tail)
     return (
         f"COALESCE((SELECT {inner} FROM caravel_workflow_edges AS h"
         " JOIN caravel_jobs AS p ON p.id = h.parent_id"
         f" WHERE h.child_id = {job}.id AND h.hands_result LIMIT 1), {job}.upstream)"
+    )
+
+
+def batch_outcome(json_object: str, job: str, as_text: str = "") -> str:
+    """The upstream of the released job ``job`` when it is a batch's callback: the batch's
+    counts when its last member finished, counted over the members (``ix_caravel_jobs_batch``)
+    once, here, rather than on every member's finish; NULL for any other step (one primary-key
+    lookup). ``json_object`` is the dialect's JSON object builder (``json_build_object`` or
+    ``json_object``); ``as_text`` casts its value to text where it is not (``::text``)."""
+
+    def counted(state: str) -> str:
+        return f"'{state}', count(CASE WHEN m.state = '{state}' THEN 1 END)"
+
+    counts = ", ".join(counted(state) for state in ("completed", "dead_letter", "cancelled"))
+    return (
+        f"(SELECT {json_object}('batch', {json_object}('batch_id', b.id, 'total', b.total,"
+        f" {counts})){as_text} FROM caravel_batches AS b"
+        " LEFT JOIN caravel_jobs AS m ON m.batch_id = b.id"
+        f" WHERE b.id = {job}.workflow_id AND b.callback_id = {job}.id GROUP BY b.id, b.total)"
     )

@@ -7,7 +7,13 @@ trigger beside 0016's ``caravel_jobs_release``, so a jobs row outside a workflow
 
 from __future__ import annotations
 
-from caravel.migrations.workflow_triggers import FINISHED, SATISFIES, releasable
+from caravel.migrations.workflow_triggers import (
+    FINISHED,
+    REPLAYED,
+    SATISFIES,
+    TAKEN_BACK,
+    releasable,
+)
 
 __all__ = ["CREATE", "DROP"]
 
@@ -25,6 +31,9 @@ CREATE = (
     " FROM caravel_workflow_edges AS e JOIN caravel_workflow_steps AS s ON s.job_id = e.child_id"
     f" WHERE e.parent_id = NEW.id AND e.satisfied AND {releasable('s')};"
     " IF ROW_COUNT() > 0 THEN SET @caravel_releases = 1; END IF;"
+    f" ELSEIF {REPLAYED} THEN"
+    " UPDATE caravel_workflow_steps AS c JOIN caravel_workflow_edges AS e"
+    f" ON e.child_id = c.job_id SET c.waiting = c.waiting + 1, e.satisfied = 0 WHERE {TAKEN_BACK};"
     " END IF; END",
 )
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 from caravel.migrations.workflow_triggers import (
     FINISHED,
     HELD,
+    REPLAYED,
     SATISFIES,
+    TAKEN_BACK,
+    batch_outcome,
     due_after,
     releasable,
     with_result,
@@ -28,6 +31,16 @@ DECLARE
     ready UUID[];
     queues VARCHAR[];
 BEGIN
+    IF NEW.state NOT IN ('completed', 'dead_letter', 'cancelled') THEN  -- a replay
+        WITH taken AS (
+            UPDATE caravel_workflow_steps AS c SET waiting = c.waiting + 1
+            FROM caravel_workflow_edges AS e WHERE e.child_id = c.job_id AND {TAKEN_BACK}
+            RETURNING c.job_id
+        )
+        UPDATE caravel_workflow_edges AS e SET satisfied = false
+        FROM taken WHERE e.parent_id = NEW.id AND e.child_id = taken.job_id;
+        RETURN NULL;
+    END IF;
     WITH satisfied AS (
         UPDATE caravel_workflow_edges AS e SET satisfied = true
         WHERE e.parent_id = NEW.id AND NOT e.satisfied AND {SATISFIES}
@@ -43,7 +56,9 @@ BEGIN
     END IF;
     WITH released AS (
         UPDATE caravel_jobs SET due_at = {_DUE}, available_at = {_DUE},
-            updated_at = NEW.updated_at, upstream = {with_result("{0} || {1}", "caravel_jobs")}
+            updated_at = NEW.updated_at, upstream = COALESCE(
+                {batch_outcome("json_build_object", "caravel_jobs", "::text")},
+                {with_result("{0} || {1}", "caravel_jobs")})
         FROM caravel_workflow_steps AS s
         WHERE s.job_id = caravel_jobs.id AND caravel_jobs.id = ANY(ready) AND {HELD}
         RETURNING caravel_jobs.id, caravel_jobs.queue
@@ -59,7 +74,8 @@ END
 $$
 """,
     "CREATE TRIGGER caravel_jobs_workflow_release AFTER UPDATE OF state ON caravel_jobs"
-    f" FOR EACH ROW WHEN ({FINISHED}) EXECUTE FUNCTION caravel_jobs_workflow_release()",
+    f" FOR EACH ROW WHEN (({FINISHED}) OR ({REPLAYED}))"
+    " EXECUTE FUNCTION caravel_jobs_workflow_release()",
 )
 
 DROP = (

@@ -8,8 +8,10 @@ from __future__ import annotations
 from caravel.migrations.workflow_triggers import (
     FINISHED,
     HELD,
+    REPLAYED,
     SATISFIES,
     SATISFIES_EDGE,
+    batch_outcome,
     due_after,
     releasable,
     with_result,
@@ -36,11 +38,26 @@ CREATE = (
     f" WHERE job_id IN ({_NEWLY} AND e.satisfied) AND {releasable(_STEPS)}"
     f" AND EXISTS (SELECT 1 FROM caravel_jobs WHERE id = {_STEPS}.job_id AND {HELD});"
     f" UPDATE caravel_jobs SET due_at = {_DUE}, available_at = {_DUE},"
-    f" updated_at = NEW.updated_at, upstream = {with_result('{0} || {1}', 'caravel_jobs')}"
+    " updated_at = NEW.updated_at, upstream = COALESCE("
+    f"{batch_outcome('json_object', 'caravel_jobs')},"
+    f" {with_result('{0} || {1}', 'caravel_jobs')})"
     f" WHERE id IN ({_NEWLY} AND e.satisfied) AND {HELD}"
     f" AND EXISTS (SELECT 1 FROM {_STEPS} AS s"
     " WHERE s.job_id = caravel_jobs.id AND s.released_at = NEW.updated_at);"
     " END",
+    # A replay: the steps first (they read which edges were satisfied), then the edges.
+    "CREATE TRIGGER caravel_jobs_workflow_replay AFTER UPDATE OF state ON caravel_jobs"
+    f" WHEN {REPLAYED} BEGIN"
+    f" UPDATE {_STEPS} SET waiting = waiting + 1 WHERE released_at IS NULL AND job_id IN"
+    " (SELECT e.child_id FROM caravel_workflow_edges AS e"
+    " WHERE e.parent_id = NEW.id AND e.satisfied AND e.runs_after_failure);"
+    " UPDATE caravel_workflow_edges SET satisfied = 0"
+    " WHERE parent_id = NEW.id AND satisfied AND runs_after_failure"
+    f" AND child_id IN (SELECT job_id FROM {_STEPS} WHERE released_at IS NULL);"
+    " END",
 )
 
-DROP = ("DROP TRIGGER IF EXISTS caravel_jobs_workflow_release",)
+DROP = (
+    "DROP TRIGGER IF EXISTS caravel_jobs_workflow_release",
+    "DROP TRIGGER IF EXISTS caravel_jobs_workflow_replay",
+)

@@ -4,7 +4,8 @@ and a batch's row. Plain values, like :mod:`caravel.store.values`.
 A chain's steps are inserted together: the first ready as any job, each later one *held* (due
 at :data:`~caravel.limits.HELD_DUE_AT`, past every claim's horizon) and named by the step
 before it as ``chain_next``. A batch's members are ordinary jobs carrying its id, and its
-callback a held job the batch row names. The database releases held jobs (migration 0009).
+callback a held job the batch row names. A chain, and a batch with a callback, are inserted as
+workflows too (:mod:`caravel.store.links.graph`), whose triggers release the held jobs.
 """
 
 from __future__ import annotations

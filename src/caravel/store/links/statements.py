@@ -1,6 +1,7 @@
 """Chains and batches on the SQL stores (see :mod:`caravel.store.links`): their inserts, written
-as plans over the general insert, and their reads. Releasing a held job is the database's work
-(the triggers of migration 0009), not this module's."""
+as plans over the general insert, and their reads. A chain, and a batch with a callback, go in
+as the workflow each one is (:mod:`caravel.store.links.graph`), so releasing a held job is the
+workflow release's work (the triggers of migration 0021), not this module's."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import sqlalchemy as sa
 from caravel.errors import IdempotencyConflictError
 from caravel.jobs import JobStatus
 from caravel.store.inserts.general import SqlInserts
+from caravel.store.links.graph import batch_workflow, chain_workflow
 from caravel.store.links.records import BatchRecord, LinkedJob, NewBatch
 from caravel.store.plans import Plan, Step, outcomes_plan, run_plan
 from caravel.store.rows import STATUS_COLUMNS, batch_from_row, linked_row, status_from_row
-from caravel.store.schema import batches, jobs
+from caravel.store.schema import batches, jobs, workflows
 from caravel.store.transactions import ConnectionT
+from caravel.store.workflows.records import NewWorkflow
+from caravel.store.workflows.statements import graph_plan, workflow_row
 
 __all__ = ["SqlLinks"]
 
@@ -31,10 +35,15 @@ class SqlLinks(SqlInserts[ConnectionT]):
     A chain's or a batch's jobs go in through the general insert's statement, chunk size and
     wake-ups, so this family stands on :class:`SqlInserts` rather than beside it."""
 
-    def _linked_plan(self, linked: Sequence[LinkedJob]) -> Plan[list[UUID]]:
-        """Insert ``linked`` (the general INSERT, with their link columns); each one's id, its
-        own or that of the row holding its idempotency key (conflicts raise)."""
+    def _linked_plan(
+        self, linked: Sequence[LinkedJob], workflow_id: UUID | None = None
+    ) -> Plan[list[UUID]]:
+        """Insert ``linked`` (the general INSERT, with their link columns, steps of workflow
+        ``workflow_id`` when given); each one's id, its own or that of the row holding its
+        idempotency key (conflicts raise)."""
         rows = [linked_row(one) for one in linked]
+        for row in rows:
+            row["workflow_id"] = workflow_id
         inserted = {row.id for row in (yield Step(self._insert_statement(), rows))}
         new_jobs = [one.job for one in linked]
         outcomes = yield from outcomes_plan(new_jobs, inserted, self.insert_chunk)
@@ -43,9 +52,16 @@ class SqlLinks(SqlInserts[ConnectionT]):
             yield from self._announce_plan(due)
         return [outcome.job_id for outcome in outcomes]
 
+    async def _graph(self, conn: ConnectionT, workflow: NewWorkflow, held: list[bool]) -> None:
+        """The workflow a chain or a batch is: its row, step rows and edges."""
+        await conn.execute(sa.insert(workflows), workflow_row(workflow))
+        await run_plan(conn.execute, graph_plan(workflow, held))
+
     async def chain_insert(self, steps: Sequence[LinkedJob]) -> tuple[list[UUID], bool]:
+        workflow = chain_workflow(steps)
         async with self._write("chain_insert") as conn:
-            (first,) = await run_plan(conn.execute, self._linked_plan(steps[:1]))
+            plan = self._linked_plan(steps[:1], workflow.id)
+            (first,) = await run_plan(conn.execute, plan)
             if first != steps[0].job.id:  # the first step's key named an existing job
                 found = await conn.execute(
                     sa.select(jobs.c.id).where(jobs.c.chain_id == first).order_by(jobs.c.chain_step)
@@ -55,7 +71,8 @@ class SqlLinks(SqlInserts[ConnectionT]):
                     raise IdempotencyConflictError(first)
                 return chained, False
             if len(steps) > 1:
-                await run_plan(conn.execute, self._linked_plan(steps[1:]))
+                await run_plan(conn.execute, self._linked_plan(steps[1:], workflow.id))
+            await self._graph(conn, workflow, [step.held for step in steps])
         return [step.job.id for step in steps], True
 
     async def batch_insert(
@@ -76,9 +93,13 @@ class SqlLinks(SqlInserts[ConnectionT]):
         async with self._write("batch_insert") as conn:
             await conn.execute(sa.insert(batches), row)
             linked = [*members, callback] if callback is not None else list(members)
+            workflow = batch_workflow(batch, members, callback)
+            workflow_id = None if workflow is None else workflow.id
             for start in range(0, len(linked), self.insert_chunk):
                 chunk = linked[start : start + self.insert_chunk]
-                await run_plan(conn.execute, self._linked_plan(chunk))
+                await run_plan(conn.execute, self._linked_plan(chunk, workflow_id))
+            if workflow is not None:
+                await self._graph(conn, workflow, [one.held for one in linked])
 
     async def chain_steps(self, chain_id: UUID, tenant_id: str | None) -> list[JobStatus]:
         stmt = (

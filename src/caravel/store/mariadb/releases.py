@@ -1,17 +1,16 @@
 """Releasing held jobs on MariaDB, in the transaction of the change that releases them.
 
-On the other databases a trigger on the jobs table releases a chain's next step when its step
-completes, cancels a chain's held steps when a step before them is cancelled, and releases a
-batch's callback when its last job finishes (:mod:`caravel.migrations.release_triggers`).
-MariaDB forbids a trigger to change the table that fired it, so its trigger (migration 0016)
-keeps the batch counts and writes what is to be released to ``caravel_releases``, under the
-session's connection id, and sets the session variable ``@caravel_releases``. After each
-statement that changes jobs, the store asks for that variable and, when it is set, makes the
-releases before anything else runs in the transaction: what a job waits for and its release
-still commit together or not at all. A release that changes a job's state (a chain's rest
-cancelled) may ask for more; they are made in turn until none is left. A workflow's trigger
-(migration 0021) counts its steps down the same way and queues the steps it may release
-(kind ``step``).
+On the other databases a trigger on the jobs table releases a workflow's held step when its
+last dependency finishes (:mod:`caravel.migrations.workflow_triggers`); chains and batches are
+workflows too (migration 0022), so that is their release as well. MariaDB forbids a trigger to
+change the table that fired it, so its triggers count the steps down (migration 0021) and write
+what is to be released to ``caravel_releases``, under the session's connection id (kind
+``step``; kind ``rest`` for a cancelled chain step, whose held rest is cancelled with it, from
+migration 0022's ``caravel_jobs_release``), and set the session variable ``@caravel_releases``.
+After each statement that changes jobs, the store asks for that variable and, when it is set,
+makes the releases before anything else runs in the transaction: what a job waits for and its
+release still commit together or not at all. A release that changes a job's state (a chain's
+rest cancelled) may ask for more; they are made in turn until none is left.
 """
 
 from __future__ import annotations
@@ -27,9 +26,6 @@ from caravel.store.plans import Plan, Step, run_plan
 
 __all__ = ["ASKED", "make_releases", "releases_asked", "releases_plan"]
 
-_HELD = f"state = 'ready' AND due_at = {HELD_DUE_AT}"
-_RELEASE = "due_at = :at, available_at = :at, updated_at = :at"
-
 #: Whether the statements run so far asked for releases (as a column a read can carry).
 ASKED: sa.Label[Any] = sa.literal_column("@caravel_releases").label("mariadb_releases")
 _ASKED = sa.select(ASKED)
@@ -41,13 +37,6 @@ _PENDING = sa.text(
 ).columns(*(sa.column(name) for name in ("id", "kind", "job_id", "at")))
 _DONE = sa.text("DELETE FROM caravel_releases WHERE conn = CONNECTION_ID() AND id <= :last")
 
-#: The step after a completed one gets the completed step's result as its upstream.
-_NEXT_STEP = sa.text(
-    f"UPDATE caravel_jobs AS j JOIN caravel_jobs AS done ON done.id = :job_id"
-    f" SET j.due_at = :at, j.available_at = :at, j.updated_at = :at,"
-    " j.upstream = CONCAT('{\"result\":', COALESCE(done.result, 'null'), '}')"
-    f" WHERE j.id = done.chain_next AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
-)
 _REST_CANCELLED = sa.text(
     "UPDATE caravel_jobs AS j JOIN caravel_jobs AS cancelled ON cancelled.id = :job_id"
     " SET j.state = 'cancelled', j.available_at = NULL, j.lease_expires_at = NULL,"
@@ -55,21 +44,24 @@ _REST_CANCELLED = sa.text(
     " WHERE j.chain_id = cancelled.chain_id AND j.chain_step > cancelled.chain_step"
     f" AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT}"
 )
+#: A released step that is a batch's callback: the batch's counts, over its members, once.
 _BATCH = sa.text(
-    "SELECT id, total, completed, dead_letter, cancelled, callback_id"
-    " FROM caravel_batches WHERE id = :job_id"
-).columns(
-    *(
-        sa.column(name)
-        for name in ("id", "total", "completed", "dead_letter", "cancelled", "callback_id")
-    )
-)
+    "SELECT b.id, b.total,"
+    " COUNT(CASE WHEN m.state = 'completed' THEN 1 END) AS completed,"
+    " COUNT(CASE WHEN m.state = 'dead_letter' THEN 1 END) AS dead_letter,"
+    " COUNT(CASE WHEN m.state = 'cancelled' THEN 1 END) AS cancelled"
+    " FROM caravel_jobs AS j JOIN caravel_batches AS b"
+    " ON b.id = j.workflow_id AND b.callback_id = j.id"
+    " LEFT JOIN caravel_jobs AS m ON m.batch_id = b.id"
+    " WHERE j.id = :job_id GROUP BY b.id, b.total"
+).columns(*(sa.column(name) for name in ("id", "total", "completed", "dead_letter", "cancelled")))
 #: The workflow steps the trigger found releasable (migration 0021), all those queued up to
 #: ``:last`` at once: due after their delay, or after their signal's timeout when only the
 #: signal is left; handed their ``hands_result`` dependency's result. One statement for a whole
 #: fan-out (a root's finish may queue 10,000; one statement each took 88 s). Joined, not a
 #: subquery: MariaDB reads the updated table no other way. A step queued twice is updated once.
 _STEP_DUE = "r.at + CASE WHEN s.waiting = 0 THEN COALESCE(s.delay_ms, 0) ELSE s.timeout_ms END"
+_QUEUED = "r.conn = CONNECTION_ID() AND r.id <= :last AND r.kind = 'step'"
 _WORKFLOW_STEPS = sa.text(
     "UPDATE caravel_releases AS r JOIN caravel_jobs AS j ON j.id = r.job_id"
     " JOIN caravel_workflow_steps AS s ON s.job_id = j.id"
@@ -78,12 +70,21 @@ _WORKFLOW_STEPS = sa.text(
     f" SET j.due_at = {_STEP_DUE}, j.available_at = {_STEP_DUE},"
     " j.updated_at = r.at, s.released_at = r.at,"
     " j.upstream = IF(h.parent_id IS NULL, j.upstream,"
-    " CONCAT('{\"result\":', COALESCE(p.result, 'null'), ',', SUBSTR(j.upstream, 2)))"
-    " WHERE r.conn = CONNECTION_ID() AND r.id <= :last AND r.kind = 'step'"
+    " CONCAT('{\"result\":', COALESCE(p.result, 'null'),"
+    " COALESCE(CONCAT(',', SUBSTR(j.upstream, 2)), '}')))"
+    f" WHERE {_QUEUED}"
     f" AND j.state = 'ready' AND j.due_at = {HELD_DUE_AT} AND s.released_at IS NULL"
 )
+#: Among the steps queued up to ``:last``, the batches' callbacks (primary-key lookups only).
+_CALLBACKS = sa.text(
+    "SELECT r.job_id, r.at FROM caravel_releases AS r JOIN caravel_jobs AS j ON j.id = r.job_id"
+    " JOIN caravel_batches AS b ON b.id = j.workflow_id AND b.callback_id = j.id"
+    f" WHERE {_QUEUED}"
+).columns(*(sa.column(name) for name in ("job_id", "at")))
+#: The callback released in this pass (at ``:at``) is handed the counts.
 _CALLBACK = sa.text(
-    f"UPDATE caravel_jobs SET {_RELEASE}, upstream = :upstream WHERE id = :callback AND {_HELD}"
+    "UPDATE caravel_jobs AS j JOIN caravel_workflow_steps AS s ON s.job_id = j.id"
+    " SET j.upstream = :upstream WHERE j.id = :job_id AND s.released_at = :at"
 )
 
 
@@ -105,27 +106,23 @@ def releases_plan() -> Plan[None]:
         pending = yield Step(_PENDING)
         if not pending:
             return
-        steps = False
         for row in pending:
-            params: dict[str, Any] = {"job_id": row.job_id, "at": row.at}
-            if row.kind == "next":
-                yield Step(_NEXT_STEP, params)
-            elif row.kind == "rest":
-                yield Step(_REST_CANCELLED, params)
-            elif row.kind == "step":
-                steps = True  # all of them at once, below
-            else:
-                yield from _callback_plan(params)
-        if steps:
-            yield Step(_WORKFLOW_STEPS, {"last": pending[-1].id})
+            if row.kind == "rest":
+                yield Step(_REST_CANCELLED, {"job_id": row.job_id, "at": row.at})
+        if any(row.kind == "step" for row in pending):
+            last = {"last": pending[-1].id}
+            yield Step(_WORKFLOW_STEPS, last)  # all of them at once
+            for callback in (yield Step(_CALLBACKS, last)):
+                yield from _batch_plan({"job_id": callback.job_id, "at": callback.at})
         yield Step(_DONE, {"last": pending[-1].id})
 
 
-def _callback_plan(params: dict[str, Any]) -> Plan[None]:
+def _batch_plan(params: dict[str, Any]) -> Plan[None]:
+    """Hand a batch's callback just released its batch's counts (nothing for any other step)."""
     found = yield Step(_BATCH, params)
-    batch = found[0] if found else None
-    if batch is None or batch.callback_id is None:
+    if not found:
         return
+    batch = found[0]
     upstream = {
         "batch": {
             "batch_id": str(batch.id),
@@ -135,7 +132,4 @@ def _callback_plan(params: dict[str, Any]) -> Plan[None]:
             "cancelled": batch.cancelled,
         }
     }
-    yield Step(
-        _CALLBACK,
-        {"at": params["at"], "callback": batch.callback_id, "upstream": json.dumps(upstream)},
-    )
+    yield Step(_CALLBACK, {**params, "upstream": json.dumps(upstream)})

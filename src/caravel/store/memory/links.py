@@ -1,5 +1,6 @@
 """Chains and batches over the in-memory tables, as :mod:`caravel.store.links.statements` does them
-in SQL. Releases happen in :meth:`~caravel.store.memory.tables.Tables.track`, as the SQL
+in SQL: their jobs, and the workflow each one is (:mod:`caravel.store.links.graph`). Releases
+happen in :meth:`~caravel.store.memory.tables.Tables.track`, the workflow's release, as the SQL
 stores' triggers do them in the statement that changes a job's state."""
 
 from __future__ import annotations
@@ -10,17 +11,27 @@ from uuid import UUID
 from caravel.errors import IdempotencyConflictError
 from caravel.jobs import JobStatus
 from caravel.store.links import BatchRecord, LinkedJob, NewBatch
+from caravel.store.links.graph import batch_workflow, chain_workflow
 from caravel.store.memory.reads import MemoryReader
 from caravel.store.memory.tables import BatchRow, JobRow, Tables
+from caravel.store.memory.workflow_tables import is_held
 from caravel.store.queries import same_content
 from caravel.store.rows import batch_from_row, linked_row, status_from_row
+from caravel.store.workflows.records import NewWorkflow
 
 __all__ = ["MemoryLinkReads", "MemoryLinks"]
 
 
-def _add(tables: Tables, linked: Sequence[LinkedJob]) -> None:
+def _add(tables: Tables, linked: Sequence[LinkedJob], workflow: NewWorkflow | None) -> None:
     for one in linked:
-        tables.add(JobRow(**linked_row(one)))
+        row = JobRow(**linked_row(one))
+        row.workflow_id = None if workflow is None else workflow.id
+        tables.add(row)
+    if workflow is None:
+        return
+    for step in tables.workflows.add_graph(workflow):
+        if not is_held(tables.jobs[step.job_id]):
+            step.released_at = workflow.created_at
 
 
 class MemoryLinkReads(MemoryReader):
@@ -73,7 +84,7 @@ class MemoryLinks(MemoryLinkReads):
                     if not chained:  # the key is a plain job's, not this chain's
                         raise IdempotencyConflictError(row.id)
                     return [r.id for r in chained], False
-            _add(tables, steps)
+            _add(tables, steps, chain_workflow(steps))
         return [step.job.id for step in steps], True
 
     async def batch_insert(
@@ -88,6 +99,5 @@ class MemoryLinks(MemoryLinkReads):
                 created_at=batch.created_at,
                 updated_at=batch.created_at,
             )
-            _add(tables, members)
-            if callback is not None:
-                _add(tables, [callback])
+            linked = [*members, callback] if callback is not None else list(members)
+            _add(tables, linked, batch_workflow(batch, members, callback))

@@ -33,6 +33,8 @@ def prune(tables: Tables, request: PruneRequest) -> PruneBatch:
                 tables.workflows.step_pruned(row.id, row.workflow_id, request.now)
             continue
         _compact(row, request.now)
+        if row.workflow_id is not None:  # a chain's step or a batch's member
+            tables.workflows.step_pruned(row.id, row.workflow_id, request.now)
         tables.attempts.pop(row.id, None)  # pruned with the job
         tables.track(row)  # as every change of state (the release triggers' view)
         tombstoned += 1
@@ -76,7 +78,12 @@ def _whole_workflows(tables: Tables, found: list[tuple[JobRow, int]]) -> list[tu
             kept[workflow_id] = all(s in picked or s not in tables.jobs for s in steps)
         return kept[workflow_id]
 
-    return [pair for pair in found if pair[0].workflow_id is None or whole(pair[0].workflow_id)]
+    def taken(row: JobRow) -> bool:  # one by one: no workflow's, or a chain's or batch's job
+        if row.workflow_id is None or row.chain_id is not None or row.batch_id is not None:
+            return True
+        return whole(row.workflow_id)
+
+    return [pair for pair in found if taken(pair[0])]
 
 
 def _compact(row: JobRow, now: int) -> None:

@@ -242,13 +242,11 @@ class Tables:
             self.live.setdefault(row.queue, set()).add(row.id)
 
     def _release(self, row: JobRow, old: str) -> None:
-        """What migration 0009's triggers do on a change of ``row``'s state from ``old``
-        (and migration 0021's for a workflow's step)."""
+        """What the triggers do on a change of ``row``'s state from ``old``: migration 0021's
+        release of a workflow's steps (chains' and batches' included, from 0022), and 0022's
+        chain rule and batch counts."""
         if row.workflow_id is not None:
-            self.workflows.finished(self, row)
-        if row.chain_next is not None and row.state == "completed":
-            result = row.result if row.result is not None else "null"
-            self._release_held(row.chain_next, row.updated_at, '{"result":' + result + "}")
+            self.workflows.finished(self, row, old)
         if row.chain_next is not None and row.state == "cancelled":
             self._cancel_rest(row)
         batch = self.batches.get(row.batch_id) if row.batch_id is not None else None
@@ -260,19 +258,23 @@ class Tables:
             change = (row.state == state) - (old == state)
             setattr(batch, state, getattr(batch, state) + change)
         batch.updated_at = row.updated_at
-        if batch.finished_at is not None:
-            return
-        if batch.completed + batch.dead_letter + batch.cancelled == batch.total:
+        if batch.finished_at is None and batch.completed + batch.dead_letter + batch.cancelled == (
+            batch.total
+        ):
             batch.finished_at = row.updated_at
-            if batch.callback_id is not None:
-                counts = {
-                    "batch_id": str(batch.id),
-                    "total": batch.total,
-                    "completed": batch.completed,
-                    "dead_letter": batch.dead_letter,
-                    "cancelled": batch.cancelled,
-                }
-                self._release_held(batch.callback_id, row.updated_at, json.dumps({"batch": counts}))
+
+    def batch_outcome(self, job: JobRow) -> str | None:
+        """``workflow_triggers.batch_outcome``: when ``job`` is a batch's callback, the batch's
+        counts over its members, as its upstream (``None`` for any other job)."""
+        batch = self.batches.get(job.workflow_id) if job.workflow_id is not None else None
+        if batch is None or batch.callback_id != job.id:
+            return None
+        counts = dict.fromkeys(_END_STATES, 0)
+        for member in self.jobs.values():
+            if member.batch_id == batch.id and member.state in counts:
+                counts[member.state] += 1
+        found = {"batch_id": str(batch.id), "total": batch.total, **counts}
+        return json.dumps({"batch": found})
 
     def kept_for_chain(self, row: JobRow) -> bool:
         """``removal.statements.kept_for_chain``: a dead letter whose chain's next step is
@@ -299,14 +301,6 @@ class Tables:
             row.lease_token += 1
             row.seen_state = row.state  # one update for them all, as the trigger's
             self.track(row)
-
-    def _release_held(self, job_id: UUID, now: int, upstream: str) -> None:
-        held = self.jobs.get(job_id)
-        if held is None or held.state != "ready" or held.due_at != HELD_DUE_AT:
-            return
-        held.due_at = held.available_at = held.updated_at = now
-        held.upstream = upstream
-        self.track(held)
 
     def live_rows(self, queue: str) -> Iterator[JobRow]:
         jobs = self.jobs

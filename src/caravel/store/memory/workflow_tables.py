@@ -5,6 +5,8 @@ called from :meth:`~caravel.store.memory.tables.Tables.track`).
 
 The rules, which the SQL stores match:
 
+- A dead-lettered or cancelled step put back to wait (a replay) unsatisfies the edges its
+  failure satisfied into steps not released yet: they wait for its new outcome.
 - A finishing dependency satisfies its unsatisfied edges: every one when it completed, those
   into ``continue`` steps when it was dead-lettered or cancelled. Each satisfied edge takes one
   off its child's ``waiting``; an edge is satisfied once, so a replayed dependency that
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from caravel.limits import HELD_DUE_AT
-from caravel.store.workflows.records import NewStep, OnFailure
+from caravel.store.workflows.records import NewStep, NewWorkflow, OnFailure
 
 if TYPE_CHECKING:
     from caravel.store.memory.tables import JobRow, Tables
@@ -109,6 +111,43 @@ class WorkflowTables:
         #: repeat still returns its id and other content still conflicts, as jobs' tombstones.
         self.tombstones: dict[tuple[str, str], tuple[UUID, str, int]] = {}
 
+    def add_graph(self, workflow: NewWorkflow) -> list[StepRow]:
+        """Add the workflow's row, its step rows and edges (not its jobs); the step rows."""
+        row = WorkflowRow(
+            id=workflow.id,
+            tenant_id=workflow.tenant_id,
+            name=workflow.name,
+            idempotency_key=workflow.idempotency_key,
+            content_hash=workflow.content_hash,
+            total=len(workflow.steps),
+            created_at=workflow.created_at,
+            updated_at=workflow.created_at,
+        )
+        self.workflows[workflow.id] = row
+        added = []
+        for new in workflow.steps:
+            step = StepRow(
+                job_id=new.job.id,
+                workflow_id=workflow.id,
+                step=new.step,
+                step_index=new.index,
+                waiting=len(new.after) + (new.wait_signal is not None),
+                on_failure=new.on_failure,
+                wait_signal=new.wait_signal,
+                delay_ms=new.delay_ms,
+                timeout_ms=new.timeout_ms,
+            )
+            self.steps[step.job_id] = step
+            row.steps.append(step.job_id)
+            added.append(step)
+            for parent in new.after:
+                edge = EdgeRow(
+                    parent, step.job_id, workflow.id, new.on_failure == "continue", new.hands_result
+                )
+                self.edges_out.setdefault(parent, []).append(edge)
+                self.edges_in.setdefault(step.job_id, []).append(edge)
+        return added
+
     def step_pruned(self, job_id: UUID, workflow_id: UUID, now: int) -> None:
         """Step ``job_id`` was pruned: its step row and edges go, and with the workflow's last
         step the workflow's rows (its key kept as a tombstone)."""
@@ -133,14 +172,17 @@ class WorkflowTables:
             if pruned_at < before:
                 del self.tombstones[key]
 
-    def finished(self, tables: Tables, row: JobRow) -> None:
-        """What the trigger does when step ``row`` changed state: satisfy its edges and release
-        the steps whose last wait that was."""
+    def finished(self, tables: Tables, row: JobRow, old: str) -> None:
+        """What the trigger does when step ``row`` changed state from ``old``: satisfy its
+        edges and release the steps whose last wait that was; or, replayed, take back what its
+        failure satisfied for steps not released yet."""
         if row.state == "completed":
             failed = False
         elif row.state in _FAILED:
             failed = True
         else:
+            if old in _FAILED and row.state != "pruned":
+                self._taken_back(row)
             return
         now = row.updated_at
         for edge in self.edges_out.get(row.id, ()):
@@ -153,6 +195,15 @@ class WorkflowTables:
             step.waiting -= 1
             handed = row.result if edge.hands_result else None
             self.settle(tables, step, now, handed, hands=edge.hands_result)
+
+    def _taken_back(self, row: JobRow) -> None:
+        for edge in self.edges_out.get(row.id, ()):
+            step = self.steps.get(edge.child_id)
+            if not (edge.satisfied and edge.runs_after_failure) or step is None:
+                continue
+            if step.released_at is None:
+                edge.satisfied = False
+                step.waiting += 1
 
     def settle(
         self, tables: Tables, step: StepRow, now: int, handed: str | None = None, *, hands: bool
@@ -172,6 +223,9 @@ class WorkflowTables:
             found = json.loads(job.upstream) if job.upstream else {}
             found["result"] = None if handed is None else json.loads(handed)
             job.upstream = json.dumps(found, separators=(",", ":"))
+        outcome = tables.batch_outcome(job)
+        if outcome is not None:
+            job.upstream = outcome
         job.due_at = job.available_at = due
         job.updated_at = now
         step.released_at = now

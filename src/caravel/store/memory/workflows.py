@@ -13,7 +13,6 @@ from caravel.store.memory.links import MemoryLinkReads, MemoryLinks
 from caravel.store.memory.removal import cancel_row
 from caravel.store.memory.tables import JobRow, Tables
 from caravel.store.memory.workflow_tables import (
-    EdgeRow,
     StepRow,
     WorkflowRow,
     WorkflowTables,
@@ -243,37 +242,7 @@ def _insert(tables: Tables, workflow: NewWorkflow) -> None:
     """Add the workflow's row, its steps' jobs (held unless nothing holds them), steps and
     edges."""
     flows, now = tables.workflows, workflow.created_at
-    row = WorkflowRow(
-        id=workflow.id,
-        tenant_id=workflow.tenant_id,
-        name=workflow.name,
-        idempotency_key=workflow.idempotency_key,
-        content_hash=workflow.content_hash,
-        total=len(workflow.steps),
-        created_at=now,
-        updated_at=now,
-    )
-    flows.workflows[workflow.id] = row
-    for new in workflow.steps:
-        step = StepRow(
-            job_id=new.job.id,
-            workflow_id=workflow.id,
-            step=new.step,
-            step_index=new.index,
-            waiting=len(new.after) + (new.wait_signal is not None),
-            on_failure=new.on_failure,
-            wait_signal=new.wait_signal,
-            delay_ms=new.delay_ms,
-            timeout_ms=new.timeout_ms,
-        )
-        flows.steps[step.job_id] = step
-        row.steps.append(step.job_id)
-        for parent in new.after:
-            edge = EdgeRow(
-                parent, step.job_id, workflow.id, new.on_failure == "continue", new.hands_result
-            )
-            flows.edges_out.setdefault(parent, []).append(edge)
-            flows.edges_in.setdefault(step.job_id, []).append(edge)
+    for new, step in zip(workflow.steps, flows.add_graph(workflow), strict=True):
         job = JobRow.new(new.job)
         job.workflow_id = workflow.id
         job.upstream = step_upstream(workflow.id, new)

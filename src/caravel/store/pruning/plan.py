@@ -8,7 +8,9 @@ the job's own row, payload emptied and its content kept as :func:`~caravel.reten
 so the unique idempotency index goes on settling repeats and conflicts with no change to any
 insert path. Either way the job's attempt records go with it. Live rows (``available_at`` set)
 are never read or written. A workflow's steps are left to :mod:`~caravel.store.pruning.workflows`,
-which prunes a finished workflow whole.
+which prunes a finished workflow whole; but a chain's steps and a batch's members, though their
+chain or batch is a workflow (migration 0022), are pruned one by one as before, each with its
+step row and edges (a batch's callback goes with the workflow's remains once the members went).
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ from caravel.retention import content_hash
 from caravel.store.attempts import records_deleted
 from caravel.store.plans import Plan, Step
 from caravel.store.pruning.requests import PruneBatch, PruneRequest
-from caravel.store.pruning.workflows import expired_plan, workflow_count_plan, workflow_prune_plan
+from caravel.store.pruning.workflows import (
+    expired_plan,
+    step_rows_deleted,
+    workflow_count_plan,
+    workflow_prune_plan,
+)
 from caravel.store.removal.statements import kept_for_chain
 from caravel.store.schema import jobs
 
@@ -49,14 +56,21 @@ def _old(queue: str, state: str, cutoff: int) -> list[sa.ColumnElement[bool]]:
     when = jobs.c.pruned_at if state == PRUNED else jobs.c.finished_at
     old = [jobs.c.queue == queue, jobs.c.state == state, _FINISHED, when < cutoff]
     if state != PRUNED:  # a workflow's steps go with their workflow (pruning.workflows)
-        old.append(jobs.c.workflow_id.is_(None))
+        linked = (jobs.c.chain_id.is_not(None), jobs.c.batch_id.is_not(None))
+        old.append(sa.or_(jobs.c.workflow_id.is_(None), *linked))
     if state == DEAD:
         old.append(~kept_for_chain())
     return old
 
 
 def _candidates(queue: str, state: str, cutoff: int, limit: int) -> sa.Select[Any]:
-    columns = (jobs.c.id, jobs.c.idempotency_key, jobs.c.job_type, jobs.c.payload)
+    columns = (
+        jobs.c.id,
+        jobs.c.idempotency_key,
+        jobs.c.job_type,
+        jobs.c.payload,
+        jobs.c.workflow_id,
+    )
     return sa.select(*columns).where(*_old(queue, state, cutoff)).limit(limit)
 
 
@@ -138,6 +152,9 @@ def prune_plan(request: PruneRequest, *, lock_rows: bool) -> Plan[PruneBatch]:
                 yield Step(_tombstone(state.value), [{**k, "b_now": request.now} for k in keyed])
             if rows:
                 yield Step(records_deleted(), {"b_ids": [row.id for row in rows]})
+            steps = [row.id for row in rows if row.workflow_id is not None]
+            if steps:  # a chain's step or a batch's member: its step row and edges go too
+                yield from step_rows_deleted(steps)
             deleted, tombstoned = deleted + len(keyless), tombstoned + len(keyed)
             budget -= len(rows)
         if request.tombstones_before is not None and budget > 0:

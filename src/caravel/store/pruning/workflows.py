@@ -18,7 +18,7 @@ from caravel.store.plans import Plan, Step
 from caravel.store.pruning.requests import PruneRequest
 from caravel.store.schema import jobs, workflow_edges, workflow_signals, workflow_steps, workflows
 
-__all__ = ["expired_plan", "workflow_count_plan", "workflow_prune_plan"]
+__all__ = ["expired_plan", "step_rows_deleted", "workflow_count_plan", "workflow_prune_plan"]
 
 _IDS = sa.bindparam("b_ids", expanding=True, type_=sa.Uuid())
 
@@ -78,11 +78,17 @@ def workflow_prune_plan(request: PruneRequest, budget: int) -> Plan[int]:
     return done
 
 
-def _steps_deleted(ids: list[UUID]) -> Plan[None]:
+def step_rows_deleted(ids: list[UUID]) -> Plan[None]:
+    """Delete the step rows of jobs ``ids`` and the edges into and out of them."""
     params = {"b_ids": ids}
     yield Step(sa.delete(workflow_edges).where(workflow_edges.c.parent_id.in_(_IDS)), params)
     yield Step(sa.delete(workflow_edges).where(workflow_edges.c.child_id.in_(_IDS)), params)
     yield Step(sa.delete(workflow_steps).where(workflow_steps.c.job_id.in_(_IDS)), params)
+
+
+def _steps_deleted(ids: list[UUID]) -> Plan[None]:
+    params = {"b_ids": ids}
+    yield from step_rows_deleted(ids)
     yield Step(records_deleted(), params)
     yield Step(sa.delete(jobs).where(jobs.c.id.in_(_IDS)), params)
 

@@ -38,7 +38,7 @@ from caravel.store.workflows.records import (
     WorkflowRecord,
 )
 
-__all__ = ["SqlWorkflows", "step_upstream"]
+__all__ = ["SqlWorkflows", "graph_plan", "step_upstream", "workflow_row"]
 
 #: Step and edge rows per executemany: large, since the rows are narrow and the driver pages
 #: a multi-row INSERT itself.
@@ -109,6 +109,32 @@ def _chunks(rows: Sequence[dict[str, Any]], size: int) -> Iterator[list[dict[str
         yield list(rows[start : start + size])
 
 
+def workflow_row(workflow: NewWorkflow) -> dict[str, Any]:
+    """The workflow's own row in ``caravel_workflows``."""
+    return {
+        "id": workflow.id,
+        "tenant_id": workflow.tenant_id,
+        "name": workflow.name,
+        "idempotency_key": workflow.idempotency_key,
+        "content_hash": workflow.content_hash,
+        "total": len(workflow.steps),
+        "created_at": workflow.created_at,
+        "cancelled_at": None,
+        "updated_at": workflow.created_at,
+        "pruned_at": None,
+    }
+
+
+def graph_plan(workflow: NewWorkflow, held: Sequence[bool]) -> Plan[None]:
+    """Insert the workflow's step rows and edges (its jobs are in, each held or not as
+    ``held`` says, step by step)."""
+    steps = [_step_row(workflow, s, h) for s, h in zip(workflow.steps, held, strict=True)]
+    for chunk in _chunks(steps, _SIDE_CHUNK):
+        yield Step(sa.insert(workflow_steps), chunk)
+    for chunk in _chunks(list(_edge_rows(workflow)), _SIDE_CHUNK):
+        yield Step(sa.insert(workflow_edges), chunk)
+
+
 def _same_or_conflict(row: Any, workflow: NewWorkflow) -> tuple[UUID, bool]:
     """An existing workflow under the key (or id): the same graph is this one, already there;
     another is a conflict."""
@@ -150,18 +176,7 @@ class SqlWorkflows(SqlRemoval[ConnectionT], SqlInserts[ConnectionT]):
         existing = yield from self._existing_plan(workflow)
         if existing is not None:
             return _same_or_conflict(existing, workflow)
-        row = {
-            "id": workflow.id,
-            "tenant_id": workflow.tenant_id,
-            "name": workflow.name,
-            "idempotency_key": workflow.idempotency_key,
-            "content_hash": workflow.content_hash,
-            "total": len(workflow.steps),
-            "created_at": workflow.created_at,
-            "cancelled_at": None,
-            "updated_at": workflow.created_at,
-            "pruned_at": None,
-        }
+        row = workflow_row(workflow)
         insert = self._statement(
             "workflow_row",
             lambda: self._insert_ignoring(workflows).returning(workflows.c.id),
@@ -177,12 +192,7 @@ class SqlWorkflows(SqlRemoval[ConnectionT], SqlInserts[ConnectionT]):
             if len(inserted) != len(chunk):  # a step's id is taken: nothing of it is written
                 taken = {row["id"] for row in chunk} - {row.id for row in inserted}
                 raise IdempotencyConflictError(min(taken))
-        held = [row["due_at"] == HELD_DUE_AT for row in job_rows]
-        steps = [_step_row(workflow, s, h) for s, h in zip(workflow.steps, held, strict=True)]
-        for chunk in _chunks(steps, _SIDE_CHUNK):
-            yield Step(sa.insert(workflow_steps), chunk)
-        for chunk in _chunks(list(_edge_rows(workflow)), _SIDE_CHUNK):
-            yield Step(sa.insert(workflow_edges), chunk)
+        yield from graph_plan(workflow, [row["due_at"] == HELD_DUE_AT for row in job_rows])
         due = {row["queue"] for row in job_rows if row["due_at"] <= workflow.created_at}
         yield from self._announce_plan(due)
         return workflow.id, True
