@@ -65,6 +65,7 @@ STATUS_FIELDS = {
     "chain_id",
     "chain_step",
     "batch_id",
+    "workflow_id",
     "progress",
     "meta",
     "attempts_dropped",
